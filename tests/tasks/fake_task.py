@@ -1,0 +1,56 @@
+"""A stand-in for a TF task: binds its port like a tf.train.Server, prints, then exits or serves.
+
+Flags: --port P (listen like a server; 0 = no listening), --lines N (print N lines), --sleep S
+(seconds to run before exiting; -1 = forever, like a ps), --exit C (exit code), --ignore-term
+(ignore SIGTERM like an MWMS worker), --fork K (start K children that sleep in the same group),
+--setsid-child (start one child in its own session, escaping the process group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--name", default="task")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--lines", type=int, default=3)
+    p.add_argument("--sleep", type=float, default=0)
+    p.add_argument("--exit", type=int, default=0)
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--fork", type=int, default=0)
+    p.add_argument("--setsid-child", action="store_true")
+    p.add_argument("--delay-listen", type=float, default=0)
+    a = p.parse_args()
+    if a.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(a.fork)]
+    if a.setsid_child:
+        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                         start_new_session=True))
+    time.sleep(a.delay_listen)
+    if a.port:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", a.port))
+        server.listen()
+    print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
+    for i in range(a.lines):
+        print(f"{a.name} line {i}")
+    if a.sleep < 0:
+        while True:
+            time.sleep(3600)
+    time.sleep(a.sleep)
+    print(f"{a.name} done, exit {a.exit}")
+    return a.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from tfctl.cli import main
+
+main()

@@ -1,0 +1,403 @@
+"""Command line: parse arguments, call lifecycle/orchestrator, render. Nothing else lives here.
+
+`-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
+compose) or after it on every verb but `logs`, where `-f` means follow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tfctl import __version__
+from tfctl.errors import EXIT_INTERRUPTED, TfctlError, UsageError
+
+DEFAULT_FILE = Path("cluster.yaml")
+
+
+def _file_option(short: bool = True):
+    names = ("-f", "--file") if short else ("--file",)
+    return click.option(*names, "cluster_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="Cluster file (default: ./cluster.yaml).")
+
+
+def _cluster_file(ctx: click.Context, given: Path | None) -> Path:
+    path = given or ctx.obj.get("cluster_file")
+    if path is not None:
+        return path
+    if not DEFAULT_FILE.exists():
+        raise UsageError("no cluster.yaml in the current directory",
+                         hint="pass -f FILE, create one with `tfctl init`, "
+                              "or try the localhost example: tfctl -f cluster.yaml.example up")
+    return DEFAULT_FILE
+
+
+def _store():
+    from tfctl.runs import RunStore
+
+    return RunStore()
+
+
+def _record(ctx: click.Context, given: Path | None, run_id: str | None):
+    from tfctl.lifecycle import resolve_run
+
+    path = None if run_id else _cluster_file(ctx, given)
+    return resolve_run(_store(), path or Path("."), run_id)
+
+
+def _stamp(start: float) -> str:
+    return f"[{time.monotonic() - start:5.1f}s]"
+
+
+def _port_ranges(ports: list[int]) -> str:
+    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'."""
+    spans: list[list[int]] = []
+    for p in sorted(set(ports)):
+        if spans and p == spans[-1][1] + 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+def _stop_summary(report) -> str:
+    hosts = f"{report.hosts} host{'s' if report.hosts != 1 else ''}"
+    remain = sum(len(p) for p in report.remaining.values())
+    text = f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain"
+    if report.ports:
+        word = "port" if len(report.ports) == 1 else "ports"
+        text += f"; {word} {_port_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
+    return text
+
+
+def _render_stop(report) -> None:
+    from tfctl import console
+
+    console.err().print(_stop_summary(report))
+    for host, pids in report.remaining.items():
+        console.err().print(f"[red]{host}: still running: pids {', '.join(map(str, pids))}[/red]")
+    for address, pids in report.busy_ports.items():
+        console.err().print(f"[red]{address}: still listening (pids {', '.join(map(str, pids)) or '?'})[/red]")
+    for host, why in report.unreachable.items():
+        console.err().print(f"[red]{host}: could not be checked: {why}[/red]")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_file_option()
+@click.version_option(__version__, prog_name="tfctl")
+@click.pass_context
+def cli(ctx: click.Context, cluster_file: Path | None) -> None:
+    """Launch, watch and stop distributed TensorFlow clusters from one cluster file."""
+    ctx.obj = {"cluster_file": cluster_file}
+
+
+@cli.command()
+@_file_option()
+@click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
+@click.option("--dry-run", is_flag=True, help="Print each task's host, command and TF_CONFIG; start nothing.")
+@click.pass_context
+def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool) -> int:
+    """Start the cluster: ps first, then chief and workers; follow it to its end unless -d."""
+    from tfctl import console, lifecycle
+    from tfctl.config import load_config
+
+    path = _cluster_file(ctx, cluster_file)
+    config = load_config(path)
+    plan = lifecycle.plan_run(config)
+    if dry_run:
+        for task in plan.record.tasks:
+            console.out().print(f"[bold]{task.name}[/bold]  {task.address}")
+            console.out().print(f"  command:   {task.command}", markup=False)
+            console.out().print(f"  cwd:       {task.cwd}", markup=False)
+            console.out().print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
+        return 0
+    store = _store()
+    lifecycle.ensure_no_live_run(store, config)
+    err = console.err()
+    record = plan.record
+    err.print(f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
+              f"host{'s' if len(record.hosts) != 1 else ''}")
+    start = time.monotonic()
+
+    def progress(who: str, message: str) -> None:
+        err.print(f"{_stamp(start)} {who:<12} {message}", markup=False)
+
+    try:
+        with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+            cluster = lifecycle.launch(store, plan, progress)
+    except KeyboardInterrupt:
+        err.print("interrupted: everything started has been stopped")
+        return EXIT_INTERRUPTED
+    err.print(f"{_stamp(start)} all {len(record.tasks)} tasks running")
+    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    if detach:
+        lifecycle.spawn_watcher(store, cluster.record)
+        cluster.close()
+        err.print(f"detached. The run stops by itself when {', '.join(record.decisive)} "
+                  f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it).")
+        err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
+        console.out().print(record.run_id, markup=False)
+        return 0
+    return _attached(store, cluster, hint_file)
+
+
+def _attached(store, cluster, hint_file: str) -> int:
+    from tfctl import console, lifecycle
+    from tfctl.logs import Prefixer
+
+    err = console.err()
+    record = cluster.record
+    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
+    err.print("following all task logs; Ctrl-C stops the cluster")
+    write = sys.stdout.write
+
+    def on_lines(batch: list[tuple[str, str]]) -> None:
+        for task, line in batch:
+            write(prefix(task, line) + "\n")
+        sys.stdout.flush()
+
+    try:
+        ending = lifecycle.attach(store, cluster, on_lines)
+    except KeyboardInterrupt:
+        err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+        try:
+            _render_stop(lifecycle.interrupt(store, cluster))
+        except KeyboardInterrupt:
+            err.print(f"detached; tasks may still be running. Stop them with: "
+                      f"tfctl {hint_file}down --run {record.run_id}")
+        return EXIT_INTERRUPTED
+    finally:
+        cluster.close()
+    if ending.outcome.succeeded:
+        err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
+    else:
+        err.print(f"[red]job failed[/red]: {ending.outcome.reason}")
+    _render_stop(ending.stop)
+    return 0 if ending.outcome.succeeded and ending.stop.clean else 1
+
+
+@cli.command()
+@_file_option()
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per task.")
+@click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+@click.pass_context
+def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
+    """Show every task: state, pid, exit code, uptime, listening, last log line."""
+    from tfctl import console
+    from tfctl.orchestrator import Cluster
+
+    record = _record(ctx, cluster_file, run_id)
+    cluster = Cluster(record)
+    try:
+        if as_json:
+            statuses, _ = cluster.status()
+            console.out().print_json(json.dumps([s.to_json() for s in statuses]))
+            return 0
+        if not watch:
+            console.out().print(_status_table(cluster))
+            return 0
+        from rich.live import Live
+
+        with Live(_status_table(cluster), console=console.out(), auto_refresh=False) as live:
+            while True:
+                time.sleep(1)
+                live.update(_status_table(cluster), refresh=True)
+    finally:
+        cluster.close()
+
+
+STATE_STYLE = {"running": "green", "succeeded": "green", "failed": "red", "lost": "red", "stopped": "yellow",
+               "pending": "dim", "starting": "cyan", "unknown": "red"}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _status_table(cluster) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    statuses, unreachable = cluster.status()
+    record = cluster.record
+    title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    rows = []
+    for s in statuses:
+        exit_text = "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
+        listen = "yes" if s.listening else ("no" if s.state == "running" else "-")
+        rows.append([s.task, f"{s.host}:{s.port}", s.state, str(s.pid or "-"), exit_text, _duration(s.uptime), listen,
+                     s.last_line[:300]])
+    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "LAST LINE")
+    for i, col in enumerate(columns):
+        last = i == len(columns) - 1
+        width = max([len(col)] + [len(r[i]) for r in rows])
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=None if last else width)
+    for row in rows:
+        table.add_row(*row[:2], Text(row[2], style=STATE_STYLE.get(row[2], "")), *row[3:7], Text(row[7]))
+    for host, e in unreachable.items():
+        table.caption = f"unreachable: {host}: {getattr(e, 'message', e)}"
+    return table
+
+
+@cli.command()
+@_file_option(short=False)
+@click.argument("tasks", nargs=-1)
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.pass_context
+def logs(ctx: click.Context, cluster_file: Path | None, tasks: tuple[str, ...], follow: bool, tail: int | None,
+         run_id: str | None) -> int:
+    """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
+    from tfctl import console
+    from tfctl.logs import LogFollower, Prefixer
+    from tfctl.orchestrator import Cluster
+
+    record = _record(ctx, cluster_file, run_id)
+    selected = _select_tasks(record, tasks)
+    cluster = Cluster(record)
+    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
+    follower = LogFollower(cluster, selected, follow=follow and record.active, tail=tail)
+    store = _store()
+    last_check = time.monotonic()
+    try:
+        for batch in follower.batches():
+            for task, line in batch:
+                sys.stdout.write(prefix(task, line) + "\n")
+            sys.stdout.flush()
+            if follow and not batch and time.monotonic() - last_check > 2:
+                # Tasks of a run that ended before starting them never produce an end of stream.
+                last_check = time.monotonic()
+                if not store.load(record.run_id).active:
+                    follower.close()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        follower.close()
+        cluster.close()
+    for problem in follower.errors:
+        console.err().print(f"[red]{problem}[/red]")
+    return 1 if follower.errors else 0
+
+
+def _select_tasks(record, names: tuple[str, ...]) -> list:
+    if not names:
+        return list(record.tasks)
+    chosen = []
+    for name in names:
+        match = [t for t in record.tasks if name in (t.job, t.name)]
+        if not match:
+            valid = ", ".join(sorted({t.job for t in record.tasks} | {t.name for t in record.tasks}))
+            raise UsageError(f"no task {name!r} in run {record.run_id}", hint=f"choose from: {valid}")
+        chosen += [t for t in match if t not in chosen]
+    return chosen
+
+
+@cli.command()
+@_file_option()
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.option("--all", "sweep", is_flag=True,
+              help="Also stop processes on the cluster's hosts left by runs that are no longer live.")
+@click.option("--grace", type=click.FloatRange(min=0), default=None,
+              help="Seconds between SIGTERM and SIGKILL (default: the cluster file's grace_period).")
+@click.pass_context
+def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, sweep: bool, grace: float | None) -> int:
+    """Stop every process of the run on every host, then prove nothing remains."""
+    from tfctl import console, lifecycle
+
+    store = _store()
+    try:
+        record = _record(ctx, cluster_file, run_id)
+    except UsageError:
+        if not sweep:
+            raise
+        record = None
+    clean = True
+    if record is not None:
+        report = lifecycle.down(store, record, grace)
+        console.err().print(f"run {record.run_id}:", markup=False)
+        _render_stop(report)
+        clean = report.clean
+    if sweep:
+        from tfctl.config import load_config
+        from tfctl.plan import host_specs
+
+        if record is not None:
+            hosts, default_grace = record.hosts, record.grace_period
+        else:
+            config = load_config(_cluster_file(ctx, cluster_file))
+            hosts, default_grace = host_specs(config), config.grace_period
+        for host, answer in lifecycle.sweep(store, hosts, default_grace if grace is None else grace).items():
+            runs = ", ".join(answer["runs"]) or "none"
+            console.err().print(f"{host}: {answer['processes']} orphaned processes stopped (runs: {runs}); "
+                                f"{len(answer['remaining'])} remain", markup=False)
+            clean = clean and not answer["remaining"]
+    return 0 if clean else 1
+
+
+@cli.command(name="runs")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def runs_command(as_json: bool) -> int:
+    """List the runs tfctl remembers, newest last."""
+    from tfctl import console
+
+    records = _store().all()
+    if as_json:
+        console.out().print_json(json.dumps([{"run_id": r.run_id, "cluster": r.cluster_name, "file": r.cluster_file,
+                                              "state": r.state, "created_at": r.created_at, "reason": r.reason}
+                                             for r in records]))
+        return 0
+    for r in records:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
+        console.out().print(f"{r.run_id:<40} {when}  {r.state:<10} {r.reason or ''}", markup=False)
+    return 0
+
+
+@cli.command(name="_watch", hidden=True)
+@click.option("--run", "run_id", required=True)
+def watch_command(run_id: str) -> int:
+    """Detached watcher started by `up -d`: ends the run when the job is done."""
+    from tfctl import lifecycle
+
+    ending = lifecycle.watch(_store(), run_id)
+    if ending is not None:
+        print(f"{ending.outcome.reason}; {_stop_summary(ending.stop)}", flush=True)
+    return 0
+
+
+def main() -> None:
+    """Entry point: the one place that maps errors to exit codes."""
+    try:
+        code = cli.main(standalone_mode=False)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except click.exceptions.Abort:
+        code = EXIT_INTERRUPTED
+    except click.ClickException as e:
+        e.show()
+        code = 2
+    except TfctlError as e:
+        from rich.text import Text
+
+        from tfctl import console
+
+        console.err().print(Text("error: ", style="bold red") + Text(e.message))
+        if e.hint:
+            console.err().print(Text("hint: ", style="bold") + Text(e.hint))
+        code = e.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,35 @@
+"""The one place output is configured: rich consoles for humans, plain text for pipes.
+
+rich is imported on first use only, so `tfctl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def color_enabled(stream: TextIO) -> bool:
+    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+@lru_cache(maxsize=None)
+def out() -> Console:
+    """stdout: tables, JSON, log lines."""
+    from rich.console import Console
+
+    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=True)
+
+
+@lru_cache(maxsize=None)
+def err() -> Console:
+    """stderr: progress, warnings and errors, so stdout stays clean for pipes."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=not color_enabled(sys.stderr), highlight=False, soft_wrap=True)

@@ -1,0 +1,218 @@
+"""What each verb does, from cluster file to stopped processes, without rendering anything.
+
+The CLI parses arguments and renders; this module decides. Progress is reported through
+callbacks so the same code serves an attached `up`, a detached watcher and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tfctl.config import ClusterConfig
+from tfctl.errors import StartupError, TfctlError, UsageError
+from tfctl.group import fan_out
+from tfctl.hostagent import HostAgent
+from tfctl.logs import LogFollower
+from tfctl.orchestrator import Cluster, Outcome, Progress, StopReport, TaskStatus
+from tfctl.plan import Plan, make_plan
+from tfctl.runs import HostSpec, RunRecord, RunStore, new_run_id
+from tfctl.supervisor.agent import is_same_process, proc_stat
+from tfctl.transport import connect
+
+LOG_DRAIN_SECONDS = 10.0
+
+
+def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
+    """The run named by --run, else the newest run of the cluster file."""
+    if run_id:
+        return store.load(run_id)
+    record = store.latest(cluster_file)
+    if record is None:
+        raise UsageError(f"no run of {cluster_file} yet", hint=f"start one with `tfctl -f {cluster_file} up`")
+    return record
+
+
+def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
+    """Refuse a second live run of the same cluster: the ports and the tasks would collide."""
+    record = store.latest(config.path)
+    if record is None:
+        return
+    cluster = Cluster(record)
+    try:
+        statuses, _ = cluster.status()
+    finally:
+        cluster.close()
+    alive = [s for s in statuses if s.state in ("running", "starting", "unknown")]
+    if alive:
+        raise UsageError(
+            f"run {record.run_id} of cluster {config.name!r} is still running ({len(alive)} tasks: "
+            f"{', '.join(s.task for s in alive)})",
+            hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}")
+
+
+def plan_run(config: ClusterConfig) -> Plan:
+    return make_plan(config, new_run_id(config.name))
+
+
+def launch(store: RunStore, plan: Plan, progress: Progress) -> Cluster:
+    """Check ports, record the run, start its tasks phase by phase; raise if any of it fails."""
+    record = plan.record
+    cluster = Cluster(record)
+    busy = cluster.busy_ports(list(record.tasks))
+    if busy:
+        lines = [f"  {address}: in use by pid {', '.join(map(str, info['pids'])) or '?'}"
+                 + (f" ({info['command']})" if info["command"] else "") for address, info in busy.items()]
+        raise StartupError("task ports already in use:\n" + "\n".join(lines),
+                           hint="stop what holds them (`tfctl down --all` if it is an old run), "
+                                "or change the ports in the cluster file")
+    with store.lock():
+        store.save(record)
+    try:
+        cluster.start(plan.phases, plan.startup_timeout, progress)
+    except KeyboardInterrupt:
+        store.update(record.run_id, state="stopped", reason="interrupted during start", ended_at=time.time())
+        raise
+    except TfctlError as e:
+        store.update(record.run_id, state="failed", reason=e.message.splitlines()[0], ended_at=time.time())
+        raise
+    cluster.record = store.update(record.run_id, state="running")
+    return cluster
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attached or watched run ended."""
+
+    outcome: Outcome
+    stop: StopReport
+    record: RunRecord
+
+
+def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
+    """Stop whatever still runs (the ps above all) and record how the run ended."""
+    report = cluster.stop()
+    state = "succeeded" if outcome.succeeded else ("stopped" if "stopped" in outcome.reason else "failed")
+    record = store.update(cluster.record.run_id, state=state, reason=outcome.reason, ended_at=time.time())
+    return Ending(outcome, report, record)
+
+
+def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str, str]]], None],
+           on_status: Callable[[list[TaskStatus]], None] | None = None) -> Ending:
+    """Stream every task's output until the job is decided, then stop the rest of the cluster.
+
+    KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
+    """
+    record = cluster.record
+    follower = LogFollower(cluster, record.tasks, follow=True)
+    decided: list[Outcome] = []
+    quit_watching = threading.Event()
+
+    def watch() -> None:
+        try:
+            decided.append(cluster.supervise(record.decisive, record.essential, on_status=on_status,
+                                             cancelled=quit_watching.is_set))
+        except TfctlError as e:
+            decided.append(Outcome(False, e.message))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        for batch in follower.batches():
+            on_lines(batch)
+            if decided:
+                break
+        if not decided:  # every stream ended: all tasks are over; let the watcher see it
+            watcher.join()
+        ending = finish(store, cluster, decided[0] if decided else Outcome(False, "supervision ended"))
+        drain_until = time.monotonic() + LOG_DRAIN_SECONDS
+        for batch in follower.batches():
+            on_lines(batch)
+            if time.monotonic() > drain_until:
+                follower.close()
+        return ending
+    finally:
+        quit_watching.set()
+        follower.close()
+
+
+def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
+    """First Ctrl-C of an attached run: stop the whole cluster."""
+    report = cluster.stop()
+    store.update(cluster.record.run_id, state="stopped", reason="interrupted (Ctrl-C)", ended_at=time.time())
+    return report
+
+
+# ---------------------------------------------------------------- detached runs
+
+
+def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
+    """A detached `tfctl _watch` that ends the run when the job is done, so no ps lingers.
+
+    It runs in its own session (a closed terminal does not stop it) and logs to the run dir.
+    """
+    log = open(store.run_dir(record.run_id) / "watch.log", "ab")
+    with log:
+        proc = subprocess.Popen([sys.executable, "-m", "tfctl", "_watch", "--run", record.run_id],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                env={**os.environ, "TFCTL_HOME": str(store.home)})
+    st = proc_stat(proc.pid) or {}
+    return store.update(record.run_id, watcher={"pid": proc.pid, "starttime": st.get("starttime")})
+
+
+def watch(store: RunStore, run_id: str) -> Ending | None:
+    """Body of the detached watcher: supervise until decided, then stop the run."""
+    record = store.load(run_id)
+    if not record.active:
+        return None
+    cluster = Cluster(record)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        outcome = cluster.supervise(record.decisive, record.essential, cancelled=stopping.is_set)
+        if stopping.is_set():
+            return None
+        return finish(store, cluster, outcome)
+    finally:
+        cluster.close()
+
+
+def stop_watcher(record: RunRecord) -> None:
+    """`down` takes over from the detached watcher: end it first so the two never race."""
+    w = record.watcher
+    if not w or not is_same_process({"pid": w["pid"], "starttime": w["starttime"]}):
+        return
+    os.kill(w["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while is_same_process({"pid": w["pid"], "starttime": w["starttime"]}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if is_same_process({"pid": w["pid"], "starttime": w["starttime"]}):
+        os.kill(w["pid"], signal.SIGKILL)
+
+
+def down(store: RunStore, record: RunRecord, grace: float | None) -> StopReport:
+    stop_watcher(record)
+    cluster = Cluster(record)
+    try:
+        report = cluster.stop(grace)
+    finally:
+        cluster.close()
+    if record.active:
+        store.update(record.run_id, state="stopped", reason="tfctl down", ended_at=time.time())
+    return report
+
+
+def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, dict]:
+    """Stop processes on these hosts that carry the marker of no live run (orphans)."""
+    live = [r.run_id for r in store.all() if r.active]
+    agents = [HostAgent(connect(spec), spec.python, spec.root) for spec in hosts]
+    result = fan_out(agents, lambda a: a.host, lambda a: a.call("sweep", {"live_runs": live, "grace": grace}))
+    result.raise_if_failed("stopping orphans")
+    return result.succeeded

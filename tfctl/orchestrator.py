@@ -1,0 +1,278 @@
+"""up / status / down over the tasks of a run, on every host at once.
+
+Generic orchestration: it starts tasks in the phases a plan gives, waits for ports, decides when
+a run is over and stops everything. It knows nothing of TensorFlow (see `tf/`) and nothing of
+rendering (it reports progress through a callback the CLI renders).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from tfctl.errors import HostError, StartupError
+from tfctl.group import GroupResult, fan_out
+from tfctl.hostagent import HostAgent
+from tfctl.runs import HostSpec, RunRecord, TaskSpec
+from tfctl.transport import connect
+
+FINAL_STATES = ("succeeded", "failed", "stopped", "lost")
+Progress = Callable[[str, str], None]  # (task or host, message)
+
+
+def _quiet(_who: str, _msg: str) -> None:
+    """Progress sink for callers that render nothing."""
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """What is true about one task right now, as its host's supervisor sees it."""
+
+    task: str
+    job: str
+    index: int
+    host: str
+    port: int
+    state: str
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    listening: bool = False
+    uptime: float | None = None
+    last_line: str = ""
+    error: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def describe_end(self) -> str:
+        if self.state == "lost":
+            return "was lost (its process is gone and no exit code was recorded)"
+        if self.signal:
+            return f"was killed by signal {self.signal}"
+        if self.error:
+            return self.error
+        return f"exited with code {self.exit_code}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "job": self.job, "index": self.index, "host": self.host, "port": self.port,
+                "state": self.state, "pid": self.pid, "exit_code": self.exit_code, "signal": self.signal,
+                "listening": self.listening, "uptime": self.uptime, "last_line": self.last_line}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Tasks started together; the next phase waits until `wait_listening` tasks listen."""
+
+    tasks: tuple[TaskSpec, ...]
+    wait_listening: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    succeeded: bool
+    reason: str
+    culprit: str | None = None
+
+
+@dataclass
+class StopReport:
+    processes: int = 0
+    remaining: dict[str, list[int]] = field(default_factory=dict)
+    busy_ports: dict[str, list[int]] = field(default_factory=dict)
+    hosts: int = 0
+    ports: list[int] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.remaining and not self.busy_ports and not self.unreachable
+
+
+class Cluster:
+    """One run's tasks and the supervisors on its hosts; connections open on first use."""
+
+    def __init__(self, record: RunRecord, agents: dict[str, HostAgent] | None = None) -> None:
+        self.record = record
+        self.agents = agents or {h.name: HostAgent(connect(h), h.python, h.root) for h in record.hosts}
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.transport.close()
+
+    def _by_host(self, tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
+        grouped: dict[str, list[TaskSpec]] = defaultdict(list)
+        for t in tasks:
+            grouped[t.host].append(t)
+        return grouped
+
+    def _fan_out(self, hosts: Iterable[str], fn: Callable[[HostAgent], Any]) -> GroupResult[Any]:
+        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn)
+
+    # ---------------------------------------------------------------- status
+
+    def status(self, tasks: Sequence[TaskSpec] | None = None) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        """Every task's status, plus the hosts that could not be asked (their tasks: 'unknown')."""
+        tasks = list(tasks if tasks is not None else self.record.tasks)
+        grouped = self._by_host(tasks)
+        answers = self._fan_out(grouped, lambda a: a.call(
+            "status", {"run_id": self.record.run_id, "tasks": {t.name: t.port for t in grouped[a.host]}}))
+        out = []
+        for t in tasks:
+            info = answers.succeeded.get(t.host, {}).get("tasks", {}).get(t.name)
+            if info is None:
+                out.append(TaskStatus(t.name, t.job, t.index, t.host, t.port, "unknown"))
+                continue
+            out.append(TaskStatus(t.name, t.job, t.index, t.host, t.port, info["state"], info.get("pid"),
+                                  info.get("exit_code"), info.get("signal"), bool(info.get("listening")),
+                                  info.get("uptime"), info.get("last_line", ""), info.get("error")))
+        return out, answers.failed
+
+    def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, dict[str, Any]]:
+        """address -> who listens there, for every task port something already listens on."""
+        grouped = self._by_host(tasks)
+        answers = self._fan_out(grouped, lambda a: a.call("ports", {"ports": [t.port for t in grouped[a.host]]}))
+        answers.raise_if_failed("checking ports")
+        busy = {}
+        for t in tasks:
+            info = answers.succeeded[t.host]["ports"][str(t.port)]
+            if info["listening"]:
+                busy[t.address] = info
+        return busy
+
+    # ---------------------------------------------------------------- start
+
+    def start(self, phases: Sequence[Phase], timeout: float, progress: Progress = _quiet) -> None:
+        """Start phase by phase; on any failure stop everything started and raise StartupError."""
+        try:
+            for phase in phases:
+                grouped = self._by_host(phase.tasks)
+                for t in phase.tasks:
+                    progress(t.name, f"starting on {t.host}")
+                started = self._fan_out(grouped, lambda a: a.call("start", {
+                    "run_id": self.record.run_id,
+                    "tasks": [{"task": t.name, "command": t.command, "env": t.env, "cwd": t.cwd,
+                               "grace": self.record.grace_period} for t in grouped[a.host]]}))
+                started.raise_if_failed("starting tasks")
+                for answer in started.succeeded.values():
+                    for name, info in answer["tasks"].items():
+                        if info["state"] in FINAL_STATES:
+                            raise StartupError(f"{name} {info.get('error') or 'exited at once'}"
+                                               + self._last_lines_text(name))
+                        progress(name, f"running (pid {info['pid']})")
+                if phase.wait_listening:
+                    self._wait_listening(phase.wait_listening, timeout, progress)
+        except BaseException:
+            progress("", "stopping what was started")
+            self.stop()
+            raise
+
+    def _wait_listening(self, names: Sequence[str], timeout: float, progress: Progress) -> None:
+        tasks = [self.record.task(n) for n in names]
+        waiting = {t.name for t in tasks}
+        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        while waiting:
+            statuses, _unreachable = self.status([t for t in tasks if t.name in waiting])
+            for s in statuses:
+                if s.listening:
+                    waiting.discard(s.task)
+                    progress(s.task, f"listening on {s.host}:{s.port} ({time.monotonic() - began:.1f}s)")
+                elif s.final:
+                    raise StartupError(f"{s.task} {s.describe_end()} before listening on port {s.port}"
+                                       + self._last_lines_text(s.task))
+            if waiting and time.monotonic() > deadline:
+                name = sorted(waiting)[0]
+                raise StartupError(
+                    f"{name} did not listen on {self.record.task(name).address} within {timeout:g}s"
+                    + self._last_lines_text(name),
+                    hint="raise startup_timeout in the cluster file if the task is just slow to start")
+            if waiting:
+                time.sleep(0.2)
+
+    def _last_lines_text(self, task: str, count: int = 10) -> str:
+        lines = self.last_lines(task, count)
+        return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {l}" for l in lines)) if lines else ""
+
+    def last_lines(self, task: str, count: int) -> list[str]:
+        spec = self.record.task(task)
+        try:
+            stream, events = self.agents[spec.host].follow(
+                {"run_id": self.record.run_id, "tasks": {task: 0}, "tail": count, "follow": False})
+            text = "".join(e.get("d", "") for e in events)
+            stream.close()
+        except HostError:
+            return []
+        return text.splitlines()[-count:]
+
+    # ---------------------------------------------------------------- run to the end
+
+    def supervise(self, decisive: Sequence[str], essential: Sequence[str], poll: float = 0.5,
+                  host_patience: float = 60.0, on_status: Callable[[list[TaskStatus]], None] | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> Outcome:
+        """Watch the run until it is decided: decisive tasks all succeeded, or something failed."""
+        unreachable_since: dict[str, float] = {}
+        while not cancelled():
+            statuses, unreachable = self.status()
+            now = time.monotonic()
+            for host in list(unreachable_since):
+                if host not in unreachable:
+                    del unreachable_since[host]
+            for host, err in unreachable.items():
+                since = unreachable_since.setdefault(host, now)
+                if now - since > host_patience:
+                    return Outcome(False, f"lost contact with {host} for {host_patience:g}s: {err}")
+            if on_status:
+                on_status(statuses)
+            outcome = decide(statuses, decisive, essential)
+            if outcome is not None:
+                return outcome
+            time.sleep(poll)
+        return Outcome(False, "supervision cancelled")
+
+    # ---------------------------------------------------------------- stop
+
+    def stop(self, grace: float | None = None, hosts: Iterable[str] | None = None) -> StopReport:
+        """Stop every task of the run on every host and check the processes and ports are gone."""
+        grace = self.record.grace_period if grace is None else grace
+        hosts = sorted(set(hosts) if hosts is not None else {h.name for h in self.record.hosts})
+        answers = self._fan_out(hosts, lambda a: a.call("stop", {"run_id": self.record.run_id, "grace": grace},
+                                                        timeout=grace + 120))
+        report = StopReport(hosts=len(hosts))
+        report.unreachable = {h: str(getattr(e, "message", e)) for h, e in answers.failed.items()}
+        for host, answer in answers.succeeded.items():
+            report.processes += answer["processes"]
+            if answer["remaining"]:
+                report.remaining[host] = answer["remaining"]
+        tasks = [t for t in self.record.tasks if t.host in answers.succeeded]
+        report.ports = sorted({t.port for t in tasks})
+        try:
+            for address, info in self.busy_ports(tasks).items():
+                report.busy_ports.setdefault(address, []).extend(info["pids"])
+        except HostError as e:
+            report.unreachable.setdefault(e.host, e.message)
+        return report
+
+
+def decide(statuses: Sequence[TaskStatus], decisive: Sequence[str], essential: Sequence[str]) -> Outcome | None:
+    """The run's outcome from its tasks' states, or None while it is still undecided."""
+    by_name = {s.task: s for s in statuses}
+    for s in statuses:
+        if s.state in ("failed", "lost"):
+            return Outcome(False, f"{s.task} on {s.host} {s.describe_end()}", s.task)
+    for s in statuses:
+        if s.state == "stopped":
+            return Outcome(False, f"{s.task} on {s.host} was stopped (tfctl down)", s.task)
+    if decisive and all(d in by_name and by_name[d].state == "succeeded" for d in decisive):
+        done = ", ".join(decisive)
+        return Outcome(True, f"{done} finished successfully")
+    for name in essential:
+        s = by_name.get(name)
+        if s is not None and s.final:
+            return Outcome(False, f"{s.task} on {s.host} ended while the job was running ({s.describe_end()})",
+                           s.task)
+    return None
+

@@ -1,0 +1,182 @@
+"""The run store: what each `up` started, where, and how it ended.
+
+Layout: $TFCTL_HOME (default ~/.tfctl, mode 0700)/runs/<run_id>/run.json. Writes are atomic
+(temp file + rename) and every read-modify-write holds one store-wide lock, so two tfctl calls
+never corrupt a record. Hosts keep task logs and exit codes themselves; this is the index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from tfctl.errors import UsageError
+
+ACTIVE_STATES = ("starting", "running")
+
+
+def tfctl_home() -> Path:
+    return Path(os.environ.get("TFCTL_HOME") or Path.home() / ".tfctl").expanduser()
+
+
+def new_run_id(cluster_name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{cluster_name}-{stamp}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task as started: everything needed to start, find, or explain it again."""
+
+    job: str
+    index: int
+    host: str
+    port: int
+    command: str
+    env: dict[str, str]
+    cwd: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}:{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to reach one host and where its supervisor keeps its files."""
+
+    name: str
+    python: str | None
+    root: str
+    transport: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    cluster_name: str
+    cluster_file: str
+    created_at: float
+    tasks: tuple[TaskSpec, ...]
+    hosts: tuple[HostSpec, ...]
+    grace_period: float
+    decisive: tuple[str, ...] = ()
+    essential: tuple[str, ...] = ()
+    state: str = "starting"
+    ended_at: float | None = None
+    reason: str | None = None
+    watcher: dict[str, Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def task(self, name: str) -> TaskSpec:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def host(self, name: str) -> HostSpec:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def with_state(self, state: str, reason: str | None = None) -> RunRecord:
+        ended = time.time() if state not in ACTIVE_STATES else None
+        return replace(self, state=state, reason=reason, ended_at=ended)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        data = dict(data)
+        data["tasks"] = tuple(TaskSpec(**t) for t in data["tasks"])
+        data["hosts"] = tuple(HostSpec(**h) for h in data["hosts"])
+        data["decisive"] = tuple(data.get("decisive", ()))
+        data["essential"] = tuple(data.get("essential", ()))
+        return cls(**data)
+
+
+class RunStore:
+    """Run records under one home directory. Constructing it touches nothing on disk."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or tfctl_home()
+        self.runs_dir = self.home / "runs"
+
+    def _ensure(self) -> None:
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o700)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive store-wide lock for read-modify-write sequences."""
+        self._ensure()
+        with open(self.home / "lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def save(self, record: RunRecord) -> None:
+        self._ensure()
+        run_dir = self.runs_dir / record.run_id
+        run_dir.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record.to_json(), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, run_dir / "run.json")
+
+    def update(self, run_id: str, **changes: Any) -> RunRecord:
+        """Change fields of a stored record under the lock; returns the new record."""
+        with self.lock():
+            record = replace(self.load(run_id), **changes)
+            self.save(record)
+            return record
+
+    def load(self, run_id: str) -> RunRecord:
+        path = self.runs_dir / run_id / "run.json"
+        try:
+            return RunRecord.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise UsageError(f"no run {run_id!r} in {self.runs_dir}",
+                             hint="`tfctl runs` lists the runs tfctl knows") from None
+
+    def all(self) -> list[RunRecord]:
+        """Every run, oldest first."""
+        if not self.runs_dir.is_dir():
+            return []
+        records = []
+        for path in self.runs_dir.glob("*/run.json"):
+            try:
+                records.append(RunRecord.from_json(json.loads(path.read_text())))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return sorted(records, key=lambda r: r.created_at)
+
+    def latest(self, cluster_file: Path) -> RunRecord | None:
+        """The newest run started from this cluster file."""
+        wanted = str(cluster_file.resolve())
+        matches = [r for r in self.all() if r.cluster_file == wanted]
+        return matches[-1] if matches else None
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id

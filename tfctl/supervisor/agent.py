@@ -1,0 +1,601 @@
+"""tfctl host supervisor: the only tfctl code that runs on cluster hosts.
+
+Stdlib only, Python >= 3.8, one file: tfctl copies it to a host (or runs it in place for
+localhost) and calls `python3 agent.py VERB` with a JSON request on stdin. Every verb but
+`follow` answers with one JSON object on stdout; `follow` streams JSON lines.
+
+Each task runs under a small monitor process (`_monitor`), in its own session and process group,
+detached from the controller, so it survives the controller or its SSH channel going away. The
+monitor records pid, process group and the kernel start time (so a reused pid is never taken for
+the task) and, when the task ends on its own, its exit code; then it kills whatever the task left
+behind in its group. Every task process carries TFCTL_RUN_ID and TFCTL_TASK in its environment, so
+stragglers that left the group (daemons, `setsid` children) are still found by `stop`/`sweep`.
+
+Host layout: <root>/tasks/<run_id>/<job>-<index>/{spec.json, proc.json, exit.json, stop.json,
+output.log, monitor.log}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+RUN_ENV = "TFCTL_RUN_ID"
+TASK_ENV = "TFCTL_TASK"
+POLL = 0.05
+CHUNK = 256 * 1024
+MAX_PARTIAL_LINE = 64 * 1024
+HEARTBEAT = 5.0
+
+
+class AgentError(Exception):
+    """A request that cannot be served; reported as {"error": ...} with exit code 1."""
+
+
+# ---------------------------------------------------------------- files
+
+
+def write_json(path: str, data: dict) -> None:
+    """Atomic write: readers see the old file or the new one, never half of it."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def run_dir(root: str, run_id: str) -> str:
+    return os.path.join(os.path.expanduser(root), "tasks", run_id)
+
+
+def task_dir(root: str, run_id: str, task: str) -> str:
+    return os.path.join(run_dir(root, run_id), task.replace(":", "-"))
+
+
+# ---------------------------------------------------------------- processes
+
+SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
+
+
+def exec_form(command: str) -> str:
+    """`exec COMMAND` when COMMAND is one simple command, so the task's pid is the program's own
+    (dash does not exec the last command) and its exit signal is reported as a signal."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return command
+    if not tokens or "\n" in command or any(set(t) <= set(";&|()") for t in tokens):
+        return command
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]) or tokens[0] in SHELL_WORDS:
+        return command
+    return "exec " + command
+
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def proc_stat(pid: int) -> dict | None:
+    """pid's ppid, pgid, sid, state and start time (clock ticks since boot), or None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data.rsplit(")", 1)[1].split()
+    return {
+        "state": fields[0],
+        "ppid": int(fields[1]),
+        "pgid": int(fields[2]),
+        "sid": int(fields[3]),
+        "starttime": int(fields[19]),
+    }
+
+
+def proc_env_markers(pid: int) -> tuple[str | None, str | None]:
+    """(TFCTL_RUN_ID, TFCTL_TASK) from pid's environment; (None, None) if unreadable or absent."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return None, None
+    run = task = None
+    for item in env.split(b"\0"):
+        if item.startswith(b"TFCTL_RUN_ID="):
+            run = item[13:].decode(errors="replace")
+        elif item.startswith(b"TFCTL_TASK="):
+            task = item[11:].decode(errors="replace")
+    return run, task
+
+
+def proc_cmdline(pid: int) -> str:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def live_pids() -> list[int]:
+    """Every process that still runs (zombies are dead: they only wait to be reaped)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st["state"] not in ("Z", "X"):
+                pids.append(int(name))
+    return pids
+
+
+def is_same_process(proc: dict) -> bool:
+    """True if the pid recorded in `proc` is still that very process, not a reuse of its pid."""
+    st = proc_stat(proc["pid"])
+    return st is not None and st["state"] not in ("Z", "X") and st["starttime"] == proc["starttime"] and boot_id() == proc.get("boot_id", boot_id())
+
+
+def task_processes(run_id: str, task: str, proc: dict | None) -> list[int]:
+    """Every live process of one task: its process group, plus anything carrying its markers.
+
+    A group member counts only while the group is provably the task's: its leader is the
+    recorded process, or the leader is gone (the kernel does not reuse a pid that still names
+    a process group, so a non-empty group whose leader died is still the original one).
+    """
+    own_group = None
+    if proc is not None:
+        leader = proc_stat(proc["pid"])
+        if leader is None or leader["state"] in ("Z", "X") or is_same_process(proc):
+            own_group = proc["pgid"]
+    found = []
+    me = os.getpid()
+    for pid in live_pids():
+        if pid == me:
+            continue
+        st = proc_stat(pid)
+        if st is None:
+            continue
+        if own_group is not None and st["pgid"] == own_group:
+            found.append(pid)
+            continue
+        run, marker = proc_env_markers(pid)
+        if run == run_id and marker == task:
+            found.append(pid)
+    return found
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    groups = set()
+    for pid in pids:
+        st = proc_stat(pid)
+        if st is not None and st["pgid"] == pid:
+            groups.add(pid)
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def terminate(find, grace: float) -> dict:
+    """SIGTERM, wait up to `grace`, SIGKILL, wait, and report what still runs.
+
+    `find` re-lists the target processes each round, so children forked during the grace
+    period are caught as well.
+    """
+    seen: set[int] = set()
+    pids = find()
+    seen.update(pids)
+    killed: set[int] = set()
+    if pids:
+        signal_all(pids, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(POLL)
+            pids = find()
+            seen.update(pids)
+        rounds = 0
+        while pids and rounds < 100:
+            killed.update(pids)
+            signal_all(pids, signal.SIGKILL)
+            time.sleep(POLL)
+            pids = find()
+            seen.update(pids)
+            rounds += 1
+    return {"processes": len(seen), "killed": len(killed), "remaining": pids}
+
+
+# ---------------------------------------------------------------- ports
+
+
+def listening_sockets() -> dict[int, set[int]]:
+    """port -> socket inodes of TCP sockets in LISTEN state, IPv4 and IPv6."""
+    ports: dict[int, set[int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A":
+                        port = int(parts[1].rsplit(":", 1)[1], 16)
+                        ports.setdefault(port, set()).add(int(parts[9]))
+        except OSError:
+            continue
+    return ports
+
+
+def socket_owners(inodes: set[int], pids: list[int] | None = None) -> list[int]:
+    """Processes (among `pids`, or all) holding one of the socket inodes."""
+    wanted = {"socket:[%d]" % i for i in inodes}
+    owners = []
+    for pid in pids if pids is not None else live_pids():
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (pid, fd)) in wanted:
+                    owners.append(pid)
+                    break
+            except OSError:
+                continue
+    return owners
+
+
+# ---------------------------------------------------------------- task state
+
+
+def task_state(root: str, run_id: str, task: str) -> dict:
+    """The truth about one task, read from its files and from /proc."""
+    d = task_dir(root, run_id, task)
+    info: dict = {"task": task, "state": "pending", "pid": None, "pgid": None, "exit_code": None, "signal": None,
+                  "started_at": None, "ended_at": None, "error": None}
+    if not os.path.isdir(d):
+        return info
+    proc = read_json(os.path.join(d, "proc.json"))
+    ended = read_json(os.path.join(d, "exit.json"))
+    stop = read_json(os.path.join(d, "stop.json"))
+    if proc:
+        info.update(pid=proc["pid"], pgid=proc["pgid"], started_at=proc["started_at"])
+    if ended:
+        info.update(exit_code=ended.get("exit_code"), signal=ended.get("signal"), ended_at=ended["ended_at"],
+                    error=ended.get("error"))
+        if stop is not None and stop["requested_at"] <= ended["ended_at"]:
+            info["state"] = "stopped"
+        else:
+            info["state"] = "succeeded" if ended.get("exit_code") == 0 else "failed"
+    elif proc is None:
+        info["state"] = "starting"
+    elif is_same_process(proc):
+        info["state"] = "running"
+    else:
+        monitor = proc.get("monitor")
+        # The monitor writes exit.json right after the task ends; only its death loses the code.
+        info["state"] = "running" if monitor and is_same_process(monitor) else "lost"
+    return info
+
+
+def last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            tail = f.read()
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        if line.strip():
+            return line.decode(errors="replace").strip()
+    return ""
+
+
+# ---------------------------------------------------------------- verbs
+
+
+def verb_start(req: dict) -> dict:
+    """Start each task under its own monitor; return once every task runs or has failed to."""
+    root, run_id = req["root"], req["run_id"]
+    started = {}
+    for spec in req["tasks"]:
+        d = task_dir(root, run_id, spec["task"])
+        if os.path.exists(os.path.join(d, "spec.json")):
+            raise AgentError("task %s of run %s was already started on this host" % (spec["task"], run_id))
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        write_json(os.path.join(d, "spec.json"), spec)
+        with open(os.path.join(d, "monitor.log"), "ab") as mlog:
+            subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "_monitor", d, run_id],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=mlog,
+                start_new_session=True, close_fds=True, cwd="/",
+            )
+        started[spec["task"]] = d
+    deadline = time.monotonic() + 15
+    result = {}
+    for task, d in started.items():
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(d, "proc.json")) or os.path.exists(os.path.join(d, "exit.json")):
+                break
+            time.sleep(POLL)
+        result[task] = task_state(root, run_id, task)
+        if result[task]["state"] == "pending":
+            result[task]["state"] = "starting"
+    return {"tasks": result}
+
+
+def verb_monitor(d: str, run_id: str) -> None:
+    """Run one task to its end, record how it ended, and clean up what it left behind."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = read_json(os.path.join(d, "spec.json")) or {}
+    env = dict(os.environ)
+    env.update(spec.get("env", {}))
+    env[RUN_ENV] = run_id
+    env[TASK_ENV] = spec["task"]
+    log = open(os.path.join(d, "output.log"), "ab", buffering=0)
+    try:
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", exec_form(spec["command"])], cwd=spec.get("cwd") or None, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )
+    except OSError as e:
+        write_json(os.path.join(d, "exit.json"), {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                                                  "error": "could not start: %s" % e})
+        log.write(("tfctl: could not start task: %s\n" % e).encode())
+        return
+    me = proc_stat(os.getpid()) or {}
+    child_stat = proc_stat(child.pid) or {}
+    proc = {"pid": child.pid, "pgid": child.pid, "starttime": child_stat.get("starttime"), "boot_id": boot_id(),
+            "started_at": time.time(), "monitor": {"pid": os.getpid(), "starttime": me.get("starttime"), "boot_id": boot_id()}}
+    write_json(os.path.join(d, "proc.json"), proc)
+    code = child.wait()
+    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
+    write_json(os.path.join(d, "exit.json"), ended)
+    # The task is over; anything it started must not outlive it.
+    terminate(lambda: task_processes(run_id, spec["task"], proc), float(spec.get("grace", 10)))
+
+
+def verb_status(req: dict) -> dict:
+    root, run_id = req["root"], req["run_id"]
+    listening = listening_sockets()
+    out = {}
+    now = time.time()
+    for task, port in req["tasks"].items():
+        info = task_state(root, run_id, task)
+        d = task_dir(root, run_id, task)
+        proc = read_json(os.path.join(d, "proc.json"))
+        info["listening"] = False
+        if info["state"] == "running" and port in listening:
+            info["listening"] = bool(socket_owners(listening[port], task_processes(run_id, task, proc)))
+        info["last_line"] = last_line(os.path.join(d, "output.log"))
+        if info["started_at"] is not None:
+            info["uptime"] = (info["ended_at"] or now) - info["started_at"]
+        out[task] = info
+    return {"tasks": out, "time": now}
+
+
+def verb_stop(req: dict) -> dict:
+    """Stop tasks (all of the run's on this host when none are named) and prove they are gone."""
+    root, run_id, grace = req["root"], req["run_id"], float(req.get("grace", 10))
+    tasks = req.get("tasks")
+    if tasks is None:
+        base = run_dir(root, run_id)
+        tasks = [n.replace("-", ":", 1) for n in sorted(os.listdir(base))] if os.path.isdir(base) else []
+    procs = {}
+    for task in tasks:
+        d = task_dir(root, run_id, task)
+        if not os.path.isdir(d):
+            continue
+        if not os.path.exists(os.path.join(d, "exit.json")) and not os.path.exists(os.path.join(d, "stop.json")):
+            write_json(os.path.join(d, "stop.json"), {"requested_at": time.time()})
+        procs[task] = read_json(os.path.join(d, "proc.json"))
+
+    def find() -> list[int]:
+        found: set[int] = set()
+        for task, proc in procs.items():
+            found.update(task_processes(run_id, task, proc))
+        # Processes of this run whose task record is missing (a crashed start) are still ours.
+        for pid in live_pids():
+            if proc_env_markers(pid)[0] == run_id:
+                found.add(pid)
+        found.discard(os.getpid())
+        return sorted(found)
+
+    report = terminate(find, grace)
+    # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
+    deadline = time.monotonic() + 3
+    for task in procs:
+        path = os.path.join(task_dir(root, run_id, task), "exit.json")
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(POLL)
+    report["tasks"] = {t: task_state(root, run_id, t) for t in procs}
+    return report
+
+
+def verb_sweep(req: dict) -> dict:
+    """Stop every process whose TFCTL_RUN_ID names none of the given live runs (orphans)."""
+    live = set(req.get("live_runs", []))
+
+    def find() -> list[int]:
+        me = os.getpid()
+        return [p for p in live_pids() if p != me and proc_env_markers(p)[0] not in (None, *live)]
+
+    runs = sorted({proc_env_markers(p)[0] for p in find()} - {None})
+    report = terminate(find, float(req.get("grace", 10)))
+    report["runs"] = runs
+    return report
+
+
+def verb_ports(req: dict) -> dict:
+    """Which of the given ports something listens on, and who."""
+    listening = listening_sockets()
+    out = {}
+    for port in req["ports"]:
+        if port in listening:
+            owners = socket_owners(listening[port])
+            out[str(port)] = {"listening": True, "pids": owners,
+                              "command": proc_cmdline(owners[0]) if owners else ""}
+        else:
+            out[str(port)] = {"listening": False, "pids": [], "command": ""}
+    return {"ports": out}
+
+
+def tail_offset(path: str, lines: int) -> int:
+    """Byte offset where the last `lines` lines of the file begin."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return 0
+    with f:
+        f.seek(0, 2)
+        pos = f.tell()
+        end = pos
+        newlines = 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            block = f.read(step)
+            if pos + step == end and block.endswith(b"\n"):
+                block = block[:-1]
+            for i in range(len(block) - 1, -1, -1):
+                if block[i] == 10:
+                    newlines += 1
+                    if newlines == lines:
+                        return pos + i + 1
+        return 0
+
+
+def emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def verb_follow(req: dict) -> None:
+    """Stream task output from byte offsets as JSON lines, complete lines only.
+
+    Each chunk carries the byte offset it ends at, so a reader that loses the stream resumes
+    exactly there: nothing is lost and nothing repeats. With `follow`, the stream goes on until
+    every task has ended and its output is drained; each task's end is announced once.
+    """
+    root, run_id = req["root"], req["run_id"]
+    offsets = {t: int(o) for t, o in req["tasks"].items()}
+    if req.get("tail") is not None:
+        offsets = {t: max(o, tail_offset(os.path.join(task_dir(root, run_id, t), "output.log"), int(req["tail"])))
+                   for t, o in offsets.items()}
+    follow = bool(req.get("follow"))
+    files: dict = {}
+    open_tasks = set(offsets)
+    last_beat = time.monotonic()
+    while open_tasks:
+        progressed = False
+        for task in sorted(open_tasks):
+            # Read the state before the data: output written before the task ended is then
+            # always read before its end is announced.
+            state = task_state(root, run_id, task)["state"]
+            final = state in ("succeeded", "failed", "stopped", "lost")
+            f = files.get(task)
+            if f is None:
+                try:
+                    f = files[task] = open(os.path.join(task_dir(root, run_id, task), "output.log"), "rb")
+                except OSError:
+                    f = None
+            data = b""
+            if f is not None:
+                f.seek(offsets[task])
+                data = f.read(CHUNK)
+            if data:
+                # Hand out whole lines; a partial last line waits for its end unless the task is
+                # over, the read is a full chunk (more follows), or the line is absurdly long.
+                cut = data.rfind(b"\n") + 1
+                complete = final or not follow
+                if cut and (len(data) == CHUNK or not complete):
+                    data = data[:cut]
+                elif not cut and not complete and len(data) < MAX_PARTIAL_LINE:
+                    data = b""
+            if data:
+                offsets[task] += len(data)
+                emit({"t": task, "o": offsets[task], "d": data.decode("utf-8", errors="replace")})
+                progressed = True
+                continue
+            if not follow or final:
+                if follow:
+                    emit({"t": task, "o": offsets[task], "end": state})
+                open_tasks.discard(task)
+        if not follow:
+            continue
+        if not progressed:
+            if time.monotonic() - last_beat > HEARTBEAT:
+                emit({"hb": time.time()})
+                last_beat = time.monotonic()
+            time.sleep(float(req.get("poll", 0.1)))
+    for f in files.values():
+        f.close()
+
+
+def verb_info(req: dict) -> dict:
+    return {"hostname": socket.gethostname(), "python": sys.version.split()[0], "executable": sys.executable,
+            "pid_namespace": os.readlink("/proc/self/ns/pid") if os.path.exists("/proc/self/ns/pid") else ""}
+
+
+VERBS = {
+    "start": verb_start,
+    "status": verb_status,
+    "stop": verb_stop,
+    "sweep": verb_sweep,
+    "ports": verb_ports,
+    "info": verb_info,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "_monitor":
+        verb_monitor(argv[2], argv[3])
+        return 0
+    if len(argv) != 2 or argv[1] not in (*VERBS, "follow"):
+        sys.stderr.write("usage: agent.py {%s,follow} < request.json\n" % ",".join(VERBS))
+        return 2
+    try:
+        req = json.load(sys.stdin)
+        if argv[1] == "follow":
+            verb_follow(req)
+            return 0
+        emit(VERBS[argv[1]](req))
+        return 0
+    except AgentError as e:
+        emit({"error": str(e)})
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,23 @@
+"""Ways of reaching a host; see base.py for the interface."""
+
+from __future__ import annotations
+
+from tfctl.errors import UsageError
+from tfctl.runs import HostSpec
+from tfctl.transport.base import Transport
+
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def is_local_name(host: str) -> bool:
+    return host in LOCAL_NAMES or host.startswith("127.")
+
+
+def connect(spec: HostSpec) -> Transport:
+    """The transport a host's spec asks for. Constructing it does no I/O."""
+    kind = spec.transport.get("kind", "local")
+    if kind == "local":
+        from tfctl.transport.local import LocalTransport
+
+        return LocalTransport(spec.name)
+    raise UsageError(f"host {spec.name}: unknown transport {kind!r}")

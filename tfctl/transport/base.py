@@ -1,0 +1,71 @@
+"""The one interface every way of reaching a host implements.
+
+Everything above this layer (supervisor client, orchestrator) speaks only these methods, so the
+SSH transport is a drop-in for the local one. A test pins that no implementation grows a public
+method this interface lacks. Constructors do no I/O: connecting happens on first use.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Iterator
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one command did on one host."""
+
+    host: str
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Stream(abc.ABC):
+    """A command still running on a host whose stdout is read line by line."""
+
+    @abc.abstractmethod
+    def lines(self) -> Iterator[str]:
+        """Yield stdout lines (without newline) until the command ends or the link drops."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop reading and end the command; safe to call twice."""
+
+    @property
+    @abc.abstractmethod
+    def exit_code(self) -> int | None:
+        """The command's exit code once it ended, None while it runs or if the link dropped."""
+
+
+class Transport(abc.ABC):
+    """Runs shell command lines on one host. Every value in a command line is already quoted."""
+
+    host: str
+
+    @property
+    @abc.abstractmethod
+    def is_local(self) -> bool:
+        """True when commands run on this machine (files are shared with the controller)."""
+
+    @abc.abstractmethod
+    def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
+        """Run `command` through the host's shell and wait for it."""
+
+    @abc.abstractmethod
+    def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
+        """Start `command` and return its stdout as a stream."""
+
+    @abc.abstractmethod
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        """Write `data` to `path` on the host atomically, creating parent directories."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection, if any; the transport may be used again afterwards."""

@@ -1,0 +1,81 @@
+"""Commands on this machine, through /bin/sh exactly as a remote host's shell would see them.
+
+Each command gets its own session, as a command over SSH would: the terminal's Ctrl-C reaches
+the controller, which decides what to do, and never kills a supervisor call half-way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from typing import Iterator
+
+from tfctl.errors import HostError
+from tfctl.transport.base import Result, Stream, Transport
+
+
+class LocalStream(Stream):
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+
+    def lines(self) -> Iterator[str]:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            yield raw.decode("utf-8", errors="replace").rstrip("\n")
+        self._proc.wait()
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._proc.poll()
+
+
+class LocalTransport(Transport):
+    """The transport for `localhost` and any host tfctl is told is this machine."""
+
+    def __init__(self, host: str = "localhost") -> None:
+        self.host = host
+
+    @property
+    def is_local(self) -> bool:
+        return True
+
+    def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", command], input=stdin or b"", capture_output=True,
+                                  timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired as e:
+            raise HostError(self.host, f"command timed out after {timeout:g}s: {command}") from e
+        return Result(self.host, command, proc.returncode, proc.stdout.decode(errors="replace"),
+                      proc.stderr.decode(errors="replace"))
+
+    def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(stdin or b"")
+        proc.stdin.close()
+        return LocalStream(proc)
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        target = os.path.expanduser(path)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+
+    def close(self) -> None:
+        """Nothing to release for local commands."""
