@@ -1,0 +1,113 @@
+"""Shared fixtures: an isolated TFCTL_HOME per test, free ports, and a leak guard.
+
+The leak guard is the point of this project: after every test, any process carrying a
+TFCTL_RUN_ID marker that did not exist before the test is a bug. The guard kills such processes
+by PID (never by name) and fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
+sys.path.insert(0, str(REPO / "tfctl" / "supervisor"))
+
+from agent import proc_env_markers, proc_stat  # noqa: E402  (the supervisor is a standalone file)
+
+
+def marked_processes() -> dict[int, tuple[int, str]]:
+    """pid -> (start time, run id) of every live process carrying TFCTL_RUN_ID."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        run, _task = proc_env_markers(int(name))
+        st = proc_stat(int(name))
+        if run and st and st["state"] not in ("Z", "X"):
+            found[int(name)] = (st["starttime"], run)
+    return found
+
+
+def kill_by_pid(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(autouse=True)
+def leak_guard(request: pytest.FixtureRequest):
+    before = marked_processes()
+    yield
+    deadline = time.monotonic() + 3  # monitors clean up right after a task ends; give them a moment
+    leaked = {}
+    while time.monotonic() < deadline:
+        leaked = {p: v for p, v in marked_processes().items() if before.get(p) != v}
+        if not leaked:
+            return
+        time.sleep(0.1)
+    kill_by_pid(list(leaked))
+    pytest.fail(f"test left processes running: {sorted(leaked)} (runs {sorted({v[1] for v in leaked.values()})})")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private TFCTL_HOME; stops any detached watcher the test left behind, and fails for it."""
+    path = tmp_path / "tfctl-home"
+    monkeypatch.setenv("TFCTL_HOME", str(path))
+    yield path
+    from tfctl.runs import RunStore
+    from tfctl.supervisor.agent import is_same_process
+
+    stray = []
+    for record in RunStore(path).all():
+        w = record.watcher
+        if w:
+            deadline = time.monotonic() + 10
+            while is_same_process(w) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if is_same_process(w):
+                kill_by_pid([w["pid"]])
+                stray.append(record.run_id)
+    assert not stray, f"detached watcher still running after the test for runs {stray}"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on right now (the kernel picks them, so tests never collide)."""
+    socks, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def tfctl(*args: str, home: Path, cwd: Path | None = None, timeout: float = 120,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "tfctl", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "TFCTL_HOME": str(home), **(env or {})})
+
+
+def fake(name_flags: str) -> str:
+    """A cluster-file command running the fake task with the given flags."""
+    return f"{{python}} {FAKE_TASK} {name_flags}"

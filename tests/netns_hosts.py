@@ -1,0 +1,853 @@
+"""Simulated hosts for SSH integration tests: real OpenSSH servers in network namespaces.
+
+Each simulated host is
+
+* a network namespace ``<prefix>-<name>`` (e.g. ``tfctl-t-tfh0``) holding ``lo`` and ``eth0``
+  (one end of a veth pair; the other end, ``<prefix>-v<i>``, is a port of the bridge
+  ``tfctlbr0`` in the root namespace), address ``<subnet>.<10+i>/24`` and NO default route: a
+  host reaches the other hosts and the root namespace (``<subnet>.1``, called ``tfctl-root`` in
+  the hosts' ``/etc/hosts``) and nothing else;
+* inside that, ``unshare --uts --pid --fork --mount-proc``: its own hostname (= its name), its own
+  PID namespace (``ps`` shows only its processes; killing the namespace init kills everything on
+  the host) and its own mount namespace, where the lab's hosts file is bind-mounted over
+  ``/etc/hosts`` so hosts resolve each other by name (what TF's gRPC needs);
+* as PID 1 of that PID namespace, ``sshd -D -e`` with a generated config and host key, listening
+  on the host address port 22.
+
+The file system is shared with the root namespace (same paths everywhere), but every SSH session
+gets ``HOME=<workdir>/<name>/home`` (see ``isolate_home``) so root's ``~/.bashrc`` (pyenv init:
+~0.25 s per command here) does not run for every command and ``~`` differs per host, and ``PATH``
+starts with the directory of the interpreter running the tests, so ``python3`` over SSH is the
+test interpreter.
+
+Usage::
+
+    from netns_hosts import TestHostLab, skip_reason
+    with TestHostLab(3, workdir=tmp_path) as lab:
+        h0 = lab.hosts[0]                       # TestHost(name="tfh0", address="10.77.0.10", ...)
+        subprocess.run(["ssh", "-F", lab.ssh_config, "tfh0", "hostname"])   # -> tfh0
+        h0.exec(["ps", "-e"])                  # runs inside the host
+        h0.set_link(False)                      # cable pulled
+
+pytest (e.g. in ``tests/conftest.py``; ``tests/`` is on ``sys.path`` under pytest's default
+``prepend`` import mode because it has no ``__init__.py``)::
+
+    from netns_hosts import make_lab_fixture
+    netns_lab = make_lab_fixture(3)          # session-scoped fixture named "netns_lab"
+    netns_lab16 = make_lab_fixture(16, scope="module")
+
+    @pytest.mark.netns
+    def test_x(netns_lab): ...
+
+The fixture skips the test when the lab cannot run here (see ``skip_reason``), or fails it when
+``TFCTL_REQUIRE_NETNS=1``. Only one lab per ``prefix`` may exist at a time on the machine (an
+advisory lock in /run/lock enforces it; a second one waits ``lock_timeout`` seconds and fails);
+labs that should coexist need distinct ``prefix``, ``bridge`` and ``subnet``. Starting a lab first
+removes leftovers of a crashed earlier run with the same prefix/bridge (``cleanup_leftovers``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+__all__ = [
+    "DEFAULT_BRIDGE",
+    "DEFAULT_PREFIX",
+    "DEFAULT_SUBNET",
+    "LabError",
+    "TestHost",
+    "TestHostLab",
+    "cleanup_leftovers",
+    "make_lab_fixture",
+    "require_netns",
+    "skip_reason",
+]
+
+DEFAULT_PREFIX = "tfctl-t"
+DEFAULT_BRIDGE = "tfctlbr0"
+DEFAULT_SUBNET = "10.77.0"
+REQUIRE_ENV = "TFCTL_REQUIRE_NETNS"
+ROOT_NS_NAME = "tfctl-root"  # name of <subnet>.1 in the hosts' /etc/hosts
+SSHD = "/usr/sbin/sshd"
+LOCK_DIR = "/run/lock"
+IFNAMSIZ = 15
+
+# Runs as PID 1 of the host's PID namespace, inside its network namespace.
+_HOST_INIT = r"""set -e
+ip addr add "$1/24" dev eth0
+ip link set lo up
+ip link set eth0 up
+hostname "$2"
+mount --bind "$3" /etc/hosts
+exec "$4" -D -e -f "$5"
+"""
+
+
+class LabError(RuntimeError):
+    """The lab could not be created or removed."""
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _run(argv: Sequence[str], *, check: bool = True, input: str | None = None,
+         timeout: float = 30) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), input=input, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): "
+                       f"{(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def _ip_batch(lines: Iterable[str], *, force: bool) -> subprocess.CompletedProcess:
+    """Run many `ip` commands in one process (`-force`: keep going after errors)."""
+    argv = ["ip"] + (["-force"] if force else []) + ["-batch", "-"]
+    return _run(argv, check=not force, input="".join(line + "\n" for line in lines))
+
+
+def _netns_list() -> list[str]:
+    out = _run(["ip", "netns", "list"], check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _links() -> list[str]:
+    out = _run(["ip", "-o", "link", "show"], check=False).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def _link_exists(name: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{name}")
+
+
+def _netns_pids(netns: str) -> list[int]:
+    out = _run(["ip", "netns", "pids", netns], check=False).stdout
+    return [int(tok) for tok in out.split() if tok.isdigit()]
+
+
+def _alive(pid: int) -> bool:
+    """True while /proc/<pid> exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # state is the field after the parenthesised comm (which may contain spaces/parens)
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+
+
+def _kill_pids(pids: Iterable[int], timeout: float = 5.0) -> list[int]:
+    """SIGKILL each pid and wait until it is gone; returns the pids still alive."""
+    pids = [p for p in set(pids) if p > 1 and p != os.getpid()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _alive(p)]
+    return alive
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(tok) for tok in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _pid_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _tcp_connect(address: str, port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return text[-limit:] if text.strip() else "<empty>"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # preexec_fn: runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# leftovers and the per-prefix lock
+
+
+def _cleanup(prefix: str, bridge: str) -> dict[str, list]:
+    """Remove namespaces/links named `<prefix>-*` and `bridge`, killing their processes by pid."""
+    removed: dict[str, list] = {"pids": [], "netns": [], "links": []}
+    stale = [ns for ns in _netns_list() if ns.startswith(prefix + "-")]
+    pids = [pid for ns in stale for pid in _netns_pids(ns)]
+    if pids:
+        still = _kill_pids(pids)
+        if still:
+            raise LabError(f"leftover processes {still} in {stale} survived SIGKILL")
+        removed["pids"] = sorted(set(pids))
+    if stale:
+        _ip_batch([f"netns del {ns}" for ns in stale], force=True)
+        removed["netns"] = stale
+    # Root-side veth ends vanish asynchronously once their namespace is gone.
+    links = [name for name in _links() if name.startswith(prefix + "-")]
+    if links:
+        _wait_links_gone(links, 2.0)
+    links_now = [name for name in _links() if name.startswith(prefix + "-")]
+    if _link_exists(bridge):
+        links_now.append(bridge)
+    if links_now:
+        _ip_batch([f"link del {name}" for name in links_now], force=True)
+    removed["links"] = sorted(set(links) | set(links_now))
+    left = [ns for ns in _netns_list() if ns.startswith(prefix + "-")]
+    left_links = [name for name in _links() if name.startswith(prefix + "-") or name == bridge]
+    if left or left_links:
+        raise LabError(f"could not remove leftovers: netns {left}, links {left_links}")
+    return removed
+
+
+def _wait_links_gone(names: Iterable[str], timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    left = [n for n in names if _link_exists(n)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [n for n in left if _link_exists(n)]
+    return left
+
+
+class _Lock:
+    """An flock per prefix: held while a lab exists, released by the kernel if we crash."""
+
+    def __init__(self, prefix: str) -> None:
+        lock_dir = LOCK_DIR if os.path.isdir(LOCK_DIR) else tempfile.gettempdir()
+        self.path = os.path.join(lock_dir, f"{prefix}-netns-lab.lock")
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise LabError(
+                        f"another test host lab using this prefix is running ({self.path} is "
+                        f"locked); use a different prefix/bridge/subnet") from exc
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the flock
+            self._fd = None
+
+
+def cleanup_leftovers(prefix: str = DEFAULT_PREFIX, bridge: str = DEFAULT_BRIDGE,
+                      lock_timeout: float = 0.0) -> dict[str, list]:
+    """Remove what a crashed earlier lab with this prefix/bridge left behind.
+
+    Kills (SIGKILL, by pid, as listed by `ip netns pids`) every process in a namespace named
+    `<prefix>-*`, deletes those namespaces, links named `<prefix>-*` and the bridge. Refuses
+    (LabError) while a live lab holds the prefix's lock. Returns what was removed.
+    """
+    lock = _Lock(prefix)
+    lock.acquire(lock_timeout)
+    try:
+        return _cleanup(prefix, bridge)
+    finally:
+        lock.release()
+
+
+# --------------------------------------------------------------------------------------------
+# skip / require
+
+
+@lru_cache(maxsize=None)
+def skip_reason() -> str | None:
+    """Why the lab cannot run on this machine, or None if it can (result is cached)."""
+    if not sys.platform.startswith("linux"):
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth, bridge)"
+    for tool in ("ip", "unshare", "nsenter", "ssh-keygen", "ssh", "mount", "hostname"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found"
+    if not os.access(SSHD, os.X_OK):
+        return f"{SSHD} not found (install openssh-server)"
+    # Probe with names outside the `<prefix>-` space so a concurrent cleanup cannot touch them.
+    tag = str(os.getpid())
+    ns, br, veth = f"tfpr{tag}", f"tfpb{tag}", f"tfpv{tag}"
+    try:
+        _ip_batch([f"netns add {ns}", f"link add {br} type bridge",
+                         f"link add {veth} type veth peer name eth0 netns {ns}",
+                         f"link set {veth} master {br} up"], force=False)
+        res = _run(["ip", "netns", "exec", ns, "unshare", "--uts", "--pid", "--fork",
+                    "--mount-proc", "--kill-child", "--", "hostname", "tfprobe"],
+                   check=False, timeout=15)
+        if res.returncode != 0:
+            return f"unshare --uts --pid --mount-proc fails: {res.stderr.strip()}"
+    except (LabError, OSError, subprocess.SubprocessError) as exc:
+        return f"cannot create a network namespace/veth/bridge: {exc}"
+    finally:
+        _ip_batch([f"netns del {ns}", f"link del {br}"], force=True)
+        if _link_exists(veth):
+            _wait_links_gone([veth], 2.0)
+            _ip_batch([f"link del {veth}"], force=True)
+    return None
+
+
+def require_netns() -> None:
+    """In a test: skip if the lab cannot run here; fail instead if TFCTL_REQUIRE_NETNS=1."""
+    import pytest
+
+    reason = skip_reason()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        pytest.fail(f"{REQUIRE_ENV} is set but the netns host lab cannot run: {reason}",
+                    pytrace=False)
+    pytest.skip(f"netns host lab unavailable: {reason}")
+
+
+# --------------------------------------------------------------------------------------------
+# hosts
+
+
+@dataclass(frozen=True)
+class TestHost:
+    """One simulated host (valid while its lab is open)."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str  # also its hostname, e.g. "tfh0"
+    address: str  # e.g. "10.77.0.10"
+    netns: str  # e.g. "tfctl-t-tfh0"
+    sshd_port: int = 22
+    veth: str = field(default="", compare=False)  # root-namespace end of its link (bridge port)
+    init_pid: int = field(default=0, compare=False)  # sshd = PID 1 in the host (root-ns pid)
+    home: str = field(default="", compare=False)  # HOME of its SSH sessions
+    workdir: Path = field(default=Path("."), compare=False)  # sshd config, host key, log
+
+    @property
+    def sshd_log(self) -> Path:
+        return self.workdir / "sshd.log"
+
+    def _nsenter(self, argv: Sequence[str] | str, cwd: str | os.PathLike | None) -> list[str]:
+        if isinstance(argv, str):
+            argv = ["/bin/sh", "-c", argv]
+        wd = os.fspath(cwd) if cwd is not None else os.getcwd()
+        return ["nsenter", f"--target={self.init_pid}", "--net", "--uts", "--pid", "--mount",
+                f"--wd={wd}", "--", *argv]
+
+    def exec(self, argv: Sequence[str] | str, **kw) -> subprocess.CompletedProcess:
+        """subprocess.run(argv) inside the host (its net, uts, pid and mount namespaces).
+
+        A str is run with /bin/sh -c. Defaults: capture_output=True, text=True, timeout=60;
+        `cwd` is honoured (default: the caller's cwd). Environment is the caller's, not SSH's.
+        """
+        if "stdout" not in kw and "stderr" not in kw:
+            kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        return subprocess.run(self._nsenter(argv, kw.pop("cwd", None)), **kw)
+
+    def popen(self, argv: Sequence[str] | str, **kw) -> subprocess.Popen:
+        """subprocess.Popen(argv) inside the host; the returned pid is nsenter's (outside)."""
+        return subprocess.Popen(self._nsenter(argv, kw.pop("cwd", None)), **kw)
+
+    def set_link(self, up: bool) -> None:
+        """Pull (False) or plug back (True) the host's network cable (its bridge port).
+
+        While down, nothing reaches the host (connects time out), and the host reaches nothing
+        but itself.
+        """
+        _run(["ip", "link", "set", self.veth, "up" if up else "down"])
+
+    def pids(self) -> list[int]:
+        """Root-namespace pids of all processes in the host's PID namespace."""
+        target = _pid_ns(self.init_pid)
+        if target is None:
+            return []
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _pid_ns(int(entry)) == target:
+                found.append(int(entry))
+        return sorted(found)
+
+    def is_reachable(self, port: int | None = None, timeout: float = 0.5) -> bool:
+        """Does a TCP connect from the root namespace to address:port succeed within timeout?"""
+        return _tcp_connect(self.address, port or self.sshd_port, timeout)
+
+    def wait_port(self, port: int | None = None, timeout: float = 10.0) -> None:
+        """Wait until address:port accepts TCP from the root namespace (LabError on timeout)."""
+        deadline = time.monotonic() + timeout
+        while not self.is_reachable(port, timeout=0.3):
+            if time.monotonic() >= deadline:
+                raise LabError(f"{self.name} {self.address}:{port or self.sshd_port} "
+                               f"not reachable after {timeout}s")
+            time.sleep(0.05)
+
+
+@dataclass
+class _HostState:  # mutable bookkeeping while creating / removing
+    index: int
+    name: str
+    address: str
+    netns: str
+    veth: str
+    dir: Path
+    proc: subprocess.Popen | None = None
+    log: object = None
+    init_pid: int = 0
+    pidfd: int | None = None
+
+
+class TestHostLab:
+    """`n` simulated hosts `<name_prefix>0..n-1` on `<subnet>.0/24`; a context manager.
+
+    Host i is `<name_prefix><i>` at `<subnet>.<10+i>`. Attributes once started: `hosts` (list
+    of TestHost), `ssh_config`, `known_hosts` (entries `tfh0,10.77.0.10 ssh-ed25519 ...`, so
+    paramiko can use it too), `client_key` (private key path; `.pub` next to it),
+    `authorized_keys`, `hosts_file` (bind-mounted as /etc/hosts in every host), `gateway` (the
+    root namespace's address on the bridge), `workdir`, `timings` (`{"create": s, "destroy": s}`).
+
+    Options: `workdir` (default: a temp dir removed on close; a given one is kept),
+    `prefix`/`bridge`/`subnet` (must all differ for labs that run at the same time),
+    `start_timeout` (for every sshd to accept TCP), `lock_timeout` (wait for another lab with the
+    same prefix to finish), `isolate_home` (SSH sessions get HOME=<workdir>/<name>/home instead
+    of /root: no ~/.bashrc per command, separate ~ per host), `path_prepend` (front of PATH in
+    SSH sessions; default: the directory of sys.executable), `die_with_parent` (PR_SET_PDEATHSIG:
+    the hosts' processes die if the *thread* that started the lab dies; keep it on unless the lab
+    is started from a short-lived thread).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        n: int,
+        subnet: str = DEFAULT_SUBNET,
+        workdir: str | os.PathLike | None = None,
+        *,
+        name_prefix: str = "tfh",
+        prefix: str = DEFAULT_PREFIX,
+        bridge: str = DEFAULT_BRIDGE,
+        start_timeout: float = 30.0,
+        lock_timeout: float = 60.0,
+        isolate_home: bool = True,
+        path_prepend: Sequence[str] | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        octets = subnet.split(".")
+        if len(octets) != 3 or not all(o.isdigit() and 0 <= int(o) <= 255 for o in octets):
+            raise ValueError(f"subnet must be three octets like '10.77.0', got {subnet!r}")
+        if not 1 <= n <= 240:
+            raise ValueError("n must be between 1 and 240")
+        if len(f"{prefix}-v{n - 1}") > IFNAMSIZ or len(bridge) > IFNAMSIZ:
+            raise ValueError("prefix/bridge too long for interface names (15 chars)")
+        self.n = n
+        self.subnet = subnet
+        self.gateway = f"{subnet}.1"
+        self.name_prefix = name_prefix
+        self.prefix = prefix
+        self.bridge = bridge
+        self.start_timeout = start_timeout
+        self.lock_timeout = lock_timeout
+        self.isolate_home = isolate_home
+        self.path_prepend = (list(path_prepend) if path_prepend is not None
+                             else [os.path.dirname(sys.executable)])
+        self.die_with_parent = die_with_parent
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.hosts: list[TestHost] = []
+        self.timings: dict[str, float] = {}
+        self._states = [
+            _HostState(i, f"{name_prefix}{i}", f"{subnet}.{10 + i}", f"{prefix}-{name_prefix}{i}",
+                       f"{prefix}-v{i}", Path())
+            for i in range(n)
+        ]
+        self._lock = _Lock(prefix)
+        self._net_touched = False
+        self._started = False
+        self._closed = False
+
+    # -- paths
+    @property
+    def ssh_config(self) -> Path:
+        return self.workdir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.workdir / "known_hosts"
+
+    @property
+    def client_key(self) -> Path:
+        return self.workdir / "id_ed25519"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.workdir / "authorized_keys"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.workdir / "hosts"
+
+    # -- conveniences
+    def host(self, key: int | str) -> TestHost:
+        if isinstance(key, int):
+            return self.hosts[key]
+        for h in self.hosts:
+            if key in (h.name, h.address):
+                return h
+        raise KeyError(key)
+
+    def ssh_argv(self, host: TestHost | str, *command: str) -> list[str]:
+        """argv for running `command` on `host` with the system ssh client and the lab config."""
+        name = host.name if isinstance(host, TestHost) else host
+        return ["ssh", "-F", str(self.ssh_config), name, *command]
+
+    def ssh(self, host: TestHost | str, *command: str, **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        return subprocess.run(self.ssh_argv(host, *command), **kw)
+
+    def pdsh_env(self) -> dict[str, str]:
+        """Environment for `pdsh -w tfh[0-2] cmd` through the lab's ssh config."""
+        return {"PDSH_RCMD_TYPE": "ssh", "PDSH_SSH_ARGS": f"-F {self.ssh_config} %h"}
+
+    # -- lifecycle
+    def __enter__(self) -> "TestHostLab":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> "TestHostLab":
+        if self._started:
+            raise LabError("lab already started")
+        self._started = True
+        t0 = time.monotonic()
+        atexit.register(self.close)
+        try:
+            self._start()
+        except BaseException as exc:
+            try:
+                self.close()
+            except Exception as close_exc:  # keep the original error; mention the second
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"lab cleanup after the failure also failed: {close_exc}")
+            raise
+        self.timings["create"] = time.monotonic() - t0
+        return self
+
+    def _start(self) -> None:
+        self._lock.acquire(self.lock_timeout)
+        _cleanup(self.prefix, self.bridge)
+        self._check_subnet_free()
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-lab-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep dir
+        for st in self._states:
+            st.dir = self.workdir / st.name
+            (st.dir / "home").mkdir(parents=True, exist_ok=True)
+        self._make_keys_and_configs()
+        self._make_network()
+        self._spawn_hosts()
+        self._wait_ready()
+        self.hosts = [
+            TestHost(st.name, st.address, st.netns, 22, veth=st.veth, init_pid=st.init_pid,
+                     home=str(st.dir / "home") if self.isolate_home else "/root", workdir=st.dir)
+            for st in self._states
+        ]
+
+    def _check_subnet_free(self) -> None:
+        out = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if "inet" in parts:
+                addr = parts[parts.index("inet") + 1]
+                if addr.rsplit(".", 1)[0] == self.subnet:
+                    raise LabError(f"subnet {self.subnet}.0/24 already in use: {line.strip()}")
+        if _run(["ip", "-4", "route", "show", f"{self.subnet}.0/24"], check=False).stdout.strip():
+            raise LabError(f"a route for {self.subnet}.0/24 already exists")
+
+    def _make_keys_and_configs(self) -> None:
+        jobs = [(self.client_key, "tfctl-lab-client")]
+        jobs += [(st.dir / "ssh_host_ed25519_key", st.name) for st in self._states]
+        procs = []
+        for path, comment in jobs:
+            for p in (path, path.with_suffix(".pub")):
+                if p.exists():
+                    p.unlink()
+            procs.append(subprocess.Popen(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        for proc, (path, _) in zip(procs, jobs):
+            out = proc.communicate(timeout=30)[0]
+            if proc.returncode != 0:
+                raise LabError(f"ssh-keygen for {path} failed: {out.decode(errors='replace')}")
+        pub = Path(str(self.client_key) + ".pub").read_text()
+        self.authorized_keys.write_text(pub)
+
+        known, cfg = [], []
+        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
+                 f"{self.gateway}\t{ROOT_NS_NAME}"]
+        for st in self._states:
+            key = (st.dir / "ssh_host_ed25519_key.pub").read_text().split()
+            known.append(f"{st.name},{st.address} {key[0]} {key[1]}")
+            hosts.append(f"{st.address}\t{st.name}")
+            cfg += [
+                f"Host {st.name} {st.address}",
+                f"    HostName {st.address}",
+                "    Port 22",
+                "    User root",
+                f'    IdentityFile "{self.client_key}"',
+                "    IdentitiesOnly yes",
+                f'    UserKnownHostsFile "{self.known_hosts}"',
+                "    GlobalKnownHostsFile /dev/null",
+                "    StrictHostKeyChecking yes",
+                "    BatchMode yes",
+                "    ConnectTimeout 5",
+                "    LogLevel ERROR",
+                "",
+            ]
+            self._write_sshd_config(st)
+        self.known_hosts.write_text("\n".join(known) + "\n")
+        self.ssh_config.write_text("\n".join(cfg))
+        self.hosts_file.write_text("\n".join(hosts) + "\n")
+
+    def _write_sshd_config(self, st: _HostState) -> None:
+        env = []
+        if self.isolate_home:
+            env.append(f"HOME={st.dir / 'home'}")
+        if self.path_prepend:
+            std = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            env.append("PATH=" + ":".join([*self.path_prepend, std]))
+        lines = [
+            "Port 22",
+            f"ListenAddress {st.address}",
+            f'HostKey "{st.dir / "ssh_host_ed25519_key"}"',
+            "PidFile none",
+            "UsePAM no",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "StrictModes no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            f'AuthorizedKeysFile "{self.authorized_keys}"',
+            "Subsystem sftp internal-sftp",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "UseDNS no",
+            "X11Forwarding no",
+            "LoginGraceTime 30",
+            *([f"SetEnv {' '.join(chr(34) + e + chr(34) for e in env)}"] if env else []),
+        ]  # no AcceptEnv: clients cannot push environment variables
+        (st.dir / "sshd_config").write_text("\n".join(lines) + "\n")
+
+    def _make_network(self) -> None:
+        self._net_touched = True  # from here on close() must delete namespaces and links
+        lines = [f"link add {self.bridge} type bridge",
+                 f"addr add {self.gateway}/24 dev {self.bridge}",
+                 f"link set {self.bridge} up"]
+        for st in self._states:
+            lines += [f"netns add {st.netns}",
+                      f"link add {st.veth} type veth peer name eth0 netns {st.netns}",
+                      f"link set {st.veth} master {self.bridge} up"]
+        _ip_batch(lines, force=False)
+
+    def _spawn_hosts(self) -> None:
+        # Popen from this thread on purpose: PR_SET_PDEATHSIG fires when the *thread* that
+        # forked exits.
+        for st in self._states:
+            st.log = open(st.dir / "sshd.log", "wb")
+            argv = ["ip", "netns", "exec", st.netns,  # execs (no fork) into unshare
+                    "unshare", "--uts", "--pid", "--fork", "--mount-proc", "--kill-child",
+                    "--", "/bin/sh", "-c", _HOST_INIT, "host-init",
+                    st.address, st.name, str(self.hosts_file), SSHD, str(st.dir / "sshd_config")]
+            st.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=st.log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # no terminal SIGINT straight to the hosts
+                preexec_fn=_die_with_parent if self.die_with_parent else None)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        pending = list(self._states)
+        while pending:
+            for st in list(pending):
+                if st.proc.poll() is not None:
+                    raise LabError(f"{st.name}: sshd exited with {st.proc.returncode} before "
+                                   f"accepting connections; log {st.dir / 'sshd.log'}:\n"
+                                   f"{_tail(st.dir / 'sshd.log')}")
+                # Probe TCP only once sshd says it listens: by then eth0 is up. An earlier probe
+                # would send an ARP request into a link that is still down, and the kernel
+                # retries ARP only after 1 s (costing ~1 s per lab).
+                if b"Server listening on" in _read_bytes(st.dir / "sshd.log") and \
+                        _tcp_connect(st.address, 22, 0.5):
+                    self._find_init(st)
+                    pending.remove(st)
+            if pending and time.monotonic() >= deadline:
+                st = pending[0]
+                raise LabError(
+                    f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
+                    f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
+                    f"{_tail(st.dir / 'sshd.log')}")
+            if pending:
+                time.sleep(0.02)
+
+    def _find_init(self, st: _HostState) -> None:
+        kids = _children(st.proc.pid)
+        if len(kids) != 1:
+            raise LabError(f"{st.name}: expected one child of unshare {st.proc.pid}, got {kids}")
+        st.init_pid = kids[0]
+        if hasattr(os, "pidfd_open"):
+            try:  # a pidfd keeps the kill below safe against pid reuse
+                st.pidfd = os.pidfd_open(st.init_pid)
+            except OSError:
+                st.pidfd = None
+
+    def close(self) -> None:
+        """Kill every process on every host, delete namespaces, links and the bridge.
+
+        Idempotent; safe after a partial start. Raises LabError if something survived.
+        """
+        if self._closed:
+            return
+        t0 = time.monotonic()
+        errors: list[str] = []
+        # 1. processes: SIGKILL the PID-namespace inits (the kernel then kills everything in each
+        #    host) and the unshare parents (ours, not yet reaped, so their pids are safe).
+        for st in self._states:
+            if st.pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(st.pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.close(st.pidfd)
+                st.pidfd = None
+            elif st.init_pid and st.proc is not None and st.init_pid in _children(st.proc.pid):
+                _kill_pids([st.init_pid], timeout=0)
+            if st.proc is not None and st.proc.poll() is None:
+                st.proc.kill()
+        for st in self._states:
+            if st.proc is not None:
+                try:
+                    st.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    errors.append(f"{st.name}: unshare pid {st.proc.pid} did not exit")
+            if st.log is not None:
+                st.log.close()
+                st.log = None
+        # 2. anything else still inside the namespaces (e.g. `ip netns exec` by a test), by pid
+        if self._net_touched:
+            existing = set(_netns_list())
+            stray = [p for st in self._states if st.netns in existing
+                     for p in _netns_pids(st.netns)]
+            if stray and _kill_pids(stray):
+                errors.append(f"processes {stray} survived SIGKILL")
+            # 3. one `ip` process for all deletions; deleting a netns destroys its veth pair
+            lines = [f"netns del {st.netns}" for st in self._states if st.netns in existing]
+            if _link_exists(self.bridge):
+                lines.append(f"link del {self.bridge}")
+            if lines:
+                _ip_batch(lines, force=True)
+            left = _wait_links_gone([st.veth for st in self._states], 5.0)
+            if left:
+                _ip_batch([f"link del {name}" for name in left], force=True)
+            left_ns = [st.netns for st in self._states if st.netns in set(_netns_list())]
+            left_links = [n for n in [st.veth for st in self._states] + [self.bridge]
+                          if _link_exists(n)]
+            if left_ns or left_links:
+                errors.append(f"left behind: netns {left_ns}, links {left_links}")
+        if errors:
+            raise LabError("; ".join(errors))
+        self._lock.release()
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self.close)
+        self._closed = True
+        self.timings["destroy"] = time.monotonic() - t0
+
+
+# --------------------------------------------------------------------------------------------
+# pytest
+
+
+def make_lab_fixture(n: int = 3, scope: str = "session", **lab_kwargs):
+    """A pytest fixture yielding a started TestHostLab of `n` hosts.
+
+    Assign it in a conftest or test module; the fixture's name is the variable's name::
+
+        netns_lab = make_lab_fixture(3)                   # scope="session" by default
+        lab16 = make_lab_fixture(16, scope="module", start_timeout=60)
+
+    Skips (or fails, with TFCTL_REQUIRE_NETNS=1) when the lab cannot run here. The workdir
+    (keys, configs, sshd logs) is a pytest tmp dir and is kept for inspection.
+    """
+    import pytest
+
+    @pytest.fixture(scope=scope)
+    def _lab_fixture(tmp_path_factory):
+        require_netns()
+        workdir = tmp_path_factory.mktemp("netns-lab")
+        with TestHostLab(n, workdir=workdir, **lab_kwargs) as lab:
+            yield lab
+
+    return _lab_fixture

@@ -1,0 +1,242 @@
+"""The host supervisor with real processes: start, status, stop, follow, ports, sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAKE_TASK, free_ports
+from tfctl.hostagent import HostAgent
+from tfctl.supervisor.agent import exec_form, proc_stat
+from tfctl.transport.local import LocalTransport
+
+PY = sys.executable
+
+
+def pycmd(source: str) -> str:
+    """A task command running Python source, quoted for the shell as the orchestrator would."""
+    return f"{PY} -c {shlex.quote(source)}"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> HostAgent:
+    return HostAgent(LocalTransport(), None, str(tmp_path / "host"))
+
+
+def start(agent: HostAgent, run: str, task: str, command: str, grace: float = 1.0, **spec) -> dict:
+    answer = agent.call("start", {"run_id": run, "tasks": [{"task": task, "command": command, "env": {},
+                                                            "cwd": None, "grace": grace, **spec}]})
+    return answer["tasks"][task]
+
+
+def status(agent: HostAgent, run: str, tasks: dict[str, int]) -> dict:
+    return agent.call("status", {"run_id": run, "tasks": tasks})["tasks"]
+
+
+def wait_state(agent: HostAgent, run: str, task: str, states: tuple[str, ...], timeout: float = 15) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = status(agent, run, {task: 0})[task]
+        if info["state"] in states:
+            return info
+        time.sleep(0.05)
+    raise AssertionError(f"{task} never reached {states}: {info}")
+
+
+def alive(pid: int) -> bool:
+    st = proc_stat(pid)
+    return st is not None and st["state"] not in ("Z", "X")
+
+
+def test_task_runs_detached_with_marker_and_log(agent: HostAgent) -> None:
+    info = start(agent, "r1", "worker:0", pycmd("import os; print(os.getsid(0), os.getpgid(0)); "
+                                                "print(os.environ['TFCTL_RUN_ID'], os.environ['TFCTL_TASK'])"))
+    assert info["state"] in ("running", "succeeded")
+    done = wait_state(agent, "r1", "worker:0", ("succeeded",))
+    assert done["exit_code"] == 0
+    log = Path(agent.root, "tasks", "r1", "worker-0", "output.log").read_text().split()
+    # Its own session and process group, led by the task itself (exec'd: the pid is python's).
+    assert log[0] == log[1] == str(info["pid"])
+    assert log[2:] == ["r1", "worker:0"]
+    assert os.getsid(0) != info["pid"]
+
+
+def test_nonzero_exit_is_failed_with_code(agent: HostAgent) -> None:
+    start(agent, "r2", "worker:1", pycmd("import sys; print('boom'); sys.exit(3)"))
+    info = wait_state(agent, "r2", "worker:1", ("failed",))
+    assert info["exit_code"] == 3 and info["signal"] is None
+    assert status(agent, "r2", {"worker:1": 0})["worker:1"]["last_line"] == "boom"
+
+
+def test_command_that_cannot_start_is_failed(agent: HostAgent) -> None:
+    start(agent, "r3", "ps:0", "/nonexistent/program --flag")
+    info = wait_state(agent, "r3", "ps:0", ("failed",))
+    assert info["exit_code"] == 127
+
+
+def test_stop_escalates_to_sigkill_for_a_task_ignoring_sigterm(agent: HostAgent) -> None:
+    info = start(agent, "r4", "worker:0", f"{PY} {FAKE_TASK} --ignore-term --sleep -1")
+    wait_state(agent, "r4", "worker:0", ("running",))
+    time.sleep(0.3)  # let it install its SIGTERM handler
+    began = time.monotonic()
+    report = agent.call("stop", {"run_id": "r4", "grace": 0.5})
+    assert time.monotonic() - began >= 0.5  # it waited the grace period before SIGKILL
+    assert report["killed"] >= 1 and report["remaining"] == []
+    assert not alive(info["pid"])
+    final = report["tasks"]["worker:0"]
+    assert final["state"] == "stopped" and final["signal"] == signal.SIGKILL
+
+
+def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> None:
+    start(agent, "r5", "worker:0", f"{PY} {FAKE_TASK} --fork 2 --setsid-child --sleep -1")
+    wait_state(agent, "r5", "worker:0", ("running",))
+    deadline = time.monotonic() + 10
+    mine: list[int] = []
+    from conftest import marked_processes
+
+    while time.monotonic() < deadline:
+        mine = [p for p, (_, run) in marked_processes().items() if run == "r5"]
+        if len(mine) == 4:
+            break
+        time.sleep(0.05)
+    assert len(mine) == 4, mine  # the task, two children in its group, one in its own session
+    groups = {proc_stat(p)["pgid"] for p in mine}
+    assert len(groups) == 2
+    report = agent.call("stop", {"run_id": "r5", "grace": 2})
+    assert report["processes"] == 4 and report["remaining"] == []
+    assert not any(alive(p) for p in mine)
+
+
+def test_children_left_behind_by_a_finished_task_are_cleaned_up(agent: HostAgent) -> None:
+    # `bash -c 'a; b'`-style: the leader exits, a child it started is still running.
+    start(agent, "r6", "worker:0", f"{PY} {FAKE_TASK} --fork 1 --sleep 0.5", grace=0.5)
+    info = wait_state(agent, "r6", "worker:0", ("succeeded",))
+    assert info["exit_code"] == 0
+    from conftest import marked_processes
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(run == "r6" for _, run in marked_processes().values()):
+        time.sleep(0.05)
+    assert not any(run == "r6" for _, run in marked_processes().values())
+
+
+def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path) -> None:
+    """A record whose pid now belongs to another process reads 'lost', and stop leaves it alone."""
+    bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        d = Path(agent.root, "tasks", "r7", "ps-0")
+        d.mkdir(parents=True)
+        (d / "spec.json").write_text(json.dumps({"task": "ps:0", "command": "true"}))
+        real = proc_stat(bystander.pid)
+        (d / "proc.json").write_text(json.dumps({
+            "pid": bystander.pid, "pgid": bystander.pid, "starttime": real["starttime"] - 1, "started_at": time.time(),
+            "monitor": {"pid": bystander.pid, "starttime": real["starttime"] - 1}}))
+        assert status(agent, "r7", {"ps:0": 0})["ps:0"]["state"] == "lost"
+        report = agent.call("stop", {"run_id": "r7", "grace": 0.2})
+        assert report["processes"] == 0
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_starting_a_task_twice_is_refused(agent: HostAgent) -> None:
+    start(agent, "r8", "worker:0", "true")
+    from tfctl.errors import HostError
+
+    with pytest.raises(HostError, match="already started"):
+        start(agent, "r8", "worker:0", "true")
+
+
+def test_status_reports_listening_only_for_the_tasks_own_socket(agent: HostAgent) -> None:
+    port, other = free_ports(2)
+    start(agent, "r9", "ps:0", f"{PY} {FAKE_TASK} --port {port} --sleep -1")
+    start(agent, "r9", "worker:0", f"{PY} {FAKE_TASK} --sleep -1")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        st = status(agent, "r9", {"ps:0": port, "worker:0": port})
+        if st["ps:0"]["listening"]:
+            break
+        time.sleep(0.05)
+    assert st["ps:0"]["listening"] is True
+    assert st["worker:0"]["listening"] is False  # something listens on that port, but not this task
+    ports = agent.call("ports", {"ports": [port, other]})["ports"]
+    assert ports[str(port)]["listening"] and ports[str(port)]["pids"] == [st["ps:0"]["pid"]]
+    assert not ports[str(other)]["listening"]
+    agent.call("stop", {"run_id": "r9", "grace": 1})
+
+
+def follow(agent: HostAgent, run: str, tasks: dict[str, int], **extra) -> list[dict]:
+    stream, events = agent.follow({"run_id": run, "tasks": tasks, **extra})
+    try:
+        return list(events)
+    finally:
+        stream.close()
+
+
+def test_follow_loses_and_repeats_nothing_at_volume(agent: HostAgent) -> None:
+    count = 200_000
+    start(agent, "r10", "worker:0", pycmd(f"import sys\nfor i in range({count}): sys.stdout.write('line %d\\n' % i)"))
+    events = follow(agent, "r10", {"worker:0": 0}, follow=True, poll=0.01)
+    text = "".join(e.get("d", "") for e in events)
+    lines = text.splitlines()
+    assert lines == [f"line {i}" for i in range(count)]
+    assert events[-1] == {"t": "worker:0", "o": len(text.encode()), "end": "succeeded"}
+    # Resuming from any recorded offset gives exactly the rest.
+    middle = events[len(events) // 2]
+    rest = follow(agent, "r10", {"worker:0": middle["o"]})
+    assert text[middle["o"]:] == "".join(e.get("d", "") for e in rest)
+
+
+def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
+    start(agent, "r11", "worker:0", pycmd("import sys, time; sys.stdout.write('abc'); sys.stdout.flush(); "
+                                          "time.sleep(1); print('def'); sys.stdout.write('tail-no-newline')"))
+    chunks = [e["d"] for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if "d" in e]
+    assert chunks[0] == "abcdef\n"
+    assert "".join(chunks) == "abcdef\ntail-no-newline"
+
+
+def test_tail_returns_last_lines(agent: HostAgent) -> None:
+    start(agent, "r12", "worker:0", pycmd("for i in range(100): print(i)"))
+    wait_state(agent, "r12", "worker:0", ("succeeded",))
+    text = "".join(e.get("d", "") for e in follow(agent, "r12", {"worker:0": 0}, tail=3))
+    assert text == "97\n98\n99\n"
+
+
+def test_sweep_stops_orphans_of_dead_runs_only(agent: HostAgent) -> None:
+    sleeper = [PY, "-c", "import time; time.sleep(60)"]
+    orphan = subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": "gone-run"}, start_new_session=True)
+    live = subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": "live-run"}, start_new_session=True)
+    try:
+        time.sleep(0.2)
+        report = agent.call("sweep", {"live_runs": ["live-run"], "grace": 1})
+        orphan.wait(timeout=5)
+        assert "gone-run" in report["runs"] and "live-run" not in report["runs"]
+        assert live.poll() is None
+    finally:
+        for p in (orphan, live):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("command, execs", [
+    ("python train.py --job_name=ps", True),
+    ("python x > out.log 2>&1", True),
+    ("a; b", False),
+    ("a && b", False),
+    ("a | b", False),
+    ("FOO=1 python x", False),
+    ("cd dir && python x", False),
+    ("(python x)", False),
+    ('echo "a;b"', True),
+])
+def test_exec_form_only_for_simple_commands(command: str, execs: bool) -> None:
+    assert exec_form(command) == (f"exec {command}" if execs else command)
