@@ -24,15 +24,29 @@ sys.path.insert(0, str(REPO / "tfctl" / "supervisor"))
 from agent import proc_env_markers, proc_stat  # noqa: E402  (the supervisor is a standalone file)
 
 
+# Every process this test session starts inherits this marker, so the leak guard judges only
+# our own processes, never those of another test run on the same machine.
+SESSION_MARKER = f"TFCTL_TEST_SESSION={os.getpid()}-{time.time_ns()}".encode()
+os.environ["TFCTL_TEST_SESSION"] = SESSION_MARKER.decode().split("=", 1)[1]
+
+
+def ours(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return SESSION_MARKER in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def marked_processes() -> dict[int, tuple[int, str]]:
-    """pid -> (start time, run id) of every live process carrying TFCTL_RUN_ID."""
+    """pid -> (start time, run id) of every live process of this session carrying TFCTL_RUN_ID."""
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         run, _task = proc_env_markers(int(name))
         st = proc_stat(int(name))
-        if run and st and st["state"] not in ("Z", "X"):
+        if run and st and st["state"] not in ("Z", "X") and ours(int(name)):
             found[int(name)] = (st["starttime"], run)
     return found
 

@@ -133,10 +133,12 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
             watcher.join()
         ending = finish(store, cluster, decided[0] if decided else Outcome(False, "supervision ended"))
         drain_until = time.monotonic() + LOG_DRAIN_SECONDS
+        finishing = True
         for batch in follower.batches():
             on_lines(batch)
-            if time.monotonic() > drain_until:
-                follower.close()
+            if finishing and time.monotonic() > drain_until:
+                follower.finish()  # tasks that never started send no end: read what is left, once
+                finishing = False
         return ending
     finally:
         quit_watching.set()

@@ -6,6 +6,7 @@ it is reopened from those offsets, so no line is lost or repeated whatever the v
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 from typing import Iterator, Sequence
@@ -20,82 +21,93 @@ PALETTE = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 
 
 class LogFollower:
-    """Reads the output of `tasks` from their hosts on background threads."""
+    """Reads the output of `tasks` from their hosts on background threads, one per host."""
 
-    def __init__(self, cluster, tasks: Sequence[TaskSpec], follow: bool, tail: int | None = None,
-                 offsets: dict[str, int] | None = None) -> None:
+    def __init__(self, cluster, tasks: Sequence[TaskSpec], follow: bool, tail: int | None = None) -> None:
         self.cluster = cluster
         self.tasks = list(tasks)
-        self.follow = follow
         self.tail = tail
-        self.offsets = {t.name: (offsets or {}).get(t.name, 0) for t in self.tasks}
+        self.offsets = {t.name: 0 for t in self.tasks}
         self.ended: set[str] = set()
         self.errors: list[str] = []
         self._queue: queue.Queue = queue.Queue(maxsize=10000)
+        self._backlog: collections.deque = collections.deque()
         self._stopping = threading.Event()
         self._streams: dict[str, object] = {}
-        self._threads = []
+        self._threads: list[threading.Thread] = []
+        self._running = 0
+        self._spawn(follow)
+
+    def _spawn(self, follow: bool) -> None:
+        """One reader thread per host, for the tasks whose end has not been seen yet."""
         by_host: dict[str, list[TaskSpec]] = {}
         for t in self.tasks:
-            by_host.setdefault(t.host, []).append(t)
-        for host, host_tasks in by_host.items():
-            thread = threading.Thread(target=self._read_host, args=(host, host_tasks), daemon=True)
-            self._threads.append(thread)
-        self._running = len(self._threads)
+            if t.name not in self.ended:
+                by_host.setdefault(t.host, []).append(t)
+        self._threads = [threading.Thread(target=self._read_host, args=(host, tasks, follow), daemon=True)
+                         for host, tasks in by_host.items()]
+        self._running += len(self._threads)
         for thread in self._threads:
             thread.start()
 
-    def _read_host(self, host: str, tasks: list[TaskSpec]) -> None:
-        partial: dict[str, str] = {}
+    def _read_host(self, host: str, tasks: list[TaskSpec], follow: bool) -> None:
         first = True
         try:
             while not self._stopping.is_set():
                 wanted = {t.name: self.offsets[t.name] for t in tasks if t.name not in self.ended}
                 if not wanted:
                     break
-                payload = {"run_id": self.cluster.record.run_id, "tasks": wanted, "follow": self.follow}
+                payload = {"run_id": self.cluster.record.run_id, "tasks": wanted, "follow": follow}
                 if first and self.tail is not None:
                     payload["tail"] = self.tail
                 first = False
                 try:
-                    stream, events = self.cluster.agents[host].follow(payload)
-                    self._streams[host] = stream
-                    for event in events:
-                        task = event.get("t")
-                        if task is None:
-                            continue
-                        if "d" in event:
-                            text = partial.pop(task, "") + event["d"]
-                            *lines, rest = text.split("\n")
-                            if rest:
-                                partial[task] = rest
-                            for line in lines:
-                                self._queue.put((task, line))
-                            self.offsets[task] = event["o"]
-                        if "end" in event:
-                            if task in partial:
-                                self._queue.put((task, partial.pop(task)))
-                            self.ended.add(task)
+                    self._read_stream(host, payload, final=not follow)
                 except (TfctlError, OSError, ValueError) as e:
-                    if not self.follow:
+                    if not follow:
                         self.errors.append(f"{host}: {getattr(e, 'message', e)}")
-                        break
-                if not self.follow:
+                if not follow:
                     break
-                if not self._stopping.wait(RECONNECT_DELAY if any(t.name not in self.ended for t in tasks) else 0):
-                    continue
+                if any(t.name not in self.ended for t in tasks):
+                    self._stopping.wait(RECONNECT_DELAY)
         finally:
+            self._queue.put(_DONE)
+
+    def _read_stream(self, host: str, payload: dict, final: bool) -> None:
+        """One connection's worth of events. A partial last line is held back and its offset not
+        passed, so after a reconnect it is read again whole; `final` reads flush it instead."""
+        partial: dict[str, str] = {}
+        stream, events = self.cluster.agents[host].follow(payload)
+        self._streams[host] = stream
+        for event in events:
+            task = event.get("t")
+            if task is None:
+                continue
+            if "d" in event:
+                *lines, rest = (partial.pop(task, "") + event["d"]).split("\n")
+                for line in lines:
+                    self._queue.put((task, line))
+                if rest:
+                    partial[task] = rest
+                self.offsets[task] = event["o"] - event.get("p", 0)
+            if "end" in event:
+                final_part = partial.pop(task, None)
+                if final_part is not None:
+                    self._queue.put((task, final_part))
+                self.offsets[task] = event["o"]
+                self.ended.add(task)
+        if final:
             for task, rest in partial.items():
                 self._queue.put((task, rest))
-            self._queue.put(_DONE)
+                self.offsets[task] += len(rest.encode())
 
     def batches(self, idle: float = 0.2) -> Iterator[list[tuple[str, str]]]:
         """Yield lists of (task, line) as they arrive, an empty list after `idle` seconds of quiet,
-        until every stream has ended (or `stop` was called and the streams drained)."""
+        until every reader has ended."""
         while self._running:
             batch = []
             try:
-                item = self._queue.get(timeout=idle)
+                item = self._backlog.popleft() if self._backlog else self._queue.get(timeout=idle)
                 while True:
                     if item is _DONE:
                         self._running -= 1
@@ -103,16 +115,42 @@ class LogFollower:
                         batch.append(item)
                     if len(batch) >= 500:
                         break
-                    item = self._queue.get_nowait()
-            except queue.Empty:
+                    item = self._backlog.popleft() if self._backlog else self._queue.get_nowait()
+            except (queue.Empty, IndexError):
                 pass
             yield batch
 
+    def finish(self) -> None:
+        """Stop following and read what is left once, from the exact offsets reached.
+
+        Closing a live stream may cut off lines the host had not sent yet; the catch-up read
+        starts where the stream stopped, so nothing is lost and nothing repeats.
+        """
+        self._stop_readers()
+        self._stopping.clear()
+        self._spawn(follow=False)
+
     def close(self) -> None:
-        """Stop reading: close every stream; `batches` then ends once the readers notice."""
+        """Stop reading now (Ctrl-C); `batches` ends once the readers notice."""
         self._stopping.set()
         for stream in list(self._streams.values()):
             stream.close()
+
+    def _stop_readers(self) -> None:
+        """Close the streams and wait for the readers, keeping whatever they still queue."""
+        self.close()
+        for thread in self._threads:
+            while thread.is_alive():
+                self._drain_to_backlog()
+                thread.join(0.05)
+        self._drain_to_backlog()
+
+    def _drain_to_backlog(self) -> None:
+        while True:
+            try:
+                self._backlog.append(self._queue.get_nowait())
+            except queue.Empty:
+                return
 
 
 class Prefixer:

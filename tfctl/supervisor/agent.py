@@ -543,7 +543,10 @@ def verb_follow(req: dict) -> None:
                     data = b""
             if data:
                 offsets[task] += len(data)
-                emit({"t": task, "o": offsets[task], "d": data.decode("utf-8", errors="replace")})
+                # "p": bytes after the last newline, so a reader that holds the partial line back
+                # knows the exact offset where that line starts.
+                emit({"t": task, "o": offsets[task], "p": len(data) - data.rfind(b"\n") - 1,
+                      "d": data.decode("utf-8", errors="replace")})
                 progressed = True
                 continue
             if not follow or final:

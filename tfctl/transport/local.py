@@ -7,12 +7,20 @@ the controller, which decides what to do, and never kills a supervisor call half
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 from typing import Iterator
 
 from tfctl.errors import HostError
 from tfctl.transport.base import Result, Stream, Transport
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class LocalStream(Stream):
@@ -26,12 +34,13 @@ class LocalStream(Stream):
         self._proc.wait()
 
     def close(self) -> None:
+        """End the whole command (its own process group: the shell and what it started)."""
         if self._proc.poll() is None:
-            self._proc.terminate()
+            _kill_group(self._proc.pid, signal.SIGTERM)
             try:
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
+                _kill_group(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
@@ -52,13 +61,15 @@ class LocalTransport(Transport):
         return True
 
     def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
-            proc = subprocess.run(["/bin/sh", "-c", command], input=stdin or b"", capture_output=True,
-                                  timeout=timeout, start_new_session=True)
+            out, err = proc.communicate(stdin or b"", timeout=timeout)
         except subprocess.TimeoutExpired as e:
+            _kill_group(proc.pid, signal.SIGKILL)
+            proc.communicate()
             raise HostError(self.host, f"command timed out after {timeout:g}s: {command}") from e
-        return Result(self.host, command, proc.returncode, proc.stdout.decode(errors="replace"),
-                      proc.stderr.decode(errors="replace"))
+        return Result(self.host, command, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
