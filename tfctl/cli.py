@@ -201,14 +201,14 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
             console.out().print_json(json.dumps([s.to_json() for s in statuses]))
             return 0
         if not watch:
-            console.out().print(_status_table(cluster))
+            console.out().print(_status_table(cluster, console.out().width))
             return 0
         from rich.live import Live
 
-        with Live(_status_table(cluster), console=console.out(), auto_refresh=False) as live:
+        with Live(_status_table(cluster, console.out().width), console=console.out(), auto_refresh=False) as live:
             while True:
                 time.sleep(1)
-                live.update(_status_table(cluster), refresh=True)
+                live.update(_status_table(cluster, console.out().width), refresh=True)
     finally:
         cluster.close()
 
@@ -228,7 +228,7 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def _status_table(cluster) -> Any:
+def _status_table(cluster, console_width: int) -> Any:
     from rich.table import Table
     from rich.text import Text
 
@@ -243,10 +243,11 @@ def _status_table(cluster) -> Any:
         rows.append([s.task, f"{s.host}:{s.port}", s.state, str(s.pid or "-"), exit_text, _duration(s.uptime), listen,
                      s.last_line[:300]])
     columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "LAST LINE")
-    for i, col in enumerate(columns):
-        last = i == len(columns) - 1
-        width = max([len(col)] + [len(r[i]) for r in rows])
-        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=None if last else width)
+    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
+    # Every column keeps its full width; only the last line is cut to what the screen has left.
+    widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
+    for col, width in zip(columns, widths):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
     for row in rows:
         table.add_row(*row[:2], Text(row[2], style=STATE_STYLE.get(row[2], "")), *row[3:7], Text(row[7]))
     for host, e in unreachable.items():
@@ -284,7 +285,8 @@ def logs(ctx: click.Context, cluster_file: Path | None, tasks: tuple[str, ...], 
                 # Tasks of a run that ended before starting them never produce an end of stream.
                 last_check = time.monotonic()
                 if not store.load(record.run_id).active:
-                    follower.close()
+                    follower.finish()
+                    follow = False
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     finally:

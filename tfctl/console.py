@@ -24,7 +24,9 @@ def out() -> Console:
     """stdout: tables, JSON, log lines."""
     from rich.console import Console
 
-    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=True)
+    # Piped output is read by scripts and pagers: don't cut it to an imaginary 80-column screen.
+    width = None if sys.stdout.isatty() else 200
+    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=True, width=width)
 
 
 @lru_cache(maxsize=None)
