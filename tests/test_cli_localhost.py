@@ -101,7 +101,8 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
 def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
     cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake("--name w{task_index} --lines 2 --sleep 1"))
+                            fake(f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
+                                 "--lines 2 --sleep $((3 - 2 * {task_index}))"))
     up = tfctl("up", "-f", str(cluster), home=home)
     assert up.returncode == 0, up.stderr
     assert "job succeeded" in up.stderr and "worker:0 finished successfully" in up.stderr

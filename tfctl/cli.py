@@ -27,6 +27,12 @@ def _file_option(short: bool = True):
                         help="Cluster file (default: ./cluster.yaml).")
 
 
+_accept_new_option = click.option(
+    "--accept-new-host-keys", is_flag=True,
+    help="Trust and pin SSH host keys seen for the first time (like StrictHostKeyChecking=accept-new); "
+         "a changed key is always refused.")
+
+
 def _cluster_file(ctx: click.Context, given: Path | None) -> Path:
     path = given or ctx.obj.get("cluster_file")
     if path is not None:
@@ -101,8 +107,9 @@ def cli(ctx: click.Context, cluster_file: Path | None) -> None:
 @_file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
 @click.option("--dry-run", is_flag=True, help="Print each task's host, command and TF_CONFIG; start nothing.")
+@_accept_new_option
 @click.pass_context
-def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool) -> int:
+def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
     """Start the cluster: ps first, then chief and workers; follow it to its end unless -d."""
     from tfctl import console, lifecycle
     from tfctl.config import load_config
@@ -130,7 +137,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = lifecycle.launch(store, plan, progress)
+            cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED

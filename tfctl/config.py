@@ -35,6 +35,9 @@ PLACEHOLDERS = (
     "run_id",
 )
 SUCCESS_POLICIES = ("chief", "all_workers")
+# Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.
+DEFAULT_EXCLUDE = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".mypy_cache", ".pytest_cache",
+                   ".ipynb_checkpoints", ".DS_Store")
 DEFAULT_GRACE_PERIOD = 10.0
 DEFAULT_STARTUP_TIMEOUT = 120.0
 
@@ -66,6 +69,29 @@ class Job:
 
 
 @dataclass(frozen=True)
+class SSHSettings:
+    """How to reach a remote host; unset fields fall back to ~/.ssh/config, then ssh's defaults."""
+
+    destination: str | None = None  # SSH target when it differs from the cluster address
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    config: str | None = None  # ssh config file (default ~/.ssh/config)
+    connect_timeout: float | None = None
+    keepalive: float | None = None
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Per-host overrides from the `hosts:` section, keyed by the host name the jobs use."""
+
+    name: str
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    python: str | None = None
+    local: bool | None = None  # None: local exactly when the name is localhost / 127.x / ::1
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A validated cluster file. `jobs` keeps JOB_NAMES order and holds only the jobs present."""
 
@@ -79,6 +105,10 @@ class ClusterConfig:
     grace_period: float = DEFAULT_GRACE_PERIOD
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     success_policy: str = "chief"
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    hosts: Mapping[str, HostConfig] = field(default_factory=lambda: MappingProxyType({}))
+    sync: bool = True
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
@@ -312,6 +342,7 @@ def _build(doc: _Doc, root: dict[str, Any]) -> ClusterConfig | None:
         if key not in root:
             doc.problem(key, f"missing required key `{key}`", fix, at=doc.nodes[""])
     _check_commands(doc, root)
+    _check_host_names(doc, values)
     if doc.problems:
         return None
     return ClusterConfig(path=doc.file, **values)
@@ -714,6 +745,97 @@ def _valid_ipv6(host: str) -> bool:
     return True
 
 
+def _boolean(doc: _Doc, path: str, value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    return _type_error(doc, path, "true or false", value, f"write `{_leaf(path)}: true` or `{_leaf(path)}: false`")
+
+
+def _port(doc: _Doc, path: str, value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    return doc.problem(path, f"expected a port number (1-65535), found {_found(value, doc.raw(path))}",
+                       f"e.g. `{_leaf(path)}: 22`")
+
+
+def _exclude(doc: _Doc, path: str, value: Any) -> Any:
+    """Glob patterns matched against each path component and each relative path."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        return _type_error(doc, path, "a list of glob patterns", value, 'e.g. `exclude: [data, "*.ckpt"]`')
+    return tuple(value)
+
+
+def _section(fields: Mapping[str, _Validator], build: Callable[..., Any], example: str) -> _Validator:
+    """Validator for a mapping of known keys, each with its own validator, built into `build`."""
+
+    def validate(doc: _Doc, path: str, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return _type_error(doc, path, "a mapping", value, f"e.g. `{example}`")
+        out, valid = {}, True
+        for key, item in value.items():
+            child = f"{path}.{key}"
+            validator = fields.get(key)
+            if validator is None:
+                _unknown_key(doc, child, key, "key", tuple(fields))
+                valid = False
+            elif item is _INVALID:
+                valid = False
+            else:
+                out[key] = validator(doc, child, item)
+                valid = valid and out[key] is not _INVALID
+        return build(**out) if valid else _INVALID
+
+    return validate
+
+
+_SSH_KEYS: dict[str, _Validator] = {
+    "user": lambda doc, path, value: _string(doc, path, value, "user: ubuntu"),
+    "port": _port,
+    "identity_file": lambda doc, path, value: _string(doc, path, value, "identity_file: ~/.ssh/id_ed25519"),
+    "config": lambda doc, path, value: _string(doc, path, value, "config: ~/.ssh/config"),
+    "connect_timeout": _seconds(10),
+    "keepalive": _seconds(15),
+}
+_ssh = _section(_SSH_KEYS, SSHSettings, "ssh: {user: ubuntu, connect_timeout: 10}")
+
+
+def _host_entry(name: str) -> _Validator:
+    def build(python: str | None = None, local: bool | None = None, **ssh: Any) -> HostConfig:
+        if "ssh" in ssh:
+            ssh["destination"] = ssh.pop("ssh")
+        return HostConfig(name=name, ssh=SSHSettings(**ssh), python=python, local=local)
+
+    keys = {
+        "ssh": lambda doc, path, value: _string(doc, path, value, "ssh: gpu1-via-bastion"),
+        "python": _python,
+        "local": _boolean,
+        **{k: v for k, v in _SSH_KEYS.items() if k not in ("config", "connect_timeout", "keepalive")},
+    }
+    return _section(keys, build, f"{name}: {{ssh: {name}.example.com, user: ubuntu}}")
+
+
+def _hosts(doc: _Doc, path: str, value: Any) -> Any:
+    """Host name (as written in `jobs`) -> how to reach it."""
+    if not isinstance(value, dict):
+        return _type_error(doc, path, "a mapping of host names to settings", value,
+                           "e.g. `hosts: {gpu1: {ssh: gpu1-via-bastion, user: ubuntu}}`")
+    hosts = {name: _host_entry(name)(doc, f"{path}.{name}", item) for name, item in value.items()}
+    if any(h is _INVALID for h in hosts.values()):
+        return _INVALID
+    return MappingProxyType(hosts)
+
+
+def _check_host_names(doc: _Doc, values: dict[str, Any]) -> None:
+    """A `hosts:` entry no job uses is almost always a typo of one that does."""
+    jobs, hosts = values.get("jobs"), values.get("hosts")
+    if not isinstance(jobs, Mapping) or not isinstance(hosts, Mapping):
+        return
+    used = tuple(sorted({a.host for job in jobs.values() for a in job.addresses}))
+    for name in hosts:
+        if name not in used:
+            _unknown_key(doc, f"hosts.{name}", name, "host (one used in `jobs`)", used)
+
+
 # Each top-level key fills the ClusterConfig field of the same name: a new setting is one line
 # here plus the field (and `_REQUIRED` if it must be present).
 _TOP_KEYS: dict[str, _Validator] = {
@@ -726,6 +848,10 @@ _TOP_KEYS: dict[str, _Validator] = {
     "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
     "success_policy": _success_policy,
     "jobs": _jobs,
+    "ssh": _ssh,
+    "hosts": _hosts,
+    "sync": _boolean,
+    "exclude": _exclude,
 }
 _REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 from tfctl.errors import HostError
-from tfctl.transport.base import Stream, Transport
+from tfctl.transport.base import Stream, Transport, shell_path
 
 AGENT_SOURCE = Path(__file__).parent / "supervisor" / "agent.py"
 REMOTE_ROOT = "~/.tfctl"
@@ -53,10 +52,7 @@ class HostAgent:
         return self._agent_path
 
     def _command(self, verb: str) -> str:
-        path = self._agent()
-        # `~/` must stay unquoted so the remote shell expands it; the rest is quoted.
-        quoted = "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
-        return f"{shlex.quote(self.python)} {quoted} {verb}"
+        return f"{shell_path(self.python)} {shell_path(self._agent())} {verb}"
 
     def call(self, verb: str, payload: dict[str, Any], timeout: float | None = 120) -> dict[str, Any]:
         """Run one agent verb and return its JSON answer; any failure becomes a HostError."""

@@ -21,10 +21,11 @@ from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.logs import LogFollower
-from tfctl.orchestrator import Cluster, Outcome, Progress, StopReport, TaskStatus
-from tfctl.plan import Plan, make_plan
+from tfctl.orchestrator import Cluster, HostInfo, Outcome, Progress, StopReport, TaskStatus
+from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import HostSpec, RunRecord, RunStore, new_run_id
 from tfctl.supervisor.agent import is_same_process, proc_stat
+from tfctl.sync import build_manifest, sync_host
 from tfctl.transport import connect
 
 LOG_DRAIN_SECONDS = 10.0
@@ -62,10 +63,16 @@ def plan_run(config: ClusterConfig) -> Plan:
     return make_plan(config, new_run_id(config.name))
 
 
-def launch(store: RunStore, plan: Plan, progress: Progress) -> Cluster:
-    """Check ports, record the run, start its tasks phase by phase; raise if any of it fails."""
+def launch(store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False) -> Cluster:
+    """Preflight every host, check ports, sync code, record the run and start it phase by phase.
+
+    Nothing is started anywhere until every host has answered; any failure after that stops
+    whatever was started before the error is raised.
+    """
     record = plan.record
-    cluster = Cluster(record)
+    cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys)
+    for warning in version_warnings(cluster.preflight(progress)):
+        progress("warning", warning)
     busy = cluster.busy_ports(list(record.tasks))
     if busy:
         lines = [f"  {address}: in use by pid {', '.join(map(str, info['pids'])) or '?'}"
@@ -73,8 +80,10 @@ def launch(store: RunStore, plan: Plan, progress: Progress) -> Cluster:
         raise StartupError("task ports already in use:\n" + "\n".join(lines),
                            hint="stop what holds them (`tfctl down --all` if it is an old run), "
                                 "or change the ports in the cluster file")
+    if plan.sync_dir is not None:
+        sync_code(cluster, plan, progress)
     with store.lock():
-        store.save(record)
+        store.create(record)
     try:
         cluster.start(plan.phases, plan.startup_timeout, progress)
     except KeyboardInterrupt:
@@ -85,6 +94,35 @@ def launch(store: RunStore, plan: Plan, progress: Progress) -> Cluster:
         raise
     cluster.record = store.update(record.run_id, state="running")
     return cluster
+
+
+def version_warnings(infos: list[HostInfo]) -> list[str]:
+    """Hosts that would run the same script with different Python or TensorFlow versions."""
+    warnings = []
+    for what in ("python", "tensorflow"):
+        seen = {getattr(i, what) or "none" for i in infos}
+        if len(seen) > 1:
+            detail = ", ".join(f"{i.host}: {getattr(i, what) or 'none'}" for i in infos)
+            warnings.append(f"{what} differs across hosts ({detail})")
+    for info in infos:
+        if info.error:
+            warnings.append(f"{info.host}: the configured python does not run: {info.error}")
+    return warnings
+
+
+def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:
+    """Copy the workdir to every remote host's run directory, in parallel."""
+    assert plan.sync_dir is not None
+    manifest = build_manifest(plan.sync_dir, plan.exclude)
+    remote = [h.name for h in plan.record.hosts if h.transport.get("kind") != "local"]
+    dest = remote_workdir(plan.record.run_id)
+    for host in remote:
+        progress(host, f"syncing {plan.sync_dir} ({len(manifest.files)} files)")
+    result = fan_out([cluster.agents[h] for h in remote], lambda a: a.host,
+                     lambda a: sync_host(a, manifest, plan.record.cluster_name, dest))
+    result.raise_if_failed("syncing the workdir")
+    for host, answer in sorted(result.succeeded.items()):
+        progress(host, f"synced: {answer['copied']} of {answer['files']} files changed, now in {dest}")
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,53 @@ class TaskStatus:
 
 @dataclass(frozen=True)
 class Phase:
-    """Tasks started together; the next phase waits until `wait_listening` tasks listen."""
+    """Tasks started together; the next phase waits until `wait_listening` tasks listen.
+
+    `wait_limit` None: not listening within the startup timeout fails the start; a number: wait
+    at most that long, then go on (an ordering hint, not a requirement). With `probe`, once they
+    listen, every host of this and later phases must reach them by TCP before anything else starts.
+    """
 
     tasks: tuple[TaskSpec, ...]
     wait_listening: tuple[str, ...] = ()
+    wait_limit: float | None = None
+    probe: bool = False
+
+
+PROBE_CAUSES = {
+    "refused": "connection refused: nothing listens there as seen from this host "
+               "(wrong address, or the name leads to another machine)",
+    "timeout": "timed out: a firewall drops the traffic, or the host is down",
+    "unresolvable": "the name does not resolve on this host: add it to DNS or /etc/hosts there, or use an IP",
+    "unreachable": "no route to that address from this host",
+}
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    source: str
+    target: str
+    error: str
+    address: str | None
+    local: bool
+    detail: str | None = None
+
+    def __str__(self) -> str:
+        why = PROBE_CAUSES.get(self.error, self.error)
+        if self.local and self.error == "refused":
+            why = (f"the name resolves to {self.address}, an address of {self.source} itself, "
+                   f"where nothing listens on that port")
+        extra = f" ({self.detail})" if self.detail else ""
+        return f"{self.source} -> {self.target}: {why}{extra}"
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    host: str
+    hostname: str
+    python: str | None
+    tensorflow: str | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +138,11 @@ class StopReport:
 class Cluster:
     """One run's tasks and the supervisors on its hosts; connections open on first use."""
 
-    def __init__(self, record: RunRecord, agents: dict[str, HostAgent] | None = None) -> None:
+    def __init__(self, record: RunRecord, agents: dict[str, HostAgent] | None = None,
+                 accept_new_host_keys: bool = False) -> None:
         self.record = record
-        self.agents = agents or {h.name: HostAgent(connect(h), h.python, h.root) for h in record.hosts}
+        self.agents = agents or {h.name: HostAgent(connect(h, accept_new_host_keys), h.python, h.root)
+                                 for h in record.hosts}
 
     def close(self) -> None:
         for agent in self.agents.values():
@@ -164,13 +209,52 @@ class Cluster:
                                                + self._last_lines_text(name))
                         progress(name, f"running (pid {info['pid']})")
                 if phase.wait_listening:
-                    self._wait_listening(phase.wait_listening, timeout, progress)
+                    self._wait_listening(phase.wait_listening, phase.wait_limit or timeout, progress,
+                                         required=phase.wait_limit is None)
+                if phase.probe:
+                    later = [t for p in phases[phases.index(phase):] for t in p.tasks]
+                    self.check_reachable(sorted({t.host for t in later}),
+                                         [self.record.task(n).address for n in phase.wait_listening], progress)
         except BaseException:
             progress("", "stopping what was started")
             self.stop()
             raise
 
-    def _wait_listening(self, names: Sequence[str], timeout: float, progress: Progress) -> None:
+    def check_reachable(self, sources: Sequence[str], targets: Sequence[str], progress: Progress = _quiet,
+                        timeout: float = 3.0) -> None:
+        """From every source host, a TCP connect to every target: a worker that cannot reach its
+        ps would otherwise wait in CreateSession forever. Raises StartupError listing each failure."""
+        if not sources or not targets:
+            return
+        answers = self._fan_out(sources, lambda a: a.call("probe", {"targets": list(targets), "timeout": timeout}))
+        answers.raise_if_failed("reachability check")
+        failures = [ProbeFailure(host, target, r["error"], r.get("address"), bool(r.get("local")), r.get("detail"))
+                    for host, answer in sorted(answers.succeeded.items())
+                    for target, r in answer["results"].items() if not r["ok"]]
+        if failures:
+            raise StartupError(
+                f"{len(failures)} of {len(sources) * len(targets)} connections failed in the reachability check:\n"
+                + "\n".join(f"  {f}" for f in failures),
+                hint="tasks on those hosts would wait forever for their peers; fix the network or the addresses")
+        progress("", f"reachability: {len(sources)} host{'s' if len(sources) != 1 else ''} -> "
+                     f"{', '.join(targets)}: all {len(sources) * len(targets)} connections ok")
+
+    def preflight(self, progress: Progress = _quiet) -> list[HostInfo]:
+        """Reach every host (auth, host keys) and learn its Python and TensorFlow, in parallel."""
+        hosts = sorted(self.agents)
+        for host in hosts:
+            progress(host, "connecting")
+        answers = self._fan_out(hosts, lambda a: a.call("info", {"python": a.python}, timeout=60))
+        answers.raise_if_failed("connecting to hosts")
+        infos = []
+        for host in hosts:
+            a = answers.succeeded[host]
+            infos.append(HostInfo(host, a["hostname"], a.get("python"), a.get("tensorflow"), a.get("python_error")))
+            progress(host, f"ok: python {a.get('python') or '?'}, {a.get('tensorflow') or 'no tensorflow'}")
+        return infos
+
+    def _wait_listening(self, names: Sequence[str], timeout: float, progress: Progress, required: bool = True
+                        ) -> None:
         tasks = [self.record.task(n) for n in names]
         waiting = {t.name for t in tasks}
         deadline = time.monotonic() + timeout
@@ -181,10 +265,15 @@ class Cluster:
                 if s.listening:
                     waiting.discard(s.task)
                     progress(s.task, f"listening on {s.host}:{s.port} ({time.monotonic() - began:.1f}s)")
+                elif s.final and not required and s.state == "succeeded":
+                    waiting.discard(s.task)  # done before it was needed: nothing to wait for
                 elif s.final:
                     raise StartupError(f"{s.task} {s.describe_end()} before listening on port {s.port}"
                                        + self._last_lines_text(s.task))
             if waiting and time.monotonic() > deadline:
+                if not required:
+                    progress(", ".join(sorted(waiting)), f"not listening after {timeout:g}s; starting the rest anyway")
+                    return
                 name = sorted(waiting)[0]
                 raise StartupError(
                     f"{name} did not listen on {self.record.task(name).address} within {timeout:g}s"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from tfctl.config import ClusterConfig
+from tfctl.config import ClusterConfig, HostConfig, SSHSettings
 from tfctl.hostagent import REMOTE_ROOT, interpreter
 from tfctl.orchestrator import Phase
 from tfctl.runs import HostSpec, RunRecord, tfctl_home
@@ -18,12 +20,28 @@ class Plan:
     record: RunRecord
     phases: tuple[Phase, ...]
     startup_timeout: float
+    sync_dir: Path | None = None  # copied to remote hosts before start, when set
+    exclude: tuple[str, ...] = ()
 
 
 def host_spec(config: ClusterConfig, host: str) -> HostSpec:
-    if is_local_name(host):
-        return HostSpec(host, config.python, str(tfctl_home()), {"kind": "local"})
-    return HostSpec(host, config.python, REMOTE_ROOT, {"kind": "ssh"})
+    """How to reach `host`: the local transport for this machine, SSH with merged settings else."""
+    own = config.hosts.get(host) or HostConfig(host)
+    python = own.python or config.python
+    local = own.local if own.local is not None else is_local_name(host)
+    if local:
+        return HostSpec(host, python, str(tfctl_home()), {"kind": "local"})
+    merged = {field.name: getattr(own.ssh, field.name) if getattr(own.ssh, field.name) is not None
+              else getattr(config.ssh, field.name) for field in dataclasses.fields(SSHSettings)}
+    options = {"kind": "ssh", "destination": merged["destination"], "user": merged["user"], "port": merged["port"],
+               "identity_file": merged["identity_file"], "ssh_config_path": merged["config"],
+               "connect_timeout": merged["connect_timeout"], "keepalive": merged["keepalive"]}
+    return HostSpec(host, python, REMOTE_ROOT, {k: v for k, v in options.items() if v is not None})
+
+
+def remote_workdir(run_id: str) -> str:
+    """Where a synced copy of the workdir lives on a remote host for one run."""
+    return f"{REMOTE_ROOT}/work/{run_id}"
 
 
 def host_specs(config: ClusterConfig) -> tuple[HostSpec, ...]:
@@ -33,10 +51,16 @@ def host_specs(config: ClusterConfig) -> tuple[HostSpec, ...]:
 def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     hosts = host_specs(config)
     python_for = {h.name: interpreter(h.python, h.transport["kind"] == "local") for h in hosts}
-    tasks = tf_cluster.plan_tasks(config, run_id, python_for)
+    local_dir = str(config.workdir or config.path.resolve().parent)
+    # Remote tasks run in the synced copy, or in the same path when the filesystem is shared.
+    cwd_for = {h.name: local_dir if h.transport["kind"] == "local" or not config.sync else remote_workdir(run_id)
+               for h in hosts}
+    tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
     record = RunRecord(
         run_id=run_id, cluster_name=config.name, cluster_file=str(config.path.resolve()), created_at=time.time(),
         tasks=tuple(tasks), hosts=hosts, grace_period=config.grace_period,
         decisive=tuple(tf_cluster.decisive_tasks(config)), essential=tuple(tf_cluster.essential_tasks(tasks)),
     )
-    return Plan(record, tuple(tf_cluster.start_phases(tasks)), config.startup_timeout)
+    remote = any(h.transport["kind"] != "local" for h in hosts)
+    return Plan(record, tuple(tf_cluster.start_phases(tasks)), config.startup_timeout,
+                Path(local_dir) if remote and config.sync else None, config.exclude)

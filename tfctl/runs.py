@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from tfctl.errors import UsageError
+from tfctl.errors import TfctlError, UsageError
 
 ACTIVE_STATES = ("starting", "running")
 
@@ -104,7 +104,10 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        """Raises ValueError for a record that is not one (hand-edited, truncated, another version)."""
         data = dict(data)
+        if not isinstance(data.get("created_at"), (int, float)) or isinstance(data.get("created_at"), bool):
+            raise ValueError("created_at is not a timestamp")
         data["tasks"] = tuple(TaskSpec(**t) for t in data["tasks"])
         data["hosts"] = tuple(HostSpec(**h) for h in data["hosts"])
         data["decisive"] = tuple(data.get("decisive", ()))
@@ -134,16 +137,30 @@ class RunStore:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def create(self, record: RunRecord) -> None:
+        """Store a new run; two runs can never share an id (and so a record)."""
+        self._ensure()
+        try:
+            (self.runs_dir / record.run_id).mkdir(mode=0o700)
+        except FileExistsError:
+            raise UsageError(f"run id {record.run_id} is already taken", hint="run the command again") from None
+        self.save(record)
+
     def save(self, record: RunRecord) -> None:
         self._ensure()
         run_dir = self.runs_dir / record.run_id
         run_dir.mkdir(mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, run_dir / "run.json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record.to_json(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, run_dir / "run.json")
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     def update(self, run_id: str, **changes: Any) -> RunRecord:
         """Change fields of a stored record under the lock; returns the new record."""
@@ -159,6 +176,9 @@ class RunStore:
         except FileNotFoundError:
             raise UsageError(f"no run {run_id!r} in {self.runs_dir}",
                              hint="`tfctl runs` lists the runs tfctl knows") from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise TfctlError(f"the record of run {run_id} is damaged ({path}: {e})",
+                             hint="its task logs are still on the hosts; remove the run directory to forget it") from None
 
     def all(self) -> list[RunRecord]:
         """Every run, oldest first."""

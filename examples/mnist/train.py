@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task_index", type=int, default=0)
     p.add_argument("--ps_hosts", required=True, help="comma-separated host:port list")
     p.add_argument("--worker_hosts", required=True, help="comma-separated host:port list")
-    p.add_argument("--train_steps", type=int, default=600, help="global steps, summed over all workers")
+    p.add_argument("--train_steps", type=int, default=5000, help="global steps, summed over all workers")
     p.add_argument("--batch_size", type=int, default=100)
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--data_dir", default=None, help="directory holding a Keras-style mnist.npz")

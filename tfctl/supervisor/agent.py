@@ -362,7 +362,7 @@ def verb_monitor(d: str, run_id: str) -> None:
     log = open(os.path.join(d, "output.log"), "ab", buffering=0)
     try:
         child = subprocess.Popen(
-            ["/bin/sh", "-c", exec_form(spec["command"])], cwd=spec.get("cwd") or None, env=env,
+            ["/bin/sh", "-c", exec_form(spec["command"])], cwd=os.path.expanduser(spec.get("cwd") or "~"), env=env,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )
@@ -564,9 +564,139 @@ def verb_follow(req: dict) -> None:
         f.close()
 
 
+def package_version(names: list) -> str | None:
+    """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    for name in names:
+        try:
+            return "%s %s" % (name, metadata.version(name))
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def verb_info(req: dict) -> dict:
-    return {"hostname": socket.gethostname(), "python": sys.version.split()[0], "executable": sys.executable,
-            "pid_namespace": os.readlink("/proc/self/ns/pid") if os.path.exists("/proc/self/ns/pid") else ""}
+    """What preflight compares across hosts: who we are and which Python and TensorFlow run tasks."""
+    python = req.get("python") or sys.executable
+    out = {"hostname": socket.gethostname(), "agent_python": sys.version.split()[0], "python": None,
+           "tensorflow": None}
+    if python == sys.executable:
+        out["python"] = sys.version.split()[0]
+        out["tensorflow"] = package_version(["tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"])
+    else:
+        probe = ("import sys\ntry:\n from importlib import metadata as m\nexcept ImportError: m = None\n"
+                 "v = None\nfor n in ('tensorflow', 'tensorflow-cpu', 'tf-nightly', 'tensorflow-macos'):\n"
+                 " try:\n  v = '%s %s' % (n, m.version(n)); break\n except Exception: pass\n"
+                 "print(sys.version.split()[0]); print(v or '')")
+        try:
+            done = subprocess.run([python, "-c", probe], capture_output=True, timeout=30)
+            lines = done.stdout.decode(errors="replace").splitlines()
+            if done.returncode == 0 and lines:
+                out["python"] = lines[0]
+                out["tensorflow"] = lines[1] if len(lines) > 1 and lines[1] else None
+            else:
+                out["python_error"] = (done.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out["python_error"] = str(e)
+    return out
+
+
+def local_addresses() -> set:
+    """Addresses of this host (for "the name resolves to this very host" diagnoses)."""
+    found = {"127.0.0.1", "::1"}
+    try:
+        with open("/proc/net/fib_trie") as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            if "/32 host LOCAL" in line and i > 0:
+                found.add(lines[i - 1].split()[-1])
+    except OSError:
+        pass
+    return found
+
+
+def verb_probe(req: dict) -> dict:
+    """TCP connect from this host to each target: what a task here would see reaching its peers."""
+    timeout = float(req.get("timeout", 3))
+    mine = local_addresses()
+    results = {}
+    for target in req["targets"]:
+        host, _, port = target.rpartition(":")
+        host = host.strip("[]")
+        result = {"ok": False, "error": None, "address": None, "local": False}
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            result["error"] = "unresolvable"
+            result["detail"] = str(e)
+            results[target] = result
+            continue
+        family, kind, proto, _, sockaddr = infos[0]
+        result["address"] = sockaddr[0]
+        result["local"] = sockaddr[0] in mine or sockaddr[0].startswith("127.")
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(sockaddr)
+            result["ok"] = True
+        except socket.timeout:
+            result["error"] = "timeout"
+        except ConnectionRefusedError:
+            result["error"] = "refused"
+        except OSError as e:
+            result["error"] = "unreachable"
+            result["detail"] = e.strerror or str(e)
+        finally:
+            sock.close()
+        results[target] = result
+    return {"results": results}
+
+
+def read_manifest(cache: str) -> dict:
+    return read_json(os.path.join(cache, ".tfctl-manifest.json")) or {}
+
+
+def verb_sync_plan(req: dict) -> dict:
+    """Which files of the controller's manifest this host's cache lacks or has in another version."""
+    have = read_manifest(os.path.expanduser(req["cache"]))
+    return {"need": sorted(p for p, entry in req["files"].items() if have.get(p, {}).get("sha") != entry["sha"])}
+
+
+def verb_sync_apply(req: dict) -> dict:
+    """Bring the cache up to the manifest (new files from the request), then copy it to `dest`.
+
+    The cache keeps the last synced tree per cluster, so only changed files cross the network;
+    each run still gets its own copy, so a later sync never changes a running task's files.
+    """
+    import base64
+    import shutil
+
+    cache, dest = os.path.expanduser(req["cache"]), os.path.expanduser(req["dest"])
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    files = req["files"]
+    for rel, blob in req["blobs"].items():
+        target = os.path.join(cache, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = "%s.tmp.%d" % (target, os.getpid())
+        with open(tmp, "wb") as f:
+            f.write(base64.b64decode(blob))
+        os.chmod(tmp, files[rel]["mode"])
+        os.replace(tmp, target)
+    have = read_manifest(cache)
+    for rel in set(have) - set(files):
+        try:
+            os.remove(os.path.join(cache, rel))
+        except OSError:
+            pass
+    write_json(os.path.join(cache, ".tfctl-manifest.json"), files)
+    if os.path.exists(dest):
+        shutil.rmtree(dest)
+    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+    shutil.copytree(cache, dest, ignore=shutil.ignore_patterns(".tfctl-manifest.json"))
+    return {"copied": len(req["blobs"]), "files": len(files), "dest": dest}
 
 
 VERBS = {
@@ -576,6 +706,9 @@ VERBS = {
     "sweep": verb_sweep,
     "ports": verb_ports,
     "info": verb_info,
+    "probe": verb_probe,
+    "sync_plan": verb_sync_plan,
+    "sync_apply": verb_sync_apply,
 }
 
 

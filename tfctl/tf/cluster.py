@@ -13,12 +13,15 @@ import string
 from tfctl.config import ClusterConfig
 from tfctl.orchestrator import Phase
 from tfctl.runs import TaskSpec
+from tfctl.transport.base import shell_path
 
 # Jobs whose tasks run a tf.train.Server / tf.distribute.Server and so listen on their port.
 # The evaluator of TF's sidecar evaluation is no server and is not part of the training cluster.
 SERVER_JOBS = ("chief", "ps", "worker")
 # Jobs that must keep running for the job to make progress: their end before completion is fatal.
 ESSENTIAL_JOBS = ("ps",)
+# How long the other workers wait for the chief's server before starting anyway.
+LEAD_WAIT = 15.0
 DEFAULT_ENV = {
     # A Python task writing to a file buffers 8 KB at a time; logs must arrive as they are printed.
     "PYTHONUNBUFFERED": "1",
@@ -58,35 +61,52 @@ def render_command(template: str, values: dict[str, str]) -> str:
     out = []
     for literal, field_name, _spec, _conv in string.Formatter().parse(template):
         out.append(literal)
-        if field_name is not None:
+        if field_name == "python":
+            out.append(shell_path(values[field_name]))  # `~/venv/bin/python` expands on the host
+        elif field_name is not None:
             out.append(shlex.quote(values[field_name]))
     return "".join(out)
 
 
-def plan_tasks(config: ClusterConfig, run_id: str, python_for: dict[str, str]) -> list[TaskSpec]:
+def plan_tasks(config: ClusterConfig, run_id: str, python_for: dict[str, str],
+               cwd_for: dict[str, str]) -> list[TaskSpec]:
     """Every task of the cluster with its rendered command and environment.
 
-    `python_for` maps host -> interpreter, so `{python}` is right on every host.
+    `python_for` and `cwd_for` map host -> interpreter and working directory on that host.
     """
     tasks = []
-    cwd = str(config.workdir) if config.workdir else str(config.path.resolve().parent)
     for job, index, address in config.tasks():
         values = placeholder_values(config, job, index, python_for[address.host], run_id)
         env = {**DEFAULT_ENV, **config.env_for(job), "TF_CONFIG": tf_config(config, job, index)}
         tasks.append(TaskSpec(job=job, index=index, host=address.host, port=address.port,
-                              command=render_command(config.command_for(job), values), env=env, cwd=cwd))
+                              command=render_command(config.command_for(job), values), env=env,
+                              cwd=cwd_for[address.host]))
     return tasks
 
 
 def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
-    """ps and evaluator first, ps waited for until they listen; then chief and workers."""
-    first = tuple(t for t in tasks if t.job in ("ps", "evaluator"))
-    rest = tuple(t for t in tasks if t.job not in ("ps", "evaluator"))
-    phases = []
-    if first:
-        phases.append(Phase(first, tuple(t.name for t in first if t.job in SERVER_JOBS)))
-    if rest:
-        phases.append(Phase(rest))
+    """The start order that avoids TF's waits.
+
+    With parameter servers: ps and evaluator first, and every other host must reach each ps
+    before going on; then the chief (or worker 0), given a few seconds to come up so the others
+    find initialised variables instead of sleeping 30 s in "Waiting for model to be ready"; then
+    the remaining workers. Without ps (all-reduce): all workers at once, as collectives need, and
+    then every worker host must reach every worker.
+    """
+    ps_first = tuple(t for t in tasks if t.job in ("ps", "evaluator"))
+    rest = [t for t in tasks if t.job not in ("ps", "evaluator")]
+    if not any(t.job == "ps" for t in tasks):
+        phases = [Phase(ps_first)] if ps_first else []
+        if rest:
+            phases.append(Phase(tuple(rest), tuple(t.name for t in rest if listens(t)), probe=True))
+        return phases
+    phases = [Phase(ps_first, tuple(t.name for t in ps_first if listens(t)), probe=True)]
+    lead = [t for t in rest if t.job == "chief"] or [t for t in rest if t.job == "worker" and t.index == 0]
+    if lead:
+        phases.append(Phase(tuple(lead), tuple(t.name for t in lead), wait_limit=LEAD_WAIT))
+    others = tuple(t for t in rest if t not in lead)
+    if others:
+        phases.append(Phase(others))
     return phases
 
 

@@ -8,8 +8,16 @@ method this interface lacks. Constructors do no I/O: connecting happens on first
 from __future__ import annotations
 
 import abc
+import shlex
 from dataclasses import dataclass
 from typing import Iterator
+
+
+def shell_path(path: str) -> str:
+    """Quote a path for a host's shell, leaving a leading `~/` for that shell to expand."""
+    if path == "~":
+        return "~"
+    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
 @dataclass(frozen=True)

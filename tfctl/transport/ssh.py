@@ -29,7 +29,7 @@ import paramiko
 
 from tfctl.errors import HostError
 from tfctl.runs import tfctl_home
-from tfctl.transport.base import Result, Stream, Transport
+from tfctl.transport.base import Result, Stream, Transport, shell_path
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -65,13 +65,6 @@ class _Endpoint:
 
 def _fingerprint(key: paramiko.PKey) -> str:
     return f"{key.get_name()} {key.fingerprint}"  # e.g. "ssh-ed25519 SHA256:..." like OpenSSH
-
-
-def _shell_path(path: str) -> str:
-    """Quote a remote path for the shell, leaving a leading `~/` for the shell to expand."""
-    if path == "~":
-        return "~"
-    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -184,7 +177,7 @@ class SSHTransport(Transport):
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         parent, name = posixpath.split(path)
         tmp = posixpath.join(parent, f".{name}.tfctl-{secrets.token_hex(4)}")
-        dst, tmp_q, dir_q = _shell_path(path), _shell_path(tmp), _shell_path(parent or ".")
+        dst, tmp_q, dir_q = shell_path(path), shell_path(tmp), shell_path(parent or ".")
         # umask 077: new parent dirs are 0700 and the temp file is never readable by others;
         # rename(2) within one directory makes the write atomic.
         command = (f"umask 077 && mkdir -p -- {dir_q} && cat > {tmp_q} && chmod {mode:o} {tmp_q} && "

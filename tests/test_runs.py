@@ -1,0 +1,407 @@
+"""The run store: records survive a roundtrip, writes are atomic, updates are locked.
+
+Pure file-system logic under tmp_path; the only processes are the multiprocessing workers of the
+locking tests (no TFCTL_RUN_ID marker, all joined before the test ends).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tfctl.errors import EXIT_USAGE, UsageError
+from tfctl.runs import HostSpec, RunRecord, RunStore, TaskSpec, new_run_id, tfctl_home
+
+# Not fork: this pytest process may hold TensorFlow's threads (test_tf_cluster), and forking a
+# threaded process can deadlock the child. The forkserver is a fresh process that forks cheaply.
+CTX = multiprocessing.get_context("forkserver")
+
+
+def record(run_id: str = "mnist-20261122-183210-1022", cluster_file: str = "/srv/a/cluster.yaml",
+           created_at: float = 1_795_000_000.5, **changes) -> RunRecord:
+    tasks = (
+        TaskSpec("ps", 0, "localhost", 2222, "python train.py --job_name=ps", {"TF_CONFIG": '{"a":1}',
+                 "PYTHONUNBUFFERED": "1"}, "/srv/a"),
+        TaskSpec("worker", 0, "::1", 2223, "python train.py --job_name=worker", {}, None),
+        TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x"),
+    )
+    hosts = (
+        HostSpec("::1", None, "/home/me/.tfctl", {"kind": "local"}),
+        HostSpec("gpu1", "python3", "~/.tfctl", {"kind": "ssh", "user": "me", "port": 2200}),
+        HostSpec("localhost", "/venv/bin/python", "/home/me/.tfctl"),
+    )
+    base = RunRecord(run_id=run_id, cluster_name=run_id.split("-")[0], cluster_file=cluster_file,
+                     created_at=created_at, tasks=tasks, hosts=hosts, grace_period=2.5,
+                     decisive=("worker:0",), essential=("ps:0",))
+    return RunRecord(**{**base.__dict__, **changes})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RunStore:
+    return RunStore(tmp_path / "home")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# --- roundtrip -----------------------------------------------------------------------------------
+
+
+def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> None:
+    original = record(state="running", reason="why", ended_at=None,
+                      watcher={"pid": 123, "starttime": 456})
+    store.save(original)
+    loaded = store.load(original.run_id)
+    assert loaded == original
+    assert isinstance(loaded.tasks, tuple) and all(isinstance(t, TaskSpec) for t in loaded.tasks)
+    assert isinstance(loaded.hosts, tuple) and all(isinstance(h, HostSpec) for h in loaded.hosts)
+    assert isinstance(loaded.decisive, tuple) and loaded.decisive == ("worker:0",)
+    assert isinstance(loaded.essential, tuple) and loaded.essential == ("ps:0",)
+    assert loaded.task("worker:1").env == {"X": "y"}
+    assert loaded.task("worker:0").cwd is None
+    assert loaded.task("worker:0").address == "[::1]:2223"
+    assert loaded.host("gpu1").transport == {"kind": "ssh", "user": "me", "port": 2200}
+    assert loaded.host("localhost").transport == {}
+    assert loaded.active
+
+
+def test_roundtrip_of_a_finished_record(store: RunStore) -> None:
+    done = record().with_state("failed", "worker:1 on gpu1 exited with code 3")
+    assert not done.active and done.ended_at is not None
+    store.save(done)
+    assert store.load(done.run_id) == done
+
+
+def test_roundtrip_of_empty_decisive_and_essential(store: RunStore) -> None:
+    r = record(decisive=(), essential=())
+    store.save(r)
+    assert store.load(r.run_id) == r
+
+
+def test_from_json_of_an_older_record_without_optional_fields() -> None:
+    data = record().to_json()
+    for key in ("decisive", "essential", "state", "ended_at", "reason", "watcher"):
+        del data[key]
+    r = RunRecord.from_json(json.loads(json.dumps(data)))
+    assert (r.decisive, r.essential, r.state, r.reason) == ((), (), "starting", None)
+
+
+def test_file_on_disk_is_plain_json(store: RunStore) -> None:
+    r = record()
+    store.save(r)
+    data = json.loads((store.run_dir(r.run_id) / "run.json").read_text())
+    assert data["run_id"] == r.run_id
+    assert data["tasks"][0] == {"job": "ps", "index": 0, "host": "localhost", "port": 2222,
+                                "command": "python train.py --job_name=ps",
+                                "env": {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"}, "cwd": "/srv/a"}
+    assert data["decisive"] == ["worker:0"]
+
+
+def test_save_overwrites(store: RunStore) -> None:
+    store.save(record())
+    store.save(record(state="succeeded", reason="done"))
+    assert (store.load(record().run_id).state, store.load(record().run_id).reason) == ("succeeded", "done")
+
+
+# --- all, latest ---------------------------------------------------------------------------------
+
+
+def test_latest_is_the_newest_run_of_the_same_cluster_file_only(store: RunStore, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "a" / "cluster.yaml", tmp_path / "b" / "cluster.yaml"
+    # Run ids sort against their age, so neither directory order nor the id decides.
+    a_old = record("mnist-20261122-183210-ffff", str(a.resolve()), created_at=100.0)
+    a_new = record("mnist-20261122-183210-0000", str(a.resolve()), created_at=200.0)
+    b_newest = record("mnist-20261122-183210-8888", str(b.resolve()), created_at=300.0)
+    for r in (a_new, b_newest, a_old):
+        store.save(r)
+    assert store.latest(a).run_id == a_new.run_id
+    assert store.latest(b).run_id == b_newest.run_id
+    assert store.latest(tmp_path / "c" / "cluster.yaml") is None
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert store.latest(Path("cluster.yaml")).run_id == a_new.run_id  # relative path: same file
+    assert store.latest(Path("../b/./cluster.yaml")).run_id == b_newest.run_id
+
+
+def test_latest_of_an_empty_store_is_none(store: RunStore, tmp_path: Path) -> None:
+    assert store.latest(tmp_path / "cluster.yaml") is None
+    assert not store.home.exists()  # reading creates nothing
+
+
+def test_all_is_oldest_first(store: RunStore) -> None:
+    runs = [record(f"m-20260101-00000{i}-abcd", created_at=t) for i, t in enumerate((30.0, 10.0, 20.0))]
+    for r in runs:
+        store.save(r)
+    assert [r.created_at for r in store.all()] == [10.0, 20.0, 30.0]
+
+
+@pytest.mark.parametrize("content", [
+    b"{not json",
+    b"",
+    b'{"run_id": "x"}',           # missing keys
+    b"[1, 2]",                     # not an object
+    b"null",
+    b'"text"',
+    b'{"run_id": "x", "cluster_name": "m", "cluster_file": "f", "created_at": 1, "tasks": [{"job": "ps"}], '
+    b'"hosts": [], "grace_period": 1}',  # a task missing fields
+    b"\xff\xfe\x00garbage",        # not UTF-8
+])
+def test_all_skips_a_corrupt_run_json(store: RunStore, content: bytes) -> None:
+    good1, good2 = record("m-1", created_at=1.0), record("m-2", created_at=2.0)
+    store.save(good1)
+    store.save(good2)
+    bad = store.runs_dir / "m-bad"
+    bad.mkdir()
+    (bad / "run.json").write_bytes(content)
+    (store.runs_dir / "m-empty-dir").mkdir()  # a run dir without run.json
+    assert [r.run_id for r in store.all()] == ["m-1", "m-2"]
+
+
+@pytest.mark.parametrize("created_at", [None, "yesterday"])
+def test_all_skips_a_run_json_with_a_non_numeric_created_at(store: RunStore, created_at) -> None:
+    store.save(record("m-1", created_at=1.0))
+    store.save(record("m-2", created_at=2.0))
+    bad = store.runs_dir / "m-bad"
+    bad.mkdir()
+    data = record("m-bad").to_json()
+    data["created_at"] = created_at
+    (bad / "run.json").write_text(json.dumps(data))
+    assert [r.run_id for r in store.all()] == ["m-1", "m-2"]
+    assert store.latest(Path("/srv/a/cluster.yaml")).run_id == "m-2"
+
+
+def test_load_of_a_corrupt_run_is_a_tfctl_error(store: RunStore) -> None:
+    from tfctl.errors import TfctlError
+
+    store.save(record())
+    (store.run_dir(record().run_id) / "run.json").write_text("{half a rec")
+    with pytest.raises(TfctlError):
+        store.load(record().run_id)
+
+
+def test_all_of_a_missing_store_is_empty(store: RunStore) -> None:
+    assert store.all() == []
+
+
+# --- modes, atomicity ----------------------------------------------------------------------------
+
+
+def test_home_and_run_dir_are_private(store: RunStore) -> None:
+    old = os.umask(0o022)
+    try:
+        store.save(record())
+    finally:
+        os.umask(old)
+    assert mode(store.home) == 0o700
+    assert mode(store.run_dir(record().run_id)) == 0o700
+    assert mode(store.run_dir(record().run_id) / "run.json") & 0o077 == 0
+
+
+def test_existing_open_home_is_made_private(store: RunStore) -> None:
+    store.home.mkdir(mode=0o755)
+    os.chmod(store.home, 0o755)
+    with store.lock():
+        pass
+    assert mode(store.home) == 0o700
+
+
+def test_default_home_is_tfctl_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "h"))
+    assert tfctl_home() == tmp_path / "h"
+    assert RunStore().home == tmp_path / "h"
+    assert not (tmp_path / "h").exists()  # constructing touches nothing
+    monkeypatch.delenv("TFCTL_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    assert tfctl_home() == tmp_path / "me" / ".tfctl"
+
+
+def test_saves_leave_no_temp_files(store: RunStore) -> None:
+    r = record()
+    for i in range(20):
+        store.save(record(reason=f"save {i}"))
+    assert sorted(p.name for p in store.run_dir(r.run_id).iterdir()) == ["run.json"]
+    assert store.load(r.run_id).reason == "save 19"
+
+
+def test_failed_save_keeps_the_old_record_and_leaves_no_temp_file(store: RunStore) -> None:
+    r = record()
+    store.save(r)
+    with pytest.raises(TypeError):
+        store.save(record(watcher={"not json": object()}))
+    assert store.load(r.run_id) == r  # the rename never happened: the old record is intact
+    assert sorted(p.name for p in store.run_dir(r.run_id).iterdir()) == ["run.json"]
+
+
+def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
+    # A biggish record (~30 KB, written in several chunks) so a non-atomic write would be seen half-done.
+    big_env = {f"VAR_{i}": "x" * 60 for i in range(400)}
+    base = record()
+    task0 = TaskSpec(**{**base.tasks[0].__dict__, "env": big_env})
+    base = RunRecord(**{**base.__dict__, "tasks": (task0,) + base.tasks[1:]})
+    store.save(base)
+    path = store.run_dir(base.run_id) / "run.json"
+    done = threading.Event()
+    problems: list[str] = []
+    reads = [0]
+    seen: set[str] = set()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                problems.append(repr(e)[:200])
+                continue
+            if len(data["tasks"][0]["env"]) != len(big_env):
+                problems.append("incomplete record")
+            seen.add(data["reason"] or "")
+            reads[0] += 1
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(200):
+            store.save(RunRecord(**{**base.__dict__, "reason": f"write {i}"}))
+    finally:
+        done.set()
+        thread.join(30)
+    assert not problems, problems[:5]
+    assert reads[0] > 0
+    assert len(seen) > 1  # the reader really read while the writer rewrote
+    assert store.load(base.run_id).reason == "write 199"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]
+
+
+# --- locking across processes --------------------------------------------------------------------
+
+
+def _update_reason(home: str, run_id: str, me: int, count: int) -> None:
+    store = RunStore(Path(home))
+    for n in range(count):
+        store.update(run_id, reason=f"p{me}-{n}")
+
+
+def _increment(home: str, counter: str, count: int) -> None:
+    store = RunStore(Path(home))
+    for _ in range(count):
+        with store.lock():
+            value = int(Path(counter).read_text())
+            time.sleep(0.0002)  # widen the read-modify-write window: without the lock, updates get lost
+            Path(counter).write_text(str(value + 1))
+
+
+def _join(procs: list) -> None:
+    for p in procs:
+        p.join(60)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+def test_update_from_several_processes(store: RunStore) -> None:
+    r = record()
+    store.save(r)
+    path = store.run_dir(r.run_id) / "run.json"
+    procs = [CTX.Process(target=_update_reason, args=(str(store.home), r.run_id, i, 25)) for i in range(4)]
+    for p in procs:
+        p.start()
+    parse_errors, reads = [], 0
+    while any(p.is_alive() for p in procs):
+        try:
+            json.loads(path.read_text())
+            reads += 1
+        except (OSError, ValueError) as e:
+            parse_errors.append(repr(e))
+    _join(procs)
+    assert parse_errors == []
+    final = store.load(r.run_id)
+    # The last update of all is the last update of whichever process finished last.
+    assert final.reason in {f"p{i}-24" for i in range(4)}
+    assert RunRecord(**{**final.__dict__, "reason": None}) == r  # nothing else changed
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]
+
+
+def test_lock_serialises_read_modify_write_across_processes(store: RunStore, tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    procs = [CTX.Process(target=_increment, args=(str(store.home), str(counter), 50)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    _join(procs)
+    assert counter.read_text() == "200"
+
+
+def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
+    r = record()
+    store.save(r)
+    new = store.update(r.run_id, state="succeeded", reason="worker:0 finished successfully", ended_at=5.0)
+    assert (new.state, new.reason, new.ended_at) == ("succeeded", "worker:0 finished successfully", 5.0)
+    assert store.load(r.run_id) == new
+    assert new.tasks == r.tasks
+
+
+def test_update_of_an_unknown_run_is_a_usage_error(store: RunStore) -> None:
+    with pytest.raises(UsageError):
+        store.update("nope-20260101-000000-0000", state="stopped")
+
+
+def test_update_of_an_unknown_field_changes_nothing(store: RunStore) -> None:
+    r = record()
+    store.save(r)
+    with pytest.raises(TypeError):
+        store.update(r.run_id, no_such_field=1)
+    assert store.load(r.run_id) == r
+
+
+# --- run ids, unknown runs -----------------------------------------------------------------------
+
+
+def test_new_run_id_format() -> None:
+    now = time.mktime((2026, 11, 22, 18, 32, 10, 0, 0, -1))
+    run_id = new_run_id("mnist", now)
+    assert re.fullmatch(r"mnist-20261122-183210-[0-9a-f]{4}", run_id), run_id
+
+
+def test_new_run_id_of_a_name_with_dots_and_dashes_now() -> None:
+    before = time.strftime("%Y%m%d-%H%M%S")
+    run_id = new_run_id("my.cluster-1")
+    after = time.strftime("%Y%m%d-%H%M%S")
+    m = re.fullmatch(r"my\.cluster-1-(\d{8}-\d{6})-([0-9a-f]{4})", run_id)
+    assert m, run_id
+    assert before <= m.group(1) <= after
+
+
+def test_new_run_ids_differ_within_one_second() -> None:
+    ids = {new_run_id("m", 1_795_000_000.0) for _ in range(30)}
+    assert len(ids) > 1
+
+
+@pytest.mark.parametrize("home_exists", [False, True])
+def test_load_of_an_unknown_run_is_a_usage_error_exit_2(store: RunStore, home_exists: bool) -> None:
+    if home_exists:
+        store.save(record())
+    with pytest.raises(UsageError) as caught:
+        store.load("nope-20260101-000000-0000")
+    assert caught.value.exit_code == EXIT_USAGE == 2
+    assert "nope-20260101-000000-0000" in caught.value.message
+    assert caught.value.hint and "tfctl runs" in caught.value.hint
+
+
+def test_create_refuses_a_run_id_that_is_taken(store: RunStore) -> None:
+    from tfctl.errors import UsageError
+
+    store.create(record())
+    with pytest.raises(UsageError, match="already taken"):
+        store.create(record())

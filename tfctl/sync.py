@@ -1,0 +1,69 @@
+"""Copying the workdir to remote hosts: only what changed since the last sync to that host.
+
+Each host keeps a cache of the last synced tree per cluster (~/.tfctl/sync/<cluster>) with a
+manifest of content hashes; tfctl asks which files the cache lacks, sends only those, and the
+host copies the cache into the run's own directory, so a later sync never touches a running task.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from tfctl.errors import UsageError
+from tfctl.hostagent import REMOTE_ROOT, HostAgent
+
+MAX_SYNC_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Manifest:
+    root: Path
+    files: dict[str, dict]  # relative path -> {"sha": hex, "size": n, "mode": octal perms}
+
+    @property
+    def size(self) -> int:
+        return sum(f["size"] for f in self.files.values())
+
+
+def excluded(rel: str, patterns: Iterable[str]) -> bool:
+    parts = rel.split("/")
+    return any(fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns)
+
+
+def build_manifest(root: Path, exclude: Iterable[str]) -> Manifest:
+    """Every regular file under `root` not matching `exclude`, with its content hash."""
+    patterns = tuple(exclude)
+    files: dict[str, dict] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = sorted(d for d in dirnames
+                             if not excluded(d if rel_dir == "." else f"{rel_dir}/{d}", patterns))
+        for name in sorted(filenames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            path = Path(dirpath, name)
+            if excluded(rel, patterns) or not path.is_file():
+                continue
+            data = path.read_bytes()
+            files[rel] = {"sha": hashlib.sha256(data).hexdigest(), "size": len(data),
+                          "mode": path.stat().st_mode & 0o777}
+    manifest = Manifest(root, files)
+    if manifest.size > MAX_SYNC_BYTES:
+        raise UsageError(f"workdir {root} holds {manifest.size / 2**20:.0f} MiB to copy to every host",
+                         hint="exclude data and checkpoints with `exclude:`, or set `sync: false` "
+                              "if the hosts share a filesystem")
+    return manifest
+
+
+def sync_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str) -> dict:
+    """Bring one host's copy up to date and place it at `dest`; returns what was copied."""
+    cache = f"{REMOTE_ROOT}/sync/{cluster}"
+    need = agent.call("sync_plan", {"cache": cache, "files": manifest.files})["need"]
+    blobs = {rel: base64.b64encode((manifest.root / rel).read_bytes()).decode() for rel in need}
+    return agent.call("sync_apply", {"cache": cache, "dest": dest, "files": manifest.files, "blobs": blobs},
+                      timeout=600)
