@@ -208,13 +208,12 @@ class Cluster:
                             raise StartupError(f"{name} {info.get('error') or 'exited at once'}"
                                                + self._last_lines_text(name))
                         progress(name, f"running (pid {info['pid']})")
-                if phase.wait_listening:
-                    self._wait_listening(phase.wait_listening, phase.wait_limit or timeout, progress,
-                                         required=phase.wait_limit is None)
+                listening = self._wait_listening(phase.wait_listening, phase.wait_limit or timeout, progress,
+                                                 required=phase.wait_limit is None) if phase.wait_listening else []
                 if phase.probe:
                     later = [t for p in phases[phases.index(phase):] for t in p.tasks]
                     self.check_reachable(sorted({t.host for t in later}),
-                                         [self.record.task(n).address for n in phase.wait_listening], progress)
+                                         [self.record.task(n).address for n in listening], progress)
         except BaseException:
             progress("", "stopping what was started")
             self.stop()
@@ -254,9 +253,12 @@ class Cluster:
         return infos
 
     def _wait_listening(self, names: Sequence[str], timeout: float, progress: Progress, required: bool = True
-                        ) -> None:
+                        ) -> list[str]:
+        """Wait until the tasks listen; returns those that do. A task that already finished with
+        exit 0 needs no waiting for; one that failed, or (if `required`) never listens, is fatal."""
         tasks = [self.record.task(n) for n in names]
         waiting = {t.name for t in tasks}
+        listening: list[str] = []
         deadline = time.monotonic() + timeout
         began = time.monotonic()
         while waiting:
@@ -264,8 +266,9 @@ class Cluster:
             for s in statuses:
                 if s.listening:
                     waiting.discard(s.task)
+                    listening.append(s.task)
                     progress(s.task, f"listening on {s.host}:{s.port} ({time.monotonic() - began:.1f}s)")
-                elif s.final and not required and s.state == "succeeded":
+                elif s.state == "succeeded":
                     waiting.discard(s.task)  # done before it was needed: nothing to wait for
                 elif s.final:
                     raise StartupError(f"{s.task} {s.describe_end()} before listening on port {s.port}"
@@ -273,7 +276,7 @@ class Cluster:
             if waiting and time.monotonic() > deadline:
                 if not required:
                     progress(", ".join(sorted(waiting)), f"not listening after {timeout:g}s; starting the rest anyway")
-                    return
+                    return listening
                 name = sorted(waiting)[0]
                 raise StartupError(
                     f"{name} did not listen on {self.record.task(name).address} within {timeout:g}s"
@@ -281,6 +284,7 @@ class Cluster:
                     hint="raise startup_timeout in the cluster file if the task is just slow to start")
             if waiting:
                 time.sleep(0.2)
+        return listening
 
     def _last_lines_text(self, task: str, count: int = 10) -> str:
         lines = self.last_lines(task, count)

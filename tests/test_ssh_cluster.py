@@ -1,0 +1,289 @@
+"""tfctl over SSH, end to end, on simulated hosts: network namespaces each running a real sshd.
+
+Every host has its own address, hostname and PID namespace; tasks reach each other by the
+names in the lab's /etc/hosts. Traffic goes only to the lab's addresses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAKE_TASK, REPO, tfctl
+from netns_hosts import make_lab_fixture
+
+sys.path.insert(0, str(REPO / "tfctl" / "supervisor"))
+from agent import proc_env_markers  # noqa: E402
+
+pytestmark = pytest.mark.netns
+lab = make_lab_fixture(3, scope="module")
+PORT = 2222  # the same port on every host: each host is its own network namespace
+
+
+def run_pids(lab, run_id: str) -> dict[str, list[int]]:
+    """Processes of a run on each lab host (seen from here: PID namespaces nest in ours)."""
+    found = {}
+    for host in lab.hosts:
+        pids = [p for p in host.pids() if proc_env_markers(p)[0] == run_id]
+        if pids:
+            found[host.name] = pids
+    return found
+
+
+def workdir_with_fake_task(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FAKE_TASK, work / "fake_task.py")
+    (work / "__pycache__").mkdir(exist_ok=True)
+    (work / "__pycache__" / "junk.pyc").write_bytes(b"not synced")
+    return work
+
+
+def write_cluster(tmp_path: Path, lab, jobs: str, command: str, extra: str = "", workdir: Path | None = None,
+                  name: str = "ssh") -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"""name: {name}
+workdir: {workdir or workdir_with_fake_task(tmp_path)}
+python: {sys.executable}
+grace_period: 2
+startup_timeout: 60
+ssh:
+  config: {lab.ssh_config}
+  connect_timeout: 3
+command: "{command}"
+{extra}
+jobs:
+{jobs}
+""")
+    return path
+
+
+JOBS = f"""  ps: [tfh0:{PORT}]
+  worker: [tfh1:{PORT}, tfh2:{PORT}]"""
+
+
+@pytest.fixture
+def no_leftovers(lab):
+    """After the test, nothing carrying a tfctl marker runs on any lab host."""
+    yield
+    deadline = time.monotonic() + 5
+    left: dict = {}
+    while time.monotonic() < deadline:
+        left = {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in lab.hosts}
+        left = {k: v for k, v in left.items() if v}
+        if not left:
+            return
+        time.sleep(0.1)
+    for pids in left.values():
+        for pid in pids:
+            os.kill(pid, 9)
+    pytest.fail(f"processes left on lab hosts: {left}")
+
+
+def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path, home, lab, no_leftovers):
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
+    jobs = (f"  ps: [tfh0:{PORT}]\n  worker:\n    hosts: [tfh1:{PORT}, tfh2:{PORT}]\n"
+            f"    command: \"{command} --ignore-term\"")
+    cluster = write_cluster(tmp_path, lab, jobs, command)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    for host in ("tfh0", "tfh1", "tfh2"):
+        assert f"{host}" in up.stderr and "synced: 1 of 1 files changed" in up.stderr  # the .pyc stayed home
+    assert f"reachability: 3 hosts -> tfh0:{PORT}: all 3 connections ok" in up.stderr
+    tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    assert [(t["task"], t["host"], t["state"]) for t in tasks] == [
+        ("ps:0", "tfh0", "running"), ("worker:0", "tfh1", "running"), ("worker:1", "tfh2", "running")]
+    deadline = time.monotonic() + 15
+    while not all(t["listening"] for t in tasks) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    assert all(t["listening"] for t in tasks)
+    # Each task ran on its own host, in the synced copy, and saw the cluster through TF_CONFIG.
+    logs = tfctl("-f", str(cluster), "logs", home=home).stdout
+    assert '"task":{"type":"worker","index":1}' in logs
+    assert set(run_pids(lab, run_id)) == {"tfh0", "tfh1", "tfh2"}
+    assert lab.host("tfh2").exec(["hostname"]).stdout.strip() == "tfh2"
+
+    began = time.monotonic()
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert f"processes stopped on 3 hosts; 0 remain; port {PORT} free" in down.stderr
+    assert time.monotonic() - began > 2  # the workers ignored SIGTERM: the grace period ran out first
+    assert run_pids(lab, run_id) == {}
+    states = {t["task"]: (t["state"], t["signal"]) for t in
+              json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)}
+    assert states == {"ps:0": ("stopped", 15), "worker:0": ("stopped", 9), "worker:1": ("stopped", 9)}
+
+
+def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_leftovers):
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 " \
+              "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
+    cluster = write_cluster(tmp_path, lab, JOBS, command)
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    assert "job succeeded: worker:0 finished successfully" in up.stderr
+    for task in ("ps:0", "worker:0", "worker:1"):
+        assert f"[{task}]" in up.stdout
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_pids(lab, run_id) == {}
+
+
+def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, home, lab, no_leftovers):
+    canary = "/tmp/tfctl-canary"
+    hostile = f"$(touch {canary}-1); `touch {canary}-2`; touch {canary}-3 | echo \"'\\$HOME"
+    for host in lab.hosts:
+        host.exec(["rm", "-f", f"{canary}-1", f"{canary}-2", f"{canary}-3"])
+    work = workdir_with_fake_task(tmp_path / "dir with space $(touch x)")
+    (work / "print_env.py").write_text("import os\nprint('HOSTILE=' + os.environ['HOSTILE'])\n")
+    jobs = f"  worker: [tfh1:{PORT}]"
+    cluster = write_cluster(tmp_path, lab, jobs, "{python} print_env.py", workdir=work,
+                            extra=f"env:\n  HOSTILE: {json.dumps(hostile)}")
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    assert f"[worker:0] HOSTILE={hostile}" in up.stdout
+    for host in lab.hosts:
+        assert host.exec(["sh", "-c", f"ls {canary}-* 2>/dev/null"]).stdout == ""
+    # An interpreter path full of shell syntax is one (missing) file, not a command line.
+    bad = cluster.read_text().replace(f"python: {sys.executable}", f"python: '/nonexistent/py; touch {canary}-4'")
+    cluster.write_text(bad)
+    result = tfctl("-f", str(cluster), "up", home=home)
+    assert result.returncode != 0
+    assert "tfh1" in result.stderr
+    assert lab.host("tfh1").exec(["sh", "-c", f"ls {canary}-4 2>/dev/null"]).stdout == ""
+
+
+def test_unknown_host_key_is_refused_and_accept_new_pins_it(tmp_path, home, lab, no_leftovers):
+    empty_known = tmp_path / "known_hosts"
+    empty_known.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(empty_known)))
+    command = "{python} fake_task.py --port 2222 --sleep 0"
+    cluster = write_cluster(tmp_path, lab, f"  worker: [tfh1:{PORT}]", command)
+    cluster.write_text(cluster.read_text().replace(str(lab.ssh_config), str(config)))
+    refused = tfctl("-f", str(cluster), "up", home=home)
+    assert refused.returncode == 1
+    assert "unknown host key" in refused.stderr and "tfh1" in refused.stderr and "SHA256:" in refused.stderr
+    assert "--accept-new-host-keys" in refused.stderr
+    assert not (home / "runs").exists() or not list((home / "runs").iterdir())  # nothing was started
+
+    accepted = tfctl("-f", str(cluster), "up", "--accept-new-host-keys", home=home)
+    assert accepted.returncode == 0, accepted.stderr
+    pinned = (home / "known_hosts").read_text()
+    assert lab.host("tfh1").address in pinned
+    strict = tfctl("-f", str(cluster), "up", home=home)  # strict again: the pinned key is known now
+    assert strict.returncode == 0, strict.stderr
+
+
+def test_changed_host_key_is_a_hard_error_naming_both_fingerprints(tmp_path, home, lab, no_leftovers):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = other.with_suffix(".pub").read_text().split()
+    address = lab.host("tfh1").address
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{address} {wrong[0]} {wrong[1]}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
+    cluster = write_cluster(tmp_path, lab, f"  worker: [tfh1:{PORT}]", "{python} fake_task.py --sleep 0")
+    cluster.write_text(cluster.read_text().replace(str(lab.ssh_config), str(config)))
+    result = tfctl("-f", str(cluster), "up", "--accept-new-host-keys", home=home)
+    assert result.returncode == 1
+    assert "changed" in result.stderr.lower() and result.stderr.count("SHA256:") >= 2
+    assert run_pids(lab, "") == {}
+
+
+def test_unreachable_host_fails_preflight_fast_and_nothing_starts(tmp_path, home, lab, no_leftovers):
+    command = "{python} fake_task.py --port 2222 --sleep -1"
+    cluster = write_cluster(tmp_path, lab, JOBS, command)
+    lab.host("tfh2").set_link(False)
+    try:
+        began = time.monotonic()
+        result = tfctl("-f", str(cluster), "up", home=home)
+        took = time.monotonic() - began
+    finally:
+        lab.host("tfh2").set_link(True)
+        lab.host("tfh2").wait_port(22, timeout=10)
+    assert result.returncode == 1
+    assert "tfh2" in result.stderr and "timed out after 3s" in result.stderr
+    assert took < 3 + 5
+    for host in ("tfh0", "tfh1"):
+        assert not [p for p in lab.host(host).pids() if proc_env_markers(p)[0]]
+
+
+def test_worker_that_cannot_reach_the_ps_is_reported_and_nothing_stays(tmp_path, home, lab, no_leftovers):
+    ps = lab.host("tfh0").address
+    blocker = lab.host("tfh2")
+    blocker.exec(["ip", "route", "add", "unreachable", f"{ps}/32"], check=True)
+    try:
+        command = "{python} fake_task.py --port 2222 --sleep -1"
+        result = tfctl("-f", str(write_cluster(tmp_path, lab, JOBS, command)), "up", home=home)
+    finally:
+        blocker.exec(["ip", "route", "del", "unreachable", f"{ps}/32"], check=True)
+    assert result.returncode == 1
+    assert "1 of 3 connections failed in the reachability check" in result.stderr
+    assert f"tfh2 -> tfh0:{PORT}: no route to that address from this host" in result.stderr
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_pids(lab, run_id) == {}  # the ps that had started was stopped again
+
+
+def test_host_reached_only_through_a_jump_host(tmp_path, home, lab, no_leftovers):
+    hidden = lab.host("tfh2")
+    hidden.exec(["ip", "route", "add", "blackhole", f"{lab.gateway}/32"], check=True)  # no way back to us
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text()
+                      + f"\nHost tfh2-via-tfh1\n    HostName {hidden.address}\n    ProxyJump tfh1\n"
+                      + f"    User root\n    IdentityFile \"{lab.client_key}\"\n"
+                      + f"    UserKnownHostsFile \"{lab.known_hosts}\"\n")
+    try:
+        command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 1 " \
+                  "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
+        cluster = write_cluster(tmp_path, lab, JOBS, command,
+                                extra="hosts:\n  tfh2: {ssh: tfh2-via-tfh1}")
+        cluster.write_text(cluster.read_text().replace(str(lab.ssh_config), str(config)))
+        up = tfctl("-f", str(cluster), "up", home=home)
+    finally:
+        hidden.exec(["ip", "route", "del", "blackhole", f"{lab.gateway}/32"], check=True)
+    assert up.returncode == 0, up.stderr
+    assert "[worker:1] worker1 started" in up.stdout
+
+
+def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_path, home, lab, no_leftovers):
+    count = 60
+    work = workdir_with_fake_task(tmp_path)
+    (work / "ticker.py").write_text(
+        f"import time\nfor i in range({count}):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n")
+    cluster = write_cluster(tmp_path, lab, f"  worker: [tfh1:{PORT}]", "{python} ticker.py", workdir=work,
+                            extra="")
+    cluster.write_text(cluster.read_text().replace("connect_timeout: 3", "connect_timeout: 3\n  keepalive: 1"))
+    assert tfctl("-f", str(cluster), "up", "-d", home=home).returncode == 0
+    follower = subprocess.Popen([sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f"],
+                                stdout=subprocess.PIPE, text=True, env={**os.environ, "TFCTL_HOME": str(home)})
+    assert follower.stdout.readline().startswith("[worker:0] tick 0")
+    lab.host("tfh1").set_link(False)
+    time.sleep(4)  # longer than the keepalive-based timeout: the stream notices and reconnects
+    lab.host("tfh1").set_link(True)
+    out, _ = follower.communicate(timeout=60)
+    ticks = ["[worker:0] tick 0"] + [line for line in out.splitlines() if "tick" in line]
+    assert ticks == [f"[worker:0] tick {i}" for i in range(count)]
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_mnist_on_three_hosts_through_ssh(tmp_path, home, lab, no_leftovers):
+    command = ("{python} train.py --job_name={job_name} --task_index={task_index} "
+               "--ps_hosts={ps_hosts} --worker_hosts={worker_hosts} --train_steps 3000")
+    cluster = write_cluster(tmp_path, lab, JOBS, command, workdir=REPO / "examples" / "mnist", name="mnist-ssh")
+    cluster.write_text(cluster.read_text().replace("grace_period: 2", "grace_period: 5"))
+    up = tfctl("-f", str(cluster), "up", home=home, timeout=300)
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    assert "[worker:0] final test accuracy" in up.stdout
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_pids(lab, run_id) == {}
