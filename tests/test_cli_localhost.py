@@ -259,3 +259,24 @@ def test_help_imports_neither_tensorflow_nor_paramiko(argv: list[str]) -> None:
             "print(sorted(m for m in ('tensorflow', 'paramiko', 'rich') if m in sys.modules))" % (argv,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_check_names_a_busy_port_and_starts_nothing(tmp_path: Path, home: Path) -> None:
+    ports = free_ports(2)
+    cluster = write_cluster(tmp_path, ports, fake(f"--port {ports[0]} --sleep -1"), fake("--sleep -1"))
+    ok = tfctl("check", "-f", str(cluster), home=home)
+    assert ok.returncode == 0, ok.stderr
+    assert "localhost" in ok.stdout and f"localhost:{ports[0]}: all 1 connections ok" in ok.stderr
+    squatter = subprocess.Popen([sys.executable, "-c", f"import socket,time; s=socket.socket(); "
+                                 f"s.bind(('0.0.0.0', {ports[1]})); s.listen(); time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not port_listening(ports[1]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        busy = tfctl("check", "-f", str(cluster), home=home)
+        assert busy.returncode == 1
+        assert f"port in use: localhost:{ports[1]} (pid {squatter.pid}" in busy.stderr
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert not (home / "runs").exists()

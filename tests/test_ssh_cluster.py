@@ -287,3 +287,22 @@ def test_mnist_on_three_hosts_through_ssh(tmp_path, home, lab, no_leftovers):
     assert "[worker:0] final test accuracy" in up.stdout
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     assert run_pids(lab, run_id) == {}
+
+
+def test_check_reports_versions_and_a_blocked_route_without_starting_anything(tmp_path, home, lab, no_leftovers):
+    cluster = write_cluster(tmp_path, lab, JOBS, "{python} fake_task.py --sleep 0")
+    ok = tfctl("-f", str(cluster), "check", "--json", home=home)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert [h["hostname"] for h in report["hosts"]] == ["tfh0", "tfh1", "tfh2"]
+    assert all(h["tensorflow"] for h in report["hosts"]) and report["warnings"] == []
+    assert report["network"] == f"reachability: 3 hosts -> tfh0:{PORT}: all 3 connections ok"
+    ps = lab.host("tfh0").address
+    lab.host("tfh1").exec(["ip", "route", "add", "unreachable", f"{ps}/32"], check=True)
+    try:
+        blocked = tfctl("-f", str(cluster), "check", home=home)
+    finally:
+        lab.host("tfh1").exec(["ip", "route", "del", "unreachable", f"{ps}/32"], check=True)
+    assert blocked.returncode == 1
+    assert f"tfh1 -> tfh0:{PORT}: no route to that address from this host" in blocked.stderr
+    assert not (home / "runs").exists()

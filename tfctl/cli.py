@@ -359,6 +359,47 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
     return 0 if clean else 1
 
 
+@cli.command()
+@_file_option()
+@click.option("--network/--no-network", default=True,
+              help="Also check that every host reaches the ps ports (or, without ps, every worker port).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@_accept_new_option
+@click.pass_context
+def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json: bool,
+          accept_new_host_keys: bool) -> int:
+    """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
+    from rich.table import Table
+
+    from tfctl import console, lifecycle
+    from tfctl.config import load_config
+
+    plan = lifecycle.plan_run(load_config(_cluster_file(ctx, cluster_file)))
+    start = time.monotonic()
+    report = lifecycle.check(plan, network, lambda who, msg: console.err().print(
+        f"{_stamp(start)} {who:<12} {msg}", markup=False), accept_new_host_keys)
+    if as_json:
+        console.out().print_json(json.dumps({
+            "hosts": [{"host": i.host, "hostname": i.hostname, "python": i.python, "tensorflow": i.tensorflow,
+                       "error": i.error} for i in report.hosts],
+            "warnings": report.warnings, "busy_ports": report.busy, "network": report.network}))
+    else:
+        table = Table(box=None, pad_edge=False)
+        for col in ("HOST", "HOSTNAME", "PYTHON", "TENSORFLOW"):
+            table.add_column(col, no_wrap=True)
+        for i in report.hosts:
+            table.add_row(i.host, i.hostname, i.python or "-", i.tensorflow or "-")
+        console.out().print(table)
+        for warning in report.warnings:
+            console.err().print(f"warning: {warning}", markup=False)
+        for address, info in report.busy.items():
+            console.err().print(f"port in use: {address} (pid {', '.join(map(str, info['pids'])) or '?'} "
+                                f"{info['command']})", markup=False)
+        if report.network:
+            console.err().print(report.network, markup=False)
+    return 1 if report.busy else 0
+
+
 @cli.command(name="runs")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def runs_command(as_json: bool) -> int:

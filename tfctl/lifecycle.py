@@ -256,3 +256,48 @@ def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[st
     result = fan_out(agents, lambda a: a.host, lambda a: a.call("sweep", {"live_runs": live, "grace": grace}))
     result.raise_if_failed("stopping orphans")
     return result.succeeded
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    hosts: list[HostInfo]
+    warnings: list[str]
+    busy: dict[str, dict]
+    network: str | None  # the reachability summary, when checked
+
+
+def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: bool = False) -> CheckReport:
+    """What `up` would find out before starting anything, without starting anything.
+
+    With `network`, the ports of the tasks others must reach (the ps, or every worker for
+    all-reduce) are held open by throw-away listeners and probed from every other host.
+    """
+    cluster = Cluster(plan.record, accept_new_host_keys=accept_new_host_keys)
+    try:
+        infos = cluster.preflight(progress)
+        busy = cluster.busy_ports(list(plan.record.tasks))
+        summary = None
+        if network and not busy:
+            summary = _check_network(cluster, plan, progress)
+        return CheckReport(infos, version_warnings(infos), busy, summary)
+    finally:
+        cluster.close()
+
+
+def _check_network(cluster: Cluster, plan: Plan, progress: Progress) -> str:
+    targets = [cluster.record.task(name) for phase in plan.phases if phase.probe for name in phase.wait_listening]
+    marker = cluster.record.run_id
+    by_host: dict[str, list[int]] = {}
+    for t in targets:
+        by_host.setdefault(t.host, []).append(t.port)
+    messages: list[str] = []
+    try:
+        held = fan_out([cluster.agents[h] for h in by_host], lambda a: a.host,
+                       lambda a: a.call("listen", {"run_id": marker, "ports": by_host[a.host], "seconds": 120}))
+        held.raise_if_failed("opening test listeners")
+        cluster.check_reachable(sorted({t.host for t in cluster.record.tasks}), [t.address for t in targets],
+                                lambda _who, msg: messages.append(msg))
+    finally:
+        fan_out([cluster.agents[h] for h in by_host], lambda a: a.host,
+                lambda a: a.call("stop", {"run_id": marker, "grace": 1}))
+    return messages[-1] if messages else "nothing to check"

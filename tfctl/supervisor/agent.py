@@ -655,6 +655,35 @@ def verb_probe(req: dict) -> dict:
     return {"results": results}
 
 
+LISTENER = """
+import socket, sys, time
+socks = []
+for port in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(port)))
+    s.listen(64)
+    socks.append(s)
+print("listening", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def verb_listen(req: dict) -> dict:
+    """Hold the given ports open for a while (marked with `run_id`, stopped with `stop`), so the
+    network between hosts can be checked before any TensorFlow task exists."""
+    env = dict(os.environ, **{RUN_ENV: req["run_id"]})
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER, str(req.get("seconds", 60))]
+                            + [str(p) for p in req["ports"]], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    line = proc.stdout.readline()
+    if not line.startswith(b"listening"):
+        proc.wait()
+        raise AgentError("cannot listen on ports %s: %s" % (
+            req["ports"], (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]))
+    return {"pid": proc.pid}
+
+
 def read_manifest(cache: str) -> dict:
     return read_json(os.path.join(cache, ".tfctl-manifest.json")) or {}
 
@@ -707,6 +736,7 @@ VERBS = {
     "ports": verb_ports,
     "info": verb_info,
     "probe": verb_probe,
+    "listen": verb_listen,
     "sync_plan": verb_sync_plan,
     "sync_apply": verb_sync_apply,
 }
