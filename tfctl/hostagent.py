@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
+import threading
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,6 +30,37 @@ def agent_digest() -> str:
     return hashlib.sha256(AGENT_SOURCE.read_bytes()).hexdigest()[:16]
 
 
+class _Conversation:
+    """A running `agent.py serve`: requests written one per line, answers read in order."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._stream.lines():
+                self._answers.put(line)
+        except (OSError, EOFError):
+            pass
+        finally:
+            self._answers.put(None)
+
+    def ask(self, verb: str, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        self._stream.send((json.dumps({"verb": verb, "req": request}) + "\n").encode())
+        line = self._answers.get(timeout=timeout)
+        if line is None:
+            raise EOFError("the supervisor conversation ended")
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError(f"not an answer: {line[:80]}")
+        return answer
+
+    def close(self) -> None:
+        self._stream.close()
+
+
 class HostAgent:
     """The supervisor on one host, reached through a transport. No I/O until first call."""
 
@@ -37,6 +70,8 @@ class HostAgent:
         self.python = interpreter(python, transport.is_local)
         self.root = root
         self._agent_path: str | None = None
+        self._conversation: _Conversation | None = None
+        self._lock = threading.Lock()
 
     def _agent(self) -> str:
         """Path of the agent on the host; shipped once per content hash to remote hosts."""
@@ -55,20 +90,49 @@ class HostAgent:
         return f"{shell_path(self.python)} {shell_path(self._agent())} {verb}"
 
     def call(self, verb: str, payload: dict[str, Any], timeout: float | None = 120) -> dict[str, Any]:
-        """Run one agent verb and return its JSON answer; any failure becomes a HostError."""
+        """Run one agent verb and return its JSON answer; any failure becomes a HostError.
+
+        Requests go through one long-lived `serve` conversation per host; if it cannot be had
+        (or dies), the request is made once on its own, which also yields the clearest error.
+        """
         payload = {"root": self.root, **payload}
+        with self._lock:
+            try:
+                if self._conversation is None:
+                    self._conversation = _Conversation(self.transport.stream(self._command("serve")))
+                answer = self._conversation.ask(verb, payload, timeout)
+            except queue.Empty:
+                self._drop_conversation()
+                raise HostError(self.host, f"supervisor `{verb}` gave no answer within {timeout:g}s") from None
+            except (OSError, EOFError, ValueError, HostError):
+                self._drop_conversation()
+                answer = self._call_once(verb, payload, timeout)
+        if "error" in answer:
+            raise HostError(self.host, answer["error"])
+        return answer
+
+    def _call_once(self, verb: str, payload: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         result = self.transport.run(self._command(verb), stdin=json.dumps(payload).encode(), timeout=timeout)
         try:
             answer = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
         except ValueError:
             answer = None
-        if isinstance(answer, dict) and "error" in answer:
-            raise HostError(self.host, answer["error"])
-        if not result.ok or not isinstance(answer, dict):
-            detail = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.exit_code}").splitlines()
-            raise HostError(self.host, f"supervisor `{verb}` failed: {detail[-1] if detail else ''}",
-                            hint=f"check that {self.python} (Python >= 3.8) runs on {self.host}")
-        return answer
+        if isinstance(answer, dict) and ("error" in answer or result.ok):
+            return answer
+        detail = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.exit_code}").splitlines()
+        raise HostError(self.host, f"supervisor `{verb}` failed: {detail[-1] if detail else ''}",
+                        hint=f"check that {self.python} (Python >= 3.8) runs on {self.host}")
+
+    def _drop_conversation(self) -> None:
+        if self._conversation is not None:
+            self._conversation.close()
+            self._conversation = None
+
+    def close(self) -> None:
+        """End the conversation and the connection (both reopen on the next call)."""
+        with self._lock:
+            self._drop_conversation()
+        self.transport.close()
 
     def follow(self, payload: dict[str, Any]) -> tuple[Stream, Iterator[dict[str, Any]]]:
         """Start the agent's `follow` stream; returns the stream (to close) and its events."""

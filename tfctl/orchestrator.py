@@ -146,7 +146,7 @@ class Cluster:
 
     def close(self) -> None:
         for agent in self.agents.values():
-            agent.transport.close()
+            agent.close()
 
     def _by_host(self, tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
         grouped: dict[str, list[TaskSpec]] = defaultdict(list)

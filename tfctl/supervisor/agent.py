@@ -742,12 +742,36 @@ VERBS = {
 }
 
 
+def serve() -> None:
+    """One request per line on stdin, one answer per line on stdout, until stdin closes.
+
+    tfctl keeps one such process per host for a whole command, so each request costs a round
+    trip instead of a new SSH channel and a new Python process.
+    """
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+            emit(VERBS[msg["verb"]](msg["req"]))
+        except AgentError as e:
+            emit({"error": str(e)})
+        except Exception as e:  # noqa: BLE001 - a failed request must not end the conversation
+            emit({"error": "%s failed: %s: %s" % (line[:40].strip(), type(e).__name__, e)})
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] == "_monitor":
         verb_monitor(argv[2], argv[3])
         return 0
+    if len(argv) == 2 and argv[1] == "serve":
+        try:
+            serve()
+        except BrokenPipeError:
+            pass
+        return 0
     if len(argv) != 2 or argv[1] not in (*VERBS, "follow"):
-        sys.stderr.write("usage: agent.py {%s,follow} < request.json\n" % ",".join(VERBS))
+        sys.stderr.write("usage: agent.py {%s,follow,serve} < request.json\n" % ",".join(VERBS))
         return 2
     try:
         req = json.load(sys.stdin)

@@ -43,6 +43,10 @@ class Stream(abc.ABC):
         """Yield stdout lines (without newline) until the command ends or the link drops."""
 
     @abc.abstractmethod
+    def send(self, data: bytes) -> None:
+        """Write to the command's stdin (only for streams started with `stdin=None`)."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Stop reading and end the command; safe to call twice."""
 
@@ -68,7 +72,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
-        """Start `command` and return its stdout as a stream."""
+        """Start `command` and return its stdout as a stream. With `stdin` bytes, they are its
+        whole input; with None, stdin stays open for `Stream.send` (a conversation)."""
 
     @abc.abstractmethod
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:

@@ -6,6 +6,7 @@ the controller, which decides what to do, and never kills a supervisor call half
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,6 +34,14 @@ class LocalStream(Stream):
             yield raw.decode("utf-8", errors="replace").rstrip("\n")
         self._proc.wait()
 
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as e:
+            raise OSError(f"the command's stdin is closed: {e}") from e
+
     def close(self) -> None:
         """End the whole command (its own process group: the shell and what it started)."""
         if self._proc.poll() is None:
@@ -42,8 +51,10 @@ class LocalStream(Stream):
             except subprocess.TimeoutExpired:
                 _kill_group(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None and not pipe.closed:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     @property
     def exit_code(self) -> int | None:
@@ -74,9 +85,10 @@ class LocalTransport(Transport):
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 start_new_session=True)
-        assert proc.stdin is not None
-        proc.stdin.write(stdin or b"")
-        proc.stdin.close()
+        if stdin is not None:
+            assert proc.stdin is not None
+            proc.stdin.write(stdin)
+            proc.stdin.close()
         return LocalStream(proc)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:

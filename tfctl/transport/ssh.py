@@ -110,6 +110,12 @@ class SSHStream(Stream):
             yield pending.decode("utf-8", errors="replace")
         self._chan.status_event.wait()  # stdout can close before the command exits, as with local
 
+    def send(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (OSError, EOFError) as e:
+            raise OSError(f"the remote command's stdin is closed: {e}") from e
+
     def close(self) -> None:
         self._chan.close()
 
@@ -171,7 +177,8 @@ class SSHTransport(Transport):
 
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         chan = self._exec(command)
-        _spawn(_feed, chan, stdin)
+        if stdin is not None:
+            _spawn(_feed, chan, stdin)
         return SSHStream(chan)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
