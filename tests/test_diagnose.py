@@ -1,0 +1,528 @@
+"""tfctl.tf.diagnose against log lines captured from real TensorFlow 2.21 runs (tests/data/tf_logs).
+
+Each capture's first line says how it was made (`# scenario: ...`); lines starting with `# ` are
+the capture's header, everything else is TensorFlow's output verbatim.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from pathlib import Path
+
+import pytest
+
+from tfctl.orchestrator import TaskStatus
+from tfctl.tf.diagnose import (KINDS, NOISE, PATTERNS, Finding, PeerInfo, describe_end, diagnose, explain,
+                               is_noise, last_meaningful, match_line, tf_task_name)
+
+DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
+DEVICE_FILTERS = 'device_filters=["/job:ps", "/job:worker/task:%d"'
+
+
+def load(name: str) -> list[str]:
+    text = (DATA / name).read_text(encoding="utf-8")
+    assert text.startswith("# scenario: "), f"{name} must start with a '# scenario:' line"
+    return [line for line in text.splitlines() if not line.startswith("# ")]
+
+
+def first(name: str, needle: str) -> str:
+    """The first line of a capture that contains `needle` (so tests name real lines, not invent them)."""
+    for line in load(name):
+        if needle in line:
+            return line
+    raise AssertionError(f"no line with {needle!r} in {name}")
+
+
+def last(name: str, needle: str) -> str:
+    return [line for line in load(name) if needle in line][-1]
+
+
+def is_evidence_of(evidence: str, line: str) -> bool:
+    """`evidence` is `line`, stripped and cut to 300 characters (ending in `...` when cut)."""
+    line = line.strip()
+    return evidence == line if len(line) <= 300 else (evidence.endswith("...") and line.startswith(evidence[:-3]))
+
+
+# --------------------------------------------------------------------------- every capture -> findings
+
+# file, task whose log it is, expected kinds (exactly, in order), peer of the first finding,
+# words in its cause, words in its fix, a substring of its evidence.
+CASES = [
+    ("createsession_waiting_for_ps.log", "worker:0", ["waiting_for_peer"], "ps:0",
+     ["waiting for ps:0", "CreateSession"], ["ps:0", "tfctl status"], "/job:ps/replica:0/task:0"),
+    ("createsession_no_device_filters.log", "worker:0", ["waiting_for_peer"], "worker:1",
+     ["worker:1", "no device filters"], [DEVICE_FILTERS], "/job:worker/replica:0/task:1"),
+    ("ps_killed_worker0_default.log", "worker:0", ["step_cancelled"], None,
+     ["cancelled", "ps dying", "hangs"], ["tfctl status", "GRPC_FAIL_FAST=true"],
+     "Cancellation requested for RunGraph"),
+    ("ps_killed_worker1_default.log", "worker:1", ["step_cancelled"], None,
+     ["cancelled", "hangs"], ["ps tasks"], "Local rendezvous send item cancelled"),
+    ("ps_killed_worker0_grpc_fail_fast.log", "worker:0", ["peer_died"], "ps:0",
+     ["lost the connection to ps:0"], ["tfctl logs ps:0", "restart"], "CreateSession failed because worker /job:ps"),
+    ("port_in_use_second_server.log", "worker:0", ["port_in_use"], None,
+     ["port 37373", "already listens"], ["ss -ltnp 'sport = :37373'", "tfctl down --all", "another port"],
+     "Failed to add port to server"),
+    ("port_in_use_plain_socket.log", "worker:0", ["port_in_use"], None,
+     ["port 55359"], ["sport = :55359"], "'0.0.0.0:55359'"),
+    ("mwms_waiting_for_worker1.log", "worker:0", ["mwms_waiting"], "worker:1",
+     ["1 of 2 tasks", "coordination service", "missing: worker:1"], ["start worker:1", "TF_CONFIG"],
+     "Waiting for 1/2 tasks to connect"),
+    ("mwms_leader_missing_worker1_silent.log", "worker:1", [], None, [], [], None),
+    ("mwms_peer_killed_survivor.log", "worker:0", ["peer_died"], "worker:1",
+     ["lost the connection to worker:1"], ["tfctl logs worker:1"], "Collective ops is aborted by"),
+    ("nonchief_waiting_for_model.log", "worker:1", ["waiting_for_model"], None,
+     ["chief to initialise the variables", "global_step, w", "30 s"], ["start the chief"],
+     "Waiting for model to be ready"),
+    ("nonchief_waiting_for_model_default_verbosity.log", "worker:1", [], None, [], [], None),
+    ("oom_eager_huge_tensor.log", "worker:0", ["oom"], None,
+     ["out of memory", "[1073741824,1024] float", "4.4 TB", "CPU:0"], ["batch size", "more free memory"],
+     "OOM when allocating tensor with shape[1073741824,1024]"),
+    ("oom_tf1_session_ulimit.log", "worker:0", ["oom"], None,
+     ["[40000,40000] float", "6.4 GB"], ["batch size", "ulimit -v"],
+     "OOM when allocating tensor with shape[40000,40000]"),
+    ("nan_loss_hook.log", "worker:0", ["nan_loss"], None,
+     ["loss became NaN", "NanTensorHook"], ["learning rate", "clip", "enable_check_numerics"],
+     "NaN loss during training"),
+    ("check_numerics_nan.log", "worker:0", ["nan_loss"], None,
+     ["check_numerics 'loss check' found NaN values"], ["learning rate"], "Tensor had NaN values"),
+    ("bad_task_index.log", "worker:2", ["bad_cluster_spec"], None,
+     ['no task 2 in job "worker"'], ["TF_CONFIG", "{task_index}"], 'Task 2 was not defined in job "worker"'),
+    ("job_not_defined.log", "ps:0", ["bad_cluster_spec"], None,
+     ['no job "ps"'], ["TF_CONFIG"], 'Job "ps" was not defined in cluster'),
+    ("healthy_chief_worker0.log", "worker:0", [], None, [], [], None),
+    ("healthy_worker1.log", "worker:1", [], None, [], [], None),
+]
+
+
+def test_every_capture_has_a_case() -> None:
+    files = {p.name for p in DATA.glob("*.log")}
+    assert files == {c[0] for c in CASES}
+    for name in files:
+        assert load(name), f"{name} has no captured lines"
+
+
+@pytest.mark.parametrize("name,task,kinds,peer,cause_words,fix_words,evidence", CASES, ids=[c[0] for c in CASES])
+def test_capture(name, task, kinds, peer, cause_words, fix_words, evidence) -> None:
+    lines = load(name)
+    findings = diagnose(task, lines)
+    assert [f.kind for f in findings] == kinds, [(f.kind, f.evidence) for f in findings]
+    if not kinds:
+        return
+    f = findings[0]
+    assert f.task == task
+    assert f.peer == peer
+    for word in cause_words:
+        assert word in f.cause, (word, f.cause)
+    for word in fix_words:
+        assert word in f.fix, (word, f.fix)
+    assert evidence in f.evidence
+    # Evidence is a real line of the capture (trimmed), and cause/fix are single lines.
+    assert any(is_evidence_of(f.evidence, line) for line in lines)
+    assert "\n" not in f.cause and "\n" not in f.fix
+
+
+def test_diagnose_accepts_a_one_pass_iterator() -> None:
+    lines = load("mwms_waiting_for_worker1.log")
+    assert diagnose("worker:0", iter(lines)) == diagnose("worker:0", lines)
+
+
+# ------------------------------------------------------------------------------------- single lines
+
+# file, a substring picking the first real line containing it, expected kind (None: no finding), peer.
+LINES = [
+    ("createsession_waiting_for_ps.log", "CreateSession still waiting", "waiting_for_peer", "ps:0"),
+    ("createsession_no_device_filters.log", "CreateSession still waiting", "waiting_for_peer", "worker:1"),
+    ("ps_killed_worker0_grpc_fail_fast.log", "CreateSession failed because", "peer_died", "ps:0"),
+    ("ps_killed_worker0_grpc_fail_fast.log", "Cleanup partition error: UNAVAILABLE", "peer_died", None),
+    ("ps_killed_worker0_grpc_fail_fast.log", "Cancellation requested for RunGraph", "step_cancelled", None),
+    ("mwms_peer_killed_survivor.log", "Aborting RingReduce with UNAVAILABLE", "peer_died", None),
+    ("mwms_peer_killed_survivor.log", "Local rendezvous is aborting with status: UNAVAILABLE", "peer_died", None),
+    ("mwms_peer_killed_survivor.log", "UnavailableError: Graph execution error", "peer_died", None),
+    ("mwms_peer_killed_survivor.log", "Error received from peer", "peer_died", None),
+    ("mwms_waiting_for_worker1.log", "Waiting for 1/2 tasks to connect", "mwms_waiting", None),
+    ("mwms_waiting_for_worker1.log", "Example stragglers:", "mwms_waiting", None),
+    ("nonchief_waiting_for_model.log", "Waiting for model to be ready", "waiting_for_model", None),
+    ("port_in_use_second_server.log", "Failed to add port to server", "port_in_use", None),
+    ("port_in_use_second_server.log", "UnknownError: Could not start gRPC server", "port_in_use", None),
+    ("oom_eager_huge_tensor.log", "OP_REQUIRES failed", "oom", None),
+    ("oom_eager_huge_tensor.log", "errors_impl.ResourceExhaustedError", "oom", None),
+    ("oom_tf1_session_ulimit.log", "Local rendezvous is aborting with status: RESOURCE_EXHAUSTED", "oom", None),
+    ("nan_loss_hook.log", "Model diverged with loss = NaN", "nan_loss", None),
+    ("nan_loss_hook.log", "NanLossDuringTrainingError: NaN loss", "nan_loss", None),
+    ("check_numerics_nan.log", "INVALID_ARGUMENT: loss check : Tensor had NaN values", "nan_loss", None),
+    ("bad_task_index.log", "Task 2 was not defined", "bad_cluster_spec", None),
+    # Not findings: ordinary progress, TF's own info, a straggler name alone, the end of a wait.
+    ("mwms_peer_killed_survivor.log", "Waiting for 0/2 tasks to connect", None, None),
+    ("mwms_waiting_for_worker1.log", "/job:worker/replica:0/task:1", None, None),
+    ("healthy_chief_worker0.log", "Started server with target", None, None),
+    ("healthy_chief_worker0.log", "Scanning workers for devices", None, None),
+    ("healthy_chief_worker0.log", "final test accuracy", None, None),
+    ("oom_tf1_session_ulimit.log", "exceeds 10% of free system memory", None, None),
+    ("ps_killed_worker0_default.log", "ABORTED: Cleanup", None, None),
+    ("ps_killed_worker0_grpc_fail_fast.log", "Additional GRPC error information", None, None),
+]
+
+
+@pytest.mark.parametrize("name,needle,kind,peer", LINES, ids=[f"{l[0]}:{l[1][:30]}" for l in LINES])
+def test_match_line(name, needle, kind, peer) -> None:
+    line = first(name, needle)
+    f = match_line("worker:0", line)
+    if kind is None:
+        assert f is None, f
+        return
+    assert f is not None and f.kind == kind and f.peer == peer, f
+    assert f.task == "worker:0" and f.cause and f.fix and is_evidence_of(f.evidence, line)
+
+
+def test_every_pattern_kind_is_a_known_kind() -> None:
+    assert {p.kind for p in PATTERNS} <= set(KINDS)
+    assert set(KINDS) - {p.kind for p in PATTERNS} == {"unknown_failure"}
+
+
+def test_unknown_failure_is_the_exception_line() -> None:
+    # The MWMS survivor's traceback ends in UnavailableError, which is known (peer_died), not unknown.
+    assert "unknown_failure" not in [f.kind for f in diagnose("worker:0", load("mwms_peer_killed_survivor.log"))]
+    # A Python exception with no known pattern: the last line of the bad-index traceback, its
+    # message cut off before the known text, stands for any unknown error.
+    line = first("bad_task_index.log", "InternalError: Task 2")
+    unknown = line.split(": Task 2")[0] + ": something else went wrong"
+    f = match_line("worker:2", unknown)
+    assert f is not None and f.kind == "unknown_failure"
+    assert "InternalError: something else went wrong" in f.cause and "tfctl logs --tail 60 worker:2" in f.fix
+    others = [l for l in load("bad_task_index.log") if "was not defined" not in l]
+    (u,) = diagnose("worker:2", others + [unknown])
+    assert u.kind == "unknown_failure" and u.evidence == unknown
+
+
+def test_tf_task_names() -> None:
+    assert tf_task_name(first("createsession_waiting_for_ps.log", "CreateSession still waiting")) == "ps:0"
+    assert tf_task_name(first("oom_eager_huge_tensor.log", "OP_REQUIRES failed")) is None  # /job:localhost
+
+
+def test_peer_on_the_next_line_is_attached() -> None:
+    # "Cleanup partition error: UNAVAILABLE" names no task; the next line names the remote target.
+    lines = load("ps_killed_worker0_grpc_fail_fast.log")
+    i = next(i for i, l in enumerate(lines) if "Cleanup partition error: UNAVAILABLE" in l)
+    (f,) = diagnose("worker:0", lines[: i + 2])
+    assert f.kind == "peer_died" and f.peer == "ps:0" and "ps:0" in f.cause
+    (g,) = diagnose("worker:0", lines[: i + 1])
+    assert g.kind == "peer_died" and g.peer is None
+    # Other threads' lines may come in between (here: a real Cleanup line of the same capture).
+    other = first("ps_killed_worker0_grpc_fail_fast.log", "ABORTED: Cleanup")
+    (h,) = diagnose("worker:0", lines[: i + 1] + [other, other] + lines[i + 1: i + 2])
+    assert h.peer == "ps:0"
+    (k,) = diagnose("worker:0", lines[: i + 1] + [other] * 5 + lines[i + 1: i + 2])
+    assert k.peer is None  # too far away to be this error's peer
+
+
+def test_newest_finding_per_kind_and_precise_beats_vague() -> None:
+    lines = load("ps_killed_worker0_grpc_fail_fast.log")
+    (f,) = diagnose("worker:0", lines)
+    assert is_evidence_of(f.evidence, last("ps_killed_worker0_grpc_fail_fast.log", "CreateSession failed because"))
+    # The port's line comes before the vaguer "Could not start gRPC server" ones and stays the evidence.
+    (p,) = diagnose("worker:0", load("port_in_use_second_server.log"))
+    assert "Failed to add port" in p.evidence
+
+
+def test_a_wait_ends_when_the_task_makes_progress() -> None:
+    waiting = load("createsession_waiting_for_ps.log")
+    steps = [l for l in load("healthy_chief_worker0.log") if l.startswith("step ")]
+    chatter = [first("healthy_chief_worker0.log", "Scanning workers for devices"),
+               first("healthy_chief_worker0.log", "ABORTED: Cleanup")]
+    assert [f.kind for f in diagnose("worker:0", waiting + chatter)] == ["waiting_for_peer"]
+    assert diagnose("worker:0", waiting + steps[:1]) == []
+    # MWMS: "Waiting for 1/2" then "Waiting for 0/2": over (the survivor capture, cut before the kill).
+    survivor = load("mwms_peer_killed_survivor.log")
+    before_kill = survivor[: next(i for i, l in enumerate(survivor) if "UNAVAILABLE" in l)]
+    assert any("Waiting for 1/2" in l for l in before_kill)
+    assert diagnose("worker:0", before_kill) == []
+    upto_wait = before_kill[: next(i for i, l in enumerate(before_kill) if "Waiting for 0/2" in l)]
+    assert [f.kind for f in diagnose("worker:0", upto_wait)] == ["mwms_waiting"]
+    # TF's own "Waiting for 0/2" (and the barrier that follows) end it, before any program output.
+    tf_only = before_kill[: next(i for i, l in enumerate(before_kill) if l.startswith("strategy ready"))]
+    assert diagnose("worker:0", tf_only) == []
+
+
+# ------------------------------------------------------------------------------------------- noise
+
+NOISY = [
+    ("createsession_waiting_for_ps.log", "failed call to cuInit"),
+    ("createsession_waiting_for_ps.log", "Could not find cuda drivers"),
+    ("createsession_waiting_for_ps.log", "WARNING: All log messages before absl::InitializeLog()"),
+    ("createsession_waiting_for_ps.log", "This TensorFlow binary is optimized"),
+    ("createsession_waiting_for_ps.log", "To enable the following instructions"),
+    ("createsession_waiting_for_ps.log", "disable_resource_variables"),
+    ("createsession_waiting_for_ps.log", "Instructions for updating:"),
+    ("createsession_waiting_for_ps.log", "non-resource variables are not supported"),
+    ("healthy_chief_worker0.log", "Local rendezvous is aborting with status: ABORTED: Cleanup"),
+    ("healthy_chief_worker0.log", "MLIR V1 optimization pass is not enabled"),
+]
+MEANINGFUL = [
+    ("mwms_peer_killed_survivor.log", "Local rendezvous is aborting with status: UNAVAILABLE"),
+    ("oom_tf1_session_ulimit.log", "Local rendezvous is aborting with status: RESOURCE_EXHAUSTED"),
+    ("ps_killed_worker0_grpc_fail_fast.log", "Local rendezvous is aborting with status: ABORTED: Stopping"),
+    ("healthy_chief_worker0.log", "Started server with target"),
+    ("healthy_chief_worker0.log", "Scanning workers for devices"),
+    ("createsession_waiting_for_ps.log", "CreateSession still waiting"),
+]
+
+
+@pytest.mark.parametrize("name,needle", NOISY)
+def test_noise(name, needle) -> None:
+    assert is_noise(first(name, needle))
+
+
+@pytest.mark.parametrize("name,needle", MEANINGFUL)
+def test_not_noise(name, needle) -> None:
+    assert not is_noise(first(name, needle))
+
+
+def test_noise_alone_gives_no_finding_and_no_last_line() -> None:
+    lines = load("createsession_waiting_for_ps.log")
+    before_server = lines[: next(i for i, l in enumerate(lines) if "Started server" in l)]
+    assert all(is_noise(l) or l.strip() == "non-resource variables are not supported in the long term"
+               for l in before_server)
+    assert diagnose("worker:0", before_server) == []
+    assert last_meaningful(before_server) is None
+    upto_server = lines[: len(before_server) + 1]
+    assert "Started server with target" in last_meaningful(upto_server)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("healthy_chief_worker0.log", "final test accuracy 0.9666"),
+    ("oom_tf1_session_ulimit.log", "OOM when allocating tensor with shape[40000,40000]"),   # not the frames after it
+    ("mwms_peer_killed_survivor.log", "Collective ops is aborted by: recvmsg:Connection reset by peer"),
+    ("bad_task_index.log", 'InternalError: Task 2 was not defined in job "worker"'),
+    ("mwms_leader_missing_worker1_silent.log", "Started server with target: grpc://localhost:42203"),
+    ("nonchief_waiting_for_model_default_verbosity.log", "Initializing CoordinationService"),
+])
+def test_last_meaningful(name, expected) -> None:
+    assert expected in last_meaningful(load(name))
+
+
+def test_last_meaningful_skips_the_line_after_instructions_for_updating() -> None:
+    lines = load("createsession_waiting_for_ps.log")
+    i = next(i for i, l in enumerate(lines) if l.startswith("Instructions for updating:"))
+    # Make the free-text line look like anything: it is skipped because of its position.
+    block = lines[: i + 1] + ["data: " + lines[i + 1]]
+    assert last_meaningful(block) is None
+    assert last_meaningful(block + [first("healthy_chief_worker0.log", "step ")]).startswith("step ")
+
+
+def test_noise_list_has_no_pattern_needle() -> None:
+    # A noise entry that contained a pattern's needle would hide real findings.
+    for n in NOISE:
+        for p in PATTERNS:
+            assert p.needle not in n
+
+
+# -------------------------------------------------------------------------------------------- explain
+
+T_END = calendar.timegm((2026, 11, 22, 18, 44, 3))
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def cluster(**states: PeerInfo) -> dict[str, PeerInfo]:
+    base = {
+        "ps:0": PeerInfo("ps:0", "hostA", 2222, "running", listening=True),
+        "worker:0": PeerInfo("worker:0", "hostB", 2223, "running", listening=True),
+        "worker:1": PeerInfo("worker:1", "hostC", 2224, "running", listening=True),
+    }
+    base.update(states)
+    return base
+
+
+def never(src: str, address: str) -> bool | None:
+    raise AssertionError(f"reachability must not be probed here ({src} -> {address})")
+
+
+def waiting_for_ps() -> Finding:
+    (f,) = diagnose("worker:0", load("createsession_waiting_for_ps.log"))
+    return f
+
+
+def test_explain_peer_not_in_cluster() -> None:
+    peers = cluster()
+    del peers["ps:0"]
+    e = explain(waiting_for_ps(), peers, never)
+    assert "ps:0, which is not a task of this cluster" in e.cause and "worker:0, worker:1" in e.cause
+    assert "TF_CONFIG" in e.fix and e.evidence == waiting_for_ps().evidence
+
+
+def test_explain_peer_pending() -> None:
+    e = explain(waiting_for_ps(), cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "pending")}), never)
+    assert "ps:0 (hostA:2222), which has never started (pending)" in e.cause
+
+
+def test_explain_peer_exited_with_code_1_at_time(utc) -> None:
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", exit_code=1, ended_at=T_END)})
+    e = explain(waiting_for_ps(), peers, never)
+    assert "ps:0 exited with code 1 at 18:44:03" in e.cause
+    assert "tfctl logs ps:0" in e.fix and "restart" in e.fix
+
+
+def test_explain_peer_killed_by_signal(utc) -> None:
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END + 60)})
+    e = explain(waiting_for_ps(), peers, never)
+    assert "ps:0 was killed by signal 9 (SIGKILL" in e.cause and "out-of-memory killer" in e.cause
+    assert "at 18:45:03" in e.cause
+
+
+def test_explain_peer_running_not_listening() -> None:
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "running", listening=False)})
+    e = explain(waiting_for_ps(), peers, never)
+    assert "running but does not listen on hostA:2222 yet" in e.cause
+    assert "Started server with target" in e.fix and "2222" in e.fix
+
+
+def test_explain_peer_running_unreachable() -> None:
+    asked = []
+
+    def reachable(src: str, address: str) -> bool | None:
+        asked.append((src, address))
+        return False
+
+    e = explain(waiting_for_ps(), cluster(), reachable)
+    assert asked == [("hostB", "hostA:2222")]
+    assert "NOT reachable from hostB" in e.cause and "hostA:2222" in e.cause
+    assert "nc -vz hostA 2222" in e.fix and "firewall" in e.cause
+
+
+def test_explain_peer_running_reachable_means_device_filters() -> None:
+    e = explain(waiting_for_ps(), cluster(), lambda src, address: True)
+    assert "reachable at hostA:2222 from hostB" in e.cause and "device filters" in e.cause
+    assert DEVICE_FILTERS in e.fix
+
+
+def test_explain_peer_reachability_unknown() -> None:
+    e = explain(waiting_for_ps(), cluster(), lambda src, address: None)
+    assert "unknown" in e.cause and "nc -vz hostA 2222" in e.fix
+
+
+def test_explain_worker_waiting_on_worker(utc) -> None:
+    (f,) = diagnose("worker:0", load("createsession_no_device_filters.log"))
+    pending = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "pending")}), never)
+    assert "never started" in pending.cause and "device filters" in pending.cause and DEVICE_FILTERS in pending.fix
+    done = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "succeeded", exit_code=0,
+                                                      ended_at=T_END)}), never)
+    assert "worker:1 already finished (exit code 0 at 18:44:03)" in done.cause and DEVICE_FILTERS in done.fix
+
+
+def waiting_for_model() -> Finding:
+    (f,) = diagnose("worker:1", load("nonchief_waiting_for_model.log"))
+    return f
+
+
+@pytest.mark.parametrize("chief,words", [
+    (PeerInfo("worker:0", "hostB", 2223, "pending"), ["has not started yet"]),
+    (PeerInfo("worker:0", "hostB", 2223, "failed", exit_code=1, ended_at=T_END),
+     ["worker:0 exited with code 1 at 18:44:03", "waits forever"]),
+    (PeerInfo("worker:0", "hostB", 2223, "succeeded", exit_code=0, ended_at=T_END),
+     ["already finished", "waits forever"]),
+    (PeerInfo("worker:0", "hostB", 2223, "running", listening=True), ["running but has not initialised"]),
+])
+def test_explain_waiting_for_model(utc, chief, words) -> None:
+    e = explain(waiting_for_model(), cluster(**{"worker:0": chief}), never)
+    assert e.peer == "worker:0"
+    for w in words:
+        assert w in e.cause, (w, e.cause)
+
+
+def test_explain_waiting_for_model_prefers_chief_job_and_catches_a_non_chief_chief() -> None:
+    peers = cluster(**{"chief:0": PeerInfo("chief:0", "hostD", 2225, "pending")})
+    assert explain(waiting_for_model(), peers, never).peer == "chief:0"
+    (f,) = diagnose("worker:0", load("nonchief_waiting_for_model.log"))  # worker:0 is the chief here
+    e = explain(f, cluster(), never)
+    assert "runs as a non-chief" in e.cause and "is_chief" in e.fix
+
+
+def test_explain_mwms_straggler() -> None:
+    (f,) = diagnose("worker:0", load("mwms_waiting_for_worker1.log"))
+    e = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "pending")}), never)
+    assert "MultiWorkerMirroredStrategy waits for worker:1" in e.cause and "never started" in e.cause
+    r = explain(f, cluster(), lambda src, address: True)
+    assert "TF_CONFIG" in r.cause and "device_filters" not in r.fix
+
+
+def test_explain_step_cancelled_finds_the_dead_ps(utc) -> None:
+    (f,) = diagnose("worker:0", load("ps_killed_worker0_default.log"))
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END)})
+    e = explain(f, peers, never)
+    assert e.peer == "ps:0" and "ps:0 was killed by signal 9" in e.cause and "hangs" in e.cause
+    assert explain(f, cluster(), never) == f  # nobody ended: nothing to add
+
+
+def test_explain_peer_died(utc) -> None:
+    (f,) = diagnose("worker:0", load("ps_killed_worker0_grpc_fail_fast.log"))
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END)})
+    assert explain(f, peers, never).cause == "lost the connection to ps:0: ps:0 was killed by signal 9 " \
+                                             "(SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03"
+
+
+def test_explain_leaves_other_kinds_alone() -> None:
+    (f,) = diagnose("worker:0", load("oom_tf1_session_ulimit.log"))
+    assert explain(f, cluster(), never) is f
+
+
+def test_explain_finished_ps_is_not_a_device_filter_problem(utc) -> None:
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "succeeded", exit_code=0, ended_at=T_END)})
+    e = explain(waiting_for_ps(), peers, never)
+    assert "ps:0 already finished (exit code 0 at 18:44:03)" in e.cause
+    assert "device_filters" not in e.fix and "tfctl logs ps:0" in e.fix
+
+
+def test_peer_info() -> None:
+    assert PeerInfo("ps:0", "::1", 2222).address == "[::1]:2222"
+    s = TaskStatus("ps:0", "ps", 0, "hostA", 2222, "failed", pid=7, exit_code=None, signal=9, listening=False)
+    p = PeerInfo.from_status(s, ended_at=T_END)
+    assert (p.task, p.address, p.state, p.signal, p.ended_at, p.listening) == \
+        ("ps:0", "hostA:2222", "failed", 9, T_END, False)
+    assert describe_end(PeerInfo("ps:0", "h", 1, "lost")).endswith("no exit code was recorded)")
+    assert describe_end(PeerInfo("ps:0", "h", 1, "failed", exit_code=3)) == "ps:0 exited with code 3"
+
+
+# ------------------------------------------------------------------------------------- performance
+
+class CountingLines(list):
+    """A list that counts item reads, to show how much of a long log a function looks at."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        CountingLines.reads += 1
+        return super().__getitem__(i)
+
+
+def test_last_meaningful_reads_from_the_end_only() -> None:
+    lines = CountingLines(load("healthy_chief_worker0.log") * 5000)
+    CountingLines.reads = 0
+    assert last_meaningful(lines).startswith("final test accuracy")
+    assert CountingLines.reads < 10
+
+
+def test_scanning_is_linear() -> None:
+    lines = []
+    for p in sorted(DATA.glob("*.log")):
+        lines += load(p.name)
+
+    def best(n: int) -> float:
+        chunk = (lines * (n // len(lines) + 1))[:n]
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            diagnose("worker:0", chunk)
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    small, large = best(5_000), best(50_000)
+    # 10x the lines: linear costs ~10x; quadratic would cost ~100x. Generous for a busy machine.
+    assert large < 30 * small, (small, large)
