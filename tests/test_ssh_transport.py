@@ -169,15 +169,20 @@ def test_put_creates_parents_writes_atomically_and_sets_mode(make, lab):
 def test_concurrent_runs_share_one_connection(make):
     t = make("tfh0")
     results: dict[int, list] = {}
+    errors: dict[int, BaseException] = {}
 
     def work(i: int) -> None:
-        results[i] = [t.run(f"echo {i}-{k} $SSH_CONNECTION") for k in range(5)]
+        try:
+            results[i] = [t.run(f"echo {i}-{k} $SSH_CONNECTION") for k in range(5)]
+        except BaseException as e:  # reported below with the thread's own error
+            errors[i] = e
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for th in threads:
         th.start()
     for th in threads:
         th.join(60)
+    assert errors == {}
     assert sorted(results) == list(range(8))
     words = [r.stdout.split() for rs in results.values() for r in rs]
     assert sorted(w[0] for w in words) == sorted(f"{i}-{k}" for i in range(8) for k in range(5))

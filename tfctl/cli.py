@@ -7,6 +7,7 @@ compose) or after it on every verb but `logs`, where `-f` means follow.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -155,8 +156,11 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 
 
 def _attached(store, cluster, hint_file: str) -> int:
+    from rich.text import Text
+
     from tfctl import console, lifecycle
     from tfctl.logs import Prefixer
+    from tfctl.tf.doctor import LiveNotes, diagnose_run
 
     err = console.err()
     record = cluster.record
@@ -164,9 +168,15 @@ def _attached(store, cluster, hint_file: str) -> int:
     err.print("following all task logs; Ctrl-C stops the cluster")
     write = sys.stdout.write
 
+    notes = LiveNotes(cluster)
+
     def on_lines(batch: list[tuple[str, str]]) -> None:
         for task, line in batch:
             write(prefix(task, line) + "\n")
+            finding = notes.feed(task, line)
+            if finding is not None:
+                sys.stdout.flush()
+                err.print(_finding_text(task, finding))
         sys.stdout.flush()
 
     try:
@@ -178,13 +188,19 @@ def _attached(store, cluster, hint_file: str) -> int:
         except KeyboardInterrupt:
             err.print(f"detached; tasks may still be running. Stop them with: "
                       f"tfctl {hint_file}down --run {record.run_id}")
-        return EXIT_INTERRUPTED
-    finally:
         cluster.close()
+        return EXIT_INTERRUPTED
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
     else:
-        err.print(f"[red]job failed[/red]: {ending.outcome.reason}")
+        err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
+        culprit = ending.outcome.culprit
+        if culprit:
+            statuses, _ = cluster.status()
+            finding = diagnose_run(cluster, statuses).findings.get(culprit)
+            if finding is not None:
+                err.print(_finding_text(culprit, finding))
+    cluster.close()
     _render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 
@@ -204,8 +220,13 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     cluster = Cluster(record)
     try:
         if as_json:
+            from tfctl.tf.doctor import diagnose_run, finding_json
+
             statuses, _ = cluster.status()
-            console.out().print_json(json.dumps([s.to_json() for s in statuses]))
+            found = diagnose_run(cluster, statuses)
+            console.out().print_json(json.dumps([{**s.to_json(), "diagnosis": finding_json(found.findings.get(s.task)),
+                                                  "last_line": found.last_lines.get(s.task, s.last_line)}
+                                                 for s in statuses]))
             return 0
         if not watch:
             console.out().print(_status_table(cluster, console.out().width))
@@ -236,10 +257,15 @@ def _duration(seconds: float | None) -> str:
 
 
 def _status_table(cluster, console_width: int) -> Any:
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    from tfctl.tf.doctor import diagnose_run
+
     statuses, unreachable = cluster.status()
+    found = diagnose_run(cluster, statuses)
+    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     record = cluster.record
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
@@ -259,7 +285,15 @@ def _status_table(cluster, console_width: int) -> Any:
         table.add_row(*row[:2], Text(row[2], style=STATE_STYLE.get(row[2], "")), *row[3:7], Text(row[7]))
     for host, e in unreachable.items():
         table.caption = f"unreachable: {host}: {getattr(e, 'message', e)}"
-    return table
+    notes = [_finding_text(task, f) for task, f in found.findings.items()]
+    return Group(table, *notes) if notes else table
+
+
+def _finding_text(task: str, finding) -> Any:
+    from rich.text import Text
+
+    return (Text(f"{task}: ", style="bold yellow") + Text(finding.cause) + Text("\n  fix: ", style="bold")
+            + Text(finding.fix))
 
 
 @cli.command()
@@ -275,6 +309,7 @@ def logs(ctx: click.Context, cluster_file: Path | None, tasks: tuple[str, ...], 
     from tfctl import console
     from tfctl.logs import LogFollower, Prefixer
     from tfctl.orchestrator import Cluster
+    from tfctl.tf.doctor import LiveNotes
 
     record = _record(ctx, cluster_file, run_id)
     selected = _select_tasks(record, tasks)
@@ -283,10 +318,15 @@ def logs(ctx: click.Context, cluster_file: Path | None, tasks: tuple[str, ...], 
     follower = LogFollower(cluster, selected, follow=follow and record.active, tail=tail)
     store = _store()
     last_check = time.monotonic()
+    notes = LiveNotes(cluster) if follow else None
     try:
         for batch in follower.batches():
             for task, line in batch:
                 sys.stdout.write(prefix(task, line) + "\n")
+                finding = notes.feed(task, line) if notes else None
+                if finding is not None:
+                    sys.stdout.flush()
+                    console.err().print(_finding_text(task, finding))
             sys.stdout.flush()
             if follow and not batch and time.monotonic() - last_check > 2:
                 # Tasks of a run that ended before starting them never produce an end of stream.

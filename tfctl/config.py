@@ -109,6 +109,8 @@ class ClusterConfig:
     hosts: Mapping[str, HostConfig] = field(default_factory=lambda: MappingProxyType({}))
     sync: bool = True
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    hang_timeout: float | None = None  # None: the startup timeout
+    fail_on_ps_exit: bool = True
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
@@ -852,6 +854,8 @@ _TOP_KEYS: dict[str, _Validator] = {
     "hosts": _hosts,
     "sync": _boolean,
     "exclude": _exclude,
+    "hang_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
+    "fail_on_ps_exit": _boolean,
 }
 _REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

@@ -26,6 +26,7 @@ from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import HostSpec, RunRecord, RunStore, new_run_id
 from tfctl.supervisor.agent import is_same_process, proc_stat
 from tfctl.sync import build_manifest, sync_host
+from tfctl.tf.doctor import HangJudge
 from tfctl.transport import connect
 
 LOG_DRAIN_SECONDS = 10.0
@@ -156,7 +157,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     def watch() -> None:
         try:
             decided.append(cluster.supervise(record.decisive, record.essential, on_status=on_status,
-                                             cancelled=quit_watching.is_set))
+                                             cancelled=quit_watching.is_set, judge=hang_judge(cluster)))
         except TfctlError as e:
             decided.append(Outcome(False, e.message))
 
@@ -181,6 +182,11 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     finally:
         quit_watching.set()
         follower.close()
+
+
+def hang_judge(cluster: Cluster) -> HangJudge | None:
+    limit = cluster.record.hang_timeout
+    return HangJudge(cluster, limit) if limit else None
 
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
@@ -216,7 +222,8 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        outcome = cluster.supervise(record.decisive, record.essential, cancelled=stopping.is_set)
+        outcome = cluster.supervise(record.decisive, record.essential, cancelled=stopping.is_set,
+                                    judge=hang_judge(cluster))
         if stopping.is_set():
             return None
         return finish(store, cluster, outcome)

@@ -43,6 +43,7 @@ class TaskStatus:
     uptime: float | None = None
     last_line: str = ""
     error: str | None = None
+    ended_at: float | None = None
 
     @property
     def final(self) -> bool:
@@ -173,7 +174,8 @@ class Cluster:
                 continue
             out.append(TaskStatus(t.name, t.job, t.index, t.host, t.port, info["state"], info.get("pid"),
                                   info.get("exit_code"), info.get("signal"), bool(info.get("listening")),
-                                  info.get("uptime"), info.get("last_line", ""), info.get("error")))
+                                  info.get("uptime"), info.get("last_line", ""), info.get("error"),
+                                  info.get("ended_at")))
         return out, answers.failed
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, dict[str, Any]]:
@@ -286,27 +288,38 @@ class Cluster:
                 time.sleep(0.2)
         return listening
 
+    def tails(self, names: Sequence[str], count: int) -> dict[str, list[str]]:
+        """The last `count` output lines of each named task, one call per host."""
+        grouped = self._by_host(self.record.task(n) for n in names)
+        answers = self._fan_out(grouped, lambda a: a.call(
+            "tail", {"run_id": self.record.run_id, "tasks": [t.name for t in grouped[a.host]], "lines": count}))
+        return {task: lines for answer in answers.succeeded.values() for task, lines in answer["tails"].items()}
+
+    def reachable(self, source: str, address: str) -> bool | None:
+        """Can a task on `source` open a TCP connection to `address`? None when unknown."""
+        try:
+            result = self.agents[source].call("probe", {"targets": [address], "timeout": 3})
+        except (HostError, KeyError):
+            return None
+        return bool(result["results"][address]["ok"])
+
     def _last_lines_text(self, task: str, count: int = 10) -> str:
         lines = self.last_lines(task, count)
         return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {l}" for l in lines)) if lines else ""
 
     def last_lines(self, task: str, count: int) -> list[str]:
-        spec = self.record.task(task)
-        try:
-            stream, events = self.agents[spec.host].follow(
-                {"run_id": self.record.run_id, "tasks": {task: 0}, "tail": count, "follow": False})
-            text = "".join(e.get("d", "") for e in events)
-            stream.close()
-        except HostError:
-            return []
-        return text.splitlines()[-count:]
+        return self.tails([task], count).get(task, [])
 
     # ---------------------------------------------------------------- run to the end
 
     def supervise(self, decisive: Sequence[str], essential: Sequence[str], poll: float = 0.5,
                   host_patience: float = 60.0, on_status: Callable[[list[TaskStatus]], None] | None = None,
-                  cancelled: Callable[[], bool] = lambda: False) -> Outcome:
-        """Watch the run until it is decided: decisive tasks all succeeded, or something failed."""
+                  cancelled: Callable[[], bool] = lambda: False,
+                  judge: Callable[[list[TaskStatus]], Outcome | None] | None = None) -> Outcome:
+        """Watch the run until it is decided: decisive tasks all succeeded, or something failed.
+
+        `judge` may decide earlier from what states alone cannot show (a task hung for good).
+        """
         unreachable_since: dict[str, float] = {}
         while not cancelled():
             statuses, unreachable = self.status()
@@ -320,7 +333,7 @@ class Cluster:
                     return Outcome(False, f"lost contact with {host} for {host_patience:g}s: {err}")
             if on_status:
                 on_status(statuses)
-            outcome = decide(statuses, decisive, essential)
+            outcome = decide(statuses, decisive, essential) or (judge(statuses) if judge else None)
             if outcome is not None:
                 return outcome
             time.sleep(poll)

@@ -59,7 +59,9 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     record = RunRecord(
         run_id=run_id, cluster_name=config.name, cluster_file=str(config.path.resolve()), created_at=time.time(),
         tasks=tuple(tasks), hosts=hosts, grace_period=config.grace_period,
-        decisive=tuple(tf_cluster.decisive_tasks(config)), essential=tuple(tf_cluster.essential_tasks(tasks)),
+        decisive=tuple(tf_cluster.decisive_tasks(config)),
+        essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),
+        hang_timeout=config.hang_timeout or config.startup_timeout,
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(record, tuple(tf_cluster.start_phases(tasks)), config.startup_timeout,

@@ -74,6 +74,7 @@ class RunRecord:
     grace_period: float
     decisive: tuple[str, ...] = ()
     essential: tuple[str, ...] = ()
+    hang_timeout: float | None = None
     state: str = "starting"
     ended_at: float | None = None
     reason: str | None = None

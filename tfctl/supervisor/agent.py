@@ -494,6 +494,21 @@ def tail_offset(path: str, lines: int) -> int:
         return 0
 
 
+def verb_tail(req: dict) -> dict:
+    """The last `lines` lines of several tasks' output, in one answer (for diagnosis)."""
+    root, run_id, count = req["root"], req["run_id"], int(req.get("lines", 200))
+    tails = {}
+    for task in req["tasks"]:
+        path = os.path.join(task_dir(root, run_id, task), "output.log")
+        try:
+            with open(path, "rb") as f:
+                f.seek(tail_offset(path, count))
+                tails[task] = f.read(4 * 1024 * 1024).decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            tails[task] = []
+    return {"tails": tails}
+
+
 def emit(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -737,6 +752,7 @@ VERBS = {
     "info": verb_info,
     "probe": verb_probe,
     "listen": verb_listen,
+    "tail": verb_tail,
     "sync_plan": verb_sync_plan,
     "sync_apply": verb_sync_apply,
 }

@@ -542,7 +542,7 @@ def _explain_wait(f: Finding, peers: Mapping[str, PeerInfo], reachable: Reachabl
         cause, fix = (f"{waits} {name} ({p.address}), whose state is unknown: its host {p.host} did not answer",
                       f"check the connection to {p.host}")
     elif p.state in ("succeeded", "failed", "stopped", "lost"):
-        cause = f"{waits} {name}, but {describe_end(p)}"
+        cause = f"{waits} {name} ({p.address}), but {describe_end(p)}"
         if p.state == "succeeded" and not mwms and _job(name) != "ps":
             cause += ": a session without device filters waits for every task, finished ones too"
             fix = DEVICE_FILTERS_FIX

@@ -1,0 +1,110 @@
+"""Diagnosis of a live run: each task's TF log findings, explained with what tfctl knows.
+
+`diagnose.py` reads lines; this module fetches them from the hosts, asks the cluster about peers
+and reachability, fails runs that hang for good, and produces the live notes `up` and `logs -f`
+print when a known pattern appears.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from tfctl.orchestrator import Cluster, Outcome, TaskStatus
+from tfctl.tf.diagnose import Finding, PeerInfo, diagnose, explain, last_meaningful, match_line
+
+TAIL_LINES = 200
+WAITS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")
+NOTE_EVERY = 30.0  # seconds before the same finding of the same task is noted again
+
+
+def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
+    return {s.task: PeerInfo.from_status(s) for s in statuses}
+
+
+@dataclass(frozen=True)
+class RunDiagnosis:
+    findings: dict[str, Finding]  # task -> its most important finding, explained
+    last_lines: dict[str, str]  # task -> last line that is not TF noise
+
+
+def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
+    """Findings for every task that runs or ended badly, and each task's last meaningful line."""
+    names = [s.task for s in statuses if s.state not in ("pending", "unknown")]
+    tails = cluster.tails(names, TAIL_LINES) if names else {}
+    known = peers(statuses)
+    findings = {}
+    for s in statuses:
+        if s.state in ("running", "failed", "lost") and tails.get(s.task):
+            found = diagnose(s.task, tails[s.task])
+            if found:
+                findings[s.task] = explain(found[0], known, cluster.reachable)
+    meaningful = {task: last_meaningful(lines) or "" for task, lines in tails.items()}
+    return RunDiagnosis(findings, meaningful)
+
+
+class HangJudge:
+    """Ends a run whose task has waited on a peer for longer than `limit` seconds.
+
+    TF never gives up on its own: CreateSession waits forever, and so do non-chief workers
+    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds.
+    """
+
+    def __init__(self, cluster: Cluster, limit: float, every: float = 5.0) -> None:
+        self.cluster = cluster
+        self.limit = limit
+        self.every = every
+        self._first_seen: dict[tuple[str, str], float] = {}
+        self._last_check = 0.0
+
+    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
+        now = time.monotonic()
+        if now - self._last_check < self.every:
+            return None
+        self._last_check = now
+        running = [s.task for s in statuses if s.state == "running"]
+        tails = self.cluster.tails(running, TAIL_LINES) if running else {}
+        waiting: dict[tuple[str, str], Finding] = {}
+        for task, lines in tails.items():
+            for finding in diagnose(task, lines):
+                if finding.kind in WAITS:
+                    waiting[(task, finding.kind)] = finding
+        self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
+        for key, since in self._first_seen.items():
+            if now - since >= self.limit:
+                finding = explain(waiting[key], peers(statuses), self.cluster.reachable)
+                return Outcome(False, f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} "
+                                      f"(fix: {finding.fix})", key[0])
+        return None
+
+
+class LiveNotes:
+    """Watches log lines as they stream and explains known TF patterns as soon as they appear."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._recent: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=50))
+        self._noted: dict[tuple[str, str], float] = {}
+
+    def feed(self, task: str, line: str) -> Finding | None:
+        """The explained finding `line` reveals, unless the same one was noted recently."""
+        self._recent[task].append(line)
+        hit = match_line(task, line)
+        if hit is None:
+            return None
+        key, now = (task, hit.kind), time.monotonic()
+        if now - self._noted.get(key, -NOTE_EVERY) < NOTE_EVERY:
+            return None
+        self._noted[key] = now
+        found = [f for f in diagnose(task, self._recent[task]) if f.kind == hit.kind] or [hit]
+        statuses, _ = self.cluster.status()
+        return explain(found[0], peers(statuses), self.cluster.reachable)
+
+
+def finding_json(finding: Finding | None) -> dict | None:
+    if finding is None:
+        return None
+    return {"kind": finding.kind, "cause": finding.cause, "fix": finding.fix, "evidence": finding.evidence,
+            "peer": finding.peer}
