@@ -536,3 +536,14 @@ def test_essential_tasks_are_the_parameter_servers() -> None:
 def test_listens_for_server_jobs_only() -> None:
     assert {t.name: tfc.listens(t) for t in plan(config(FULL))} == {
         "chief:0": True, "ps:0": True, "ps:1": True, "worker:0": True, "worker:1": True, "evaluator:0": False}
+
+
+def test_public_task_addresses_are_flagged_private_ones_not(tmp_path: Path) -> None:
+    from tfctl.tf.cluster import exposed_addresses
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n93.184.216.34 gpu-public  # a comment\n10.1.2.3 gpu-lan\n")
+    config = parse_config("name: s\ncommand: x\njobs:\n  ps: [8.8.4.4:2222]\n"
+                          "  worker: [gpu-public:2222, gpu-lan:2222, localhost:2223, 169.254.1.1:2222, "
+                          "unknown-name:2222, 192.168.1.5:2222]\n", tmp_path / "c.yaml")
+    assert exposed_addresses(config, str(hosts)) == ["8.8.4.4:2222", "gpu-public:2222 (93.184.216.34)"]

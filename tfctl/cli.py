@@ -112,6 +112,8 @@ def cli(ctx: click.Context, cluster_file: Path | None) -> None:
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
     """Start the cluster: ps first, then chief and workers; follow it to its end unless -d."""
+    from rich.text import Text
+
     from tfctl import console, lifecycle
     from tfctl.config import load_config
 
@@ -128,6 +130,8 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     store = _store()
     lifecycle.ensure_no_live_run(store, config)
     err = console.err()
+    for warning in lifecycle.security_warnings(config):
+        err.print(Text("warning: ", style="bold yellow") + Text(warning))
     record = plan.record
     err.print(f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
               f"host{'s' if len(record.hosts) != 1 else ''}")

@@ -26,6 +26,7 @@ from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import HostSpec, RunRecord, RunStore, new_run_id
 from tfctl.supervisor.agent import is_same_process, proc_stat
 from tfctl.sync import build_manifest, sync_host
+from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
 from tfctl.transport import connect
 
@@ -62,6 +63,15 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
 
 def plan_run(config: ClusterConfig) -> Plan:
     return make_plan(config, new_run_id(config.name))
+
+
+def security_warnings(config: ClusterConfig) -> list[str]:
+    exposed = exposed_addresses(config)
+    if not exposed:
+        return []
+    return [f"TF servers are unauthenticated and listen on all interfaces; these task addresses are public: "
+            f"{', '.join(exposed)}. Anyone who can reach them can run code on your hosts: keep the cluster on a "
+            "private network or firewall the ports to the cluster's hosts."]
 
 
 def launch(store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False) -> Cluster:

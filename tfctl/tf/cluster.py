@@ -6,6 +6,7 @@ which command and environment, in which phases, and which tasks decide that the 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 import string
@@ -124,3 +125,29 @@ def essential_tasks(tasks: list[TaskSpec]) -> list[str]:
 
 def listens(task: TaskSpec) -> bool:
     return task.job in SERVER_JOBS
+
+
+def exposed_addresses(config: ClusterConfig, hosts_file: str = "/etc/hosts") -> list[str]:
+    """Task addresses that are public IPs: TF servers are unauthenticated and bind every
+    interface, so anyone who reaches such an address can run code in the cluster.
+
+    IP literals are checked as written and names through /etc/hosts only (no DNS at start-up).
+    """
+    known: dict[str, str] = {}
+    try:
+        with open(hosts_file) as f:
+            for line in f:
+                fields = line.split("#", 1)[0].split()
+                for name in fields[1:]:
+                    known.setdefault(name, fields[0])
+    except OSError:
+        pass
+    exposed = []
+    for _job, _index, address in config.tasks():
+        try:
+            ip = ipaddress.ip_address(known.get(address.host, address.host))
+        except ValueError:
+            continue
+        if ip.is_global:
+            exposed.append(f"{address} ({ip})" if str(ip) != address.host else str(address))
+    return exposed
