@@ -240,8 +240,12 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
 def test_down_all_sweeps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
     cluster = write_cluster(tmp_path, ports, fake(f"--port {ports[0]} --sleep 0"), fake("--sleep 0"))
+    from tfctl.runs import RunStore
+
+    store = RunStore(home).store_id
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env={**os.environ, "TFCTL_RUN_ID": "crashed-run-1"}, start_new_session=True)
+                              env={**os.environ, "TFCTL_RUN_ID": "crashed-run-1", "TFCTL_STORE": store},
+                              start_new_session=True)
     try:
         result = tfctl("down", "--all", "-f", str(cluster), home=home)
         assert result.returncode == 0, result.stderr

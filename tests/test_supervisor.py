@@ -216,18 +216,23 @@ def test_tail_returns_last_lines(agent: HostAgent) -> None:
     assert text == "97\n98\n99\n"
 
 
-def test_sweep_stops_orphans_of_dead_runs_only(agent: HostAgent) -> None:
+def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
     sleeper = [PY, "-c", "import time; time.sleep(60)"]
-    orphan = subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": "gone-run"}, start_new_session=True)
-    live = subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": "live-run"}, start_new_session=True)
+
+    def marked(run: str, store: str) -> subprocess.Popen:
+        return subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": run, "TFCTL_STORE": store},
+                                start_new_session=True)
+
+    orphan, live, foreign = marked("gone-run", "mine"), marked("live-run", "mine"), marked("their-run", "theirs")
     try:
         time.sleep(0.2)
-        report = agent.call("sweep", {"live_runs": ["live-run"], "grace": 1})
+        report = agent.call("sweep", {"live_runs": ["live-run"], "grace": 1, "store": "mine"})
         orphan.wait(timeout=5)
-        assert "gone-run" in report["runs"] and "live-run" not in report["runs"]
-        assert live.poll() is None
+        assert report["runs"] == ["gone-run"]
+        assert live.poll() is None  # a live run of this store
+        assert foreign.poll() is None  # another user's or home's run: never ours to judge
     finally:
-        for p in (orphan, live):
+        for p in (orphan, live, foreign):
             p.kill()
             p.wait()
 

@@ -457,12 +457,11 @@ def test_start_phases_ps_and_evaluator_first_only_ps_waited_for() -> None:
     assert sorted(later) == ["chief:0", "worker:0", "worker:1"]
 
 
-def test_start_phases_chief_leads_the_workers() -> None:
+def test_start_phases_a_chief_job_starts_with_its_workers() -> None:
+    # ParameterServerStrategy's chief coordinates and waits for the workers itself.
     phases = tfc.start_phases(plan(config(FULL)))
-    assert [names(p.tasks) for p in phases[1:]] == [("chief:0",), ("worker:0", "worker:1")]
-    assert phases[1].wait_listening == ("chief:0",)
-    assert phases[1].wait_limit == tfc.LEAD_WAIT  # a hint, not a requirement
-    assert phases[2].wait_listening == ()
+    assert [names(p.tasks) for p in phases[1:]] == [("chief:0", "worker:0", "worker:1")]
+    assert phases[1].wait_listening == () and phases[1].wait_limit is None
 
 
 def test_start_phases_of_the_example() -> None:

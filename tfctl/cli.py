@@ -119,7 +119,8 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 
     path = _cluster_file(ctx, cluster_file)
     config = load_config(path)
-    plan = lifecycle.plan_run(config)
+    store = _store()
+    plan = lifecycle.plan_run(config, store)
     if dry_run:
         for task in plan.record.tasks:
             console.out().print(f"[bold]{task.name}[/bold]  {task.address}")
@@ -127,7 +128,6 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
             console.out().print(f"  cwd:       {task.cwd}", markup=False)
             console.out().print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
         return 0
-    store = _store()
     lifecycle.ensure_no_live_run(store, config)
     err = console.err()
     for warning in lifecycle.security_warnings(config):
@@ -418,7 +418,7 @@ def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json:
     from tfctl import console, lifecycle
     from tfctl.config import load_config
 
-    plan = lifecycle.plan_run(load_config(_cluster_file(ctx, cluster_file)))
+    plan = lifecycle.plan_run(load_config(_cluster_file(ctx, cluster_file)), _store())
     start = time.monotonic()
     report = lifecycle.check(plan, network, lambda who, msg: console.err().print(
         f"{_stamp(start)} {who:<12} {msg}", markup=False), accept_new_host_keys)
@@ -442,6 +442,27 @@ def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json:
         if report.network:
             console.err().print(report.network, markup=False)
     return 1 if report.busy else 0
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("-t", "--template", default=None, help="Template to use (default: between-graph-async).")
+@click.option("--list", "list_only", is_flag=True, help="List the templates and exit.")
+@click.option("--force", is_flag=True, help="Overwrite files that already exist.")
+def init(directory: Path, template: str | None, list_only: bool, force: bool) -> int:
+    """Write a cluster file and a training script that run as generated on this machine."""
+    from tfctl import console, templates
+
+    if list_only:
+        for name, title in templates.available().items():
+            console.out().print(f"{name:<24} {title}", markup=False)
+        return 0
+    written = templates.install(template or templates.DEFAULT_TEMPLATE, directory, force)
+    for path in written:
+        console.err().print(f"wrote {path}", markup=False)
+    where = "" if directory == Path(".") else f"cd {directory} && "
+    console.err().print(f"next: {where}tfctl up        (edit cluster.yaml to add your hosts)", markup=False)
+    return 0
 
 
 @cli.command(name="runs")

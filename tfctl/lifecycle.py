@@ -6,6 +6,7 @@ callbacks so the same code serves an attached `up`, a detached watcher and the t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -61,8 +62,9 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
             hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}")
 
 
-def plan_run(config: ClusterConfig) -> Plan:
-    return make_plan(config, new_run_id(config.name))
+def plan_run(config: ClusterConfig, store: RunStore) -> Plan:
+    plan = make_plan(config, new_run_id(config.name))
+    return dataclasses.replace(plan, record=dataclasses.replace(plan.record, store=store.store_id))
 
 
 def security_warnings(config: ClusterConfig) -> list[str]:
@@ -270,7 +272,8 @@ def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[st
     """Stop processes on these hosts that carry the marker of no live run (orphans)."""
     live = [r.run_id for r in store.all() if r.active]
     agents = [HostAgent(connect(spec), spec.python, spec.root) for spec in hosts]
-    result = fan_out(agents, lambda a: a.host, lambda a: a.call("sweep", {"live_runs": live, "grace": grace}))
+    result = fan_out(agents, lambda a: a.host,
+                     lambda a: a.call("sweep", {"live_runs": live, "grace": grace, "store": store.store_id}))
     result.raise_if_failed("stopping orphans")
     return result.succeeded
 
@@ -310,7 +313,8 @@ def _check_network(cluster: Cluster, plan: Plan, progress: Progress) -> str:
     messages: list[str] = []
     try:
         held = fan_out([cluster.agents[h] for h in by_host], lambda a: a.host,
-                       lambda a: a.call("listen", {"run_id": marker, "ports": by_host[a.host], "seconds": 120}))
+                       lambda a: a.call("listen", {"run_id": marker, "ports": by_host[a.host], "seconds": 120,
+                                                   "store": cluster.record.store}))
         held.raise_if_failed("opening test listeners")
         cluster.check_reachable(sorted({t.host for t in cluster.record.tasks}), [t.address for t in targets],
                                 lambda _who, msg: messages.append(msg))

@@ -202,7 +202,8 @@ class Cluster:
                 started = self._fan_out(grouped, lambda a: a.call("start", {
                     "run_id": self.record.run_id,
                     "tasks": [{"task": t.name, "command": t.command, "env": t.env, "cwd": t.cwd,
-                               "grace": self.record.grace_period} for t in grouped[a.host]]}))
+                               "grace": self.record.grace_period, "store": self.record.store}
+                              for t in grouped[a.host]]}))
                 started.raise_if_failed("starting tasks")
                 for answer in started.succeeded.values():
                     for name, info in answer["tasks"].items():

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import secrets
+import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -75,6 +77,7 @@ class RunRecord:
     decisive: tuple[str, ...] = ()
     essential: tuple[str, ...] = ()
     hang_timeout: float | None = None
+    store: str = ""
     state: str = "starting"
     ended_at: float | None = None
     reason: str | None = None
@@ -122,6 +125,12 @@ class RunStore:
     def __init__(self, home: Path | None = None) -> None:
         self.home = home or tfctl_home()
         self.runs_dir = self.home / "runs"
+
+    @property
+    def store_id(self) -> str:
+        """Names this store on every host (TFCTL_STORE), so `down --all` sweeps only its own."""
+        key = f"{socket.gethostname()}:{self.home.resolve()}"
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def _ensure(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ import time
 
 RUN_ENV = "TFCTL_RUN_ID"
 TASK_ENV = "TFCTL_TASK"
+STORE_ENV = "TFCTL_STORE"  # which controller's run store started the process: sweeps touch only their own
 POLL = 0.05
 CHUNK = 256 * 1024
 MAX_PARTIAL_LINE = 64 * 1024
@@ -129,6 +130,19 @@ def proc_env_markers(pid: int) -> tuple[str | None, str | None]:
         elif item.startswith(b"TFCTL_TASK="):
             task = item[11:].decode(errors="replace")
     return run, task
+
+
+def proc_store(pid: int) -> str | None:
+    """The TFCTL_STORE marker of pid's environment, if any."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"TFCTL_STORE="):
+            return item[12:].decode(errors="replace")
+    return None
 
 
 def proc_cmdline(pid: int) -> str:
@@ -359,6 +373,8 @@ def verb_monitor(d: str, run_id: str) -> None:
     env.update(spec.get("env", {}))
     env[RUN_ENV] = run_id
     env[TASK_ENV] = spec["task"]
+    if spec.get("store"):
+        env[STORE_ENV] = spec["store"]
     log = open(os.path.join(d, "output.log"), "ab", buffering=0)
     try:
         child = subprocess.Popen(
@@ -441,12 +457,15 @@ def verb_stop(req: dict) -> dict:
 
 
 def verb_sweep(req: dict) -> dict:
-    """Stop every process whose TFCTL_RUN_ID names none of the given live runs (orphans)."""
-    live = set(req.get("live_runs", []))
+    """Stop every process started from this store (TFCTL_STORE) whose run is not live: orphans
+    of a crashed controller. Runs started by other stores (other users, other homes) are never
+    touched, even when this store has never heard of them."""
+    live, store = set(req.get("live_runs", [])), req["store"]
 
     def find() -> list[int]:
         me = os.getpid()
-        return [p for p in live_pids() if p != me and proc_env_markers(p)[0] not in (None, *live)]
+        return [p for p in live_pids()
+                if p != me and proc_env_markers(p)[0] not in (None, *live) and proc_store(p) == store]
 
     runs = sorted({proc_env_markers(p)[0] for p in find()} - {None})
     report = terminate(find, float(req.get("grace", 10)))
@@ -688,6 +707,8 @@ def verb_listen(req: dict) -> dict:
     """Hold the given ports open for a while (marked with `run_id`, stopped with `stop`), so the
     network between hosts can be checked before any TensorFlow task exists."""
     env = dict(os.environ, **{RUN_ENV: req["run_id"]})
+    if req.get("store"):
+        env[STORE_ENV] = req["store"]
     proc = subprocess.Popen([sys.executable, "-c", LISTENER, str(req.get("seconds", 60))]
                             + [str(p) for p in req["ports"]], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

@@ -89,9 +89,9 @@ def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
     """The start order that avoids TF's waits.
 
     With parameter servers: ps and evaluator first, and every other host must reach each ps
-    before going on; then the chief (or worker 0), given a few seconds to come up so the others
-    find initialised variables instead of sleeping 30 s in "Waiting for model to be ready"; then
-    the remaining workers. Without ps (all-reduce): all workers at once, as collectives need, and
+    before going on; then, when worker 0 is the chief (TF1 between-graph), worker 0 until it
+    listens, so the others find initialised variables instead of sleeping 30 s in "Waiting for
+    model to be ready", then the remaining workers; with a chief job, chief and workers together. Without ps (all-reduce): all workers at once, as collectives need, and
     then every worker host must reach every worker.
     """
     ps_first = tuple(t for t in tasks if t.job in ("ps", "evaluator"))
@@ -102,7 +102,11 @@ def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
             phases.append(Phase(tuple(rest), tuple(t.name for t in rest if listens(t)), probe=True))
         return phases
     phases = [Phase(ps_first, tuple(t.name for t in ps_first if listens(t)), probe=True)]
-    lead = [t for t in rest if t.job == "chief"] or [t for t in rest if t.job == "worker" and t.index == 0]
+    if any(t.job == "chief" for t in rest):
+        # A chief job means TF2's ParameterServerStrategy (or an Estimator-style chief): the chief
+        # coordinates and waits for the workers itself, so holding them back only costs time.
+        return phases + [Phase(tuple(rest))] if rest else phases
+    lead = [t for t in rest if t.job == "worker" and t.index == 0]
     if lead:
         phases.append(Phase(tuple(lead), tuple(t.name for t in lead), wait_limit=LEAD_WAIT))
     others = tuple(t for t in rest if t not in lead)
