@@ -1,0 +1,46 @@
+"""tfctl init: every template lands whole, validates, and never overwrites by surprise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tfctl
+from tfctl.config import load_config
+
+TEMPLATES = sorted(p.name for p in (REPO / "templates").iterdir() if (p / "cluster.yaml").is_file())
+
+
+def test_list_names_every_template(home: Path) -> None:
+    listed = tfctl("init", "--list", home=home)
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == TEMPLATES
+    assert set(TEMPLATES) == {"between-graph-async", "between-graph-sync", "parameter-server",
+                              "multi-worker-mirrored"}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_template_is_written_and_its_cluster_file_validates(name: str, tmp_path: Path, home: Path) -> None:
+    result = tfctl("init", "--template", name, str(tmp_path / "proj"), home=home)
+    assert result.returncode == 0, result.stderr
+    written = sorted(p.name for p in (tmp_path / "proj").iterdir())
+    assert {"cluster.yaml", "train.py", "README.md"} <= set(written)
+    config = load_config(tmp_path / "proj" / "cluster.yaml")
+    assert config.jobs and all(a.host == "localhost" for _, _, a in config.tasks())
+    dry = tfctl("-f", str(tmp_path / "proj" / "cluster.yaml"), "up", "--dry-run", home=home)
+    assert dry.returncode == 0 and "TF_CONFIG" in dry.stdout
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path: Path, home: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text("mine\n")
+    refused = tfctl("init", str(tmp_path), home=home)
+    assert refused.returncode == 2 and "already has cluster.yaml" in refused.stderr
+    assert (tmp_path / "cluster.yaml").read_text() == "mine\n"
+    forced = tfctl("init", "--force", str(tmp_path), home=home)
+    assert forced.returncode == 0 and "name: between-graph-async" in (tmp_path / "cluster.yaml").read_text()
+
+
+def test_unknown_template_lists_the_valid_ones(tmp_path: Path, home: Path) -> None:
+    result = tfctl("init", "-t", "horovod", str(tmp_path), home=home)
+    assert result.returncode == 2 and "parameter-server" in result.stderr

@@ -1,0 +1,172 @@
+"""Every template under templates/ runs for real under tfctl, to the end, with nothing left running.
+
+Each test copies a template directory (as `tfctl init` would), moves its ports to free ones and its
+checkpoints into tmp_path, cuts the step count, runs `tfctl -f <copy>/cluster.yaml up` and checks
+the exit code, the chief's final summary line, `job succeeded`, and (through conftest's autouse
+leak guard) that no process of the run survives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, free_ports, tfctl
+
+pytestmark = [
+    pytest.mark.tf,
+    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                       reason="TensorFlow is not installed (pip install -e '.[tf]')"),
+]
+
+TEMPLATES = REPO / "templates"
+STEP = re.compile(r"^\[(\w+:\d+)\]\s+step (\d+) loss ([\d.]+|nan) steps/s ([\d.]+)", re.M)
+FINAL = re.compile(r"^\[(\w+:\d+)\]\s+final step (\d+) loss (\S+) accuracy ([\d.]+) time ([\d.]+)s"
+                   r" steps/s ([\d.]+) checkpoint (\S+)$", re.M)
+
+
+def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> Path:
+    """The template as a user's project: fresh ports, checkpoints under tmp_path, fewer steps."""
+    dst = tmp_path / name
+    shutil.copytree(TEMPLATES / name, dst)
+    cluster = dst / "cluster.yaml"
+    text = cluster.read_text()
+    old = sorted(set(re.findall(r"localhost:(\d+)", text)))
+    assert old and all(2222 <= int(p) <= 2229 for p in old), old
+    mapping = dict(zip(old, map(str, free_ports(len(old)))))
+    text = re.sub(r"localhost:(\d+)", lambda m: f"localhost:{mapping[m.group(1)]}", text)
+    assert "/tmp/tfctl-ckpt/{run_id}" in text
+    text = text.replace("/tmp/tfctl-ckpt/{run_id}", f"{tmp_path}/ckpt/{{run_id}}")
+    if train_steps is not None:
+        text, n = re.subn(r"--train_steps=\d+", f"--train_steps={train_steps}", text)
+        assert n == 1
+    cluster.write_text(text)
+    return cluster
+
+
+def run_up(cluster: Path, home: Path, timeout: float = 240):
+    up = tfctl("-f", str(cluster), "up", home=home, timeout=timeout)
+    assert up.returncode == 0, up.stderr[-3000:] + up.stdout[-5000:]
+    assert "job succeeded" in up.stderr
+    return up
+
+
+def final_line(stdout: str, chief: str) -> re.Match:
+    finals = list(FINAL.finditer(stdout))
+    assert len(finals) == 1 and finals[0].group(1) == chief, stdout[-3000:]
+    return finals[0]
+
+
+def task_states(home: Path) -> dict[str, dict]:
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    return {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
+
+
+def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8) -> re.Match:
+    assert STEP.search(up.stdout), up.stdout[-3000:]
+    final = final_line(up.stdout, chief)
+    assert int(final.group(2)) == steps
+    assert float(final.group(4)) >= min_accuracy
+    assert float(final.group(6)) > 0
+    ckpt = Path(final.group(7))
+    assert ckpt.is_dir() and (ckpt / "checkpoint").is_file(), f"no checkpoint in {ckpt}"
+    return final
+
+
+def test_between_graph_async(tmp_path: Path, home: Path) -> None:
+    cluster = copy_template("between-graph-async", tmp_path, train_steps=400)
+    up = run_up(cluster, home)
+    check_common(up, "worker:0", 400)
+    assert "Started server with target: grpc://" in up.stdout  # TF's INFO lines are kept
+    states = task_states(home)
+    assert states["ps:0"]["state"] == "stopped"  # the ps never exits by itself
+    assert states["worker:0"]["state"] == "succeeded"
+
+
+def test_between_graph_sync_all_workers_exit_by_themselves(tmp_path: Path, home: Path) -> None:
+    cluster = copy_template("between-graph-sync", tmp_path, train_steps=150)
+    up = run_up(cluster, home)
+    check_common(up, "worker:0", 150)
+    # Lock step: both workers trained (a global step needs a gradient from each).
+    assert re.search(r"^\[worker:1\]\s+worker 1: done after \d+ local steps", up.stdout, re.M), up.stdout[-3000:]
+    assert not re.search(r"Exception in thread QueueRunnerThread", up.stdout)
+    states = task_states(home)
+    # The non-chief was not left blocked on the sync token queue for tfctl to kill: it exited 0.
+    assert states["worker:1"]["state"] == "succeeded" and states["worker:1"]["exit_code"] == 0, states
+    assert states["worker:0"]["state"] == "succeeded"
+
+
+FAKE_CHIEF = '''
+"""Plays a chief that vanishes without closing the sync token queue once the target is reached."""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("train", "train.py")
+train = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+tf = train.tf
+args = train.parse_args(sys.argv[1:])
+cluster = tf.train.ClusterSpec({"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")})
+server = tf.train.Server(cluster, job_name="worker", task_index=0)
+x_train = train.load_data(None)[0]
+with tf.device(tf.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster)):
+    model = train.build_model(x_train.shape[1], 10, 0.1, cluster.num_tasks("worker"))
+accumulated = model["opt"]._accumulator_list[0][0].num_accumulated()
+config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:0"])
+with tf.Session(server.target, config=config) as s:
+    s.run(tf.global_variables_initializer())
+    s.run(model["global_step"].assign(args.train_steps - 1))
+    train.log("fake chief: initialised; no queue runner, so no token will ever come")
+    while s.run(accumulated) < 1:  # worker 1 pushed its gradient: it now waits for a token
+        time.sleep(0.2)
+    s.run(model["global_step"].assign(args.train_steps))
+    train.log("fake chief: global step at the target; exiting without closing the token queue")
+'''
+
+
+def test_between_graph_sync_watchdog_unblocks_a_worker_left_on_the_token_queue(tmp_path: Path, home: Path) -> None:
+    """worker:0 is a stand-in chief that reaches the target and vanishes without closing the queue.
+
+    Without the watchdog, worker:1 would wait on the sync token queue forever (and the run with
+    success_policy all_workers would never end); with it, worker:1 closes the queue and exits 0.
+    """
+    cluster = copy_template("between-graph-sync", tmp_path, train_steps=50)
+    (cluster.parent / "fake_chief.py").write_text(FAKE_CHIEF)
+    text = cluster.read_text().replace(
+        "{python} train.py", "{python} $(test {job_name}{task_index} = worker0 && echo fake_chief.py || echo train.py)")
+    text = re.sub(r"success_policy: \w+", "success_policy: all_workers", text)
+    cluster.write_text(text)
+    up = run_up(cluster, home, timeout=180)
+    assert "[worker:0] fake chief: global step at the target" in up.stdout
+    assert re.search(r"^\[worker:1\]\s+watchdog: global step 50 >= 50", up.stdout, re.M), up.stdout[-3000:]
+    assert re.search(r"^\[worker:1\]\s+worker 1: done after", up.stdout, re.M)
+    states = task_states(home)
+    assert states["worker:1"]["state"] == "succeeded" and states["worker:1"]["exit_code"] == 0
+
+
+def test_parameter_server(tmp_path: Path, home: Path) -> None:
+    cluster = copy_template("parameter-server", tmp_path, train_steps=200)
+    up = run_up(cluster, home)
+    check_common(up, "chief:0", 200)
+    for task in ("ps:0", "worker:0", "worker:1"):
+        assert re.search(rf"^\[{task}\]\s+\w+ \d: serving", up.stdout, re.M), task
+    states = task_states(home)
+    assert states["chief:0"]["state"] == "succeeded"
+    assert {states[t]["state"] for t in ("ps:0", "worker:0", "worker:1")} == {"stopped"}
+
+
+def test_multi_worker_mirrored(tmp_path: Path, home: Path) -> None:
+    cluster = copy_template("multi-worker-mirrored", tmp_path, train_steps=200)
+    up = run_up(cluster, home)
+    final = check_common(up, "worker:0", 200)
+    # All-reduce: both workers computed the same loss at the same step, and the same accuracy.
+    steps = {(m.group(1), m.group(2)): m.group(3) for m in STEP.finditer(up.stdout)}
+    assert steps[("worker:0", "200")] == steps[("worker:1", "200")]
+    assert f"worker 1: done, step 200 accuracy {final.group(4)}" in up.stdout
+    assert "tmp-worker-1" not in {p.name for p in Path(final.group(7)).iterdir()}
+    states = task_states(home)
+    # Both workers left by themselves (MWMS workers ignore SIGTERM: a stop would cost the grace).
+    assert states["worker:0"]["state"] == states["worker:1"]["state"] == "succeeded", states
