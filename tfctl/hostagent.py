@@ -19,6 +19,7 @@ from tfctl.transport.base import Stream, Transport, shell_path
 
 AGENT_SOURCE = Path(__file__).parent / "supervisor" / "agent.py"
 REMOTE_ROOT = "~/.tfctl"
+MISSING = "'{\"missing\": \"agent\"}'"  # what `serve` answers, shell-quoted, when the agent is not there
 
 
 def interpreter(python: str | None, local: bool) -> str:
@@ -69,25 +70,35 @@ class HostAgent:
         self.host = transport.host
         self.python = interpreter(python, transport.is_local)
         self.root = root
-        self._agent_path: str | None = None
+        self._shipped = transport.is_local
         self._conversation: _Conversation | None = None
         self._lock = threading.Lock()
 
     def _agent(self) -> str:
-        """Path of the agent on the host; shipped once per content hash to remote hosts."""
-        if self._agent_path is None:
-            if self.transport.is_local:
-                self._agent_path = str(AGENT_SOURCE)
-            else:
-                path = f"{REMOTE_ROOT}/agent-{agent_digest()}.py"
-                probe = self.transport.run(f"test -f {path}")
-                if not probe.ok:
-                    self.transport.put(AGENT_SOURCE.read_bytes(), path, 0o600)
-                self._agent_path = path
-        return self._agent_path
+        """Path of the agent on the host: the package file locally, else named by content hash."""
+        return str(AGENT_SOURCE) if self.transport.is_local else f"{REMOTE_ROOT}/agent-{agent_digest()}.py"
+
+    def _ship(self) -> None:
+        self.transport.put(AGENT_SOURCE.read_bytes(), self._agent(), 0o600)
+        self._shipped = True
+
+    def _ensure_shipped(self) -> None:
+        """For calls outside a conversation (which checks by itself): copy the agent if missing."""
+        if not self._shipped:
+            if not self.transport.run(f"test -f {shell_path(self._agent())}").ok:
+                self._ship()
+            self._shipped = True
 
     def _command(self, verb: str) -> str:
-        return f"{shell_path(self.python)} {shell_path(self._agent())} {verb}"
+        # -I -S: the supervisor is stdlib-only, so skipping site-packages and PYTHON* variables
+        # halves its start-up on every host (and a broken site-packages cannot break it).
+        return f"{shell_path(self.python)} -I -S {shell_path(self._agent())} {verb}"
+
+    def _open_conversation(self) -> _Conversation:
+        """`serve`, started only if the agent is there, so no separate round trip checks for it."""
+        agent = shell_path(self._agent())
+        command = f"if [ -f {agent} ]; then exec {self._command('serve')}; else echo {MISSING}; fi"
+        return _Conversation(self.transport.stream(command))
 
     def call(self, verb: str, payload: dict[str, Any], timeout: float | None = 120) -> dict[str, Any]:
         """Run one agent verb and return its JSON answer; any failure becomes a HostError.
@@ -99,8 +110,14 @@ class HostAgent:
         with self._lock:
             try:
                 if self._conversation is None:
-                    self._conversation = _Conversation(self.transport.stream(self._command("serve")))
+                    self._conversation = self._open_conversation()
                 answer = self._conversation.ask(verb, payload, timeout)
+                if answer.get("missing") == "agent":  # first contact, or tfctl changed: ship it
+                    self._drop_conversation()
+                    self._ship()
+                    self._conversation = self._open_conversation()
+                    answer = self._conversation.ask(verb, payload, timeout)
+                self._shipped = True
             except queue.Empty:
                 self._drop_conversation()
                 raise HostError(self.host, f"supervisor `{verb}` gave no answer within {timeout:g}s") from None
@@ -112,6 +129,7 @@ class HostAgent:
         return answer
 
     def _call_once(self, verb: str, payload: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        self._ensure_shipped()
         result = self.transport.run(self._command(verb), stdin=json.dumps(payload).encode(), timeout=timeout)
         try:
             answer = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
@@ -136,6 +154,7 @@ class HostAgent:
 
     def follow(self, payload: dict[str, Any]) -> tuple[Stream, Iterator[dict[str, Any]]]:
         """Start the agent's `follow` stream; returns the stream (to close) and its events."""
+        self._ensure_shipped()
         stream = self.transport.stream(self._command("follow"),
                                        stdin=json.dumps({"root": self.root, **payload}).encode())
 

@@ -337,7 +337,9 @@ class Cluster:
             outcome = decide(statuses, decisive, essential) or (judge(statuses) if judge else None)
             if outcome is not None:
                 return outcome
-            time.sleep(poll)
+            deadline = time.monotonic() + poll
+            while time.monotonic() < deadline and not cancelled():  # notice a cancel at once
+                time.sleep(0.02)
         return Outcome(False, "supervision cancelled")
 
     # ---------------------------------------------------------------- stop
@@ -346,21 +348,20 @@ class Cluster:
         """Stop every task of the run on every host and check the processes and ports are gone."""
         grace = self.record.grace_period if grace is None else grace
         hosts = sorted(set(hosts) if hosts is not None else {h.name for h in self.record.hosts})
-        answers = self._fan_out(hosts, lambda a: a.call("stop", {"run_id": self.record.run_id, "grace": grace},
-                                                        timeout=grace + 120))
+        ports = {h: sorted({t.port for t in self.record.tasks if t.host == h}) for h in hosts}
+        answers = self._fan_out(hosts, lambda a: a.call(
+            "stop", {"run_id": self.record.run_id, "grace": grace, "ports": ports[a.host]}, timeout=grace + 120))
         report = StopReport(hosts=len(hosts))
         report.unreachable = {h: str(getattr(e, "message", e)) for h, e in answers.failed.items()}
         for host, answer in answers.succeeded.items():
             report.processes += answer["processes"]
             if answer["remaining"]:
                 report.remaining[host] = answer["remaining"]
-        tasks = [t for t in self.record.tasks if t.host in answers.succeeded]
-        report.ports = sorted({t.port for t in tasks})
-        try:
-            for address, info in self.busy_ports(tasks).items():
-                report.busy_ports.setdefault(address, []).extend(info["pids"])
-        except HostError as e:
-            report.unreachable.setdefault(e.host, e.message)
+            for port, info in answer["ports"].items():  # checked on the host once all was stopped
+                if info["listening"]:
+                    report.busy_ports[f"{host}:{port}"] = info["pids"]
+            report.ports.extend(ports[host])
+        report.ports = sorted(set(report.ports))
         return report
 
 

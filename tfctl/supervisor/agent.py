@@ -346,7 +346,7 @@ def verb_start(req: dict) -> dict:
         write_json(os.path.join(d, "spec.json"), spec)
         with open(os.path.join(d, "monitor.log"), "ab") as mlog:
             subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "_monitor", d, run_id],
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), "_monitor", d, run_id],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=mlog,
                 start_new_session=True, close_fds=True, cwd="/",
             )
@@ -446,6 +446,7 @@ def verb_stop(req: dict) -> dict:
         return sorted(found)
 
     report = terminate(find, grace)
+    report["ports"] = verb_ports({"ports": req.get("ports", [])})["ports"]
     # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
     deadline = time.monotonic() + 3
     for task in procs:
@@ -617,10 +618,10 @@ def verb_info(req: dict) -> dict:
     python = req.get("python") or sys.executable
     out = {"hostname": socket.gethostname(), "agent_python": sys.version.split()[0], "python": None,
            "tensorflow": None}
-    if python == sys.executable:
+    if python == sys.executable and not sys.flags.no_site:
         out["python"] = sys.version.split()[0]
         out["tensorflow"] = package_version(["tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"])
-    else:
+    else:  # the tasks' interpreter, with its site-packages, is asked in a process of its own
         probe = ("import sys\ntry:\n from importlib import metadata as m\nexcept ImportError: m = None\n"
                  "v = None\nfor n in ('tensorflow', 'tensorflow-cpu', 'tf-nightly', 'tensorflow-macos'):\n"
                  " try:\n  v = '%s %s' % (n, m.version(n)); break\n except Exception: pass\n"
