@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -600,16 +601,20 @@ def verb_follow(req: dict) -> None:
 
 
 def package_version(names: list) -> str | None:
-    """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
+    """An installed distribution's version from its metadata: no import, so no 3-second TF start.
+
+    The supervisor runs without `site` (-S), so the interpreter's site-packages, as a task
+    would see them, are computed here rather than taken from sys.path.
+    """
     try:
+        import site
         from importlib import metadata
     except ImportError:
         return None
+    paths = list(sys.path) + site.getsitepackages() + [site.getusersitepackages()]
     for name in names:
-        try:
-            return "%s %s" % (name, metadata.version(name))
-        except metadata.PackageNotFoundError:
-            continue
+        for dist in metadata.distributions(name=name, path=paths):
+            return "%s %s" % (name, dist.version)
     return None
 
 
@@ -618,7 +623,7 @@ def verb_info(req: dict) -> dict:
     python = req.get("python") or sys.executable
     out = {"hostname": socket.gethostname(), "agent_python": sys.version.split()[0], "python": None,
            "tensorflow": None}
-    if python == sys.executable and not sys.flags.no_site:
+    if os.path.realpath(shutil.which(python) or python) == os.path.realpath(sys.executable):
         out["python"] = sys.version.split()[0]
         out["tensorflow"] = package_version(["tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"])
     else:  # the tasks' interpreter, with its site-packages, is asked in a process of its own
@@ -738,7 +743,6 @@ def verb_sync_apply(req: dict) -> dict:
     each run still gets its own copy, so a later sync never changes a running task's files.
     """
     import base64
-    import shutil
 
     cache, dest = os.path.expanduser(req["cache"]), os.path.expanduser(req["dest"])
     os.makedirs(cache, mode=0o700, exist_ok=True)
