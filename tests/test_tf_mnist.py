@@ -22,7 +22,7 @@ def test_mnist_runs_to_completion_and_the_ps_stops(tmp_path: Path, home: Path) -
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(f"""name: mnist-test
 workdir: {REPO / "examples" / "mnist"}
-command: "{{python}} train.py --job_name={{job_name}} --task_index={{task_index}} --ps_hosts={{ps_hosts}} --worker_hosts={{worker_hosts}} --train_steps 3000"
+command: "{{python}} train.py --job_name={{job_name}} --task_index={{task_index}} --ps_hosts={{ps_hosts}} --worker_hosts={{worker_hosts}} --train_steps 6000"
 grace_period: 5
 jobs:
   ps: [localhost:{ports[0]}]
@@ -37,7 +37,7 @@ jobs:
     # Worker 1 starts once worker 0 (the chief) listens; it joined the run and ended cleanly.
     assert any(line.startswith("[worker:1] data: ") for line in up.stdout.splitlines())
     # TF's own server line proves the ps ran a real gRPC server on its port.
-    assert f"[ps:0]" in up.stdout and "Started server with target: grpc://" in up.stdout
+    assert "[ps:0]" in up.stdout and "Started server with target: grpc://" in up.stdout
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     states = {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
     assert states["ps:0"]["state"] == "stopped"  # it never exits by itself; tfctl stopped it

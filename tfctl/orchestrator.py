@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 from tfctl.errors import HostError, StartupError
 from tfctl.group import GroupResult, fan_out
 from tfctl.hostagent import HostAgent
-from tfctl.runs import HostSpec, RunRecord, TaskSpec
+from tfctl.runs import RunRecord, TaskSpec
 from tfctl.transport import connect
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "lost")
