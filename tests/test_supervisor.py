@@ -198,7 +198,8 @@ def test_follow_loses_and_repeats_nothing_at_volume(agent: HostAgent) -> None:
 
 def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
     start(agent, "r11", "worker:0", pycmd("import sys, time; sys.stdout.write('abc'); sys.stdout.flush(); "
-                                          "time.sleep(3); print('def'); sys.stdout.write('tail-no-newline')"))
+                                          "time.sleep(3); print('def', flush=True); time.sleep(1); "
+                                          "sys.stdout.write('tail-no-newline')"))
     log = Path(agent.root, "tasks", "r11", "worker-0", "output.log")
     deadline = time.monotonic() + 10
     while (not log.exists() or log.read_bytes() != b"abc") and time.monotonic() < deadline:

@@ -447,7 +447,7 @@ def verb_stop(req: dict) -> dict:
         return sorted(found)
 
     report = terminate(find, grace)
-    report["ports"] = verb_ports({"ports": req.get("ports", [])})["ports"]
+    report["ports"] = ports_after_stop(req.get("ports", []))
     # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
     deadline = time.monotonic() + 3
     for task in procs:
@@ -456,6 +456,18 @@ def verb_stop(req: dict) -> dict:
             time.sleep(POLL)
     report["tasks"] = {t: task_state(root, run_id, t) for t in procs}
     return report
+
+
+def ports_after_stop(ports: list, patience: float = 3.0) -> dict:
+    """Port state once the processes are gone. A listening socket nobody owns any more is one
+    the kernel is still tearing down: give it a moment before calling the port busy."""
+    deadline = time.monotonic() + patience
+    while True:
+        state = verb_ports({"ports": ports})["ports"]
+        orphaned = [p for p, info in state.items() if info["listening"] and not info["pids"]]
+        if not orphaned or time.monotonic() > deadline:
+            return state
+        time.sleep(POLL)
 
 
 def verb_sweep(req: dict) -> dict:
