@@ -245,14 +245,14 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
 
 def stop_watcher(record: RunRecord) -> None:
     """`down` takes over from the detached watcher: end it first so the two never race."""
-    w = record.watcher
-    if not w or not is_same_process({"pid": w["pid"], "starttime": w["starttime"]}):
+    w = record.watcher  # {"pid", "starttime"}: what is_same_process checks
+    if not w or not is_same_process(w):
         return
     os.kill(w["pid"], signal.SIGTERM)
     deadline = time.monotonic() + 5
-    while is_same_process({"pid": w["pid"], "starttime": w["starttime"]}) and time.monotonic() < deadline:
+    while is_same_process(w) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if is_same_process({"pid": w["pid"], "starttime": w["starttime"]}):
+    if is_same_process(w):
         os.kill(w["pid"], signal.SIGKILL)
 
 

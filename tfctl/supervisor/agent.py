@@ -31,6 +31,7 @@ import time
 RUN_ENV = "TFCTL_RUN_ID"
 TASK_ENV = "TFCTL_TASK"
 STORE_ENV = "TFCTL_STORE"  # which controller's run store started the process: sweeps touch only their own
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
 POLL = 0.05
 CHUNK = 256 * 1024
 MAX_PARTIAL_LINE = 64 * 1024
@@ -117,33 +118,26 @@ def proc_stat(pid: int) -> dict | None:
     }
 
 
+def proc_markers(pid: int) -> dict:
+    """tfctl's markers (TFCTL_RUN_ID, TFCTL_TASK, TFCTL_STORE) in pid's environment, read once."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return {}
+    found = {}
+    for item in env.split(b"\0"):
+        if item.startswith(b"TFCTL_"):
+            name, _, value = item.partition(b"=")
+            if name.decode(errors="replace") in (RUN_ENV, TASK_ENV, STORE_ENV):
+                found[name.decode()] = value.decode(errors="replace")
+    return found
+
+
 def proc_env_markers(pid: int) -> tuple[str | None, str | None]:
     """(TFCTL_RUN_ID, TFCTL_TASK) from pid's environment; (None, None) if unreadable or absent."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = f.read()
-    except OSError:
-        return None, None
-    run = task = None
-    for item in env.split(b"\0"):
-        if item.startswith(b"TFCTL_RUN_ID="):
-            run = item[13:].decode(errors="replace")
-        elif item.startswith(b"TFCTL_TASK="):
-            task = item[11:].decode(errors="replace")
-    return run, task
-
-
-def proc_store(pid: int) -> str | None:
-    """The TFCTL_STORE marker of pid's environment, if any."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = f.read()
-    except OSError:
-        return None
-    for item in env.split(b"\0"):
-        if item.startswith(b"TFCTL_STORE="):
-            return item[12:].decode(errors="replace")
-    return None
+    markers = proc_markers(pid)
+    return markers.get(RUN_ENV), markers.get(TASK_ENV)
 
 
 def proc_cmdline(pid: int) -> str:
@@ -476,10 +470,12 @@ def verb_sweep(req: dict) -> dict:
     touched, even when this store has never heard of them."""
     live, store = set(req.get("live_runs", [])), req["store"]
 
+    def orphan(markers: dict) -> bool:
+        return markers.get(STORE_ENV) == store and markers.get(RUN_ENV) not in (None, *live)
+
     def find() -> list[int]:
         me = os.getpid()
-        return [p for p in live_pids()
-                if p != me and proc_env_markers(p)[0] not in (None, *live) and proc_store(p) == store]
+        return [p for p in live_pids() if p != me and orphan(proc_markers(p))]
 
     runs = sorted({proc_env_markers(p)[0] for p in find()} - {None})
     report = terminate(find, float(req.get("grace", 10)))
@@ -637,10 +633,10 @@ def verb_info(req: dict) -> dict:
            "tensorflow": None}
     if os.path.realpath(shutil.which(python) or python) == os.path.realpath(sys.executable):
         out["python"] = sys.version.split()[0]
-        out["tensorflow"] = package_version(["tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"])
+        out["tensorflow"] = package_version(TF_DISTRIBUTIONS)
     else:  # the tasks' interpreter, with its site-packages, is asked in a process of its own
         probe = ("import sys\ntry:\n from importlib import metadata as m\nexcept ImportError: m = None\n"
-                 "v = None\nfor n in ('tensorflow', 'tensorflow-cpu', 'tf-nightly', 'tensorflow-macos'):\n"
+                 "v = None\nfor n in %r:\n" % (TF_DISTRIBUTIONS,) +
                  " try:\n  v = '%s %s' % (n, m.version(n)); break\n except Exception: pass\n"
                  "print(sys.version.split()[0]); print(v or '')")
         try:
