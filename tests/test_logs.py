@@ -12,7 +12,8 @@ import pytest
 from tfctl.hostagent import HostAgent
 from tfctl.logs import LogFollower, Prefixer
 from tfctl.orchestrator import Cluster
-from tfctl.runs import HostSpec, RunRecord, TaskSpec
+from tfctl.hosts import HostSpec
+from tfctl.runs import RunRecord, TaskSpec
 from tfctl.transport.local import LocalTransport
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tfctl.errors import EXIT_USAGE, UsageError
-from tfctl.runs import HostSpec, RunRecord, RunStore, TaskSpec, new_run_id, tfctl_home
+from tfctl.hosts import HostSpec, tfctl_home
+from tfctl.runs import RunRecord, RunStore, TaskSpec, new_run_id
 
 # Not fork: this pytest process may hold TensorFlow's threads (test_tf_cluster), and forking a
 # threaded process can deadlock the child. The forkserver is a fresh process that forks cheaply.

@@ -24,7 +24,8 @@ from tfctl.hostagent import HostAgent
 from tfctl.logs import LogFollower
 from tfctl.orchestrator import Cluster, HostInfo, Outcome, Progress, StopReport, TaskStatus
 from tfctl.plan import Plan, make_plan, remote_workdir
-from tfctl.runs import HostSpec, RunRecord, RunStore, new_run_id
+from tfctl.hosts import HostSpec
+from tfctl.runs import RunRecord, RunStore, new_run_id
 from tfctl.supervisor.agent import is_same_process, proc_stat
 from tfctl.sync import build_manifest, sync_host
 from tfctl.tf.cluster import exposed_addresses

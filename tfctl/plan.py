@@ -10,7 +10,8 @@ from pathlib import Path
 from tfctl.config import ClusterConfig, HostConfig, SSHSettings
 from tfctl.hostagent import REMOTE_ROOT, interpreter
 from tfctl.orchestrator import Phase
-from tfctl.runs import HostSpec, RunRecord, tfctl_home
+from tfctl.hosts import HostSpec, tfctl_home
+from tfctl.runs import RunRecord
 from tfctl.tf import cluster as tf_cluster
 from tfctl.transport import is_local_name
 

@@ -21,12 +21,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tfctl.errors import TfctlError, UsageError
+from tfctl.hosts import HostSpec, tfctl_home
 
 ACTIVE_STATES = ("starting", "running")
-
-
-def tfctl_home() -> Path:
-    return Path(os.environ.get("TFCTL_HOME") or Path.home() / ".tfctl").expanduser()
 
 
 def new_run_id(cluster_name: str, now: float | None = None) -> str:
@@ -53,16 +50,6 @@ class TaskSpec:
     @property
     def address(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """How to reach one host and where its supervisor keeps its files."""
-
-    name: str
-    python: str | None
-    root: str
-    transport: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

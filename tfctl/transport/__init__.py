@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfctl.errors import UsageError
-from tfctl.runs import HostSpec
+from tfctl.hosts import HostSpec
 from tfctl.transport.base import Transport
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 import paramiko
 
 from tfctl.errors import HostError
-from tfctl.runs import tfctl_home
+from tfctl.hosts import tfctl_home
 from tfctl.transport.base import Result, Stream, Transport, shell_path
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")

@@ -1,0 +1,26 @@
+"""How to reach a host and where tfctl keeps its files: shared by the transports, plans and store.
+
+Kept apart from the run store so that the transports never import it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def tfctl_home() -> Path:
+    """tfctl's own directory on this machine: $TFCTL_HOME, else ~/.tfctl."""
+    return Path(os.environ.get("TFCTL_HOME") or Path.home() / ".tfctl").expanduser()
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to reach one host and where its supervisor keeps its files."""
+
+    name: str
+    python: str | None
+    root: str
+    transport: dict[str, Any] = field(default_factory=dict)

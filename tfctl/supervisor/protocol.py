@@ -1,0 +1,528 @@
+"""Every message between the controller and a host supervisor, typed, in one place.
+
+Both sides import this module: the supervisor (stdlib only, Python >= 3.8, shipped to hosts) and
+the controller (`tfctl.hostagent`). A request is a frozen dataclass that names its verb, its
+answer type and whether running it twice is harmless; on the wire it travels as one JSON line
+
+    {"id": "<request id>", "verb": "start", "root": "~/.tfctl", "req": {...}}
+
+and its answer as one JSON line `{"id": ..., "ok": {...}}` or `{"id": ..., "error": "..."}`.
+A request that is not idempotent (`start`, `listen`) may reach a host twice when a connection
+drops after it was sent; the supervisor then answers the replay from the first run's record.
+`follow` answers with a stream of events instead (see `FollowEvent`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar, Union
+
+PROTOCOL_VERSION = 2
+
+
+class TaskState(str, enum.Enum):
+    """One task's state. `unknown` is the controller's: the task's host did not answer."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_final(self) -> bool:
+        """The task will never run again: its process is gone and how it ended is known."""
+        return self in _FINAL_TASK_STATES
+
+    @property
+    def is_bad(self) -> bool:
+        """A state that ends a job by itself (the task failed, or nobody knows how it ended)."""
+        return self in (TaskState.FAILED, TaskState.LOST)
+
+    @property
+    def may_be_alive(self) -> bool:
+        """A process of the task may exist (or its host could not tell)."""
+        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.UNKNOWN)
+
+
+_FINAL_TASK_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
+
+
+class RunState(str, enum.Enum):
+    """A whole run's state, as the run store records it."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_final(self) -> bool:
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED)
+
+    @property
+    def is_bad(self) -> bool:
+        return self is RunState.FAILED
+
+
+# ---------------------------------------------------------------- wire helpers
+
+W = TypeVar("W", bound="Wire")
+
+
+class Wire:
+    """A dataclass that converts to and from plain JSON values.
+
+    `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "dict", class);
+    `ENUMS` names the fields that hold enums. Unknown keys from a newer peer are ignored.
+    """
+
+    NESTED: ClassVar[Mapping[str, Any]] = {}
+    ENUMS: ClassVar[Mapping[str, Any]] = {}
+
+    def to_wire(self) -> Dict[str, Any]:
+        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_wire(cls: Type[W], data: Mapping[str, Any]) -> W:
+        if not isinstance(data, Mapping):
+            raise ValueError("%s: expected an object, got %r" % (cls.__name__, data))
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        values = {k: v for k, v in data.items() if k in names}
+        for name, (shape, kind) in cls.NESTED.items():
+            value = values.get(name)
+            if value is None:
+                continue
+            if shape == "one":
+                values[name] = kind.from_wire(value)
+            elif shape == "list":
+                values[name] = [kind.from_wire(v) for v in value]
+            else:
+                values[name] = {k: kind.from_wire(v) for k, v in value.items()}
+        for name, kind in cls.ENUMS.items():
+            if values.get(name) is not None:
+                values[name] = kind(values[name])
+        try:
+            return cls(**values)
+        except TypeError as e:
+            raise ValueError("%s: %s" % (cls.__name__, e)) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- shared records
+
+
+@dataclass(frozen=True)
+class TaskInfo(Wire):
+    """The truth about one task on its host: files written by its monitor, checked against /proc."""
+
+    ENUMS: ClassVar[Mapping[str, Any]] = {"state": TaskState}
+
+    task: str
+    state: TaskState = TaskState.PENDING
+    pid: Optional[int] = None
+    pgid: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    error: Optional[str] = None
+    listening: bool = False
+    last_line: str = ""
+    uptime: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class PortInfo(Wire):
+    """Whether something listens on a port of a host, and which processes hold it."""
+
+    listening: bool
+    pids: List[int] = field(default_factory=list)
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class FileEntry(Wire):
+    """One file of a synced workdir: content hash, size and permission bits."""
+
+    sha: str
+    size: int
+    mode: int
+
+
+@dataclass(frozen=True)
+class ProbeResult(Wire):
+    """A TCP connect from a host to one target. `error`: refused | timeout | unresolvable | unreachable."""
+
+    ok: bool
+    error: Optional[str] = None
+    address: Optional[str] = None
+    local: bool = False
+    detail: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class TaskLaunch(Wire):
+    """Everything the supervisor needs to start one task and stop it later."""
+
+    task: str
+    command: str
+    env: Dict[str, str] = field(default_factory=dict)
+    cwd: Optional[str] = None
+    grace: float = 10.0
+    store: str = ""
+
+
+# ---------------------------------------------------------------- requests and answers
+
+A = TypeVar("A", bound=Wire)
+
+
+class Request(Wire, Generic[A]):
+    """Base of every request: its verb, the type of its answer, and whether a replay is harmless."""
+
+    VERB: ClassVar[str]
+    ANSWER: ClassVar[Type[Wire]]
+    IDEMPOTENT: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class StartAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("dict", TaskInfo)}
+
+    tasks: Dict[str, TaskInfo]
+
+
+@dataclass(frozen=True)
+class StartRequest(Request[StartAnswer]):
+    """Start each task under its own monitor; answered once each runs or has failed to."""
+
+    VERB: ClassVar[str] = "start"
+    ANSWER: ClassVar[Type[Wire]] = StartAnswer
+    IDEMPOTENT: ClassVar[bool] = False
+    NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("list", TaskLaunch)}
+
+    run_id: str
+    tasks: List[TaskLaunch]
+
+
+@dataclass(frozen=True)
+class StatusAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("dict", TaskInfo)}
+
+    tasks: Dict[str, TaskInfo]
+    time: float
+
+
+@dataclass(frozen=True)
+class StatusRequest(Request[StatusAnswer]):
+    """Tasks of a run by name, each with the port it should listen on."""
+
+    VERB: ClassVar[str] = "status"
+    ANSWER: ClassVar[Type[Wire]] = StatusAnswer
+
+    run_id: str
+    tasks: Dict[str, int]
+
+
+@dataclass(frozen=True)
+class StopAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"ports": ("dict", PortInfo), "tasks": ("dict", TaskInfo)}
+
+    processes: int
+    killed: int
+    remaining: List[int]
+    ports: Dict[str, PortInfo] = field(default_factory=dict)
+    tasks: Dict[str, TaskInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StopRequest(Request[StopAnswer]):
+    """Stop the run's tasks on this host (all of them unless `tasks` names some) and prove it:
+    SIGTERM, `grace` seconds, SIGKILL; then the state of `ports`."""
+
+    VERB: ClassVar[str] = "stop"
+    ANSWER: ClassVar[Type[Wire]] = StopAnswer
+
+    run_id: str
+    grace: float
+    ports: List[int] = field(default_factory=list)
+    tasks: Optional[List[str]] = None
+
+
+@dataclass(frozen=True)
+class SweepAnswer(Wire):
+    processes: int
+    killed: int
+    remaining: List[int]
+    runs: List[str]
+
+
+@dataclass(frozen=True)
+class SweepRequest(Request[SweepAnswer]):
+    """Stop every process started from `store` whose run is not in `live_runs`: orphans."""
+
+    VERB: ClassVar[str] = "sweep"
+    ANSWER: ClassVar[Type[Wire]] = SweepAnswer
+
+    live_runs: List[str]
+    grace: float
+    store: str
+
+
+@dataclass(frozen=True)
+class PortsAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"ports": ("dict", PortInfo)}
+
+    ports: Dict[str, PortInfo]  # str(port) -> who listens
+
+
+@dataclass(frozen=True)
+class PortsRequest(Request[PortsAnswer]):
+    VERB: ClassVar[str] = "ports"
+    ANSWER: ClassVar[Type[Wire]] = PortsAnswer
+
+    ports: List[int]
+
+
+@dataclass(frozen=True)
+class InfoAnswer(Wire):
+    hostname: str
+    agent_python: str
+    python: Optional[str] = None
+    tensorflow: Optional[str] = None
+    python_error: Optional[str] = None
+    protocol: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class InfoRequest(Request[InfoAnswer]):
+    """Who the host is and which Python and TensorFlow `python` (the tasks' interpreter) has."""
+
+    VERB: ClassVar[str] = "info"
+    ANSWER: ClassVar[Type[Wire]] = InfoAnswer
+
+    python: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ProbeAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"results": ("dict", ProbeResult)}
+
+    results: Dict[str, ProbeResult]
+
+
+@dataclass(frozen=True)
+class ProbeRequest(Request[ProbeAnswer]):
+    """TCP connect from this host to each `host:port` target."""
+
+    VERB: ClassVar[str] = "probe"
+    ANSWER: ClassVar[Type[Wire]] = ProbeAnswer
+
+    targets: List[str]
+    timeout: float = 3.0
+
+
+@dataclass(frozen=True)
+class ListenAnswer(Wire):
+    pid: int
+
+
+@dataclass(frozen=True)
+class ListenRequest(Request[ListenAnswer]):
+    """Hold ports open for `seconds` (marked with `run_id`; `stop` ends it) to test the network."""
+
+    VERB: ClassVar[str] = "listen"
+    ANSWER: ClassVar[Type[Wire]] = ListenAnswer
+    IDEMPOTENT: ClassVar[bool] = False
+
+    run_id: str
+    ports: List[int]
+    seconds: float = 60.0
+    store: str = ""
+
+
+@dataclass(frozen=True)
+class TailAnswer(Wire):
+    tails: Dict[str, List[str]]
+
+
+@dataclass(frozen=True)
+class TailRequest(Request[TailAnswer]):
+    """The last `lines` lines of several tasks' output (for diagnosis)."""
+
+    VERB: ClassVar[str] = "tail"
+    ANSWER: ClassVar[Type[Wire]] = TailAnswer
+
+    run_id: str
+    tasks: List[str]
+    lines: int = 200
+
+
+@dataclass(frozen=True)
+class SyncPlanAnswer(Wire):
+    need: List[str]
+
+
+@dataclass(frozen=True)
+class SyncPlanRequest(Request[SyncPlanAnswer]):
+    """Which files of the manifest the host's sync cache lacks or holds in another version."""
+
+    VERB: ClassVar[str] = "sync_plan"
+    ANSWER: ClassVar[Type[Wire]] = SyncPlanAnswer
+    NESTED: ClassVar[Mapping[str, Any]] = {"files": ("dict", FileEntry)}
+
+    cache: str
+    files: Dict[str, FileEntry]
+
+
+@dataclass(frozen=True)
+class SyncApplyAnswer(Wire):
+    copied: int
+    files: int
+    dest: str
+
+
+@dataclass(frozen=True)
+class SyncApplyRequest(Request[SyncApplyAnswer]):
+    """Bring the cache up to the manifest with `blobs` (base64 by path), then copy it to `dest`."""
+
+    VERB: ClassVar[str] = "sync_apply"
+    ANSWER: ClassVar[Type[Wire]] = SyncApplyAnswer
+    NESTED: ClassVar[Mapping[str, Any]] = {"files": ("dict", FileEntry)}
+
+    cache: str
+    dest: str
+    files: Dict[str, FileEntry]
+    blobs: Dict[str, str]
+
+
+VERBS: Dict[str, Type[Request[Any]]] = {
+    cls.VERB: cls
+    for cls in (StartRequest, StatusRequest, StopRequest, SweepRequest, PortsRequest, InfoRequest, ProbeRequest,
+                ListenRequest, TailRequest, SyncPlanRequest, SyncApplyRequest)
+}
+
+
+# ---------------------------------------------------------------- follow: a stream, not an answer
+
+
+@dataclass(frozen=True)
+class FollowRequest(Wire):
+    """Stream task output from byte offsets; with `follow`, until every task ended and was read."""
+
+    run_id: str
+    tasks: Dict[str, int]  # task -> byte offset to read from
+    follow: bool = False
+    tail: Optional[int] = None  # start at most this many lines before the end
+    poll: float = 0.1
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Output of one task up to byte `offset`; `partial` bytes after its last newline."""
+
+    task: str
+    offset: int
+    partial: int
+    data: str
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    """A followed task ended and all its output was sent."""
+
+    task: str
+    offset: int
+    state: TaskState
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent when nothing else was for a while, so a dead link is noticed."""
+
+    time: float
+
+
+FollowEvent = Union[LogChunk, TaskEnded, Heartbeat]
+
+
+def follow_event_to_wire(event: FollowEvent) -> Dict[str, Any]:
+    """Compact keys: a follow stream may carry millions of lines."""
+    if isinstance(event, LogChunk):
+        return {"t": event.task, "o": event.offset, "p": event.partial, "d": event.data}
+    if isinstance(event, TaskEnded):
+        return {"t": event.task, "o": event.offset, "end": event.state.value}
+    return {"hb": event.time}
+
+
+def follow_event_from_wire(data: Mapping[str, Any]) -> FollowEvent:
+    if "hb" in data:
+        return Heartbeat(float(data["hb"]))
+    if "end" in data:
+        return TaskEnded(data["t"], int(data["o"]), TaskState(data["end"]))
+    if "d" in data:
+        return LogChunk(data["t"], int(data["o"]), int(data.get("p", 0)), data["d"])
+    raise ValueError("not a follow event: %r" % (dict(data),))
+
+
+# ---------------------------------------------------------------- envelopes
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One request on the wire: its id (for replays), verb, the host's state root and the body."""
+
+    id: str
+    verb: str
+    root: str
+    body: Dict[str, Any]
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "root": self.root, "req": self.body}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Envelope:
+        try:
+            return cls(str(data["id"]), str(data["verb"]), str(data["root"]), dict(data["req"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError("not a request envelope: %s" % e) from None
+
+    def request(self) -> Request[Any]:
+        """The typed request; ValueError for an unknown verb or a malformed body."""
+        cls = VERBS.get(self.verb)
+        if cls is None:
+            raise ValueError("unknown verb %r" % self.verb)
+        return cls.from_wire(self.body)
+
+
+def envelope(request_id: str, root: str, request: Request[Any]) -> Envelope:
+    return Envelope(request_id, request.VERB, root, request.to_wire())
+
+
+def answer_to_wire(request_id: str, answer: Optional[Wire] = None, error: Optional[str] = None) -> Dict[str, Any]:
+    if error is not None:
+        return {"id": request_id, "error": error}
+    assert answer is not None
+    return {"id": request_id, "ok": answer.to_wire()}
