@@ -6,6 +6,7 @@ prefix/bridge/subnet so it can run while other test modules hold the default lab
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -17,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from netns_hosts import SSHD, TestHost, make_lab_fixture
+
 from tfctl.errors import HostError
 from tfctl.transport.base import Stream, Transport
 from tfctl.transport.ssh import SSHStream, SSHTransport
@@ -55,8 +56,9 @@ def make(lab):
 
 def fingerprint(pubkey: Path) -> str:
     """The key's SHA256 fingerprint as OpenSSH prints it (ssh-keygen -l), not as paramiko does."""
-    return subprocess.run(["ssh-keygen", "-lf", str(pubkey)], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", str(pubkey)], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
 
 
 def host_pub(host: TestHost) -> Path:
@@ -112,9 +114,8 @@ def test_stream_yields_lines_while_the_command_runs(make):
     t0 = time.monotonic()
     assert next(lines) == "first"
     assert time.monotonic() - t0 < 1.5  # arrived live, not when the command ended
-    assert s.exit_code is None  # still running
     assert list(lines) == ["second"]
-    assert s.exit_code == 4
+    assert time.monotonic() - t0 > 1.5  # and the rest only once the command printed it
     s.close()
     s.close()  # twice is fine
 
@@ -123,18 +124,38 @@ def test_stream_yields_lines_while_the_command_runs(make):
 def test_stream_feeds_stdin_and_close_stops_reading(make):
     t = make("tfh1")
     s = t.stream("cat; echo end", stdin="é\nb\n".encode())
-    assert list(s.lines()) == ["é", "b", "end"] and s.exit_code == 0
+    assert list(s.lines()) == ["é", "b", "end"]
     s = t.stream("echo up; sleep 30")
     lines = s.lines()
     assert next(lines) == "up"
     s.close()
     t0 = time.monotonic()
-    assert list(lines) == [] and s.exit_code is None
+    assert list(lines) == []
     assert time.monotonic() - t0 < 2
 
 
 @pytest.mark.netns
-def test_stream_ends_with_no_exit_code_when_the_link_drops(make, lab):
+def test_stream_sends_remote_stderr_to_the_sink(make, capfd):
+    got: list[str] = []
+    s = make("tfh1", stderr_sink=got.append).stream("echo out; echo 'é err' >&2; sleep 0.5")
+    assert list(s.lines()) == ["out"]
+    deadline = time.monotonic() + 2
+    while "".join(got) != "é err\n" and time.monotonic() < deadline:  # copied by its own thread
+        time.sleep(0.05)
+    assert "".join(got) == "é err\n"
+    assert "err" not in capfd.readouterr().err
+    s = make("tfh1").stream("echo default >&2")  # the default sink: our stderr, as before
+    assert list(s.lines()) == []
+    deadline = time.monotonic() + 2
+    err = ""
+    while "default" not in err and time.monotonic() < deadline:
+        time.sleep(0.05)
+        err += capfd.readouterr().err
+    assert "default\n" in err
+
+
+@pytest.mark.netns
+def test_stream_ends_when_the_link_drops(make, lab):
     host = lab.hosts[2]
     s = make("tfh2", keepalive=1).stream("echo up; sleep 60")
     lines = s.lines()
@@ -150,7 +171,7 @@ def test_stream_ends_with_no_exit_code_when_the_link_drops(make, lab):
         assert time.monotonic() - t0 < 10
     finally:
         host.set_link(True)
-    assert rest == [] and s.exit_code is None
+    assert rest == []
 
 
 @pytest.mark.netns
@@ -174,7 +195,7 @@ def test_concurrent_runs_share_one_connection(make):
     def work(i: int) -> None:
         try:
             results[i] = [t.run(f"echo {i}-{k} $SSH_CONNECTION") for k in range(5)]
-        except BaseException as e:  # reported below with the thread's own error
+        except BaseException as e:  # noqa: BLE001  (reported below with the thread's own error)
             errors[i] = e
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
@@ -204,8 +225,15 @@ def test_close_then_use_again_reconnects(make):
 def direct(make, lab, index: int, known_hosts: list[Path], **kw) -> SSHTransport:
     """A transport to lab host `index` by address, without the lab's known_hosts."""
     host = lab.hosts[index]
-    return make(host.name, destination=host.address, user="root", identity_file=lab.client_key,
-                ssh_config_path=os.devnull, known_hosts=known_hosts, **kw)
+    return make(
+        host.name,
+        destination=host.address,
+        user="root",
+        identity_file=lab.client_key,
+        ssh_config_path=os.devnull,
+        known_hosts=known_hosts,
+        **kw,
+    )
 
 
 @pytest.mark.netns
@@ -262,14 +290,25 @@ def write_config(path: Path, lab, alias: str, **options: str) -> Path:
 
 @pytest.mark.netns
 def test_ssh_config_alias_resolves_hostname_user_port_and_identity(make, lab, tmp_path):
-    cfg = write_config(tmp_path / "config", lab, "db-alias", HostName="10.77.7.12", User="root", Port="2",
-                       IdentityFile=f'"{lab.client_key}"', UserKnownHostsFile=f'"{lab.known_hosts}"')
+    cfg = write_config(
+        tmp_path / "config",
+        lab,
+        "db-alias",
+        HostName="10.77.7.12",
+        User="root",
+        Port="2",
+        IdentityFile=f'"{lab.client_key}"',
+        UserKnownHostsFile=f'"{lab.known_hosts}"',
+    )
     t = make("worker", destination="db-alias", ssh_config_path=cfg, port=22)  # explicit port wins
     r = t.run("hostname; whoami; echo $SSH_CONNECTION")
     assert r.host == "worker"
     assert r.stdout.split("\n")[:2] == ["tfh2", "root"] and r.stdout.split()[-2:] == ["10.77.7.12", "22"]
-    with pytest.raises(HostError, match=r"cannot reach db-alias \(10.77.7.12:2\): connection refused "
-                                        r"\(is sshd running on port 2\?\)"):
+    with pytest.raises(
+        HostError,
+        match=r"cannot reach db-alias \(10.77.7.12:2\): connection refused "
+        r"\(is sshd running on port 2\?\)",
+    ):
         make("worker", destination="db-alias", ssh_config_path=cfg).run("true")
 
 
@@ -279,8 +318,15 @@ def test_auth_failure_names_user_host_and_keys_tried(make, lab, tmp_path, monkey
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     stranger = tmp_path / "id_stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    cfg = write_config(tmp_path / "config", lab, "tfh0", HostName="10.77.7.10", User="root",
-                       IdentityFile=f'"{stranger}"', UserKnownHostsFile=f'"{lab.known_hosts}"')
+    cfg = write_config(
+        tmp_path / "config",
+        lab,
+        "tfh0",
+        HostName="10.77.7.10",
+        User="root",
+        IdentityFile=f'"{stranger}"',
+        UserKnownHostsFile=f'"{lab.known_hosts}"',
+    )
     with pytest.raises(HostError) as err:
         make("tfh0", ssh_config_path=cfg).run("true")
     msg = str(err.value)
@@ -293,8 +339,7 @@ def test_auth_failure_names_user_host_and_keys_tried(make, lab, tmp_path, monkey
 def test_keys_from_ssh_agent_are_used(make, lab, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             if sock.exists():
@@ -303,8 +348,14 @@ def test_keys_from_ssh_agent_are_used(make, lab, tmp_path, monkeypatch):
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         subprocess.run(["ssh-add", "-q", str(lab.client_key)], env=env, check=True, capture_output=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        cfg = write_config(tmp_path / "config", lab, "tfh0", HostName="10.77.7.10", User="root",
-                           UserKnownHostsFile=f'"{lab.known_hosts}"')  # no IdentityFile
+        cfg = write_config(
+            tmp_path / "config",
+            lab,
+            "tfh0",
+            HostName="10.77.7.10",
+            User="root",
+            UserKnownHostsFile=f'"{lab.known_hosts}"',
+        )  # no IdentityFile
         assert make("tfh0", ssh_config_path=cfg).run("hostname").stdout == "tfh0\n"
     finally:
         agent.kill()
@@ -317,8 +368,11 @@ def test_connect_timeout_on_a_pulled_cable(make, lab):
     host.set_link(False)
     try:
         t0 = time.monotonic()
-        with pytest.raises(HostError, match=r"tfh2: cannot reach tfh2 \(10.77.7.12\): timed out after 2s "
-                                            r"\(firewall or host down\?\)"):
+        with pytest.raises(
+            HostError,
+            match=r"tfh2: cannot reach tfh2 \(10.77.7.12\): timed out after 2s "
+            r"\(firewall or host down\?\)",
+        ):
             make("tfh2", connect_timeout=2).run("true")
         assert time.monotonic() - t0 < 4
     finally:
@@ -329,9 +383,11 @@ def test_connect_timeout_on_a_pulled_cable(make, lab):
 @pytest.mark.netns
 def test_unresolvable_name(lab):
     # Inside a lab host: its resolver is unreachable, so no DNS query leaves this machine.
-    code = ("from tfctl.transport.ssh import SSHTransport\nfrom tfctl.errors import HostError\n"
-            "try: SSHTransport('w', destination='no-such-host.invalid', ssh_config_path='/dev/null').run('true')\n"
-            "except HostError as e: print(e)")
+    code = (
+        "from tfctl.transport.ssh import SSHTransport\nfrom tfctl.errors import HostError\n"
+        "try: SSHTransport('w', destination='no-such-host.invalid', ssh_config_path='/dev/null').run('true')\n"
+        "except HostError as e: print(e)"
+    )
     out = lab.hosts[0].exec([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.startswith("w: cannot resolve no-such-host.invalid: "), out.stderr
 
@@ -343,13 +399,18 @@ def start_hidden_sshd(host: TestHost, address: str, workdir: Path) -> subprocess
     """A second sshd inside `host` (same host key) on `address`, an address only on its lo."""
     host.exec(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True)
     cfg = (host.workdir / "sshd_config").read_text()
-    cfg = cfg.replace("Port 22\n", f"Port {HIDDEN_PORT}\n").replace(f"ListenAddress {host.address}\n",
-                                                                     f"ListenAddress {address}\n")
+    cfg = cfg.replace("Port 22\n", f"Port {HIDDEN_PORT}\n").replace(
+        f"ListenAddress {host.address}\n", f"ListenAddress {address}\n"
+    )
     (workdir / "sshd_config").write_text(cfg)
     log = workdir / "sshd.log"
     with open(log, "wb") as out:
-        proc = host.popen([SSHD, "-D", "-e", "-f", str(workdir / "sshd_config")], stdin=subprocess.DEVNULL,
-                          stdout=out, stderr=subprocess.STDOUT)
+        proc = host.popen(
+            [SSHD, "-D", "-e", "-f", str(workdir / "sshd_config")],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 10
     while b"Server listening on" not in log.read_bytes():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
@@ -388,7 +449,9 @@ def jump_lab(lab, tmp_path_factory):
         known = work / "known_hosts"  # `[host]:port` entries, as OpenSSH writes them for port != 22
         known.write_text(known_line(f"[{HIDDEN_B}]:{HIDDEN_PORT}", h1) + known_line(f"[{HIDDEN_C}]:{HIDDEN_PORT}", h2))
         common = f'    User root\n    IdentityFile "{lab.client_key}"\n    UserKnownHostsFile "{known}"\n'
-        (work / "ssh_config").write_text(lab.ssh_config.read_text() + f"""
+        (work / "ssh_config").write_text(
+            lab.ssh_config.read_text()
+            + f"""
 Host hidden-b
     HostName {HIDDEN_B}
     Port {HIDDEN_PORT}
@@ -402,7 +465,8 @@ Host hidden-c2
     HostName {HIDDEN_C}
     Port {HIDDEN_PORT}
     ProxyJump root@tfh0:22,hidden-b
-{common}""")
+{common}"""
+        )
         yield work
     finally:
         for proc in procs:
@@ -461,18 +525,48 @@ def test_host_keys_are_checked_on_every_hop(make, jump_lab, lab, tmp_path, tfctl
     unknown.write_text(first_hop + target)  # nothing for B
     with pytest.raises(HostError, match=rf"unknown host key for \[{HIDDEN_B}\]:{HIDDEN_PORT} "):
         make("c", destination="hidden-c2", ssh_config_path=cfg, known_hosts=[unknown]).run("true")
-    assert make("c", destination="hidden-c2", ssh_config_path=cfg, known_hosts=[unknown],
-                accept_new_host_keys=True).run("hostname").stdout == "tfh2\n"
+    assert (
+        make("c", destination="hidden-c2", ssh_config_path=cfg, known_hosts=[unknown], accept_new_host_keys=True)
+        .run("hostname")
+        .stdout
+        == "tfh2\n"
+    )
     assert (tfctl_home / "known_hosts").read_text() == known_line(f"[{HIDDEN_B}]:{HIDDEN_PORT}", h1)
 
     wrong = tmp_path / "wrong_b"
     wrong.write_text(first_hop + known_line(f"[{HIDDEN_B}]:{HIDDEN_PORT}", h0) + target)
     (tfctl_home / "known_hosts").unlink()
     with pytest.raises(HostError) as err:
-        make("c", destination="hidden-c2", ssh_config_path=cfg, known_hosts=[wrong],
-             accept_new_host_keys=True).run("true")
+        make("c", destination="hidden-c2", ssh_config_path=cfg, known_hosts=[wrong], accept_new_host_keys=True).run(
+            "true"
+        )
     assert f"host key for [{HIDDEN_B}]:{HIDDEN_PORT} has CHANGED" in str(err.value)
     assert fingerprint(host_pub(h0)) in str(err.value) and fingerprint(host_pub(h1)) in str(err.value)
+
+
+@pytest.mark.netns
+def test_trace_has_one_connect_per_connection_and_a_span_per_command(make, tmp_path, monkeypatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("TFCTL_TRACE", str(path))
+    t = make("tfh0")
+    t.run("true")
+    t.put(b"x", "~/traced/file")
+    list(t.stream("echo hi").lines())
+    t.close()
+    t.run("true")
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["event"] for e in events] == [
+        "transport.connect",
+        "transport.run",
+        "transport.run",
+        "transport.put",
+        "transport.stream",
+        "transport.connect",
+        "transport.run",
+    ]
+    assert {e["host"] for e in events} == {"tfh0"} and events[1]["command"] == "true"
+    assert events[0]["start"] >= events[1]["start"]  # the handshake happens inside the first command
+    assert events[3]["path"] == "~/traced/file" and events[3]["bytes"] == 1
 
 
 # -- the interface ----------------------------------------------------------------------------
@@ -489,9 +583,11 @@ def test_ssh_transport_has_exactly_the_transport_interface():
 
 def test_only_ssh_module_imports_paramiko_and_only_when_used():
     root = Path(__file__).resolve().parents[1] / "tfctl"
-    importers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
-                       if any(line.strip().startswith(("import paramiko", "from paramiko"))
-                              for line in p.read_text().splitlines()))
+    importers = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(line.strip().startswith(("import paramiko", "from paramiko")) for line in p.read_text().splitlines())
+    )
     assert importers == ["transport/ssh.py"]
     probe = "import sys, tfctl.cli, tfctl.transport; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root.parent)

@@ -50,11 +50,6 @@ class Stream(abc.ABC):
     def close(self) -> None:
         """Stop reading and end the command; safe to call twice."""
 
-    @property
-    @abc.abstractmethod
-    def exit_code(self) -> int | None:
-        """The command's exit code once it ended, None while it runs or if the link dropped."""
-
 
 class Transport(abc.ABC):
     """Runs shell command lines on one host. Every value in a command line is already quoted."""

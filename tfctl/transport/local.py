@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from typing import Iterator
 
+from tfctl import trace
 from tfctl.errors import HostError
 from tfctl.transport.base import Result, Stream, Transport
 
@@ -56,10 +57,6 @@ class LocalStream(Stream):
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    @property
-    def exit_code(self) -> int | None:
-        return self._proc.poll()
-
 
 class LocalTransport(Transport):
     """The transport for `localhost` and any host tfctl is told is this machine."""
@@ -72,8 +69,17 @@ class LocalTransport(Transport):
         return True
 
     def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        with trace.span("transport.run", self.host, command=command):
+            return self._run(command, stdin, timeout)
+
+    def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> Result:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(stdin or b"", timeout=timeout)
         except subprocess.TimeoutExpired as e:
@@ -83,8 +89,10 @@ class LocalTransport(Transport):
         return Result(self.host, command, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                start_new_session=True)
+        with trace.span("transport.stream", self.host, command=command):
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
         if stdin is not None:
             assert proc.stdin is not None
             proc.stdin.write(stdin)
@@ -93,12 +101,13 @@ class LocalTransport(Transport):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         target = os.path.expanduser(path)
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        with trace.span("transport.put", self.host, path=path, bytes=len(data)):
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
 
     def close(self) -> None:
         """Nothing to release for local commands."""

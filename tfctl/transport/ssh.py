@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 
 import paramiko
 
+from tfctl import trace
 from tfctl.errors import HostError
 from tfctl.hosts import tfctl_home
 from tfctl.transport.base import Result, Stream, Transport, shell_path
@@ -77,28 +78,39 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         ep = self.endpoint
         if not self.accept_new:
             scan = f"ssh-keyscan{'' if ep.port == 22 else f' -p {ep.port}'} {ep.hostname}"
-            raise HostError(self.host, f"unknown host key for {hostname} ({_fingerprint(key)})",
-                            hint=f"if that fingerprint is the host's, run again with --accept-new-host-keys "
-                                 f"to pin it in {self.pin_file}, or add it yourself: "
-                                 f"{scan} >> ~/.ssh/known_hosts")
+            raise HostError(
+                self.host,
+                f"unknown host key for {hostname} ({_fingerprint(key)})",
+                hint=f"if that fingerprint is the host's, run again with --accept-new-host-keys "
+                f"to pin it in {self.pin_file}, or add it yourself: "
+                f"{scan} >> ~/.ssh/known_hosts",
+            )
         self.pin_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.pin_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as f:  # one short O_APPEND write: concurrent pins do not interleave
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-class SSHStream(Stream):
-    """A remote command's stdout, line by line; its stderr is copied to ours, as local does."""
+def write_stderr(text: str) -> None:
+    """The default sink for a stream's remote stderr: ours, as a local command's would be."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
-    def __init__(self, chan: paramiko.Channel) -> None:
+
+class SSHStream(Stream):
+    """A remote command's stdout, line by line; its stderr goes to `sink` as it arrives, so it
+    is neither lost nor left to fill the SSH window and stall the command."""
+
+    def __init__(self, chan: paramiko.Channel, sink: Callable[[str], None] = write_stderr) -> None:
         self._chan = chan
+        self._sink = sink
         threading.Thread(target=self._copy_stderr, daemon=True).start()
 
     def _copy_stderr(self) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while data := self._chan.recv_stderr(CHUNK):
-            sys.stderr.write(decoder.decode(data))
-            sys.stderr.flush()
+            if text := decoder.decode(data):
+                self._sink(text)
 
     def lines(self) -> Iterator[str]:
         pending = b""
@@ -119,21 +131,28 @@ class SSHStream(Stream):
     def close(self) -> None:
         self._chan.close()
 
-    @property
-    def exit_code(self) -> int | None:
-        # paramiko reports -1 when the channel closed without an exit status (link dropped).
-        status = self._chan.exit_status if self._chan.exit_status_ready() else -1
-        return status if status >= 0 else None
-
 
 class SSHTransport(Transport):
-    """A host reached over SSH; `host` is the cluster's name, `destination` the SSH target."""
+    """A host reached over SSH; `host` is the cluster's name, `destination` the SSH target.
 
-    def __init__(self, host: str, *, destination: str | None = None, user: str | None = None,
-                 port: int | None = None, identity_file: str | os.PathLike | None = None,
-                 ssh_config_path: str | os.PathLike | None = None,
-                 known_hosts: list[str | os.PathLike] | None = None, accept_new_host_keys: bool = False,
-                 connect_timeout: float = 10, keepalive: float = 15) -> None:
+    `stderr_sink` receives the remote stderr of streams (default: this process's stderr).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        destination: str | None = None,
+        user: str | None = None,
+        port: int | None = None,
+        identity_file: str | os.PathLike | None = None,
+        ssh_config_path: str | os.PathLike | None = None,
+        known_hosts: list[str | os.PathLike] | None = None,
+        accept_new_host_keys: bool = False,
+        connect_timeout: float = 10,
+        keepalive: float = 15,
+        stderr_sink: Callable[[str], None] = write_stderr,
+    ) -> None:
         self.host = host
         self._destination = destination or host
         self._user = user
@@ -145,6 +164,7 @@ class SSHTransport(Transport):
         self._accept_new = accept_new_host_keys
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive
+        self._stderr_sink = stderr_sink
         self._lock = threading.Lock()
         self._clients: list[paramiko.SSHClient] = []  # jump hops first, the host itself last
 
@@ -155,6 +175,10 @@ class SSHTransport(Transport):
     # -- commands
 
     def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
+        with trace.span("transport.run", self.host, command=command):
+            return self._run(command, stdin, timeout)
+
+    def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> Result:
         deadline = None if timeout is None else time.monotonic() + timeout
         chan = self._exec(command)
         out: list[bytes] = []
@@ -166,20 +190,27 @@ class SSHTransport(Transport):
         for reader in readers:
             reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if any(r.is_alive() for r in readers) or not chan.status_event.wait(
-                None if deadline is None else max(0.0, deadline - time.monotonic())):
+            None if deadline is None else max(0.0, deadline - time.monotonic())
+        ):
             chan.close()
             raise HostError(self.host, f"command timed out after {timeout:g}s: {command}")
         if chan.exit_status < 0 and not chan.get_transport().is_active():
             raise HostError(self.host, f"connection lost while running: {command}")
         # -1 with the link up: the command died of a signal (paramiko does not say which one).
-        return Result(self.host, command, chan.exit_status, b"".join(out).decode(errors="replace"),
-                      b"".join(err).decode(errors="replace"))
+        return Result(
+            self.host,
+            command,
+            chan.exit_status,
+            b"".join(out).decode(errors="replace"),
+            b"".join(err).decode(errors="replace"),
+        )
 
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
-        chan = self._exec(command)
+        with trace.span("transport.stream", self.host, command=command):  # until the channel is open
+            chan = self._exec(command)
         if stdin is not None:
             _spawn(_feed, chan, stdin)
-        return SSHStream(chan)
+        return SSHStream(chan, self._stderr_sink)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         parent, name = posixpath.split(path)
@@ -187,9 +218,12 @@ class SSHTransport(Transport):
         dst, tmp_q, dir_q = shell_path(path), shell_path(tmp), shell_path(parent or ".")
         # umask 077: new parent dirs are 0700 and the temp file is never readable by others;
         # rename(2) within one directory makes the write atomic.
-        command = (f"umask 077 && mkdir -p -- {dir_q} && cat > {tmp_q} && chmod {mode:o} {tmp_q} && "
-                   f"mv -f -- {tmp_q} {dst} || {{ rm -f -- {tmp_q}; exit 1; }}")
-        result = self.run(command, stdin=data, timeout=max(60.0, len(data) / 1e6))  # >= 1 MB/s
+        command = (
+            f"umask 077 && mkdir -p -- {dir_q} && cat > {tmp_q} && chmod {mode:o} {tmp_q} && "
+            f"mv -f -- {tmp_q} {dst} || {{ rm -f -- {tmp_q}; exit 1; }}"
+        )
+        with trace.span("transport.put", self.host, path=path, bytes=len(data)):
+            result = self.run(command, stdin=data, timeout=max(60.0, len(data) / 1e6))  # >= 1 MB/s
         if not result.ok:
             raise HostError(self.host, f"cannot write {path}: {result.stderr.strip() or result.exit_code}")
 
@@ -205,8 +239,11 @@ class SSHTransport(Transport):
             chan = transport.open_session(timeout=self._connect_timeout)
             chan.exec_command(command)
         except paramiko.ChannelException as e:
-            raise HostError(self.host, f"the SSH server refused a new session: {e.text}",
-                            hint="too many concurrent commands? raise MaxSessions in the host's sshd_config") from e
+            raise HostError(
+                self.host,
+                f"the SSH server refused a new session: {e.text}",
+                hint="too many concurrent commands? raise MaxSessions in the host's sshd_config",
+            ) from e
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise HostError(self.host, f"cannot start a command over SSH: {e}") from e
         return chan
@@ -219,15 +256,16 @@ class SSHTransport(Transport):
                 if transport is not None and transport.is_active():
                     return transport
                 self._disconnect()
-            config = self._ssh_config()
-            chain = self._chain(config, self._destination, self._user, self._port, self._identity)
-            for i, endpoint in enumerate(chain):
-                try:
-                    self._clients.append(self._open(endpoint, chain[i - 1] if i else None, i < len(chain) - 1))
-                except BaseException:
-                    self._disconnect()
-                    raise
-            return self._clients[-1].get_transport()
+            with trace.span("transport.connect", self.host, destination=self._destination):
+                config = self._ssh_config()
+                chain = self._chain(config, self._destination, self._user, self._port, self._identity)
+                for i, endpoint in enumerate(chain):
+                    try:
+                        self._clients.append(self._open(endpoint, chain[i - 1] if i else None, i < len(chain) - 1))
+                    except BaseException:
+                        self._disconnect()
+                        raise
+            return _connection(self._clients[-1])
 
     def _disconnect(self) -> None:
         for client in reversed(self._clients):
@@ -242,31 +280,55 @@ class SSHTransport(Transport):
         except (OSError, paramiko.SSHException, ValueError) as e:
             raise HostError(self.host, f"cannot read {self._ssh_config_path}: {e}") from e
 
-    def _chain(self, config: paramiko.SSHConfig, alias: str, user: str | None, port: int | None,
-               identity: str | None, depth: int = 0, follow_jump: bool = True) -> list[_Endpoint]:
+    def _chain(
+        self,
+        config: paramiko.SSHConfig,
+        alias: str,
+        user: str | None,
+        port: int | None,
+        identity: str | None,
+        depth: int = 0,
+        follow_jump: bool = True,
+    ) -> list[_Endpoint]:
         """The servers to connect through, in order, ending with `alias` itself.
 
         Like OpenSSH, the first hop of a ProxyJump follows its own ProxyJump; later hops do not.
         """
         cfg = config.lookup(alias)
         if cfg.get("proxycommand") and "proxyjump" not in cfg:
-            raise HostError(self.host, f"ProxyCommand (for {alias} in {self._ssh_config_path}) is not supported",
-                            hint="use ProxyJump instead")
+            raise HostError(
+                self.host,
+                f"ProxyCommand (for {alias} in {self._ssh_config_path}) is not supported",
+                hint="use ProxyJump instead",
+            )
         try:
-            port = int(port or cfg.get("port", 22))
+            port = int(port or cfg.get("port") or 22)
         except ValueError:
             raise HostError(self.host, f"bad Port {cfg.get('port')!r} for {alias} in {self._ssh_config_path}") from None
         key_files = (identity,) if identity else tuple(os.path.expanduser(k) for k in cfg.get("identityfile", []))
-        known_hosts = self._known_hosts if self._known_hosts is not None else tuple(
-            Path(p).expanduser() for p in shlex.split(cfg.get("userknownhostsfile", DEFAULT_KNOWN_HOSTS)))
-        endpoint = _Endpoint(alias, cfg["hostname"], port, user or cfg.get("user") or getpass.getuser(), key_files,
-                             cfg.get("identitiesonly", "no").lower() != "yes", known_hosts)
+        known_hosts = (
+            self._known_hosts
+            if self._known_hosts is not None
+            else tuple(Path(p).expanduser() for p in shlex.split(cfg.get("userknownhostsfile", DEFAULT_KNOWN_HOSTS)))
+        )
+        endpoint = _Endpoint(
+            alias,
+            cfg["hostname"],
+            port,
+            user or cfg.get("user") or getpass.getuser(),
+            key_files,
+            cfg.get("identitiesonly", "no").lower() != "yes",
+            known_hosts,
+        )
         jump = cfg.get("proxyjump", "none")
         if not follow_jump or jump.lower() == "none":
             return [endpoint]
         if depth >= MAX_JUMP_DEPTH:
-            raise HostError(self.host, f"ProxyJump chain longer than {MAX_JUMP_DEPTH} hops at {alias}",
-                            hint=f"a loop in {self._ssh_config_path}? exclude jump hosts from `Host *` patterns")
+            raise HostError(
+                self.host,
+                f"ProxyJump chain longer than {MAX_JUMP_DEPTH} hops at {alias}",
+                hint=f"a loop in {self._ssh_config_path}? exclude jump hosts from `Host *` patterns",
+            )
         hops = [self._hop(h) for h in jump.split(",")]
         chain = self._chain(config, *hops[0], None, depth + 1)
         for hop in hops[1:]:
@@ -278,8 +340,11 @@ class SSHTransport(Transport):
         user, _, hostport = hop.strip().removeprefix("ssh://").rpartition("@")
         m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", hostport)
         if not m:
-            raise HostError(self.host, f"cannot parse ProxyJump hop {hop!r} in {self._ssh_config_path}",
-                            hint="write each hop as [user@]host[:port], separated by commas")
+            raise HostError(
+                self.host,
+                f"cannot parse ProxyJump hop {hop!r} in {self._ssh_config_path}",
+                hint="write each hop as [user@]host[:port], separated by commas",
+            )
         port = m.group(2) or m.group(4)
         return m.group(1) or m.group(3), user or None, int(port) if port else None
 
@@ -295,14 +360,23 @@ class SSHTransport(Transport):
                     keys.load(str(path))
             except (OSError, paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError) as e:
                 sock.close()
-                raise HostError(self.host, f"cannot read known hosts file {path}: {e}",
-                                hint="fix or delete the broken line") from e
+                raise HostError(
+                    self.host, f"cannot read known hosts file {path}: {e}", hint="fix or delete the broken line"
+                ) from e
         client.set_missing_host_key_policy(_HostKeyPolicy(self.host, ep, self._accept_new, self._pin_file))
         key_files = [k for k in ep.key_files if os.path.exists(k)]
         try:
-            client.connect(ep.hostname, ep.port, username=ep.user, key_filename=key_files,
-                           allow_agent=ep.use_agent, look_for_keys=not ep.key_files, sock=sock,
-                           timeout=self._connect_timeout, banner_timeout=self._connect_timeout)
+            client.connect(
+                ep.hostname,
+                ep.port,
+                username=ep.user,
+                key_filename=key_files,  # type: ignore[arg-type]  # a list works; the stubs say str
+                allow_agent=ep.use_agent,
+                look_for_keys=not ep.key_files,
+                sock=sock,
+                timeout=self._connect_timeout,
+                banner_timeout=self._connect_timeout,
+            )
         except BaseException as e:
             client.close()
             sock.close()
@@ -311,12 +385,14 @@ class SSHTransport(Transport):
             if isinstance(e, paramiko.AuthenticationException):
                 raise self._auth_failed(ep, e, where) from None
             if isinstance(e, (paramiko.SSHException, OSError, EOFError)):
-                raise HostError(self.host, f"{where}SSH handshake with {ep} failed: {str(e) or type(e).__name__}",
-                                hint=f"is an SSH server listening on {ep.hostname} port {ep.port}?") from e
+                raise HostError(
+                    self.host,
+                    f"{where}SSH handshake with {ep} failed: {str(e) or type(e).__name__}",
+                    hint=f"is an SSH server listening on {ep.hostname} port {ep.port}?",
+                ) from e
             raise
-        transport = client.get_transport()
         if self._keepalive > 0:
-            transport.set_keepalive(max(1, round(self._keepalive)))
+            _connection(client).set_keepalive(max(1, round(self._keepalive)))
         return client
 
     def _socket(self, ep: _Endpoint) -> socket.socket:
@@ -324,11 +400,15 @@ class SSHTransport(Transport):
         try:
             sock = socket.create_connection((ep.hostname, ep.port), timeout=self._connect_timeout)
         except (socket.gaierror, UnicodeError) as e:  # UnicodeError: not a valid DNS name at all
-            raise HostError(self.host, f"cannot resolve {ep.hostname}: {getattr(e, 'strerror', None) or e}",
-                            hint=f"check the name, or set its HostName in {self._ssh_config_path}") from e
+            raise HostError(
+                self.host,
+                f"cannot resolve {ep.hostname}: {getattr(e, 'strerror', None) or e}",
+                hint=f"check the name, or set its HostName in {self._ssh_config_path}",
+            ) from e
         except (TimeoutError, socket.timeout) as e:
-            raise HostError(self.host, f"{reach}: timed out after {self._connect_timeout:g}s "
-                                       f"(firewall or host down?)") from e
+            raise HostError(
+                self.host, f"{reach}: timed out after {self._connect_timeout:g}s (firewall or host down?)"
+            ) from e
         except ConnectionRefusedError as e:
             raise HostError(self.host, f"{reach}: connection refused (is sshd running on port {ep.port}?)") from e
         except OSError as e:
@@ -342,23 +422,33 @@ class SSHTransport(Transport):
     def _tunnel(self, ep: _Endpoint, via: _Endpoint) -> paramiko.Channel:
         """A direct-tcpip channel from the jump host `via` (connected last) to `ep`."""
         try:
-            return self._clients[-1].get_transport().open_channel(
-                "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._connect_timeout)
+            return _connection(self._clients[-1]).open_channel(
+                "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._connect_timeout
+            )
         except paramiko.ChannelException as e:
-            raise HostError(self.host, f"jump host {via} cannot reach {ep}: {e.text}",
-                            hint=f"is sshd running on {ep.hostname} port {ep.port}, and may {via.alias} connect to it?") from e
+            raise HostError(
+                self.host,
+                f"jump host {via} cannot reach {ep}: {e.text}",
+                hint=f"is sshd running on {ep.hostname} port {ep.port}, and may {via.alias} connect to it?",
+            ) from e
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise HostError(self.host, f"jump host {via} cannot reach {ep}: {str(e) or type(e).__name__}",
-                            hint=f"gave up after {self._connect_timeout:g}s; firewall or host down?") from e
+            raise HostError(
+                self.host,
+                f"jump host {via} cannot reach {ep}: {str(e) or type(e).__name__}",
+                hint=f"gave up after {self._connect_timeout:g}s; firewall or host down?",
+            ) from e
 
     def _changed_key(self, ep: _Endpoint, e: paramiko.BadHostKeyException) -> HostError:
         files = [p for p in dict.fromkeys(ep.known_hosts + (self._pin_file,)) if p.exists()]
         fix = "; ".join(f"ssh-keygen -R '{ep.known_name}' -f {p}" for p in files)
-        return HostError(self.host, f"host key for {ep.known_name} has CHANGED: known {_fingerprint(e.expected_key)}, "
-                                    f"server now offers {_fingerprint(e.key)}; someone may be intercepting the "
-                                    f"connection, or the host was reinstalled",
-                         hint=f"tfctl never replaces a known key; if the change is expected, remove the old "
-                              f"one ({fix}) and connect again")
+        return HostError(
+            self.host,
+            f"host key for {ep.known_name} has CHANGED: known {_fingerprint(e.expected_key)}, "
+            f"server now offers {_fingerprint(e.key)}; someone may be intercepting the "
+            f"connection, or the host was reinstalled",
+            hint=f"tfctl never replaces a known key; if the change is expected, remove the old "
+            f"one ({fix}) and connect again",
+        )
 
     def _auth_failed(self, ep: _Endpoint, e: paramiko.AuthenticationException, where: str) -> HostError:
         tried = []
@@ -372,10 +462,20 @@ class SSHTransport(Transport):
         tried += [k if os.path.exists(k) else f"{k} (missing)" for k in ep.key_files]
         if not ep.key_files:
             tried += [p for p in map(os.path.expanduser, DEFAULT_IDENTITIES) if os.path.exists(p)]
-        return HostError(self.host, f"{where}{ep.user}@{ep} refused authentication ({e}); tried: {', '.join(tried) or 'no keys'}",
-                         hint=f"add one of these public keys to ~{ep.user}/.ssh/authorized_keys on {ep.hostname} "
-                              f"(ssh-copy-id -i KEY -p {ep.port} {ep.user}@{ep.hostname}), load the right key into "
-                              f"ssh-agent, or set User/IdentityFile for {ep.alias} in {self._ssh_config_path}")
+        return HostError(
+            self.host,
+            f"{where}{ep.user}@{ep} refused authentication ({e}); tried: {', '.join(tried) or 'no keys'}",
+            hint=f"add one of these public keys to ~{ep.user}/.ssh/authorized_keys on {ep.hostname} "
+            f"(ssh-copy-id -i KEY -p {ep.port} {ep.user}@{ep.hostname}), load the right key into "
+            f"ssh-agent, or set User/IdentityFile for {ep.alias} in {self._ssh_config_path}",
+        )
+
+
+def _connection(client: paramiko.SSHClient) -> paramiko.Transport:
+    """The transport of a client that connected: paramiko types it optional, it is not then."""
+    transport = client.get_transport()
+    assert transport is not None
+    return transport
 
 
 def _spawn(target: Callable, *args: object) -> threading.Thread:
