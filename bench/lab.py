@@ -22,7 +22,7 @@ from pathlib import Path
 
 from netns_hosts import TestHost, TestHostLab
 
-from tfctl.supervisor.agent import is_same_process, proc_env_markers
+from tfctl.supervisor.procfs import is_same_process, proc_env_markers
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"

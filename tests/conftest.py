@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.supervisor.procfs import proc_env_markers, proc_stat
+
 REPO = Path(__file__).resolve().parent.parent
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
-sys.path.insert(0, str(REPO / "tfctl" / "supervisor"))
-
-from agent import proc_env_markers, proc_stat  # noqa: E402  (the supervisor is a standalone file)
-
 
 # Every process this test session starts inherits this marker, so the leak guard judges only
 # our own processes, never those of another test run on the same machine.
@@ -81,7 +79,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TFCTL_HOME", str(path))
     yield path
     from tfctl.runs import RunStore
-    from tfctl.supervisor.agent import is_same_process
+    from tfctl.supervisor.procfs import is_same_process
 
     stray = []
     for record in RunStore(path).all():
@@ -115,11 +113,18 @@ def port_listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def tfctl(*args: str, home: Path, cwd: Path | None = None, timeout: float = 120,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def tfctl(
+    *args: str, home: Path, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would."""
-    return subprocess.run([sys.executable, "-m", "tfctl", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "TFCTL_HOME": str(home), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tfctl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TFCTL_HOME": str(home), **(env or {})},
+    )
 
 
 def fake(name_flags: str) -> str:

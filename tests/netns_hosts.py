@@ -106,13 +106,12 @@ class LabError(RuntimeError):
 # small helpers
 
 
-def _run(argv: Sequence[str], *, check: bool = True, input: str | None = None,
-         timeout: float = 30) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                          timeout=timeout)
+def _run(
+    argv: Sequence[str], *, check: bool = True, input: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), input=input, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): "
-                       f"{(proc.stderr or proc.stdout).strip()}")
+        raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc
 
 
@@ -154,7 +153,7 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     # state is the field after the parenthesised comm (which may contain spaces/parens)
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def _kill_pids(pids: Iterable[int], timeout: float = 5.0) -> list[int]:
@@ -282,7 +281,8 @@ class _Lock:
                     os.close(fd)
                     raise LabError(
                         f"another test host lab using this prefix is running ({self.path} is "
-                        f"locked); use a different prefix/bridge/subnet") from exc
+                        f"locked); use a different prefix/bridge/subnet"
+                    ) from exc
                 time.sleep(0.1)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
@@ -294,8 +294,9 @@ class _Lock:
             self._fd = None
 
 
-def cleanup_leftovers(prefix: str = DEFAULT_PREFIX, bridge: str = DEFAULT_BRIDGE,
-                      lock_timeout: float = 0.0) -> dict[str, list]:
+def cleanup_leftovers(
+    prefix: str = DEFAULT_PREFIX, bridge: str = DEFAULT_BRIDGE, lock_timeout: float = 0.0
+) -> dict[str, list]:
     """Remove what a crashed earlier lab with this prefix/bridge left behind.
 
     Kills (SIGKILL, by pid, as listed by `ip netns pids`) every process in a namespace named
@@ -330,12 +331,34 @@ def skip_reason() -> str | None:
     tag = str(os.getpid())
     ns, br, veth = f"tfpr{tag}", f"tfpb{tag}", f"tfpv{tag}"
     try:
-        _ip_batch([f"netns add {ns}", f"link add {br} type bridge",
-                         f"link add {veth} type veth peer name eth0 netns {ns}",
-                         f"link set {veth} master {br} up"], force=False)
-        res = _run(["ip", "netns", "exec", ns, "unshare", "--uts", "--pid", "--fork",
-                    "--mount-proc", "--kill-child", "--", "hostname", "tfprobe"],
-                   check=False, timeout=15)
+        _ip_batch(
+            [
+                f"netns add {ns}",
+                f"link add {br} type bridge",
+                f"link add {veth} type veth peer name eth0 netns {ns}",
+                f"link set {veth} master {br} up",
+            ],
+            force=False,
+        )
+        res = _run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "unshare",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+                "--",
+                "hostname",
+                "tfprobe",
+            ],
+            check=False,
+            timeout=15,
+        )
         if res.returncode != 0:
             return f"unshare --uts --pid --mount-proc fails: {res.stderr.strip()}"
     except (LabError, OSError, subprocess.SubprocessError) as exc:
@@ -356,8 +379,7 @@ def require_netns() -> None:
     if reason is None:
         return
     if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
-        pytest.fail(f"{REQUIRE_ENV} is set but the netns host lab cannot run: {reason}",
-                    pytrace=False)
+        pytest.fail(f"{REQUIRE_ENV} is set but the netns host lab cannot run: {reason}", pytrace=False)
     pytest.skip(f"netns host lab unavailable: {reason}")
 
 
@@ -388,8 +410,7 @@ class TestHost:
         if isinstance(argv, str):
             argv = ["/bin/sh", "-c", argv]
         wd = os.fspath(cwd) if cwd is not None else os.getcwd()
-        return ["nsenter", f"--target={self.init_pid}", "--net", "--uts", "--pid", "--mount",
-                f"--wd={wd}", "--", *argv]
+        return ["nsenter", f"--target={self.init_pid}", "--net", "--uts", "--pid", "--mount", f"--wd={wd}", "--", *argv]
 
     def exec(self, argv: Sequence[str] | str, **kw) -> subprocess.CompletedProcess:
         """subprocess.run(argv) inside the host (its net, uts, pid and mount namespaces).
@@ -435,8 +456,7 @@ class TestHost:
         deadline = time.monotonic() + timeout
         while not self.is_reachable(port, timeout=0.3):
             if time.monotonic() >= deadline:
-                raise LabError(f"{self.name} {self.address}:{port or self.sshd_port} "
-                               f"not reachable after {timeout}s")
+                raise LabError(f"{self.name} {self.address}:{port or self.sshd_port} not reachable after {timeout}s")
             time.sleep(0.05)
 
 
@@ -506,16 +526,16 @@ class TestHostLab:
         self.start_timeout = start_timeout
         self.lock_timeout = lock_timeout
         self.isolate_home = isolate_home
-        self.path_prepend = (list(path_prepend) if path_prepend is not None
-                             else [os.path.dirname(sys.executable)])
+        self.path_prepend = list(path_prepend) if path_prepend is not None else [os.path.dirname(sys.executable)]
         self.die_with_parent = die_with_parent
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
         self.hosts: list[TestHost] = []
         self.timings: dict[str, float] = {}
         self._states = [
-            _HostState(i, f"{name_prefix}{i}", f"{subnet}.{10 + i}", f"{prefix}-{name_prefix}{i}",
-                       f"{prefix}-v{i}", Path())
+            _HostState(
+                i, f"{name_prefix}{i}", f"{subnet}.{10 + i}", f"{prefix}-{name_prefix}{i}", f"{prefix}-v{i}", Path()
+            )
             for i in range(n)
         ]
         self._lock = _Lock(prefix)
@@ -587,7 +607,7 @@ class TestHostLab:
         except BaseException as exc:
             try:
                 self.close()
-            except Exception as close_exc:  # keep the original error; mention the second
+            except Exception as close_exc:  # noqa: BLE001 - keep the original error; mention the second
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"lab cleanup after the failure also failed: {close_exc}")
             raise
@@ -610,8 +630,16 @@ class TestHostLab:
         self._spawn_hosts()
         self._wait_ready()
         self.hosts = [
-            TestHost(st.name, st.address, st.netns, 22, veth=st.veth, init_pid=st.init_pid,
-                     home=str(st.dir / "home") if self.isolate_home else "/root", workdir=st.dir)
+            TestHost(
+                st.name,
+                st.address,
+                st.netns,
+                22,
+                veth=st.veth,
+                init_pid=st.init_pid,
+                home=str(st.dir / "home") if self.isolate_home else "/root",
+                workdir=st.dir,
+            )
             for st in self._states
         ]
 
@@ -634,9 +662,14 @@ class TestHostLab:
             for p in (path, path.with_suffix(".pub")):
                 if p.exists():
                     p.unlink()
-            procs.append(subprocess.Popen(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         for proc, (path, _) in zip(procs, jobs):
             out = proc.communicate(timeout=30)[0]
             if proc.returncode != 0:
@@ -645,8 +678,7 @@ class TestHostLab:
         self.authorized_keys.write_text(pub)
 
         known, cfg = [], []
-        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
-                 f"{self.gateway}\t{ROOT_NS_NAME}"]
+        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", f"{self.gateway}\t{ROOT_NS_NAME}"]
         for st in self._states:
             key = (st.dir / "ssh_host_ed25519_key.pub").read_text().split()
             known.append(f"{st.name},{st.address} {key[0]} {key[1]}")
@@ -704,13 +736,17 @@ class TestHostLab:
 
     def _make_network(self) -> None:
         self._net_touched = True  # from here on close() must delete namespaces and links
-        lines = [f"link add {self.bridge} type bridge",
-                 f"addr add {self.gateway}/24 dev {self.bridge}",
-                 f"link set {self.bridge} up"]
+        lines = [
+            f"link add {self.bridge} type bridge",
+            f"addr add {self.gateway}/24 dev {self.bridge}",
+            f"link set {self.bridge} up",
+        ]
         for st in self._states:
-            lines += [f"netns add {st.netns}",
-                      f"link add {st.veth} type veth peer name eth0 netns {st.netns}",
-                      f"link set {st.veth} master {self.bridge} up"]
+            lines += [
+                f"netns add {st.netns}",
+                f"link add {st.veth} type veth peer name eth0 netns {st.netns}",
+                f"link set {st.veth} master {self.bridge} up",
+            ]
         _ip_batch(lines, force=False)
 
     def _spawn_hosts(self) -> None:
@@ -718,14 +754,36 @@ class TestHostLab:
         # forked exits.
         for st in self._states:
             st.log = open(st.dir / "sshd.log", "wb")
-            argv = ["ip", "netns", "exec", st.netns,  # execs (no fork) into unshare
-                    "unshare", "--uts", "--pid", "--fork", "--mount-proc", "--kill-child",
-                    "--", "/bin/sh", "-c", _HOST_INIT, "host-init",
-                    st.address, st.name, str(self.hosts_file), SSHD, str(st.dir / "sshd_config")]
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                st.netns,  # execs (no fork) into unshare
+                "unshare",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+                "--",
+                "/bin/sh",
+                "-c",
+                _HOST_INIT,
+                "host-init",
+                st.address,
+                st.name,
+                str(self.hosts_file),
+                SSHD,
+                str(st.dir / "sshd_config"),
+            ]
             st.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=st.log, stderr=subprocess.STDOUT,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=st.log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # no terminal SIGINT straight to the hosts
-                preexec_fn=_die_with_parent if self.die_with_parent else None)
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
+            )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -733,14 +791,15 @@ class TestHostLab:
         while pending:
             for st in list(pending):
                 if st.proc.poll() is not None:
-                    raise LabError(f"{st.name}: sshd exited with {st.proc.returncode} before "
-                                   f"accepting connections; log {st.dir / 'sshd.log'}:\n"
-                                   f"{_tail(st.dir / 'sshd.log')}")
+                    raise LabError(
+                        f"{st.name}: sshd exited with {st.proc.returncode} before "
+                        f"accepting connections; log {st.dir / 'sshd.log'}:\n"
+                        f"{_tail(st.dir / 'sshd.log')}"
+                    )
                 # Probe TCP only once sshd says it listens: by then eth0 is up. An earlier probe
                 # would send an ARP request into a link that is still down, and the kernel
                 # retries ARP only after 1 s (costing ~1 s per lab).
-                if b"Server listening on" in _read_bytes(st.dir / "sshd.log") and \
-                        _tcp_connect(st.address, 22, 0.5):
+                if b"Server listening on" in _read_bytes(st.dir / "sshd.log") and _tcp_connect(st.address, 22, 0.5):
                     self._find_init(st)
                     pending.remove(st)
             if pending and time.monotonic() >= deadline:
@@ -748,7 +807,8 @@ class TestHostLab:
                 raise LabError(
                     f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
                     f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
-                    f"{_tail(st.dir / 'sshd.log')}")
+                    f"{_tail(st.dir / 'sshd.log')}"
+                )
             if pending:
                 time.sleep(0.02)
 
@@ -798,8 +858,7 @@ class TestHostLab:
         # 2. anything else still inside the namespaces (e.g. `ip netns exec` by a test), by pid
         if self._net_touched:
             existing = set(_netns_list())
-            stray = [p for st in self._states if st.netns in existing
-                     for p in _netns_pids(st.netns)]
+            stray = [p for st in self._states if st.netns in existing for p in _netns_pids(st.netns)]
             if stray and _kill_pids(stray):
                 errors.append(f"processes {stray} survived SIGKILL")
             # 3. one `ip` process for all deletions; deleting a netns destroys its veth pair
@@ -812,8 +871,7 @@ class TestHostLab:
             if left:
                 _ip_batch([f"link del {name}" for name in left], force=True)
             left_ns = [st.netns for st in self._states if st.netns in set(_netns_list())]
-            left_links = [n for n in [st.veth for st in self._states] + [self.bridge]
-                          if _link_exists(n)]
+            left_links = [n for n in [st.veth for st in self._states] + [self.bridge] if _link_exists(n)]
             if left_ns or left_links:
                 errors.append(f"left behind: netns {left_ns}, links {left_links}")
         if errors:

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import fake, free_ports, marked_processes, port_listening, tfctl
-from tfctl.cli import _port_ranges
+
+from tfctl.render import port_ranges
 
 
 def write_cluster(dirpath: Path, ports: list[int], ps: str, worker: str, name: str = "t", extra: str = "") -> Path:
@@ -45,9 +45,15 @@ def latest_run(home: Path) -> str:
 
 def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
-    cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake(f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
-                                 "--lines 4 --sleep -1"))
+    cluster = write_cluster(
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake(
+            f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
+            "--lines 4 --sleep -1"
+        ),
+    )
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
@@ -62,8 +68,13 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     assert [t["task"] for t in tasks] == ["ps:0", "worker:0", "worker:1"]
     for t, port in zip(tasks, ports):
         assert set(t) >= {"task", "job", "index", "host", "port", "state", "pid", "exit_code", "listening"}
-        assert (t["host"], t["port"], t["state"], t["exit_code"], t["listening"]) == ("localhost", port, "running",
-                                                                                      None, True)
+        assert (t["host"], t["port"], t["state"], t["exit_code"], t["listening"]) == (
+            "localhost",
+            port,
+            "running",
+            None,
+            True,
+        )
         assert port_listening(port)
     assert tasks[1]["job"] == "worker" and tasks[1]["index"] == 0
 
@@ -73,13 +84,14 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     logs = tfctl("-f", str(cluster), "logs", "worker:1", home=home)
     lines = logs.stdout.splitlines()
     assert lines[0].startswith("[worker:1]") and "w1 started" in lines[0]
-    assert [l.split()[-1] for l in lines[1:5]] == ["0", "1", "2", "3"]
-    assert all(l.startswith("[worker:1]") for l in lines)
+    assert [line.split()[-1] for line in lines[1:5]] == ["0", "1", "2", "3"]
+    assert all(line.startswith("[worker:1]") for line in lines)
     assert "\x1b[" not in logs.stdout  # no colour when not a terminal
     tf_config = json.loads(lines[0].split("tf_config=", 1)[1])
-    assert tf_config == {"cluster": {"ps": [f"localhost:{ports[0]}"],
-                                     "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"]},
-                         "task": {"type": "worker", "index": 1}}
+    assert tf_config == {
+        "cluster": {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"]},
+        "task": {"type": "worker", "index": 1},
+    }
     tail = tfctl("logs", "--file", str(cluster), "--tail", "1", "worker", home=home)
     assert tail.stdout.splitlines() == ["[worker:0] w0 line 3", "[worker:1] w1 line 3"]
 
@@ -87,7 +99,7 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     assert len(run_processes(run_id)) == 5
     down = tfctl("down", "-f", str(cluster), home=home)
     assert down.returncode == 0, down.stderr
-    assert f"5 processes stopped on 1 host; 0 remain; ports {_port_ranges(ports)} free" in down.stderr
+    assert f"5 processes stopped on 1 host; 0 remain; ports {port_ranges(ports)} free" in down.stderr
     assert run_processes(run_id) == []
     assert not any(port_listening(p) for p in ports)
     states = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)
@@ -100,15 +112,21 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
 
 def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
-    cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake(f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
-                                 "--lines 2 --sleep $((3 - 2 * {task_index}))"))
+    cluster = write_cluster(
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake(
+            f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
+            "--lines 2 --sleep $((3 - 2 * {task_index}))"
+        ),
+    )
     up = tfctl("up", "-f", str(cluster), home=home)
     assert up.returncode == 0, up.stderr
     assert "job succeeded" in up.stderr and "worker:0 finished successfully" in up.stderr
     out = up.stdout.splitlines()
     for task, who in (("ps:0", "ps"), ("worker:0", "w0"), ("worker:1", "w1")):
-        assert any(l.startswith(f"[{task}]") and f"{who} line 1" in l for l in out), task
+        assert any(line.startswith(f"[{task}]") and f"{who} line 1" in line for line in out), task
     assert "0 remain" in up.stderr and "free" in up.stderr
     run_id = latest_run(home)
     assert run_processes(run_id) == []
@@ -120,8 +138,12 @@ def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: P
 def test_attached_up_fails_naming_the_failed_task(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
     # worker 1 fails after 1 s; worker 0 would run for 30 s.
-    cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake("--name w{task_index} --sleep $((30 - 29 * {task_index})) --exit {task_index}"))
+    cluster = write_cluster(
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake("--name w{task_index} --sleep $((30 - 29 * {task_index})) --exit {task_index}"),
+    )
     began = time.monotonic()
     up = tfctl("up", "-f", str(cluster), home=home)
     assert up.returncode == 1
@@ -144,8 +166,16 @@ def test_second_live_run_is_refused(tmp_path: Path, home: Path) -> None:
 
 def test_ps_that_never_listens_times_out_and_nothing_stays(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
-    cluster = write_cluster(tmp_path, ports, fake("--name ps --lines 2 --sleep -1"), fake("--sleep -1"),
-                            ).read_text().replace("startup_timeout: 20", "startup_timeout: 1.5")
+    cluster = (
+        write_cluster(
+            tmp_path,
+            ports,
+            fake("--name ps --lines 2 --sleep -1"),
+            fake("--sleep -1"),
+        )
+        .read_text()
+        .replace("startup_timeout: 20", "startup_timeout: 1.5")
+    )
     (tmp_path / "cluster.yaml").write_text(cluster)
     up = tfctl("up", "-f", str(tmp_path / "cluster.yaml"), home=home)
     assert up.returncode == 1
@@ -157,8 +187,13 @@ def test_ps_that_never_listens_times_out_and_nothing_stays(tmp_path: Path, home:
 
 def test_ports_in_use_are_reported_before_anything_starts(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
-    squatter = subprocess.Popen([sys.executable, "-c", f"import socket,time; s=socket.socket(); "
-                                 f"s.bind(('0.0.0.0', {ports[1]})); s.listen(); time.sleep(60)"])
+    squatter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0', {ports[1]})); s.listen(); time.sleep(60)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while not port_listening(ports[1]) and time.monotonic() < deadline:
@@ -186,13 +221,17 @@ def test_config_errors_exit_2_without_traceback(tmp_path: Path, home: Path) -> N
 
 def test_dry_run_prints_tasks_and_starts_nothing(tmp_path: Path, home: Path) -> None:
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text("name: d\ncommand: python train.py --job_name={job_name} --task_index={task_index} "
-                       "--ps_hosts={ps_hosts} --worker_hosts={worker_hosts}\n"
-                       "jobs:\n  ps: [localhost:2222]\n  worker: [localhost:2223, localhost:2224]\n")
+    cluster.write_text(
+        "name: d\ncommand: python train.py --job_name={job_name} --task_index={task_index} "
+        "--ps_hosts={ps_hosts} --worker_hosts={worker_hosts}\n"
+        "jobs:\n  ps: [localhost:2222]\n  worker: [localhost:2223, localhost:2224]\n"
+    )
     result = tfctl("up", "--dry-run", "-f", str(cluster), home=home)
     assert result.returncode == 0
-    assert ("python train.py --job_name=worker --task_index=1 --ps_hosts=localhost:2222 "
-            "--worker_hosts=localhost:2223,localhost:2224") in result.stdout
+    assert (
+        "python train.py --job_name=worker --task_index=1 --ps_hosts=localhost:2222 "
+        "--worker_hosts=localhost:2223,localhost:2224"
+    ) in result.stdout
     assert '"task":{"type":"ps","index":0}' in result.stdout
     assert not (home / "runs").exists()
 
@@ -205,13 +244,27 @@ def test_logs_task_filter_rejects_unknown_names(tmp_path: Path, home: Path) -> N
     assert result.returncode == 2 and "no task 'chief'" in result.stderr and "worker:0" in result.stderr
 
 
+def test_logs_dash_f_with_a_cluster_file_says_it_means_follow(tmp_path: Path, home: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: x\n")
+    result = tfctl("logs", "-f", "cluster.yaml", home=home, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "`-f` after `logs` means --follow" in result.stderr
+    assert "tfctl logs --file cluster.yaml -f" in result.stderr
+
+
 def test_logs_follow_streams_live_and_ends_with_the_run(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
-    cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake("--name w0 --lines 3 --sleep 3"))
+    cluster = write_cluster(
+        tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"), fake("--name w0 --lines 3 --sleep 3")
+    )
     assert tfctl("up", "-d", "-f", str(cluster), home=home).returncode == 0
-    follower = subprocess.Popen([sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f"],
-                                stdout=subprocess.PIPE, text=True, env={**os.environ, "TFCTL_HOME": str(home)})
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
     first = follower.stdout.readline()
     assert first.startswith("[")  # output arrives while the run is still going
     out, _ = follower.communicate(timeout=30)  # the watcher ends the run; follow ends by itself
@@ -221,10 +274,19 @@ def test_logs_follow_streams_live_and_ends_with_the_run(tmp_path: Path, home: Pa
 
 def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
-    cluster = write_cluster(tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"),
-                            fake("--name w{task_index} --ignore-term --sleep -1"))
-    up = subprocess.Popen([sys.executable, "-m", "tfctl", "up", "-f", str(cluster)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env={**os.environ, "TFCTL_HOME": str(home)})
+    cluster = write_cluster(
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake("--name w{task_index} --ignore-term --sleep -1"),
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and "following" not in (up.stderr.readline() or ""):
         pass
@@ -243,9 +305,11 @@ def test_down_all_sweeps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> Non
     from tfctl.runs import RunStore
 
     store = RunStore(home).store_id
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env={**os.environ, "TFCTL_RUN_ID": "crashed-run-1", "TFCTL_STORE": store},
-                              start_new_session=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "TFCTL_RUN_ID": "crashed-run-1", "TFCTL_STORE": store},
+        start_new_session=True,
+    )
     try:
         result = tfctl("down", "--all", "-f", str(cluster), home=home)
         assert result.returncode == 0, result.stderr
@@ -258,9 +322,11 @@ def test_down_all_sweeps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> Non
 
 @pytest.mark.parametrize("argv", [["--help"], ["up", "--help"], ["logs", "--help"]])
 def test_help_imports_neither_tensorflow_nor_paramiko(argv: list[str]) -> None:
-    code = ("import sys, runpy; sys.argv = ['tfctl', *%r]\n"
-            "try:\n    runpy.run_module('tfctl', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('tensorflow', 'paramiko', 'rich') if m in sys.modules))" % (argv,))
+    code = (
+        "import sys, runpy; sys.argv = ['tfctl', *%r]\n"
+        "try:\n    runpy.run_module('tfctl', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('tensorflow', 'paramiko', 'rich') if m in sys.modules))" % (argv,)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
@@ -271,8 +337,13 @@ def test_check_names_a_busy_port_and_starts_nothing(tmp_path: Path, home: Path) 
     ok = tfctl("check", "-f", str(cluster), home=home)
     assert ok.returncode == 0, ok.stderr
     assert "localhost" in ok.stdout and f"localhost:{ports[0]}: all 1 connections ok" in ok.stderr
-    squatter = subprocess.Popen([sys.executable, "-c", f"import socket,time; s=socket.socket(); "
-                                 f"s.bind(('0.0.0.0', {ports[1]})); s.listen(); time.sleep(60)"])
+    squatter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0', {ports[1]})); s.listen(); time.sleep(60)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while not port_listening(ports[1]) and time.monotonic() < deadline:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.config import JOB_NAMES, Address, ClusterConfig, load_config, parse_config
+from tfctl.config import load_config, parse_config
 from tfctl.errors import ConfigError
+from tfctl.model import JOB_NAMES, Address, ClusterConfig
 
 FILE = Path("cluster.yaml")
 COMMAND = "python train.py --job_name={job_name} --task_index={task_index}"

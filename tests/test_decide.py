@@ -1,21 +1,26 @@
-"""orchestrator.decide: a run's outcome from its tasks' states; and cli._port_ranges."""
+"""control.decide: a run's outcome from its tasks' states; and render.port_ranges."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfctl.cli import _port_ranges
-from tfctl.orchestrator import FINAL_STATES, Outcome, TaskStatus, decide
+from tfctl.cluster import TaskStatus
+from tfctl.control import Outcome, decide
+from tfctl.render import port_ranges
+from tfctl.supervisor.protocol import RunState, TaskState
 
 CHIEF = ["chief:0"]
 ALL_WORKERS = ["chief:0", "worker:0", "worker:1"]
 PS = ["ps:0", "ps:1"]
-STATES = ("pending", "starting", "running", "unknown", "succeeded", "failed", "stopped", "lost")
+STATES = [state.value for state in TaskState]
+FAILED, STOPPED, SUCCEEDED = RunState.FAILED, RunState.STOPPED, RunState.SUCCEEDED
 
 
 def st(name: str, state: str = "running", host: str = "h1", **kw) -> TaskStatus:
     job, index = name.split(":")
-    return TaskStatus(task=name, job=job, index=int(index), host=host, port=2222 + int(index), state=state, **kw)
+    return TaskStatus(
+        task=name, job=job, index=int(index), host=host, port=2222 + int(index), state=TaskState(state), **kw
+    )
 
 
 def cluster(**states: str) -> list[TaskStatus]:
@@ -29,12 +34,12 @@ def cluster(**states: str) -> list[TaskStatus]:
 
 def test_chief_succeeded_is_success_while_ps_still_run() -> None:
     out = decide(cluster(chief_0="succeeded"), CHIEF, PS)
-    assert out == Outcome(True, "chief:0 finished successfully", None)
+    assert out == Outcome(SUCCEEDED, "chief:0 finished successfully", None)
 
 
 def test_worker0_is_decisive_without_chief() -> None:
     statuses = [st("ps:0"), st("worker:0", "succeeded", exit_code=0), st("worker:1")]
-    assert decide(statuses, ["worker:0"], ["ps:0"]) == Outcome(True, "worker:0 finished successfully")
+    assert decide(statuses, ["worker:0"], ["ps:0"]) == Outcome(SUCCEEDED, "worker:0 finished successfully")
 
 
 def test_all_workers_needs_every_decisive_task() -> None:
@@ -62,19 +67,23 @@ def test_decisive_success_wins_over_ps_ending_in_the_same_poll() -> None:
 def test_failed_task_names_itself_and_its_exit_code() -> None:
     statuses = [st("ps:0"), st("worker:0"), st("worker:1", "failed", host="gpu1", exit_code=3)]
     out = decide(statuses, ["worker:0"], ["ps:0"])
-    assert out == Outcome(False, "worker:1 on gpu1 exited with code 3", "worker:1")
+    assert out == Outcome(FAILED, "worker:1 on gpu1 exited with code 3", "worker:1")
 
 
 def test_failed_by_signal_names_the_signal() -> None:
     statuses = [st("ps:0"), st("worker:0", "failed", signal=9)]
     out = decide(statuses, ["worker:0"], ["ps:0"])
-    assert out == Outcome(False, "worker:0 on h1 was killed by signal 9", "worker:0")
+    assert out == Outcome(
+        FAILED,
+        "worker:0 on h1 was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer)",
+        "worker:0",
+    )
 
 
 def test_failed_to_start_names_the_error() -> None:
     statuses = [st("worker:0", "failed", exit_code=127, error="could not start: [Errno 2] No such file")]
     out = decide(statuses, ["worker:0"], [])
-    assert out == Outcome(False, "worker:0 on h1 could not start: [Errno 2] No such file", "worker:0")
+    assert out == Outcome(FAILED, "worker:0 on h1 could not start: [Errno 2] No such file", "worker:0")
 
 
 def test_lost_task_is_a_failure() -> None:
@@ -97,12 +106,12 @@ def test_failure_wins_over_decisive_success_in_the_same_poll() -> None:
     statuses = cluster(chief_0="succeeded")
     statuses[4] = st("worker:1", "failed", exit_code=1)
     out = decide(statuses, CHIEF, PS)
-    assert out == Outcome(False, "worker:1 on h1 exited with code 1", "worker:1")
+    assert out == Outcome(FAILED, "worker:1 on h1 exited with code 1", "worker:1")
 
 
 def test_stopped_task_fails_the_job_as_stopped() -> None:
     out = decide(cluster(worker_1="stopped"), CHIEF, PS)
-    assert out == Outcome(False, "worker:1 on h1 was stopped (tfctl down)", "worker:1")
+    assert out == Outcome(STOPPED, "worker:1 on h1 was stopped (tfctl down)", "worker:1")
     assert "stopped" in out.reason
 
 
@@ -121,7 +130,7 @@ def test_essential_ps_ending_before_completion_fails_the_job() -> None:
     statuses = cluster(ps_1="succeeded")
     statuses[2] = st("ps:1", "succeeded", host="ps-host", exit_code=0)
     out = decide(statuses, CHIEF, PS)
-    assert out == Outcome(False, "ps:1 on ps-host ended while the job was running (exited with code 0)", "ps:1")
+    assert out == Outcome(FAILED, "ps:1 on ps-host ended while the job was running (exited with code 0)", "ps:1")
 
 
 def test_non_essential_task_ending_with_0_is_not_a_failure() -> None:
@@ -143,11 +152,14 @@ def test_undecided_for_a_fresh_cluster() -> None:
     assert decide(cluster(), ALL_WORKERS, PS) is None
 
 
-@pytest.mark.parametrize("statuses", [
-    [],
-    [st("ps:0"), st("worker:1", "succeeded")],
-    [st("worker:1", "succeeded")],
-])
+@pytest.mark.parametrize(
+    "statuses",
+    [
+        [],
+        [st("ps:0"), st("worker:1", "succeeded")],
+        [st("worker:1", "succeeded")],
+    ],
+)
 def test_decisive_missing_from_statuses_is_undecided_not_success(statuses: list) -> None:
     assert decide(statuses, ["worker:0"], ["ps:0"]) is None
 
@@ -166,32 +178,35 @@ def test_no_decisive_tasks_never_succeeds() -> None:
 
 
 def test_only_final_states_end_the_job() -> None:
-    assert set(FINAL_STATES) == {"succeeded", "failed", "stopped", "lost"}
+    assert {s.value for s in TaskState if s.is_final} == {"succeeded", "failed", "stopped", "lost"}
     for state in STATES:
         out = decide([st("ps:0", state), st("worker:0")], ["worker:0"], ["ps:0"])
-        assert (out is not None) == (state in FINAL_STATES), state
+        assert (out is not None) == TaskState(state).is_final, state
 
 
-# --- cli._port_ranges ----------------------------------------------------------------------------
+# --- render.port_ranges ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ports,expected", [
-    ([], ""),
-    ([2222], "2222"),
-    ([2222, 2223], "2222-2223"),
-    ([2222, 2223, 2224], "2222-2224"),
-    ([2222, 2223, 2224, 2230], "2222-2224, 2230"),
-    ([2230, 2224, 2222, 2223], "2222-2224, 2230"),
-    ([2222, 2222, 2223, 2223], "2222-2223"),
-    ([1, 3, 5], "1, 3, 5"),
-    ([10, 11, 13, 14, 20], "10-11, 13-14, 20"),
-    ([65535, 65534, 1], "1, 65534-65535"),
-])
-def test_port_ranges(ports: list[int], expected: str) -> None:
-    assert _port_ranges(ports) == expected
+@pytest.mark.parametrize(
+    "ports,expected",
+    [
+        ([], ""),
+        ([2222], "2222"),
+        ([2222, 2223], "2222-2223"),
+        ([2222, 2223, 2224], "2222-2224"),
+        ([2222, 2223, 2224, 2230], "2222-2224, 2230"),
+        ([2230, 2224, 2222, 2223], "2222-2224, 2230"),
+        ([2222, 2222, 2223, 2223], "2222-2223"),
+        ([1, 3, 5], "1, 3, 5"),
+        ([10, 11, 13, 14, 20], "10-11, 13-14, 20"),
+        ([65535, 65534, 1], "1, 65534-65535"),
+    ],
+)
+def testport_ranges(ports: list[int], expected: str) -> None:
+    assert port_ranges(ports) == expected
 
 
 def test_port_ranges_does_not_modify_its_argument() -> None:
     ports = [2224, 2222, 2223]
-    _port_ranges(ports)
+    port_ranges(ports)
     assert ports == [2224, 2222, 2223]

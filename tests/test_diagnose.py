@@ -12,9 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.orchestrator import TaskStatus
-from tfctl.tf.diagnose import (KINDS, NOISE, PATTERNS, Finding, PeerInfo, describe_end, diagnose, explain,
-                               is_noise, last_meaningful, match_line, tf_task_name)
+from tfctl.cluster import TaskStatus, describe_end
+from tfctl.supervisor.protocol import TaskState
+from tfctl.tf.diagnose import (
+    KINDS,
+    NOISE,
+    PATTERNS,
+    Finding,
+    diagnose,
+    is_noise,
+    last_meaningful,
+    match_line,
+    tf_task_name,
+)
+from tfctl.tf.explain import PeerInfo, explain
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 DEVICE_FILTERS = 'device_filters=["/job:ps", "/job:worker/task:%d"'
@@ -49,47 +60,152 @@ def is_evidence_of(evidence: str, line: str) -> bool:
 # file, task whose log it is, expected kinds (exactly, in order), peer of the first finding,
 # words in its cause, words in its fix, a substring of its evidence.
 CASES = [
-    ("createsession_waiting_for_ps.log", "worker:0", ["waiting_for_peer"], "ps:0",
-     ["waiting for ps:0", "CreateSession"], ["ps:0", "tfctl status"], "/job:ps/replica:0/task:0"),
-    ("createsession_no_device_filters.log", "worker:0", ["waiting_for_peer"], "worker:1",
-     ["worker:1", "no device filters"], [DEVICE_FILTERS], "/job:worker/replica:0/task:1"),
-    ("ps_killed_worker0_default.log", "worker:0", ["step_cancelled"], None,
-     ["cancelled", "ps dying", "hangs"], ["tfctl status", "GRPC_FAIL_FAST=true"],
-     "Cancellation requested for RunGraph"),
-    ("ps_killed_worker1_default.log", "worker:1", ["step_cancelled"], None,
-     ["cancelled", "hangs"], ["ps tasks"], "Local rendezvous send item cancelled"),
-    ("ps_killed_worker0_grpc_fail_fast.log", "worker:0", ["peer_died"], "ps:0",
-     ["lost the connection to ps:0"], ["tfctl logs ps:0", "restart"], "CreateSession failed because worker /job:ps"),
-    ("port_in_use_second_server.log", "worker:0", ["port_in_use"], None,
-     ["port 37373", "already listens"], ["ss -ltnp 'sport = :37373'", "tfctl down --all", "another port"],
-     "Failed to add port to server"),
-    ("port_in_use_plain_socket.log", "worker:0", ["port_in_use"], None,
-     ["port 55359"], ["sport = :55359"], "'0.0.0.0:55359'"),
-    ("mwms_waiting_for_worker1.log", "worker:0", ["mwms_waiting"], "worker:1",
-     ["1 of 2 tasks", "coordination service", "missing: worker:1"], ["start worker:1", "TF_CONFIG"],
-     "Waiting for 1/2 tasks to connect"),
+    (
+        "createsession_waiting_for_ps.log",
+        "worker:0",
+        ["waiting_for_peer"],
+        "ps:0",
+        ["waiting for ps:0", "CreateSession"],
+        ["ps:0", "tfctl status"],
+        "/job:ps/replica:0/task:0",
+    ),
+    (
+        "createsession_no_device_filters.log",
+        "worker:0",
+        ["waiting_for_peer"],
+        "worker:1",
+        ["worker:1", "no device filters"],
+        [DEVICE_FILTERS],
+        "/job:worker/replica:0/task:1",
+    ),
+    (
+        "ps_killed_worker0_default.log",
+        "worker:0",
+        ["step_cancelled"],
+        None,
+        ["cancelled", "ps dying", "hangs"],
+        ["tfctl status", "GRPC_FAIL_FAST=true"],
+        "Cancellation requested for RunGraph",
+    ),
+    (
+        "ps_killed_worker1_default.log",
+        "worker:1",
+        ["step_cancelled"],
+        None,
+        ["cancelled", "hangs"],
+        ["ps tasks"],
+        "Local rendezvous send item cancelled",
+    ),
+    (
+        "ps_killed_worker0_grpc_fail_fast.log",
+        "worker:0",
+        ["peer_died"],
+        "ps:0",
+        ["lost the connection to ps:0"],
+        ["tfctl logs ps:0", "restart"],
+        "CreateSession failed because worker /job:ps",
+    ),
+    (
+        "port_in_use_second_server.log",
+        "worker:0",
+        ["port_in_use"],
+        None,
+        ["port 37373", "already listens"],
+        ["ss -ltnp 'sport = :37373'", "tfctl down --all", "another port"],
+        "Failed to add port to server",
+    ),
+    (
+        "port_in_use_plain_socket.log",
+        "worker:0",
+        ["port_in_use"],
+        None,
+        ["port 55359"],
+        ["sport = :55359"],
+        "'0.0.0.0:55359'",
+    ),
+    (
+        "mwms_waiting_for_worker1.log",
+        "worker:0",
+        ["mwms_waiting"],
+        "worker:1",
+        ["1 of 2 tasks", "coordination service", "missing: worker:1"],
+        ["start worker:1", "TF_CONFIG"],
+        "Waiting for 1/2 tasks to connect",
+    ),
     ("mwms_leader_missing_worker1_silent.log", "worker:1", [], None, [], [], None),
-    ("mwms_peer_killed_survivor.log", "worker:0", ["peer_died"], "worker:1",
-     ["lost the connection to worker:1"], ["tfctl logs worker:1"], "Collective ops is aborted by"),
-    ("nonchief_waiting_for_model.log", "worker:1", ["waiting_for_model"], None,
-     ["chief to initialise the variables", "global_step, w", "30 s"], ["start the chief"],
-     "Waiting for model to be ready"),
+    (
+        "mwms_peer_killed_survivor.log",
+        "worker:0",
+        ["peer_died"],
+        "worker:1",
+        ["lost the connection to worker:1"],
+        ["tfctl logs worker:1"],
+        "Collective ops is aborted by",
+    ),
+    (
+        "nonchief_waiting_for_model.log",
+        "worker:1",
+        ["waiting_for_model"],
+        None,
+        ["chief to initialise the variables", "global_step, w", "30 s"],
+        ["start the chief"],
+        "Waiting for model to be ready",
+    ),
     ("nonchief_waiting_for_model_default_verbosity.log", "worker:1", [], None, [], [], None),
-    ("oom_eager_huge_tensor.log", "worker:0", ["oom"], None,
-     ["out of memory", "[1073741824,1024] float", "4.4 TB", "CPU:0"], ["batch size", "more free memory"],
-     "OOM when allocating tensor with shape[1073741824,1024]"),
-    ("oom_tf1_session_ulimit.log", "worker:0", ["oom"], None,
-     ["[40000,40000] float", "6.4 GB"], ["batch size", "ulimit -v"],
-     "OOM when allocating tensor with shape[40000,40000]"),
-    ("nan_loss_hook.log", "worker:0", ["nan_loss"], None,
-     ["loss became NaN", "NanTensorHook"], ["learning rate", "clip", "enable_check_numerics"],
-     "NaN loss during training"),
-    ("check_numerics_nan.log", "worker:0", ["nan_loss"], None,
-     ["check_numerics 'loss check' found NaN values"], ["learning rate"], "Tensor had NaN values"),
-    ("bad_task_index.log", "worker:2", ["bad_cluster_spec"], None,
-     ['no task 2 in job "worker"'], ["TF_CONFIG", "{task_index}"], 'Task 2 was not defined in job "worker"'),
-    ("job_not_defined.log", "ps:0", ["bad_cluster_spec"], None,
-     ['no job "ps"'], ["TF_CONFIG"], 'Job "ps" was not defined in cluster'),
+    (
+        "oom_eager_huge_tensor.log",
+        "worker:0",
+        ["oom"],
+        None,
+        ["out of memory", "[1073741824,1024] float", "4.4 TB", "CPU:0"],
+        ["batch size", "more free memory"],
+        "OOM when allocating tensor with shape[1073741824,1024]",
+    ),
+    (
+        "oom_tf1_session_ulimit.log",
+        "worker:0",
+        ["oom"],
+        None,
+        ["[40000,40000] float", "6.4 GB"],
+        ["batch size", "ulimit -v"],
+        "OOM when allocating tensor with shape[40000,40000]",
+    ),
+    (
+        "nan_loss_hook.log",
+        "worker:0",
+        ["nan_loss"],
+        None,
+        ["loss became NaN", "NanTensorHook"],
+        ["learning rate", "clip", "enable_check_numerics"],
+        "NaN loss during training",
+    ),
+    (
+        "check_numerics_nan.log",
+        "worker:0",
+        ["nan_loss"],
+        None,
+        ["check_numerics 'loss check' found NaN values"],
+        ["learning rate"],
+        "Tensor had NaN values",
+    ),
+    (
+        "bad_task_index.log",
+        "worker:2",
+        ["bad_cluster_spec"],
+        None,
+        ['no task 2 in job "worker"'],
+        ["TF_CONFIG", "{task_index}"],
+        'Task 2 was not defined in job "worker"',
+    ),
+    (
+        "job_not_defined.log",
+        "ps:0",
+        ["bad_cluster_spec"],
+        None,
+        ['no job "ps"'],
+        ["TF_CONFIG"],
+        'Job "ps" was not defined in cluster',
+    ),
     ("healthy_chief_worker0.log", "worker:0", [], None, [], [], None),
     ("healthy_worker1.log", "worker:1", [], None, [], [], None),
 ]
@@ -164,7 +280,7 @@ LINES = [
 ]
 
 
-@pytest.mark.parametrize("name,needle,kind,peer", LINES, ids=[f"{l[0]}:{l[1][:30]}" for l in LINES])
+@pytest.mark.parametrize("name,needle,kind,peer", LINES, ids=[f"{line[0]}:{line[1][:30]}" for line in LINES])
 def test_match_line(name, needle, kind, peer) -> None:
     line = first(name, needle)
     f = match_line("worker:0", line)
@@ -190,7 +306,7 @@ def test_unknown_failure_is_the_exception_line() -> None:
     f = match_line("worker:2", unknown)
     assert f is not None and f.kind == "unknown_failure"
     assert "InternalError: something else went wrong" in f.cause and "tfctl logs --tail 60 worker:2" in f.fix
-    others = [l for l in load("bad_task_index.log") if "was not defined" not in l]
+    others = [line for line in load("bad_task_index.log") if "was not defined" not in line]
     (u,) = diagnose("worker:2", others + [unknown])
     assert u.kind == "unknown_failure" and u.evidence == unknown
 
@@ -203,16 +319,16 @@ def test_tf_task_names() -> None:
 def test_peer_on_the_next_line_is_attached() -> None:
     # "Cleanup partition error: UNAVAILABLE" names no task; the next line names the remote target.
     lines = load("ps_killed_worker0_grpc_fail_fast.log")
-    i = next(i for i, l in enumerate(lines) if "Cleanup partition error: UNAVAILABLE" in l)
+    i = next(i for i, line in enumerate(lines) if "Cleanup partition error: UNAVAILABLE" in line)
     (f,) = diagnose("worker:0", lines[: i + 2])
     assert f.kind == "peer_died" and f.peer == "ps:0" and "ps:0" in f.cause
     (g,) = diagnose("worker:0", lines[: i + 1])
     assert g.kind == "peer_died" and g.peer is None
     # Other threads' lines may come in between (here: a real Cleanup line of the same capture).
     other = first("ps_killed_worker0_grpc_fail_fast.log", "ABORTED: Cleanup")
-    (h,) = diagnose("worker:0", lines[: i + 1] + [other, other] + lines[i + 1: i + 2])
+    (h,) = diagnose("worker:0", lines[: i + 1] + [other, other] + lines[i + 1 : i + 2])
     assert h.peer == "ps:0"
-    (k,) = diagnose("worker:0", lines[: i + 1] + [other] * 5 + lines[i + 1: i + 2])
+    (k,) = diagnose("worker:0", lines[: i + 1] + [other] * 5 + lines[i + 1 : i + 2])
     assert k.peer is None  # too far away to be this error's peer
 
 
@@ -227,20 +343,22 @@ def test_newest_finding_per_kind_and_precise_beats_vague() -> None:
 
 def test_a_wait_ends_when_the_task_makes_progress() -> None:
     waiting = load("createsession_waiting_for_ps.log")
-    steps = [l for l in load("healthy_chief_worker0.log") if l.startswith("step ")]
-    chatter = [first("healthy_chief_worker0.log", "Scanning workers for devices"),
-               first("healthy_chief_worker0.log", "ABORTED: Cleanup")]
+    steps = [line for line in load("healthy_chief_worker0.log") if line.startswith("step ")]
+    chatter = [
+        first("healthy_chief_worker0.log", "Scanning workers for devices"),
+        first("healthy_chief_worker0.log", "ABORTED: Cleanup"),
+    ]
     assert [f.kind for f in diagnose("worker:0", waiting + chatter)] == ["waiting_for_peer"]
     assert diagnose("worker:0", waiting + steps[:1]) == []
     # MWMS: "Waiting for 1/2" then "Waiting for 0/2": over (the survivor capture, cut before the kill).
     survivor = load("mwms_peer_killed_survivor.log")
-    before_kill = survivor[: next(i for i, l in enumerate(survivor) if "UNAVAILABLE" in l)]
-    assert any("Waiting for 1/2" in l for l in before_kill)
+    before_kill = survivor[: next(i for i, line in enumerate(survivor) if "UNAVAILABLE" in line)]
+    assert any("Waiting for 1/2" in line for line in before_kill)
     assert diagnose("worker:0", before_kill) == []
-    upto_wait = before_kill[: next(i for i, l in enumerate(before_kill) if "Waiting for 0/2" in l)]
+    upto_wait = before_kill[: next(i for i, line in enumerate(before_kill) if "Waiting for 0/2" in line)]
     assert [f.kind for f in diagnose("worker:0", upto_wait)] == ["mwms_waiting"]
     # TF's own "Waiting for 0/2" (and the barrier that follows) end it, before any program output.
-    tf_only = before_kill[: next(i for i, l in enumerate(before_kill) if l.startswith("strategy ready"))]
+    tf_only = before_kill[: next(i for i, line in enumerate(before_kill) if line.startswith("strategy ready"))]
     assert diagnose("worker:0", tf_only) == []
 
 
@@ -280,30 +398,35 @@ def test_not_noise(name, needle) -> None:
 
 def test_noise_alone_gives_no_finding_and_no_last_line() -> None:
     lines = load("createsession_waiting_for_ps.log")
-    before_server = lines[: next(i for i, l in enumerate(lines) if "Started server" in l)]
-    assert all(is_noise(l) or l.strip() == "non-resource variables are not supported in the long term"
-               for l in before_server)
+    before_server = lines[: next(i for i, line in enumerate(lines) if "Started server" in line)]
+    assert all(
+        is_noise(line) or line.strip() == "non-resource variables are not supported in the long term"
+        for line in before_server
+    )
     assert diagnose("worker:0", before_server) == []
     assert last_meaningful(before_server) is None
     upto_server = lines[: len(before_server) + 1]
     assert "Started server with target" in last_meaningful(upto_server)
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("healthy_chief_worker0.log", "final test accuracy 0.9666"),
-    ("oom_tf1_session_ulimit.log", "OOM when allocating tensor with shape[40000,40000]"),   # not the frames after it
-    ("mwms_peer_killed_survivor.log", "Collective ops is aborted by: recvmsg:Connection reset by peer"),
-    ("bad_task_index.log", 'InternalError: Task 2 was not defined in job "worker"'),
-    ("mwms_leader_missing_worker1_silent.log", "Started server with target: grpc://localhost:42203"),
-    ("nonchief_waiting_for_model_default_verbosity.log", "Initializing CoordinationService"),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("healthy_chief_worker0.log", "final test accuracy 0.9666"),
+        ("oom_tf1_session_ulimit.log", "OOM when allocating tensor with shape[40000,40000]"),  # not the frames after it
+        ("mwms_peer_killed_survivor.log", "Collective ops is aborted by: recvmsg:Connection reset by peer"),
+        ("bad_task_index.log", 'InternalError: Task 2 was not defined in job "worker"'),
+        ("mwms_leader_missing_worker1_silent.log", "Started server with target: grpc://localhost:42203"),
+        ("nonchief_waiting_for_model_default_verbosity.log", "Initializing CoordinationService"),
+    ],
+)
 def test_last_meaningful(name, expected) -> None:
     assert expected in last_meaningful(load(name))
 
 
 def test_last_meaningful_skips_the_line_after_instructions_for_updating() -> None:
     lines = load("createsession_waiting_for_ps.log")
-    i = next(i for i, l in enumerate(lines) if l.startswith("Instructions for updating:"))
+    i = next(i for i, line in enumerate(lines) if line.startswith("Instructions for updating:"))
     # Make the free-text line look like anything: it is skipped because of its position.
     block = lines[: i + 1] + ["data: " + lines[i + 1]]
     assert last_meaningful(block) is None
@@ -333,9 +456,9 @@ def utc(monkeypatch: pytest.MonkeyPatch):
 
 def cluster(**states: PeerInfo) -> dict[str, PeerInfo]:
     base = {
-        "ps:0": PeerInfo("ps:0", "hostA", 2222, "running", listening=True),
-        "worker:0": PeerInfo("worker:0", "hostB", 2223, "running", listening=True),
-        "worker:1": PeerInfo("worker:1", "hostC", 2224, "running", listening=True),
+        "ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.RUNNING, listening=True),
+        "worker:0": PeerInfo("worker:0", "hostB", 2223, TaskState.RUNNING, listening=True),
+        "worker:1": PeerInfo("worker:1", "hostC", 2224, TaskState.RUNNING, listening=True),
     }
     base.update(states)
     return base
@@ -359,26 +482,26 @@ def test_explain_peer_not_in_cluster() -> None:
 
 
 def test_explain_peer_pending() -> None:
-    e = explain(waiting_for_ps(), cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "pending")}), never)
+    e = explain(waiting_for_ps(), cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.PENDING)}), never)
     assert "ps:0 (hostA:2222), which has never started (pending)" in e.cause
 
 
 def test_explain_peer_exited_with_code_1_at_time(utc) -> None:
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", exit_code=1, ended_at=T_END)})
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.FAILED, exit_code=1, ended_at=T_END)})
     e = explain(waiting_for_ps(), peers, never)
     assert "ps:0 exited with code 1 at 18:44:03" in e.cause
     assert "tfctl logs ps:0" in e.fix and "restart" in e.fix
 
 
 def test_explain_peer_killed_by_signal(utc) -> None:
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END + 60)})
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.FAILED, signal=9, ended_at=T_END + 60)})
     e = explain(waiting_for_ps(), peers, never)
     assert "ps:0 was killed by signal 9 (SIGKILL" in e.cause and "out-of-memory killer" in e.cause
     assert "at 18:45:03" in e.cause
 
 
 def test_explain_peer_running_not_listening() -> None:
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "running", listening=False)})
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.RUNNING, listening=False)})
     e = explain(waiting_for_ps(), peers, never)
     assert "running but does not listen on hostA:2222 yet" in e.cause
     assert "Started server with target" in e.fix and "2222" in e.fix
@@ -410,11 +533,14 @@ def test_explain_peer_reachability_unknown() -> None:
 
 def test_explain_worker_waiting_on_worker(utc) -> None:
     (f,) = diagnose("worker:0", load("createsession_no_device_filters.log"))
-    pending = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "pending")}), never)
+    pending = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, TaskState.PENDING)}), never)
     assert "never started" in pending.cause and "device filters" in pending.cause and DEVICE_FILTERS in pending.fix
-    done = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "succeeded", exit_code=0,
-                                                      ended_at=T_END)}), never)
-    assert "worker:1 already finished (exit code 0 at 18:44:03)" in done.cause and DEVICE_FILTERS in done.fix
+    done = explain(
+        f,
+        cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, TaskState.SUCCEEDED, exit_code=0, ended_at=T_END)}),
+        never,
+    )
+    assert "but worker:1 exited with code 0 at 18:44:03" in done.cause and DEVICE_FILTERS in done.fix
 
 
 def waiting_for_model() -> Finding:
@@ -422,14 +548,21 @@ def waiting_for_model() -> Finding:
     return f
 
 
-@pytest.mark.parametrize("chief,words", [
-    (PeerInfo("worker:0", "hostB", 2223, "pending"), ["has not started yet"]),
-    (PeerInfo("worker:0", "hostB", 2223, "failed", exit_code=1, ended_at=T_END),
-     ["worker:0 exited with code 1 at 18:44:03", "waits forever"]),
-    (PeerInfo("worker:0", "hostB", 2223, "succeeded", exit_code=0, ended_at=T_END),
-     ["already finished", "waits forever"]),
-    (PeerInfo("worker:0", "hostB", 2223, "running", listening=True), ["running but has not initialised"]),
-])
+@pytest.mark.parametrize(
+    "chief,words",
+    [
+        (PeerInfo("worker:0", "hostB", 2223, TaskState.PENDING), ["has not started yet"]),
+        (
+            PeerInfo("worker:0", "hostB", 2223, TaskState.FAILED, exit_code=1, ended_at=T_END),
+            ["worker:0 exited with code 1 at 18:44:03", "waits forever"],
+        ),
+        (
+            PeerInfo("worker:0", "hostB", 2223, TaskState.SUCCEEDED, exit_code=0, ended_at=T_END),
+            ["worker:0 exited with code 0 at 18:44:03, yet", "waits forever"],
+        ),
+        (PeerInfo("worker:0", "hostB", 2223, TaskState.RUNNING, listening=True), ["running but has not initialised"]),
+    ],
+)
 def test_explain_waiting_for_model(utc, chief, words) -> None:
     e = explain(waiting_for_model(), cluster(**{"worker:0": chief}), never)
     assert e.peer == "worker:0"
@@ -438,7 +571,7 @@ def test_explain_waiting_for_model(utc, chief, words) -> None:
 
 
 def test_explain_waiting_for_model_prefers_chief_job_and_catches_a_non_chief_chief() -> None:
-    peers = cluster(**{"chief:0": PeerInfo("chief:0", "hostD", 2225, "pending")})
+    peers = cluster(**{"chief:0": PeerInfo("chief:0", "hostD", 2225, TaskState.PENDING)})
     assert explain(waiting_for_model(), peers, never).peer == "chief:0"
     (f,) = diagnose("worker:0", load("nonchief_waiting_for_model.log"))  # worker:0 is the chief here
     e = explain(f, cluster(), never)
@@ -447,7 +580,7 @@ def test_explain_waiting_for_model_prefers_chief_job_and_catches_a_non_chief_chi
 
 def test_explain_mwms_straggler() -> None:
     (f,) = diagnose("worker:0", load("mwms_waiting_for_worker1.log"))
-    e = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, "pending")}), never)
+    e = explain(f, cluster(**{"worker:1": PeerInfo("worker:1", "hostC", 2224, TaskState.PENDING)}), never)
     assert "MultiWorkerMirroredStrategy waits for worker:1" in e.cause and "never started" in e.cause
     r = explain(f, cluster(), lambda src, address: True)
     assert "TF_CONFIG" in r.cause and "device_filters" not in r.fix
@@ -455,7 +588,7 @@ def test_explain_mwms_straggler() -> None:
 
 def test_explain_step_cancelled_finds_the_dead_ps(utc) -> None:
     (f,) = diagnose("worker:0", load("ps_killed_worker0_default.log"))
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END)})
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.FAILED, signal=9, ended_at=T_END)})
     e = explain(f, peers, never)
     assert e.peer == "ps:0" and "ps:0 was killed by signal 9" in e.cause and "hangs" in e.cause
     assert explain(f, cluster(), never) == f  # nobody ended: nothing to add
@@ -463,9 +596,11 @@ def test_explain_step_cancelled_finds_the_dead_ps(utc) -> None:
 
 def test_explain_peer_died(utc) -> None:
     (f,) = diagnose("worker:0", load("ps_killed_worker0_grpc_fail_fast.log"))
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "failed", signal=9, ended_at=T_END)})
-    assert explain(f, peers, never).cause == "lost the connection to ps:0: ps:0 was killed by signal 9 " \
-                                             "(SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03"
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.FAILED, signal=9, ended_at=T_END)})
+    assert (
+        explain(f, peers, never).cause == "lost the connection to ps:0: ps:0 was killed by signal 9 "
+        "(SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03"
+    )
 
 
 def test_explain_leaves_other_kinds_alone() -> None:
@@ -474,23 +609,38 @@ def test_explain_leaves_other_kinds_alone() -> None:
 
 
 def test_explain_finished_ps_is_not_a_device_filter_problem(utc) -> None:
-    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, "succeeded", exit_code=0, ended_at=T_END)})
+    peers = cluster(**{"ps:0": PeerInfo("ps:0", "hostA", 2222, TaskState.SUCCEEDED, exit_code=0, ended_at=T_END)})
     e = explain(waiting_for_ps(), peers, never)
-    assert "ps:0 already finished (exit code 0 at 18:44:03)" in e.cause
+    assert "but ps:0 exited with code 0 at 18:44:03" in e.cause
     assert "device_filters" not in e.fix and "tfctl logs ps:0" in e.fix
 
 
 def test_peer_info() -> None:
     assert PeerInfo("ps:0", "::1", 2222).address == "[::1]:2222"
-    s = TaskStatus("ps:0", "ps", 0, "hostA", 2222, "failed", pid=7, exit_code=None, signal=9, listening=False)
+    s = TaskStatus("ps:0", "ps", 0, "hostA", 2222, TaskState.FAILED, pid=7, signal=9, error="boom")
     p = PeerInfo.from_status(s, ended_at=T_END)
-    assert (p.task, p.address, p.state, p.signal, p.ended_at, p.listening) == \
-        ("ps:0", "hostA:2222", "failed", 9, T_END, False)
-    assert describe_end(PeerInfo("ps:0", "h", 1, "lost")).endswith("no exit code was recorded)")
-    assert describe_end(PeerInfo("ps:0", "h", 1, "failed", exit_code=3)) == "ps:0 exited with code 3"
+    assert (p.task, p.address, p.state, p.signal, p.ended_at, p.listening, p.error) == (
+        "ps:0",
+        "hostA:2222",
+        TaskState.FAILED,
+        9,
+        T_END,
+        False,
+        "boom",
+    )
+
+
+def test_describe_end(utc) -> None:
+    assert describe_end(TaskState.LOST, ended_at=T_END).endswith("no exit code was recorded)")
+    assert describe_end(TaskState.FAILED, exit_code=3) == "exited with code 3"
+    assert describe_end(TaskState.SUCCEEDED, exit_code=0, ended_at=T_END) == "exited with code 0 at 18:44:03"
+    assert describe_end(TaskState.STOPPED, exit_code=-15) == "was stopped (tfctl down)"
+    assert describe_end(TaskState.FAILED, signal=6) == "was killed by signal 6 (SIGABRT)"
+    assert describe_end(TaskState.FAILED, error="could not start: no such file") == "could not start: no such file"
 
 
 # ------------------------------------------------------------------------------------- performance
+
 
 class CountingLines(list):
     """A list that counts item reads, to show how much of a long log a function looks at."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, tfctl
+
 from tfctl.config import load_config
 
 TEMPLATES = sorted(p.name for p in (REPO / "templates").iterdir() if (p / "cluster.yaml").is_file())
@@ -16,8 +16,7 @@ def test_list_names_every_template(home: Path) -> None:
     listed = tfctl("init", "--list", home=home)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == TEMPLATES
-    assert set(TEMPLATES) == {"between-graph-async", "between-graph-sync", "parameter-server",
-                              "multi-worker-mirrored"}
+    assert set(TEMPLATES) == {"between-graph-async", "between-graph-sync", "parameter-server", "multi-worker-mirrored"}
 
 
 @pytest.mark.parametrize("name", TEMPLATES)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.cluster import Cluster
 from tfctl.hostagent import HostAgent
-from tfctl.logs import LogFollower, Prefixer
-from tfctl.orchestrator import Cluster
 from tfctl.hosts import HostSpec
+from tfctl.logs import LogFollower, Prefixer
 from tfctl.runs import RunRecord, TaskSpec
 from tfctl.transport.local import LocalTransport
 
@@ -21,8 +21,7 @@ def one_task_cluster(tmp_path: Path, source: str) -> Cluster:
     task = TaskSpec("worker", 0, "localhost", 1, f"{sys.executable} -c {shlex.quote(source)}", {}, None)
     record = RunRecord("logs-test", "t", "x", time.time(), (task,), (HostSpec("localhost", None, str(tmp_path)),), 1.0)
     cluster = Cluster(record, {"localhost": HostAgent(LocalTransport(), None, str(tmp_path))})
-    cluster.agents["localhost"].call("start", {"run_id": record.run_id, "tasks": [
-        {"task": task.name, "command": task.command, "env": {}, "cwd": None, "grace": 1}]})
+    cluster.start_tasks([task])
     return cluster
 
 
@@ -60,8 +59,10 @@ def test_finish_mid_stream_reads_the_rest_exactly_once(tmp_path: Path) -> None:
 
 def test_a_held_partial_line_is_not_repeated_after_a_reconnect(tmp_path: Path) -> None:
     long_line = "x" * 100_000  # longer than the supervisor holds back, so it arrives in pieces
-    source = (f"import sys, time\nsys.stdout.write('{long_line}'); sys.stdout.flush(); time.sleep(3)\n"
-              "print('END'); print('after'); time.sleep(60)")
+    source = (
+        f"import sys, time\nsys.stdout.write('{long_line}'); sys.stdout.flush(); time.sleep(3)\n"
+        "print('END'); print('after'); time.sleep(60)"
+    )
     cluster = one_task_cluster(tmp_path, source)
     try:
         log = tmp_path / "tasks" / cluster.record.run_id / "worker-0" / "output.log"

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from netns_hosts import (
     LabError,
     TestHostLab,
@@ -31,6 +30,7 @@ lab3 = make_lab_fixture(3, scope="module")
 @pytest.fixture(autouse=True)
 def _needs_netns():
     require_netns()  # for the tests that build their own lab
+
 
 # A second, independent lab must not clash with the module's lab (default prefix/bridge/subnet).
 OTHER = dict(prefix="tfctl-tx", bridge="tfctlbr9", subnet="10.77.9")
@@ -67,8 +67,9 @@ def _connect_error(address: str, port: int, timeout: float) -> str | None:
 
 def test_hostname_over_ssh_is_the_host_name(lab3):
     for host in lab3.hosts:
-        res = subprocess.run(["ssh", "-F", str(lab3.ssh_config), host.name, "hostname"],
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["ssh", "-F", str(lab3.ssh_config), host.name, "hostname"], capture_output=True, text=True, timeout=30
+        )
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == host.name
     # the address works as a Host alias too, with strict host key checking
@@ -140,8 +141,7 @@ def test_same_port_can_be_bound_on_two_hosts(lab3):
         c.sendall(socket.gethostname().encode())
         c.close()
     """)
-    servers = [h.popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True)
-               for h in lab3.hosts[:2]]
+    servers = [h.popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True) for h in lab3.hosts[:2]]
     try:
         for proc in servers:
             assert proc.stdout.readline().strip() == "listening"
@@ -209,8 +209,7 @@ def test_rerun_after_a_crash_cleans_up_the_leftovers(tmp_path):
         print(json.dumps([h.init_pid for h in lab.hosts]), flush=True)
         os._exit(3)   # no close(), no atexit
     """)
-    res = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=60)
     assert res.returncode == 3, res.stderr
     orphans = json.loads(res.stdout)
     assert all(_pid_alive(p) for p in orphans)
@@ -223,8 +222,7 @@ def test_rerun_after_a_crash_cleans_up_the_leftovers(tmp_path):
     assert not any(n.startswith("tfctl-tx-") for n in _netns_names())
     assert not _link_exists("tfctlbr9")
     # nothing left, so an explicit cleanup finds nothing to remove
-    assert cleanup_leftovers(OTHER["prefix"], OTHER["bridge"]) == \
-        {"pids": [], "netns": [], "links": []}
+    assert cleanup_leftovers(OTHER["prefix"], OTHER["bridge"]) == {"pids": [], "netns": [], "links": []}
 
 
 def test_second_lab_with_a_busy_prefix_is_refused(lab3, tmp_path):

@@ -20,17 +20,29 @@ import pytest
 from tfctl.errors import EXIT_USAGE, UsageError
 from tfctl.hosts import HostSpec, tfctl_home
 from tfctl.runs import RunRecord, RunStore, TaskSpec, new_run_id
+from tfctl.supervisor.protocol import RunState
 
 # Not fork: this pytest process may hold TensorFlow's threads (test_tf_cluster), and forking a
 # threaded process can deadlock the child. The forkserver is a fresh process that forks cheaply.
 CTX = multiprocessing.get_context("forkserver")
 
 
-def record(run_id: str = "mnist-20261122-183210-1022", cluster_file: str = "/srv/a/cluster.yaml",
-           created_at: float = 1_795_000_000.5, **changes) -> RunRecord:
+def record(
+    run_id: str = "mnist-20261122-183210-1022",
+    cluster_file: str = "/srv/a/cluster.yaml",
+    created_at: float = 1_795_000_000.5,
+    **changes,
+) -> RunRecord:
     tasks = (
-        TaskSpec("ps", 0, "localhost", 2222, "python train.py --job_name=ps", {"TF_CONFIG": '{"a":1}',
-                 "PYTHONUNBUFFERED": "1"}, "/srv/a"),
+        TaskSpec(
+            "ps",
+            0,
+            "localhost",
+            2222,
+            "python train.py --job_name=ps",
+            {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"},
+            "/srv/a",
+        ),
         TaskSpec("worker", 0, "::1", 2223, "python train.py --job_name=worker", {}, None),
         TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x"),
     )
@@ -39,9 +51,17 @@ def record(run_id: str = "mnist-20261122-183210-1022", cluster_file: str = "/srv
         HostSpec("gpu1", "python3", "~/.tfctl", {"kind": "ssh", "user": "me", "port": 2200}),
         HostSpec("localhost", "/venv/bin/python", "/home/me/.tfctl"),
     )
-    base = RunRecord(run_id=run_id, cluster_name=run_id.split("-")[0], cluster_file=cluster_file,
-                     created_at=created_at, tasks=tasks, hosts=hosts, grace_period=2.5,
-                     decisive=("worker:0",), essential=("ps:0",))
+    base = RunRecord(
+        run_id=run_id,
+        cluster_name=run_id.split("-")[0],
+        cluster_file=cluster_file,
+        created_at=created_at,
+        tasks=tasks,
+        hosts=hosts,
+        grace_period=2.5,
+        decisive=("worker:0",),
+        essential=("ps:0",),
+    )
     return RunRecord(**{**base.__dict__, **changes})
 
 
@@ -58,8 +78,7 @@ def mode(path: Path) -> int:
 
 
 def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> None:
-    original = record(state="running", reason="why", ended_at=None,
-                      watcher={"pid": 123, "starttime": 456})
+    original = record(state="running", reason="why", ended_at=None, watcher={"pid": 123, "starttime": 456})
     store.save(original)
     loaded = store.load(original.run_id)
     assert loaded == original
@@ -70,16 +89,18 @@ def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> No
     assert loaded.task("worker:1").env == {"X": "y"}
     assert loaded.task("worker:0").cwd is None
     assert loaded.task("worker:0").address == "[::1]:2223"
-    assert loaded.host("gpu1").transport == {"kind": "ssh", "user": "me", "port": 2200}
-    assert loaded.host("localhost").transport == {}
+    hosts = {h.name: h for h in loaded.hosts}
+    assert hosts["gpu1"].transport == {"kind": "ssh", "user": "me", "port": 2200}
+    assert hosts["localhost"].transport == {}
     assert loaded.active
 
 
 def test_roundtrip_of_a_finished_record(store: RunStore) -> None:
-    done = record().with_state("failed", "worker:1 on gpu1 exited with code 3")
-    assert not done.active and done.ended_at is not None
-    store.save(done)
+    store.create(record())
+    done = store.end(record().run_id, RunState.FAILED, "worker:1 on gpu1 exited with code 3")
+    assert not done.active and done.ended_at is not None and done.state is RunState.FAILED
     assert store.load(done.run_id) == done
+    assert json.loads((store.run_dir(done.run_id) / "run.json").read_text())["state"] == "failed"
 
 
 def test_roundtrip_of_empty_decisive_and_essential(store: RunStore) -> None:
@@ -101,9 +122,15 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
     store.save(r)
     data = json.loads((store.run_dir(r.run_id) / "run.json").read_text())
     assert data["run_id"] == r.run_id
-    assert data["tasks"][0] == {"job": "ps", "index": 0, "host": "localhost", "port": 2222,
-                                "command": "python train.py --job_name=ps",
-                                "env": {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"}, "cwd": "/srv/a"}
+    assert data["tasks"][0] == {
+        "job": "ps",
+        "index": 0,
+        "host": "localhost",
+        "port": 2222,
+        "command": "python train.py --job_name=ps",
+        "env": {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"},
+        "cwd": "/srv/a",
+    }
     assert data["decisive"] == ["worker:0"]
 
 
@@ -116,8 +143,9 @@ def test_save_overwrites(store: RunStore) -> None:
 # --- all, latest ---------------------------------------------------------------------------------
 
 
-def test_latest_is_the_newest_run_of_the_same_cluster_file_only(store: RunStore, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_latest_is_the_newest_run_of_the_same_cluster_file_only(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a, b = tmp_path / "a" / "cluster.yaml", tmp_path / "b" / "cluster.yaml"
     # Run ids sort against their age, so neither directory order nor the id decides.
     a_old = record("mnist-20261122-183210-ffff", str(a.resolve()), created_at=100.0)
@@ -147,17 +175,20 @@ def test_all_is_oldest_first(store: RunStore) -> None:
     assert [r.created_at for r in store.all()] == [10.0, 20.0, 30.0]
 
 
-@pytest.mark.parametrize("content", [
-    b"{not json",
-    b"",
-    b'{"run_id": "x"}',           # missing keys
-    b"[1, 2]",                     # not an object
-    b"null",
-    b'"text"',
-    b'{"run_id": "x", "cluster_name": "m", "cluster_file": "f", "created_at": 1, "tasks": [{"job": "ps"}], '
-    b'"hosts": [], "grace_period": 1}',  # a task missing fields
-    b"\xff\xfe\x00garbage",        # not UTF-8
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"",
+        b'{"run_id": "x"}',  # missing keys
+        b"[1, 2]",  # not an object
+        b"null",
+        b'"text"',
+        b'{"run_id": "x", "cluster_name": "m", "cluster_file": "f", "created_at": 1, "tasks": [{"job": "ps"}], '
+        b'"hosts": [], "grace_period": 1}',  # a task missing fields
+        b"\xff\xfe\x00garbage",  # not UTF-8
+    ],
+)
 def test_all_skips_a_corrupt_run_json(store: RunStore, content: bytes) -> None:
     good1, good2 = record("m-1", created_at=1.0), record("m-2", created_at=2.0)
     store.save(good1)

@@ -16,12 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FAKE_TASK, REPO, tfctl
 from netns_hosts import make_lab_fixture
 
-sys.path.insert(0, str(REPO / "tfctl" / "supervisor"))
-from agent import proc_env_markers  # noqa: E402
+from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns
 lab = make_lab_fixture(3, scope="module")
@@ -47,8 +45,9 @@ def workdir_with_fake_task(tmp_path: Path) -> Path:
     return work
 
 
-def write_cluster(tmp_path: Path, lab, jobs: str, command: str, extra: str = "", workdir: Path | None = None,
-                  name: str = "ssh") -> Path:
+def write_cluster(
+    tmp_path: Path, lab, jobs: str, command: str, extra: str = "", workdir: Path | None = None, name: str = "ssh"
+) -> Path:
     path = tmp_path / "cluster.yaml"
     path.write_text(f"""name: {name}
 workdir: {workdir or workdir_with_fake_task(tmp_path)}
@@ -90,8 +89,9 @@ def no_leftovers(lab):
 
 def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path, home, lab, no_leftovers):
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
-    jobs = (f"  ps: [tfh0:{PORT}]\n  worker:\n    hosts: [tfh1:{PORT}, tfh2:{PORT}]\n"
-            f"    command: \"{command} --ignore-term\"")
+    jobs = (
+        f'  ps: [tfh0:{PORT}]\n  worker:\n    hosts: [tfh1:{PORT}, tfh2:{PORT}]\n    command: "{command} --ignore-term"'
+    )
     cluster = write_cluster(tmp_path, lab, jobs, command)
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
@@ -101,7 +101,10 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     assert f"reachability: 3 hosts -> tfh0:{PORT}: all 3 connections ok" in up.stderr
     tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
     assert [(t["task"], t["host"], t["state"]) for t in tasks] == [
-        ("ps:0", "tfh0", "running"), ("worker:0", "tfh1", "running"), ("worker:1", "tfh2", "running")]
+        ("ps:0", "tfh0", "running"),
+        ("worker:0", "tfh1", "running"),
+        ("worker:1", "tfh2", "running"),
+    ]
     deadline = time.monotonic() + 15
     while not all(t["listening"] for t in tasks) and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -119,14 +122,18 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     assert f"processes stopped on 3 hosts; 0 remain; port {PORT} free" in down.stderr
     assert time.monotonic() - began > 2  # the workers ignored SIGTERM: the grace period ran out first
     assert run_pids(lab, run_id) == {}
-    states = {t["task"]: (t["state"], t["signal"]) for t in
-              json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)}
+    states = {
+        t["task"]: (t["state"], t["signal"])
+        for t in json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    }
     assert states == {"ps:0": ("stopped", 15), "worker:0": ("stopped", 9), "worker:1": ("stopped", 9)}
 
 
 def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_leftovers):
-    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 " \
-              "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
+    command = (
+        "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 "
+        "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
+    )
     cluster = write_cluster(tmp_path, lab, JOBS, command)
     up = tfctl("-f", str(cluster), "up", home=home)
     assert up.returncode == 0, up.stderr
@@ -145,8 +152,9 @@ def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, hom
     work = workdir_with_fake_task(tmp_path / "dir with space $(touch x)")
     (work / "print_env.py").write_text("import os\nprint('HOSTILE=' + os.environ['HOSTILE'])\n")
     jobs = f"  worker: [tfh1:{PORT}]"
-    cluster = write_cluster(tmp_path, lab, jobs, "{python} print_env.py", workdir=work,
-                            extra=f"env:\n  HOSTILE: {json.dumps(hostile)}")
+    cluster = write_cluster(
+        tmp_path, lab, jobs, "{python} print_env.py", workdir=work, extra=f"env:\n  HOSTILE: {json.dumps(hostile)}"
+    )
     up = tfctl("-f", str(cluster), "up", home=home)
     assert up.returncode == 0, up.stderr
     assert f"[worker:0] HOSTILE={hostile}" in up.stdout
@@ -238,15 +246,18 @@ def test_host_reached_only_through_a_jump_host(tmp_path, home, lab, no_leftovers
     hidden = lab.host("tfh2")
     hidden.exec(["ip", "route", "add", "blackhole", f"{lab.gateway}/32"], check=True)  # no way back to us
     config = tmp_path / "ssh_config"
-    config.write_text(lab.ssh_config.read_text()
-                      + f"\nHost tfh2-via-tfh1\n    HostName {hidden.address}\n    ProxyJump tfh1\n"
-                      + f"    User root\n    IdentityFile \"{lab.client_key}\"\n"
-                      + f"    UserKnownHostsFile \"{lab.known_hosts}\"\n")
+    config.write_text(
+        lab.ssh_config.read_text()
+        + f"\nHost tfh2-via-tfh1\n    HostName {hidden.address}\n    ProxyJump tfh1\n"
+        + f'    User root\n    IdentityFile "{lab.client_key}"\n'
+        + f'    UserKnownHostsFile "{lab.known_hosts}"\n'
+    )
     try:
-        command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 1 " \
-                  "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
-        cluster = write_cluster(tmp_path, lab, JOBS, command,
-                                extra="hosts:\n  tfh2: {ssh: tfh2-via-tfh1}")
+        command = (
+            "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 1 "
+            "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
+        )
+        cluster = write_cluster(tmp_path, lab, JOBS, command, extra="hosts:\n  tfh2: {ssh: tfh2-via-tfh1}")
         cluster.write_text(cluster.read_text().replace(str(lab.ssh_config), str(config)))
         up = tfctl("-f", str(cluster), "up", home=home)
     finally:
@@ -259,13 +270,17 @@ def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_pa
     count = 60
     work = workdir_with_fake_task(tmp_path)
     (work / "ticker.py").write_text(
-        f"import time\nfor i in range({count}):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n")
-    cluster = write_cluster(tmp_path, lab, f"  worker: [tfh1:{PORT}]", "{python} ticker.py", workdir=work,
-                            extra="")
+        f"import time\nfor i in range({count}):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
+    )
+    cluster = write_cluster(tmp_path, lab, f"  worker: [tfh1:{PORT}]", "{python} ticker.py", workdir=work, extra="")
     cluster.write_text(cluster.read_text().replace("connect_timeout: 3", "connect_timeout: 3\n  keepalive: 1"))
     assert tfctl("-f", str(cluster), "up", "-d", home=home).returncode == 0
-    follower = subprocess.Popen([sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f"],
-                                stdout=subprocess.PIPE, text=True, env={**os.environ, "TFCTL_HOME": str(home)})
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
     assert follower.stdout.readline().startswith("[worker:0] tick 0")
     lab.host("tfh1").set_link(False)
     time.sleep(4)  # longer than the keepalive-based timeout: the stream notices and reconnects
@@ -278,8 +293,10 @@ def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_pa
 @pytest.mark.tf
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
 def test_mnist_on_three_hosts_through_ssh(tmp_path, home, lab, no_leftovers):
-    command = ("{python} train.py --job_name={job_name} --task_index={task_index} "
-               "--ps_hosts={ps_hosts} --worker_hosts={worker_hosts} --train_steps 3000")
+    command = (
+        "{python} train.py --job_name={job_name} --task_index={task_index} "
+        "--ps_hosts={ps_hosts} --worker_hosts={worker_hosts} --train_steps 3000"
+    )
     cluster = write_cluster(tmp_path, lab, JOBS, command, workdir=REPO / "examples" / "mnist", name="mnist-ssh")
     cluster.write_text(cluster.read_text().replace("grace_period: 2", "grace_period: 5"))
     up = tfctl("-f", str(cluster), "up", home=home, timeout=300)

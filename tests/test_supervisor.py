@@ -10,12 +10,29 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
-
 from conftest import FAKE_TASK, free_ports
+
+from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
-from tfctl.supervisor.agent import exec_form, proc_stat
+from tfctl.supervisor.procfs import proc_stat
+from tfctl.supervisor.protocol import (
+    FollowEvent,
+    FollowRequest,
+    LogChunk,
+    PortsRequest,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    SweepRequest,
+    TaskEnded,
+    TaskInfo,
+    TaskLaunch,
+    TaskState,
+)
+from tfctl.supervisor.tasks import exec_form
 from tfctl.transport.local import LocalTransport
 
 PY = sys.executable
@@ -27,25 +44,25 @@ def pycmd(source: str) -> str:
 
 
 @pytest.fixture
-def agent(tmp_path: Path) -> HostAgent:
-    return HostAgent(LocalTransport(), None, str(tmp_path / "host"))
+def agent(tmp_path: Path) -> Iterator[HostAgent]:
+    with HostAgent(LocalTransport(), None, str(tmp_path / "host")) as agent:
+        yield agent
 
 
-def start(agent: HostAgent, run: str, task: str, command: str, grace: float = 1.0, **spec) -> dict:
-    answer = agent.call("start", {"run_id": run, "tasks": [{"task": task, "command": command, "env": {},
-                                                            "cwd": None, "grace": grace, **spec}]})
-    return answer["tasks"][task]
+def start(agent: HostAgent, run: str, task: str, command: str, grace: float = 1.0) -> TaskInfo:
+    answer = agent.call(StartRequest(run, [TaskLaunch(task, command, grace=grace)]))
+    return answer.tasks[task]
 
 
-def status(agent: HostAgent, run: str, tasks: dict[str, int]) -> dict:
-    return agent.call("status", {"run_id": run, "tasks": tasks})["tasks"]
+def status(agent: HostAgent, run: str, tasks: dict[str, int]) -> dict[str, TaskInfo]:
+    return agent.call(StatusRequest(run, tasks)).tasks
 
 
-def wait_state(agent: HostAgent, run: str, task: str, states: tuple[str, ...], timeout: float = 15) -> dict:
+def wait_state(agent: HostAgent, run: str, task: str, states: tuple[TaskState, ...], timeout: float = 15) -> TaskInfo:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = status(agent, run, {task: 0})[task]
-        if info["state"] in states:
+        if info.state in states:
             return info
         time.sleep(0.05)
     raise AssertionError(f"{task} never reached {states}: {info}")
@@ -57,47 +74,53 @@ def alive(pid: int) -> bool:
 
 
 def test_task_runs_detached_with_marker_and_log(agent: HostAgent) -> None:
-    info = start(agent, "r1", "worker:0", pycmd("import os; print(os.getsid(0), os.getpgid(0)); "
-                                                "print(os.environ['TFCTL_RUN_ID'], os.environ['TFCTL_TASK'])"))
-    assert info["state"] in ("running", "succeeded")
-    done = wait_state(agent, "r1", "worker:0", ("succeeded",))
-    assert done["exit_code"] == 0
+    info = start(
+        agent,
+        "r1",
+        "worker:0",
+        pycmd(
+            "import os; print(os.getsid(0), os.getpgid(0)); print(os.environ['TFCTL_RUN_ID'], os.environ['TFCTL_TASK'])"
+        ),
+    )
+    assert info.state in (TaskState.RUNNING, TaskState.SUCCEEDED)
+    done = wait_state(agent, "r1", "worker:0", (TaskState.SUCCEEDED,))
+    assert done.exit_code == 0
     log = Path(agent.root, "tasks", "r1", "worker-0", "output.log").read_text().split()
     # Its own session and process group, led by the task itself (exec'd: the pid is python's).
-    assert log[0] == log[1] == str(info["pid"])
+    assert log[0] == log[1] == str(info.pid)
     assert log[2:] == ["r1", "worker:0"]
-    assert os.getsid(0) != info["pid"]
+    assert os.getsid(0) != info.pid
 
 
 def test_nonzero_exit_is_failed_with_code(agent: HostAgent) -> None:
     start(agent, "r2", "worker:1", pycmd("import sys; print('boom'); sys.exit(3)"))
-    info = wait_state(agent, "r2", "worker:1", ("failed",))
-    assert info["exit_code"] == 3 and info["signal"] is None
-    assert status(agent, "r2", {"worker:1": 0})["worker:1"]["last_line"] == "boom"
+    info = wait_state(agent, "r2", "worker:1", (TaskState.FAILED,))
+    assert info.exit_code == 3 and info.signal is None
+    assert status(agent, "r2", {"worker:1": 0})["worker:1"].last_line == "boom"
 
 
 def test_command_that_cannot_start_is_failed(agent: HostAgent) -> None:
     start(agent, "r3", "ps:0", "/nonexistent/program --flag")
-    info = wait_state(agent, "r3", "ps:0", ("failed",))
-    assert info["exit_code"] == 127
+    info = wait_state(agent, "r3", "ps:0", (TaskState.FAILED,))
+    assert info.exit_code == 127
 
 
 def test_stop_escalates_to_sigkill_for_a_task_ignoring_sigterm(agent: HostAgent) -> None:
     info = start(agent, "r4", "worker:0", f"{PY} {FAKE_TASK} --ignore-term --sleep -1")
-    wait_state(agent, "r4", "worker:0", ("running",))
+    wait_state(agent, "r4", "worker:0", (TaskState.RUNNING,))
     time.sleep(0.3)  # let it install its SIGTERM handler
     began = time.monotonic()
-    report = agent.call("stop", {"run_id": "r4", "grace": 0.5})
+    report = agent.call(StopRequest("r4", 0.5))
     assert time.monotonic() - began >= 0.5  # it waited the grace period before SIGKILL
-    assert report["killed"] >= 1 and report["remaining"] == []
-    assert not alive(info["pid"])
-    final = report["tasks"]["worker:0"]
-    assert final["state"] == "stopped" and final["signal"] == signal.SIGKILL
+    assert report.killed >= 1 and report.remaining == []
+    assert info.pid is not None and not alive(info.pid)
+    final = report.tasks["worker:0"]
+    assert final.state is TaskState.STOPPED and final.signal == signal.SIGKILL
 
 
 def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> None:
     start(agent, "r5", "worker:0", f"{PY} {FAKE_TASK} --fork 2 --setsid-child --sleep -1")
-    wait_state(agent, "r5", "worker:0", ("running",))
+    wait_state(agent, "r5", "worker:0", (TaskState.RUNNING,))
     deadline = time.monotonic() + 10
     mine: list[int] = []
     from conftest import marked_processes
@@ -110,16 +133,16 @@ def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> N
     assert len(mine) == 4, mine  # the task, two children in its group, one in its own session
     groups = {proc_stat(p)["pgid"] for p in mine}
     assert len(groups) == 2
-    report = agent.call("stop", {"run_id": "r5", "grace": 2})
-    assert report["processes"] == 4 and report["remaining"] == []
+    report = agent.call(StopRequest("r5", 2))
+    assert report.processes == 4 and report.remaining == []
     assert not any(alive(p) for p in mine)
 
 
 def test_children_left_behind_by_a_finished_task_are_cleaned_up(agent: HostAgent) -> None:
     # `bash -c 'a; b'`-style: the leader exits, a child it started is still running.
     start(agent, "r6", "worker:0", f"{PY} {FAKE_TASK} --fork 1 --sleep 0.5", grace=0.5)
-    info = wait_state(agent, "r6", "worker:0", ("succeeded",))
-    assert info["exit_code"] == 0
+    info = wait_state(agent, "r6", "worker:0", (TaskState.SUCCEEDED,))
+    assert info.exit_code == 0
     from conftest import marked_processes
 
     deadline = time.monotonic() + 5
@@ -136,12 +159,20 @@ def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path
         d.mkdir(parents=True)
         (d / "spec.json").write_text(json.dumps({"task": "ps:0", "command": "true"}))
         real = proc_stat(bystander.pid)
-        (d / "proc.json").write_text(json.dumps({
-            "pid": bystander.pid, "pgid": bystander.pid, "starttime": real["starttime"] - 1, "started_at": time.time(),
-            "monitor": {"pid": bystander.pid, "starttime": real["starttime"] - 1}}))
-        assert status(agent, "r7", {"ps:0": 0})["ps:0"]["state"] == "lost"
-        report = agent.call("stop", {"run_id": "r7", "grace": 0.2})
-        assert report["processes"] == 0
+        (d / "proc.json").write_text(
+            json.dumps(
+                {
+                    "pid": bystander.pid,
+                    "pgid": bystander.pid,
+                    "starttime": real["starttime"] - 1,
+                    "started_at": time.time(),
+                    "monitor": {"pid": bystander.pid, "starttime": real["starttime"] - 1},
+                }
+            )
+        )
+        assert status(agent, "r7", {"ps:0": 0})["ps:0"].state is TaskState.LOST
+        report = agent.call(StopRequest("r7", 0.2))
+        assert report.processes == 0
         assert bystander.poll() is None
     finally:
         bystander.kill()
@@ -150,8 +181,6 @@ def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path
 
 def test_starting_a_task_twice_is_refused(agent: HostAgent) -> None:
     start(agent, "r8", "worker:0", "true")
-    from tfctl.errors import HostError
-
     with pytest.raises(HostError, match="already started"):
         start(agent, "r8", "worker:0", "true")
 
@@ -163,57 +192,69 @@ def test_status_reports_listening_only_for_the_tasks_own_socket(agent: HostAgent
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         st = status(agent, "r9", {"ps:0": port, "worker:0": port})
-        if st["ps:0"]["listening"]:
+        if st["ps:0"].listening:
             break
         time.sleep(0.05)
-    assert st["ps:0"]["listening"] is True
-    assert st["worker:0"]["listening"] is False  # something listens on that port, but not this task
-    ports = agent.call("ports", {"ports": [port, other]})["ports"]
-    assert ports[str(port)]["listening"] and ports[str(port)]["pids"] == [st["ps:0"]["pid"]]
-    assert not ports[str(other)]["listening"]
-    agent.call("stop", {"run_id": "r9", "grace": 1})
+    assert st["ps:0"].listening is True
+    assert st["worker:0"].listening is False  # something listens on that port, but not this task
+    ports = agent.call(PortsRequest([port, other])).ports
+    assert ports[str(port)].listening and ports[str(port)].pids == [st["ps:0"].pid]
+    assert not ports[str(other)].listening
+    agent.call(StopRequest("r9", 1))
 
 
-def follow(agent: HostAgent, run: str, tasks: dict[str, int], **extra) -> list[dict]:
-    stream, events = agent.follow({"run_id": run, "tasks": tasks, **extra})
+def follow(agent: HostAgent, run: str, tasks: dict[str, int], **options: Any) -> list[FollowEvent]:
+    stream, events = agent.follow(FollowRequest(run, tasks, **options))
     try:
         return list(events)
     finally:
         stream.close()
 
 
+def text_of(events: list[FollowEvent]) -> str:
+    return "".join(e.data for e in events if isinstance(e, LogChunk))
+
+
 def test_follow_loses_and_repeats_nothing_at_volume(agent: HostAgent) -> None:
     count = 200_000
     start(agent, "r10", "worker:0", pycmd(f"import sys\nfor i in range({count}): sys.stdout.write('line %d\\n' % i)"))
     events = follow(agent, "r10", {"worker:0": 0}, follow=True, poll=0.01)
-    text = "".join(e.get("d", "") for e in events)
+    text = text_of(events)
     lines = text.splitlines()
     assert lines == [f"line {i}" for i in range(count)]
-    assert events[-1] == {"t": "worker:0", "o": len(text.encode()), "end": "succeeded"}
+    assert events[-1] == TaskEnded("worker:0", len(text.encode()), TaskState.SUCCEEDED)
     # Resuming from any recorded offset gives exactly the rest.
     middle = events[len(events) // 2]
-    rest = follow(agent, "r10", {"worker:0": middle["o"]})
-    assert text[middle["o"]:] == "".join(e.get("d", "") for e in rest)
+    assert isinstance(middle, LogChunk)
+    rest = follow(agent, "r10", {"worker:0": middle.offset})
+    assert text[middle.offset :] == text_of(rest)
 
 
 def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
-    start(agent, "r11", "worker:0", pycmd("import sys, time; sys.stdout.write('abc'); sys.stdout.flush(); "
-                                          "time.sleep(3); print('def', flush=True); time.sleep(1); "
-                                          "sys.stdout.write('tail-no-newline')"))
+    start(
+        agent,
+        "r11",
+        "worker:0",
+        pycmd(
+            "import sys, time; sys.stdout.write('abc'); sys.stdout.flush(); "
+            "time.sleep(3); print('def', flush=True); time.sleep(1); "
+            "sys.stdout.write('tail-no-newline')"
+        ),
+    )
     log = Path(agent.root, "tasks", "r11", "worker-0", "output.log")
     deadline = time.monotonic() + 10
     while (not log.exists() or log.read_bytes() != b"abc") and time.monotonic() < deadline:
         time.sleep(0.02)
     assert log.read_bytes() == b"abc"  # the follow below starts while the line is unfinished
-    chunks = [e["d"] for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if "d" in e]
+    chunks = [e.data for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if isinstance(e, LogChunk)]
     assert chunks[0] == "abcdef\n"
     assert "".join(chunks) == "abcdef\ntail-no-newline"
 
 
 def test_tail_returns_last_lines(agent: HostAgent) -> None:
     start(agent, "r12", "worker:0", pycmd("for i in range(100): print(i)"))
-    wait_state(agent, "r12", "worker:0", ("succeeded",))
-    text = "".join(e.get("d", "") for e in follow(agent, "r12", {"worker:0": 0}, tail=3))
+    wait_state(agent, "r12", "worker:0", (TaskState.SUCCEEDED,))
+    text = text_of(follow(agent, "r12", {"worker:0": 0}, tail=3))
     assert text == "97\n98\n99\n"
 
 
@@ -221,15 +262,16 @@ def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
     sleeper = [PY, "-c", "import time; time.sleep(60)"]
 
     def marked(run: str, store: str) -> subprocess.Popen:
-        return subprocess.Popen(sleeper, env={**os.environ, "TFCTL_RUN_ID": run, "TFCTL_STORE": store},
-                                start_new_session=True)
+        return subprocess.Popen(
+            sleeper, env={**os.environ, "TFCTL_RUN_ID": run, "TFCTL_STORE": store}, start_new_session=True
+        )
 
     orphan, live, foreign = marked("gone-run", "mine"), marked("live-run", "mine"), marked("their-run", "theirs")
     try:
         time.sleep(0.2)
-        report = agent.call("sweep", {"live_runs": ["live-run"], "grace": 1, "store": "mine"})
+        report = agent.call(SweepRequest(["live-run"], 1, "mine"))
         orphan.wait(timeout=5)
-        assert report["runs"] == ["gone-run"]
+        assert report.runs == ["gone-run"]
         assert live.poll() is None  # a live run of this store
         assert foreign.poll() is None  # another user's or home's run: never ours to judge
     finally:
@@ -238,16 +280,19 @@ def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
             p.wait()
 
 
-@pytest.mark.parametrize("command, execs", [
-    ("python train.py --job_name=ps", True),
-    ("python x > out.log 2>&1", True),
-    ("a; b", False),
-    ("a && b", False),
-    ("a | b", False),
-    ("FOO=1 python x", False),
-    ("cd dir && python x", False),
-    ("(python x)", False),
-    ('echo "a;b"', True),
-])
+@pytest.mark.parametrize(
+    "command, execs",
+    [
+        ("python train.py --job_name=ps", True),
+        ("python x > out.log 2>&1", True),
+        ("a; b", False),
+        ("a && b", False),
+        ("a | b", False),
+        ("FOO=1 python x", False),
+        ("cd dir && python x", False),
+        ("(python x)", False),
+        ('echo "a;b"', True),
+    ],
+)
 def test_exec_form_only_for_simple_commands(command: str, execs: bool) -> None:
     assert exec_form(command) == (f"exec {command}" if execs else command)

@@ -15,19 +15,22 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, free_ports, tfctl
 
 pytestmark = [
     pytest.mark.tf,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                       reason="TensorFlow is not installed (pip install -e '.[tf]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed (pip install -e '.[tf]')"
+    ),
 ]
 
 TEMPLATES = REPO / "templates"
 STEP = re.compile(r"^\[(\w+:\d+)\]\s+step (\d+) loss ([\d.]+|nan) steps/s ([\d.]+)", re.M)
-FINAL = re.compile(r"^\[(\w+:\d+)\]\s+final step (\d+) loss (\S+) accuracy ([\d.]+) time ([\d.]+)s"
-                   r" steps/s ([\d.]+) checkpoint (\S+)$", re.M)
+FINAL = re.compile(
+    r"^\[(\w+:\d+)\]\s+final step (\d+) loss (\S+) accuracy ([\d.]+) time ([\d.]+)s"
+    r" steps/s ([\d.]+) checkpoint (\S+)$",
+    re.M,
+)
 
 
 def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> Path:
@@ -136,7 +139,8 @@ def test_between_graph_sync_watchdog_unblocks_a_worker_left_on_the_token_queue(t
     cluster = copy_template("between-graph-sync", tmp_path, train_steps=50)
     (cluster.parent / "fake_chief.py").write_text(FAKE_CHIEF)
     text = cluster.read_text().replace(
-        "{python} train.py", "{python} $(test {job_name}{task_index} = worker0 && echo fake_chief.py || echo train.py)")
+        "{python} train.py", "{python} $(test {job_name}{task_index} = worker0 && echo fake_chief.py || echo train.py)"
+    )
     text = re.sub(r"success_policy: \w+", "success_policy: all_workers", text)
     cluster.write_text(text)
     up = run_up(cluster, home, timeout=180)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.config import PLACEHOLDERS, ClusterConfig, parse_config
-from tfctl.orchestrator import Phase
+from tfctl.config import parse_config
+from tfctl.control import Phase
+from tfctl.model import PLACEHOLDERS, ClusterConfig
 from tfctl.tf import cluster as tfc
 
 RUN_ID = "mnist-20261122-183210-1022"
@@ -88,7 +89,9 @@ def test_evaluator_is_not_in_the_cluster_but_has_its_own_task() -> None:
 def test_tf_config_without_chief_or_ps() -> None:
     cfg = config("name: w\ncommand: run\njobs:\n  worker: [a:1, b:2, c:3]\n")
     assert json.loads(tfc.tf_config(cfg, "worker", 2)) == {
-        "cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": 2}}
+        "cluster": {"worker": ["a:1", "b:2", "c:3"]},
+        "task": {"type": "worker", "index": 2},
+    }
 
 
 def test_tf_config_ipv6_addresses_are_bracketed() -> None:
@@ -99,15 +102,22 @@ def test_tf_config_ipv6_addresses_are_bracketed() -> None:
 
 def test_tf_config_in_planned_env_is_exact_for_every_task() -> None:
     tasks = plan(config(FULL))
-    assert [(t.job, t.index) for t in tasks] == [("chief", 0), ("ps", 0), ("ps", 1), ("worker", 0),
-                                                 ("worker", 1), ("evaluator", 0)]
+    assert [(t.job, t.index) for t in tasks] == [
+        ("chief", 0),
+        ("ps", 0),
+        ("ps", 1),
+        ("worker", 0),
+        ("worker", 1),
+        ("evaluator", 0),
+    ]
     for t in tasks:
         assert json.loads(t.env["TF_CONFIG"]) == {"cluster": FULL_CLUSTER, "task": {"type": t.job, "index": t.index}}
 
 
 @pytest.mark.tf
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                    reason="TensorFlow is not installed (pip install -e '.[tf]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed (pip install -e '.[tf]')"
+)
 def test_tensorflow_resolver_reads_tf_config_of_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
@@ -164,7 +174,8 @@ def test_render_all_placeholders_of_the_readme_example() -> None:
     values = tfc.placeholder_values(config(EXAMPLE), "worker", 1, "/usr/bin/python3", RUN_ID)
     template = " ".join("{" + p + "}" for p in PLACEHOLDERS)
     assert tfc.render_command(template, values) == (
-        f"worker 1 localhost:2222 localhost:2223,localhost:2224 '' '' /usr/bin/python3 {RUN_ID}")
+        f"worker 1 localhost:2222 localhost:2223,localhost:2224 '' '' /usr/bin/python3 {RUN_ID}"
+    )
 
 
 def test_render_empty_host_list_is_one_empty_shell_word(tmp_path: Path) -> None:
@@ -183,16 +194,19 @@ def test_render_ipv6_host_list_is_quoted_and_survives_the_shell(tmp_path: Path) 
     assert out.stdout == "--ps_hosts=[::1]:2222\n[::1]:2223,[::1]:2224\n"
 
 
-@pytest.mark.parametrize("template,expected", [
-    ("echo {{}}", "echo {}"),
-    ("echo {{job_name}}", "echo {job_name}"),
-    ("echo ${{HOME}} {job_name}", "echo ${HOME} worker"),
-    ("awk '{{print $1}}' --i={task_index}", "awk '{print $1}' --i=1"),
-    ("{{{job_name}}}", "{worker}"),
-    ("echo }}{{", "echo }{"),
-    ("no placeholders at all", "no placeholders at all"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "template,expected",
+    [
+        ("echo {{}}", "echo {}"),
+        ("echo {{job_name}}", "echo {job_name}"),
+        ("echo ${{HOME}} {job_name}", "echo ${HOME} worker"),
+        ("awk '{{print $1}}' --i={task_index}", "awk '{print $1}' --i=1"),
+        ("{{{job_name}}}", "{worker}"),
+        ("echo }}{{", "echo }{"),
+        ("no placeholders at all", "no placeholders at all"),
+        ("", ""),
+    ],
+)
 def test_render_doubled_braces_are_literal(template: str, expected: str) -> None:
     values = tfc.placeholder_values(config(EXAMPLE), "worker", 1, "python3", RUN_ID)
     assert tfc.render_command(template, values) == expected
@@ -214,7 +228,7 @@ HOSTILE = [
     "$(touch pwned)",
     "`touch pwned`",
     "' ; touch pwned ; '",
-    "\" ; touch pwned ; \"",
+    '" ; touch pwned ; "',
     "'\"'\"'; touch pwned #",
     "a\ntouch pwned",
     "\ntouch pwned\n",
@@ -246,8 +260,13 @@ def test_render_quotes_hostile_values_without_running_them() -> None:
 
 
 def _sh(rendered: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", "-c", rendered], cwd=cwd, capture_output=True, timeout=10,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)})
+    return subprocess.run(
+        ["/bin/sh", "-c", rendered],
+        cwd=cwd,
+        capture_output=True,
+        timeout=10,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+    )
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=[repr(v) for v in HOSTILE])
@@ -272,8 +291,16 @@ def test_hostile_value_is_printed_literally_and_nothing_runs(value: str, tmp_pat
 
 def test_every_placeholder_with_hostile_values_at_once(tmp_path: Path) -> None:
     (tmp_path / "victim").write_text("x")
-    chosen = ["$(touch pwned)", "`touch pwned`", "'; touch pwned; '", "a\nb; touch pwned",
-              "* ~", "\"$HOME\"", "| touch pwned", ""]
+    chosen = [
+        "$(touch pwned)",
+        "`touch pwned`",
+        "'; touch pwned; '",
+        "a\nb; touch pwned",
+        "* ~",
+        '"$HOME"',
+        "| touch pwned",
+        "",
+    ]
     values = dict(zip(PLACEHOLDERS, chosen))
     template = "printf '%s\\0' " + " ".join("{" + p + "}" for p in PLACEHOLDERS)
     result = _sh(tfc.render_command(template, values), tmp_path)
@@ -296,9 +323,14 @@ def test_hostile_value_inside_a_flag_and_next_to_literal_text(tmp_path: Path) ->
 def test_plan_every_task_with_host_port_and_command() -> None:
     tasks = plan(config(EXAMPLE))
     assert [(t.name, t.host, t.port) for t in tasks] == [
-        ("ps:0", "localhost", 2222), ("worker:0", "localhost", 2223), ("worker:1", "localhost", 2224)]
-    assert tasks[2].command == ("python train.py --job_name=worker --task_index=1 --ps_hosts=localhost:2222 "
-                                "--worker_hosts=localhost:2223,localhost:2224")
+        ("ps:0", "localhost", 2222),
+        ("worker:0", "localhost", 2223),
+        ("worker:1", "localhost", 2224),
+    ]
+    assert tasks[2].command == (
+        "python train.py --job_name=worker --task_index=1 --ps_hosts=localhost:2222 "
+        "--worker_hosts=localhost:2223,localhost:2224"
+    )
 
 
 def test_plan_env_has_tf_config_and_unbuffered_python() -> None:
@@ -331,9 +363,16 @@ jobs:
 """)
     ps, worker = plan(cfg)
     assert {k: ps.env[k] for k in ("A", "B", "C", "PYTHONUNBUFFERED")} == {
-        "A": "ps-job", "B": "cluster", "C": "ps-only", "PYTHONUNBUFFERED": "x"}
+        "A": "ps-job",
+        "B": "cluster",
+        "C": "ps-only",
+        "PYTHONUNBUFFERED": "x",
+    }
     assert {k: worker.env[k] for k in ("A", "B", "PYTHONUNBUFFERED")} == {
-        "A": "cluster", "B": "cluster", "PYTHONUNBUFFERED": "1"}
+        "A": "cluster",
+        "B": "cluster",
+        "PYTHONUNBUFFERED": "1",
+    }
     assert "C" not in worker.env
 
 
@@ -342,6 +381,7 @@ def test_plan_tf_config_is_tfctls_even_if_env_names_it() -> None:
     cfg = config(EXAMPLE)
     from dataclasses import replace
     from types import MappingProxyType
+
     cfg = replace(cfg, env=MappingProxyType({"TF_CONFIG": "{}"}))
     for t in plan(cfg):
         assert json.loads(t.env["TF_CONFIG"])["task"]["type"] == t.job
@@ -397,10 +437,17 @@ def test_plan_cwd_of_relative_cluster_path_is_absolute(tmp_path: Path, monkeypat
 
 def test_plan_tasks_cwd_is_per_host() -> None:
     cfg = config("name: m\ncommand: run\njobs:\n  ps: [localhost:2222]\n  worker: [localhost:2223, gpu1:2223]\n")
-    tasks = tfc.plan_tasks(cfg, RUN_ID, {"localhost": "python3", "gpu1": "python3"},
-                           {"localhost": "/home/me/proj", "gpu1": "~/.tfctl/work/x"})
+    tasks = tfc.plan_tasks(
+        cfg,
+        RUN_ID,
+        {"localhost": "python3", "gpu1": "python3"},
+        {"localhost": "/home/me/proj", "gpu1": "~/.tfctl/work/x"},
+    )
     assert [(t.name, t.cwd) for t in tasks] == [
-        ("ps:0", "/home/me/proj"), ("worker:0", "/home/me/proj"), ("worker:1", "~/.tfctl/work/x")]
+        ("ps:0", "/home/me/proj"),
+        ("worker:0", "/home/me/proj"),
+        ("worker:1", "~/.tfctl/work/x"),
+    ]
 
 
 def test_plan_python_placeholder_per_host() -> None:
@@ -424,8 +471,10 @@ jobs:
 
 def test_plan_run_id_placeholder() -> None:
     cfg = config("name: m\ncommand: train --ckpt=/tmp/{run_id}/{job_name}{task_index}\njobs:\n  worker: [h:1, h:2]\n")
-    assert [t.command for t in plan(cfg)] == [f"train --ckpt=/tmp/{RUN_ID}/worker0",
-                                              f"train --ckpt=/tmp/{RUN_ID}/worker1"]
+    assert [t.command for t in plan(cfg)] == [
+        f"train --ckpt=/tmp/{RUN_ID}/worker0",
+        f"train --ckpt=/tmp/{RUN_ID}/worker1",
+    ]
 
 
 # --- start phases, decisive and essential tasks --------------------------------------------------
@@ -437,8 +486,9 @@ def _check_phase_invariants(tasks: list, phases: list) -> None:
     started = [t.name for p in phases for t in p.tasks]
     assert sorted(started) == sorted(t.name for t in tasks)
     assert all(isinstance(p, Phase) and p.tasks for p in phases)
-    first_training = min((i for i, p in enumerate(phases) for t in p.tasks if t.job in ("chief", "worker")),
-                         default=len(phases))
+    first_training = min(
+        (i for i, p in enumerate(phases) for t in p.tasks if t.job in ("chief", "worker")), default=len(phases)
+    )
     for i, p in enumerate(phases):
         assert set(p.wait_listening) <= set(names(p.tasks))
         assert not any(n.startswith("evaluator:") for n in p.wait_listening)
@@ -499,15 +549,21 @@ def test_start_phases_of_no_tasks() -> None:
     assert tfc.start_phases([]) == []
 
 
-@pytest.mark.parametrize("jobs,policy,expected", [
-    ("  chief: [h:1]\n  worker: [h:2, h:3]\n  ps: [h:4]\n", "chief", ["chief:0"]),
-    ("  worker: [h:2, h:3]\n  ps: [h:4]\n", "chief", ["worker:0"]),
-    ("  chief: [h:1]\n", "chief", ["chief:0"]),
-    ("  chief: [h:1]\n  worker: [h:2, h:3]\n  ps: [h:4]\n", "all_workers", ["chief:0", "worker:0", "worker:1"]),
-    ("  worker: [h:2, h:3, h:5]\n  ps: [h:4]\n  evaluator: [h:6]\n", "all_workers",
-     ["worker:0", "worker:1", "worker:2"]),
-    ("  chief: [h:1]\n  ps: [h:4]\n", "all_workers", ["chief:0"]),
-])
+@pytest.mark.parametrize(
+    "jobs,policy,expected",
+    [
+        ("  chief: [h:1]\n  worker: [h:2, h:3]\n  ps: [h:4]\n", "chief", ["chief:0"]),
+        ("  worker: [h:2, h:3]\n  ps: [h:4]\n", "chief", ["worker:0"]),
+        ("  chief: [h:1]\n", "chief", ["chief:0"]),
+        ("  chief: [h:1]\n  worker: [h:2, h:3]\n  ps: [h:4]\n", "all_workers", ["chief:0", "worker:0", "worker:1"]),
+        (
+            "  worker: [h:2, h:3, h:5]\n  ps: [h:4]\n  evaluator: [h:6]\n",
+            "all_workers",
+            ["worker:0", "worker:1", "worker:2"],
+        ),
+        ("  chief: [h:1]\n  ps: [h:4]\n", "all_workers", ["chief:0"]),
+    ],
+)
 def test_decisive_tasks(jobs: str, policy: str, expected: list[str]) -> None:
     cfg = config(f"name: m\ncommand: run\nsuccess_policy: {policy}\njobs:\n{jobs}")
     assert cfg.success_policy == policy
@@ -534,7 +590,13 @@ def test_essential_tasks_are_the_parameter_servers() -> None:
 
 def test_listens_for_server_jobs_only() -> None:
     assert {t.name: tfc.listens(t) for t in plan(config(FULL))} == {
-        "chief:0": True, "ps:0": True, "ps:1": True, "worker:0": True, "worker:1": True, "evaluator:0": False}
+        "chief:0": True,
+        "ps:0": True,
+        "ps:1": True,
+        "worker:0": True,
+        "worker:1": True,
+        "evaluator:0": False,
+    }
 
 
 def test_public_task_addresses_are_flagged_private_ones_not(tmp_path: Path) -> None:
@@ -542,7 +604,10 @@ def test_public_task_addresses_are_flagged_private_ones_not(tmp_path: Path) -> N
 
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n93.184.216.34 gpu-public  # a comment\n10.1.2.3 gpu-lan\n")
-    config = parse_config("name: s\ncommand: x\njobs:\n  ps: [8.8.4.4:2222]\n"
-                          "  worker: [gpu-public:2222, gpu-lan:2222, localhost:2223, 169.254.1.1:2222, "
-                          "unknown-name:2222, 192.168.1.5:2222]\n", tmp_path / "c.yaml")
+    config = parse_config(
+        "name: s\ncommand: x\njobs:\n  ps: [8.8.4.4:2222]\n"
+        "  worker: [gpu-public:2222, gpu-lan:2222, localhost:2223, 169.254.1.1:2222, "
+        "unknown-name:2222, 192.168.1.5:2222]\n",
+        tmp_path / "c.yaml",
+    )
     assert exposed_addresses(config, str(hosts)) == ["8.8.4.4:2222", "gpu-public:2222 (93.184.216.34)"]

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl
 
 pytestmark = [
@@ -20,8 +19,10 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 MNIST = REPO / "examples" / "mnist"
-WORKER = ("{python} train.py --job_name=worker --task_index={task_index} --ps_hosts={ps_hosts} "
-          "--worker_hosts={worker_hosts} --train_steps 100000000")
+WORKER = (
+    "{python} train.py --job_name=worker --task_index={task_index} --ps_hosts={ps_hosts} "
+    "--worker_hosts={worker_hosts} --train_steps 100000000"
+)
 
 
 def run_left(run_id: str) -> list[int]:
@@ -60,7 +61,7 @@ jobs:
     assert diagnosis is not None, tasks
     assert diagnosis["kind"] == "waiting_for_peer" and diagnosis["peer"] == "ps:0"
     assert "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0" in diagnosis["evidence"]
-    assert f"ps:0 (localhost:{ps_port}), but ps:0 already finished (exit code 0 at" in diagnosis["cause"]
+    assert f"ps:0 (localhost:{ps_port}), but ps:0 exited with code 0 at" in diagnosis["cause"]
     # TF never gives up; tfctl's watcher does, naming the hang and its cause.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -79,13 +80,18 @@ def test_ps_killed_mid_run_fails_the_job_naming_the_ps(tmp_path: Path, home: Pat
     cluster.write_text(f"""name: pskill
 workdir: {MNIST}
 grace_period: 3
-command: "{WORKER.replace('--job_name=worker', '--job_name={job_name}')}"
+command: "{WORKER.replace("--job_name=worker", "--job_name={job_name}")}"
 jobs:
   ps: [localhost:{ports[0]}]
   worker: [localhost:{ports[1]}, localhost:{ports[2]}]
 """)
-    up = subprocess.Popen([sys.executable, "-m", "tfctl", "-f", str(cluster), "up"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env={**os.environ, "TFCTL_HOME": str(home)})
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
     try:
         deadline = time.monotonic() + 90
         line = ""

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, free_ports, marked_processes, port_listening, tfctl
 
 pytestmark = [
     pytest.mark.tf,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                       reason="TensorFlow is not installed (pip install -e '.[tf]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed (pip install -e '.[tf]')"
+    ),
 ]
 
 

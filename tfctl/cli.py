@@ -1,4 +1,4 @@
-"""Command line: parse arguments, call lifecycle/orchestrator, render. Nothing else lives here.
+"""Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
 
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
 compose) or after it on every verb but `logs`, where `-f` means follow.
@@ -7,31 +7,44 @@ compose) or after it on every verb but `logs`, where `-f` means follow.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
 from tfctl import __version__
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError, UsageError
 
+if TYPE_CHECKING:
+    from tfctl.cluster import Cluster
+    from tfctl.runs import RunRecord, RunStore, TaskSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 DEFAULT_FILE = Path("cluster.yaml")
 
 
-def _file_option(short: bool = True):
+def _file_option(short: bool = True) -> Callable[[F], F]:
     names = ("-f", "--file") if short else ("--file",)
-    return click.option(*names, "cluster_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                        help="Cluster file (default: ./cluster.yaml).")
+    return click.option(
+        *names,
+        "cluster_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Cluster file (default: ./cluster.yaml).",
+    )
 
 
 _accept_new_option = click.option(
-    "--accept-new-host-keys", is_flag=True,
+    "--accept-new-host-keys",
+    is_flag=True,
     help="Trust and pin SSH host keys seen for the first time (like StrictHostKeyChecking=accept-new); "
-         "a changed key is always refused.")
+    "a changed key is always refused.",
+)
 
 
 def _cluster_file(ctx: click.Context, given: Path | None) -> Path:
@@ -39,19 +52,21 @@ def _cluster_file(ctx: click.Context, given: Path | None) -> Path:
     if path is not None:
         return path
     if not DEFAULT_FILE.exists():
-        raise UsageError("no cluster.yaml in the current directory",
-                         hint="pass -f FILE, create one with `tfctl init`, "
-                              "or try the localhost example: tfctl -f cluster.yaml.example up")
+        raise UsageError(
+            "no cluster.yaml in the current directory",
+            hint="pass -f FILE, create one with `tfctl init`, "
+            "or try the localhost example: tfctl -f cluster.yaml.example up",
+        )
     return DEFAULT_FILE
 
 
-def _store():
+def _store() -> RunStore:
     from tfctl.runs import RunStore
 
     return RunStore()
 
 
-def _record(ctx: click.Context, given: Path | None, run_id: str | None):
+def _record(ctx: click.Context, given: Path | None, run_id: str | None) -> RunRecord:
     from tfctl.lifecycle import resolve_run
 
     path = None if run_id else _cluster_file(ctx, given)
@@ -62,45 +77,21 @@ def _stamp(start: float) -> str:
     return f"[{time.monotonic() - start:5.1f}s]"
 
 
-def _port_ranges(ports: list[int]) -> str:
-    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'."""
-    spans: list[list[int]] = []
-    for p in sorted(set(ports)):
-        if spans and p == spans[-1][1] + 1:
-            spans[-1][1] = p
-        else:
-            spans.append([p, p])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
-
-
-def _stop_summary(report) -> str:
-    hosts = f"{report.hosts} host{'s' if report.hosts != 1 else ''}"
-    remain = sum(len(p) for p in report.remaining.values())
-    text = f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain"
-    if report.ports:
-        word = "port" if len(report.ports) == 1 else "ports"
-        text += f"; {word} {_port_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
-    return text
-
-
-def _render_stop(report) -> None:
-    from tfctl import console
-
-    console.err().print(_stop_summary(report))
-    for host, pids in report.remaining.items():
-        console.err().print(f"[red]{host}: still running: pids {', '.join(map(str, pids))}[/red]")
-    for address, pids in report.busy_ports.items():
-        console.err().print(f"[red]{address}: still listening (pids {', '.join(map(str, pids)) or '?'})[/red]")
-    for host, why in report.unreachable.items():
-        console.err().print(f"[red]{host}: could not be checked: {why}[/red]")
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @_file_option()
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append timed events (host calls, SSH channels) to FILE as JSON lines.",
+)
 @click.version_option(__version__, prog_name="tfctl")
 @click.pass_context
-def cli(ctx: click.Context, cluster_file: Path | None) -> None:
+def cli(ctx: click.Context, cluster_file: Path | None, trace_file: Path | None) -> None:
     """Launch, watch and stop distributed TensorFlow clusters from one cluster file."""
+    if trace_file is not None:
+        os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
     ctx.obj = {"cluster_file": cluster_file}
 
 
@@ -133,8 +124,10 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     for warning in lifecycle.security_warnings(config):
         err.print(Text("warning: ", style="bold yellow") + Text(warning))
     record = plan.record
-    err.print(f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
-              f"host{'s' if len(record.hosts) != 1 else ''}")
+    err.print(
+        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
+        f"host{'s' if len(record.hosts) != 1 else ''}"
+    )
     start = time.monotonic()
 
     def progress(who: str, message: str) -> None:
@@ -148,21 +141,24 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         return EXIT_INTERRUPTED
     err.print(f"{_stamp(start)} all {len(record.tasks)} tasks running")
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
-    if detach:
+    with cluster:
+        if not detach:
+            return _attached(store, cluster, hint_file)
         lifecycle.spawn_watcher(store, cluster.record)
-        cluster.close()
-        err.print(f"detached. The run stops by itself when {', '.join(record.decisive)} "
-                  f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it).")
-        err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
-        console.out().print(record.run_id, markup=False)
-        return 0
-    return _attached(store, cluster, hint_file)
+    err.print(
+        f"detached. The run stops by itself when {', '.join(record.decisive)} "
+        f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."
+    )
+    err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
+    console.out().print(record.run_id, markup=False)
+    return 0
 
 
-def _attached(store, cluster, hint_file: str) -> int:
+def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
+    """Follow an attached run to its end; the caller closes the cluster."""
     from rich.text import Text
 
-    from tfctl import console, lifecycle
+    from tfctl import console, lifecycle, render
     from tfctl.logs import Prefixer
     from tfctl.tf.doctor import LiveNotes, diagnose_run
 
@@ -170,29 +166,22 @@ def _attached(store, cluster, hint_file: str) -> int:
     record = cluster.record
     prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
     err.print("following all task logs; Ctrl-C stops the cluster")
-    write = sys.stdout.write
 
     notes = LiveNotes(cluster)
 
     def on_lines(batch: list[tuple[str, str]]) -> None:
-        for task, line in batch:
-            write(prefix(task, line) + "\n")
-            finding = notes.feed(task, line)
-            if finding is not None:
-                sys.stdout.flush()
-                err.print(_finding_text(task, finding))
-        sys.stdout.flush()
+        render.print_lines(batch, prefix, notes)
 
     try:
         ending = lifecycle.attach(store, cluster, on_lines)
     except KeyboardInterrupt:
         err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
         try:
-            _render_stop(lifecycle.interrupt(store, cluster))
+            render.render_stop(lifecycle.interrupt(store, cluster))
         except KeyboardInterrupt:
-            err.print(f"detached; tasks may still be running. Stop them with: "
-                      f"tfctl {hint_file}down --run {record.run_id}")
-        cluster.close()
+            err.print(
+                f"detached; tasks may still be running. Stop them with: tfctl {hint_file}down --run {record.run_id}"
+            )
         return EXIT_INTERRUPTED
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
@@ -203,9 +192,8 @@ def _attached(store, cluster, hint_file: str) -> int:
             statuses, _ = cluster.status()
             finding = diagnose_run(cluster, statuses).findings.get(culprit)
             if finding is not None:
-                err.print(_finding_text(culprit, finding))
-    cluster.close()
-    _render_stop(ending.stop)
+                err.print(render.finding_text(culprit, finding))
+    render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 
 
@@ -217,87 +205,38 @@ def _attached(store, cluster, hint_file: str) -> int:
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, last log line."""
-    from tfctl import console
-    from tfctl.orchestrator import Cluster
+    from tfctl import console, render
+    from tfctl.cluster import Cluster
 
     record = _record(ctx, cluster_file, run_id)
-    cluster = Cluster(record)
-    try:
+    with Cluster(record) as cluster:
         if as_json:
             from tfctl.tf.doctor import diagnose_run, finding_json
 
             statuses, _ = cluster.status()
             found = diagnose_run(cluster, statuses)
-            console.out().print_json(json.dumps([{**s.to_json(), "diagnosis": finding_json(found.findings.get(s.task)),
-                                                  "last_line": found.last_lines.get(s.task, s.last_line)}
-                                                 for s in statuses]))
+            console.out().print_json(
+                json.dumps(
+                    [
+                        {
+                            **s.to_json(),
+                            "diagnosis": finding_json(found.findings.get(s.task)),
+                            "last_line": found.last_lines.get(s.task, s.last_line),
+                        }
+                        for s in statuses
+                    ]
+                )
+            )
             return 0
         if not watch:
-            console.out().print(_status_table(cluster, console.out().width))
+            console.out().print(render.status_table(cluster, console.out().width))
             return 0
         from rich.live import Live
 
-        with Live(_status_table(cluster, console.out().width), console=console.out(), auto_refresh=False) as live:
+        with Live(render.status_table(cluster, console.out().width), console=console.out(), auto_refresh=False) as live:
             while True:
                 time.sleep(1)
-                live.update(_status_table(cluster, console.out().width), refresh=True)
-    finally:
-        cluster.close()
-
-
-STATE_STYLE = {"running": "green", "succeeded": "green", "failed": "red", "lost": "red", "stopped": "yellow",
-               "pending": "dim", "starting": "cyan", "unknown": "red"}
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def _status_table(cluster, console_width: int) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    from tfctl.tf.doctor import diagnose_run
-
-    statuses, unreachable = cluster.status()
-    found = diagnose_run(cluster, statuses)
-    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
-    record = cluster.record
-    title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    rows = []
-    for s in statuses:
-        exit_text = "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
-        listen = "yes" if s.listening else ("no" if s.state == "running" else "-")
-        rows.append([s.task, f"{s.host}:{s.port}", s.state, str(s.pid or "-"), exit_text, _duration(s.uptime), listen,
-                     s.last_line[:300]])
-    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "LAST LINE")
-    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
-    # Every column keeps its full width; only the last line is cut to what the screen has left.
-    widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
-    for col, width in zip(columns, widths):
-        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
-    for row in rows:
-        table.add_row(*row[:2], Text(row[2], style=STATE_STYLE.get(row[2], "")), *row[3:7], Text(row[7]))
-    for host, e in unreachable.items():
-        table.caption = f"unreachable: {host}: {getattr(e, 'message', e)}"
-    notes = [_finding_text(task, f) for task, f in found.findings.items()]
-    return Group(table, *notes) if notes else table
-
-
-def _finding_text(task: str, finding) -> Any:
-    from rich.text import Text
-
-    return (Text(f"{task}: ", style="bold yellow") + Text(finding.cause) + Text("\n  fix: ", style="bold")
-            + Text(finding.fix))
+                live.update(render.status_table(cluster, console.out().width), refresh=True)
 
 
 @cli.command()
@@ -307,48 +246,51 @@ def _finding_text(task: str, finding) -> Any:
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
 @click.pass_context
-def logs(ctx: click.Context, cluster_file: Path | None, tasks: tuple[str, ...], follow: bool, tail: int | None,
-         run_id: str | None) -> int:
+def logs(
+    ctx: click.Context,
+    cluster_file: Path | None,
+    tasks: tuple[str, ...],
+    follow: bool,
+    tail: int | None,
+    run_id: str | None,
+) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
-    from tfctl import console
+    from tfctl import console, render
+    from tfctl.cluster import Cluster
     from tfctl.logs import LogFollower, Prefixer
-    from tfctl.orchestrator import Cluster
     from tfctl.tf.doctor import LiveNotes
 
+    files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
+    if files:
+        raise UsageError(
+            f"{files[0]} is not a task: `-f` after `logs` means --follow",
+            hint=f"name the cluster file with --file: tfctl logs --file {files[0]} -f "
+            f"(or before the verb: tfctl -f {files[0]} logs -f)",
+        )
     record = _record(ctx, cluster_file, run_id)
     selected = _select_tasks(record, tasks)
-    cluster = Cluster(record)
     prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
-    follower = LogFollower(cluster, selected, follow=follow and record.active, tail=tail)
     store = _store()
     last_check = time.monotonic()
-    notes = LiveNotes(cluster) if follow else None
-    try:
-        for batch in follower.batches():
-            for task, line in batch:
-                sys.stdout.write(prefix(task, line) + "\n")
-                finding = notes.feed(task, line) if notes else None
-                if finding is not None:
-                    sys.stdout.flush()
-                    console.err().print(_finding_text(task, finding))
-            sys.stdout.flush()
-            if follow and not batch and time.monotonic() - last_check > 2:
-                # Tasks of a run that ended before starting them never produce an end of stream.
-                last_check = time.monotonic()
-                if not store.load(record.run_id).active:
-                    follower.finish()
-                    follow = False
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    finally:
-        follower.close()
-        cluster.close()
+    with Cluster(record) as cluster, LogFollower(cluster, selected, follow and record.active, tail) as follower:
+        notes = LiveNotes(cluster) if follow else None
+        try:
+            for batch in follower.batches():
+                render.print_lines(batch, prefix, notes)
+                if follow and not batch and time.monotonic() - last_check > 2:
+                    # Tasks of a run that ended before starting them never produce an end of stream.
+                    last_check = time.monotonic()
+                    if not store.load(record.run_id).active:
+                        follower.finish()
+                        follow = False
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
     for problem in follower.errors:
         console.err().print(f"[red]{problem}[/red]")
     return 1 if follower.errors else 0
 
 
-def _select_tasks(record, names: tuple[str, ...]) -> list:
+def _select_tasks(record: RunRecord, names: tuple[str, ...]) -> list[TaskSpec]:
     if not names:
         return list(record.tasks)
     chosen = []
@@ -364,14 +306,22 @@ def _select_tasks(record, names: tuple[str, ...]) -> list:
 @cli.command()
 @_file_option()
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
-@click.option("--all", "sweep", is_flag=True,
-              help="Also stop processes on the cluster's hosts left by runs that are no longer live.")
-@click.option("--grace", type=click.FloatRange(min=0), default=None,
-              help="Seconds between SIGTERM and SIGKILL (default: the cluster file's grace_period).")
+@click.option(
+    "--all",
+    "sweep",
+    is_flag=True,
+    help="Also stop processes on the cluster's hosts left by runs that are no longer live.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds between SIGTERM and SIGKILL (default: the cluster file's grace_period).",
+)
 @click.pass_context
 def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, sweep: bool, grace: float | None) -> int:
     """Stop every process of the run on every host, then prove nothing remains."""
-    from tfctl import console, lifecycle
+    from tfctl import console, lifecycle, render
 
     store = _store()
     try:
@@ -384,7 +334,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
     if record is not None:
         report = lifecycle.down(store, record, grace)
         console.err().print(f"run {record.run_id}:", markup=False)
-        _render_stop(report)
+        render.render_stop(report)
         clean = report.clean
     if sweep:
         from tfctl.config import load_config
@@ -396,22 +346,28 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
             config = load_config(_cluster_file(ctx, cluster_file))
             hosts, default_grace = host_specs(config), config.grace_period
         for host, answer in lifecycle.sweep(store, hosts, default_grace if grace is None else grace).items():
-            runs = ", ".join(answer["runs"]) or "none"
-            console.err().print(f"{host}: {answer['processes']} orphaned processes stopped (runs: {runs}); "
-                                f"{len(answer['remaining'])} remain", markup=False)
-            clean = clean and not answer["remaining"]
+            runs = ", ".join(answer.runs) or "none"
+            console.err().print(
+                f"{host}: {answer.processes} orphaned processes stopped (runs: {runs}); {len(answer.remaining)} remain",
+                markup=False,
+            )
+            clean = clean and not answer.remaining
     return 0 if clean else 1
 
 
 @cli.command()
 @_file_option()
-@click.option("--network/--no-network", default=True,
-              help="Also check that every host reaches the ps ports (or, without ps, every worker port).")
+@click.option(
+    "--network/--no-network",
+    default=True,
+    help="Also check that every host reaches the ps ports (or, without ps, every worker port).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @_accept_new_option
 @click.pass_context
-def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json: bool,
-          accept_new_host_keys: bool) -> int:
+def check(
+    ctx: click.Context, cluster_file: Path | None, network: bool, as_json: bool, accept_new_host_keys: bool
+) -> int:
     """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
     from rich.table import Table
 
@@ -420,13 +376,32 @@ def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json:
 
     plan = lifecycle.plan_run(load_config(_cluster_file(ctx, cluster_file)), _store())
     start = time.monotonic()
-    report = lifecycle.check(plan, network, lambda who, msg: console.err().print(
-        f"{_stamp(start)} {who:<12} {msg}", markup=False), accept_new_host_keys)
+    report = lifecycle.check(
+        plan,
+        network,
+        lambda who, msg: console.err().print(f"{_stamp(start)} {who:<12} {msg}", markup=False),
+        accept_new_host_keys,
+    )
     if as_json:
-        console.out().print_json(json.dumps({
-            "hosts": [{"host": i.host, "hostname": i.hostname, "python": i.python, "tensorflow": i.tensorflow,
-                       "error": i.error} for i in report.hosts],
-            "warnings": report.warnings, "busy_ports": report.busy, "network": report.network}))
+        console.out().print_json(
+            json.dumps(
+                {
+                    "hosts": [
+                        {
+                            "host": i.host,
+                            "hostname": i.hostname,
+                            "python": i.python,
+                            "tensorflow": i.tensorflow,
+                            "error": i.error,
+                        }
+                        for i in report.hosts
+                    ],
+                    "warnings": report.warnings,
+                    "busy_ports": {address: info.to_wire() for address, info in report.busy.items()},
+                    "network": report.network,
+                }
+            )
+        )
     else:
         table = Table(box=None, pad_edge=False)
         for col in ("HOST", "HOSTNAME", "PYTHON", "TENSORFLOW"):
@@ -437,8 +412,9 @@ def check(ctx: click.Context, cluster_file: Path | None, network: bool, as_json:
         for warning in report.warnings:
             console.err().print(f"warning: {warning}", markup=False)
         for address, info in report.busy.items():
-            console.err().print(f"port in use: {address} (pid {', '.join(map(str, info['pids'])) or '?'} "
-                                f"{info['command']})", markup=False)
+            console.err().print(
+                f"port in use: {address} (pid {', '.join(map(str, info.pids)) or '?'} {info.command})", markup=False
+            )
         if report.network:
             console.err().print(report.network, markup=False)
     return 1 if report.busy else 0
@@ -473,13 +449,25 @@ def runs_command(as_json: bool) -> int:
 
     records = _store().all()
     if as_json:
-        console.out().print_json(json.dumps([{"run_id": r.run_id, "cluster": r.cluster_name, "file": r.cluster_file,
-                                              "state": r.state, "created_at": r.created_at, "reason": r.reason}
-                                             for r in records]))
+        console.out().print_json(
+            json.dumps(
+                [
+                    {
+                        "run_id": r.run_id,
+                        "cluster": r.cluster_name,
+                        "file": r.cluster_file,
+                        "state": r.state.value,
+                        "created_at": r.created_at,
+                        "reason": r.reason,
+                    }
+                    for r in records
+                ]
+            )
+        )
         return 0
     for r in records:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
-        console.out().print(f"{r.run_id:<40} {when}  {r.state:<10} {r.reason or ''}", markup=False)
+        console.out().print(f"{r.run_id:<40} {when}  {r.state.value:<10} {r.reason or ''}", markup=False)
     return 0
 
 
@@ -487,11 +475,11 @@ def runs_command(as_json: bool) -> int:
 @click.option("--run", "run_id", required=True)
 def watch_command(run_id: str) -> int:
     """Detached watcher started by `up -d`: ends the run when the job is done."""
-    from tfctl import lifecycle
+    from tfctl import lifecycle, render
 
     ending = lifecycle.watch(_store(), run_id)
     if ending is not None:
-        print(f"{ending.outcome.reason}; {_stop_summary(ending.stop)}", flush=True)
+        print(f"{ending.outcome.reason}; {render.stop_summary(ending.stop)}", flush=True)
     return 0
 
 

@@ -15,8 +15,13 @@ if TYPE_CHECKING:
 
 
 def color_enabled(stream: TextIO) -> bool:
-    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
-    return stream.isatty() and not os.environ.get("NO_COLOR")
+    """NO_COLOR (https://no-color.org) wins, then FORCE_COLOR; else colour only on a terminal
+    that is not `TERM=dumb`."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "0") not in ("", "0"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
 @lru_cache(maxsize=None)

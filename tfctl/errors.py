@@ -60,7 +60,11 @@ class ConfigError(UsageError):
     def __init__(self, problems: list[ConfigProblem]) -> None:
         self.problems = list(problems)
         count = len(self.problems)
-        head = f"{count} problem{'s' if count != 1 else ''} in {self.problems[0].file}" if count else "invalid cluster file"
+        head = (
+            f"{count} problem{'s' if count != 1 else ''} in {self.problems[0].file}"
+            if count
+            else "invalid cluster file"
+        )
         super().__init__(head + "\n" + "\n".join(str(p) for p in self.problems))
 
 
@@ -74,11 +78,3 @@ class HostError(TfctlError):
 
 class StartupError(TfctlError):
     """The cluster could not be brought up; whatever had started has already been stopped."""
-
-
-class RunFailed(TfctlError):
-    """The job ran and a task failed; the message names the task."""
-
-
-class StopIncomplete(TfctlError):
-    """`down` could not prove that every process of the run is gone."""

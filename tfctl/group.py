@@ -23,10 +23,6 @@ class GroupResult(Generic[T]):
     succeeded: dict[str, T] = field(default_factory=dict)
     failed: dict[str, Exception] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
     def raise_if_failed(self, what: str) -> None:
         """One error that lists every failed host, so the user fixes them all in one go."""
         if not self.failed:
@@ -41,8 +37,9 @@ class GroupResult(Generic[T]):
         raise TfctlError("\n".join(lines))
 
 
-def fan_out(items: Iterable[H], name: Callable[[H], str], fn: Callable[[H], T],
-            max_parallel: int = MAX_PARALLEL) -> GroupResult[T]:
+def fan_out(
+    items: Iterable[H], name: Callable[[H], str], fn: Callable[[H], T], max_parallel: int = MAX_PARALLEL
+) -> GroupResult[T]:
     """Call `fn` on every item in parallel (bounded) and collect results by `name(item)`."""
     items = list(items)
     result: GroupResult[T] = GroupResult()

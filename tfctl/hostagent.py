@@ -1,25 +1,47 @@
-"""Controller side of the host supervisor: how tfctl calls `supervisor/agent.py` on a host.
+"""Controller side of the host supervisor: typed requests to the supervisor on one host.
 
-Requests travel as JSON on stdin, never in the command line, so no cluster-file value is ever
-parsed by a remote shell; the command line holds only the quoted interpreter and agent paths.
+The supervisor travels as one zipapp named by its content hash (`supervisor.bundle`), written
+under the host's root on first contact and whenever tfctl changes, for localhost exactly as for
+SSH hosts. Requests travel as JSON envelopes on stdin, never in the command line, so no
+cluster-file value is ever parsed by a remote shell; the command line holds only the quoted
+interpreter and zipapp paths.
+
+Every request carries a fresh id. A request whose conversation drops is sent once more on a
+new one, which is safe for every verb: the supervisor answers a replayed `start` or `listen`
+from its journal instead of running it again.
 """
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
+import posixpath
 import queue
-import threading
 import sys
-from pathlib import Path
-from typing import Any, Iterator
+import threading
+import uuid
+from types import TracebackType
+from typing import Any, Callable, Iterator, TypeVar, cast
 
+from tfctl import trace
 from tfctl.errors import HostError
-from tfctl.transport.base import Stream, Transport, shell_path
+from tfctl.supervisor import bundle
+from tfctl.supervisor.protocol import (
+    Envelope,
+    FollowEvent,
+    FollowRequest,
+    Request,
+    Wire,
+    envelope,
+    follow_event_from_wire,
+)
+from tfctl.transport.base import Result, Stream, Transport, shell_path
 
-AGENT_SOURCE = Path(__file__).parent / "supervisor" / "agent.py"
+A = TypeVar("A", bound=Wire)
+T = TypeVar("T")
+
 REMOTE_ROOT = "~/.tfctl"
-MISSING = "'{\"missing\": \"agent\"}'"  # what `serve` answers, shell-quoted, when the agent is not there
+MISSING = {"missing": "agent"}  # what the serve command line prints when the zipapp is not there
 
 
 def interpreter(python: str | None, local: bool) -> str:
@@ -27,12 +49,8 @@ def interpreter(python: str | None, local: bool) -> str:
     return python or (sys.executable if local else "python3")
 
 
-def agent_digest() -> str:
-    return hashlib.sha256(AGENT_SOURCE.read_bytes()).hexdigest()[:16]
-
-
 class _Conversation:
-    """A running `agent.py serve`: requests written one per line, answers read in order."""
+    """A running `serve`: envelopes written one per line, answers read in order."""
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
@@ -48,18 +66,63 @@ class _Conversation:
         finally:
             self._answers.put(None)
 
-    def ask(self, verb: str, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        self._stream.send((json.dumps({"verb": verb, "req": request}) + "\n").encode())
-        line = self._answers.get(timeout=timeout)
-        if line is None:
-            raise EOFError("the supervisor conversation ended")
-        answer = json.loads(line)
-        if not isinstance(answer, dict):
-            raise ValueError(f"not an answer: {line[:80]}")
-        return answer
+    def ask(self, line: bytes, timeout: float | None) -> dict[str, Any]:
+        """Send one envelope line; its answer. queue.Empty on timeout, EOFError if the conversation ended."""
+        self._stream.send(line)
+        while True:
+            text = self._answers.get(timeout=timeout)
+            if text is None:
+                raise EOFError("the supervisor conversation ended")
+            if text.startswith("{"):  # anything else is noise from the host's shell start-up
+                return _parse(text)
 
     def close(self) -> None:
         self._stream.close()
+
+
+def _parse(text: str) -> dict[str, Any]:
+    answer = json.loads(text)
+    if not isinstance(answer, dict):
+        raise ValueError(f"not an answer: {text[:80]}")
+    return answer
+
+
+def _last_answer(stdout: str) -> dict[str, Any] | None:
+    """The answer in a one-shot `serve`'s output, if it gave one."""
+    replies = [text for text in stdout.splitlines() if text.startswith("{")]
+    try:
+        return _parse(replies[-1]) if replies else None
+    except ValueError:
+        return None
+
+
+class _FollowStream(Stream):
+    """A follow stream that can be reopened once the supervisor was shipped; closing it from
+    another thread stops whichever stream is current, and any later reopen."""
+
+    def __init__(self, open_stream: Callable[[], Stream]) -> None:
+        self._open = open_stream
+        self._lock = threading.Lock()
+        self._closed = False
+        self._current = open_stream()
+
+    def reopen(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise OSError("the follow stream was closed")
+            self._current.close()
+            self._current = self._open()
+
+    def lines(self) -> Iterator[str]:
+        return self._current.lines()
+
+    def send(self, data: bytes) -> None:
+        self._current.send(data)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._current.close()
 
 
 class HostAgent:
@@ -70,76 +133,124 @@ class HostAgent:
         self.host = transport.host
         self.python = interpreter(python, transport.is_local)
         self.root = root
-        self._shipped = transport.is_local
         self._conversation: _Conversation | None = None
         self._lock = threading.Lock()
 
-    def _agent(self) -> str:
-        """Path of the agent on the host: the package file locally, else named by content hash."""
-        return str(AGENT_SOURCE) if self.transport.is_local else f"{REMOTE_ROOT}/agent-{agent_digest()}.py"
+    def __enter__(self) -> HostAgent:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- the zipapp on the host
+
+    def _artifact_path(self) -> str:
+        digest, _ = bundle.artifact()
+        return posixpath.join(self.root, f"supervisor-{digest}.pyz")
 
     def _ship(self) -> None:
-        self.transport.put(AGENT_SOURCE.read_bytes(), self._agent(), 0o600)
-        self._shipped = True
+        with trace.span("agent.ship", host=self.host):
+            _, data = bundle.artifact()
+            self.transport.put(data, self._artifact_path(), 0o600)
 
-    def _ensure_shipped(self) -> None:
-        """For calls outside a conversation (which checks by itself): copy the agent if missing."""
-        if not self._shipped:
-            if not self.transport.run(f"test -f {shell_path(self._agent())}").ok:
-                self._ship()
-            self._shipped = True
+    def _serve_command(self) -> str:
+        """`serve`, started only if the zipapp is there, so no separate round trip checks for it.
+        -I -S: the supervisor is stdlib-only, so skipping site-packages and PYTHON* variables
+        halves its start-up on every host (and a broken site-packages cannot break it)."""
+        pyz = shell_path(self._artifact_path())
+        serve = f"{shell_path(self.python)} -I -S {pyz} serve"
+        return f"if [ -f {pyz} ]; then exec {serve}; else echo '{json.dumps(MISSING)}'; fi"
 
-    def _command(self, verb: str) -> str:
-        # -I -S: the supervisor is stdlib-only, so skipping site-packages and PYTHON* variables
-        # halves its start-up on every host (and a broken site-packages cannot break it).
-        return f"{shell_path(self.python)} -I -S {shell_path(self._agent())} {verb}"
+    # -- requests
 
-    def _open_conversation(self) -> _Conversation:
-        """`serve`, started only if the agent is there, so no separate round trip checks for it."""
-        agent = shell_path(self._agent())
-        command = f"if [ -f {agent} ]; then exec {self._command('serve')}; else echo {MISSING}; fi"
-        return _Conversation(self.transport.stream(command))
+    def call(self, request: Request[A], timeout: float | None = 120) -> A:
+        """Send one request and return its typed answer; any failure becomes a HostError.
 
-    def call(self, verb: str, payload: dict[str, Any], timeout: float | None = 120) -> dict[str, Any]:
-        """Run one agent verb and return its JSON answer; any failure becomes a HostError.
-
-        Requests go through one long-lived `serve` conversation per host; if it cannot be had
-        (or dies), the request is made once on its own, which also yields the clearest error.
+        Requests share one long-lived `serve` conversation per host. If it drops, the request
+        is sent once more on its own (`serve` with the envelope as its whole input), which also
+        yields the clearest error when the supervisor cannot run at all.
         """
-        payload = {"root": self.root, **payload}
-        with self._lock:
+        verb = request.VERB
+        request_id = uuid.uuid4().hex
+        line = (json.dumps(envelope(request_id, self.root, request).to_wire()) + "\n").encode()
+        with trace.span("agent." + verb, host=self.host), self._lock:
             try:
-                if self._conversation is None:
-                    self._conversation = self._open_conversation()
-                answer = self._conversation.ask(verb, payload, timeout)
-                if answer.get("missing") == "agent":  # first contact, or tfctl changed: ship it
-                    self._drop_conversation()
-                    self._ship()
-                    self._conversation = self._open_conversation()
-                    answer = self._conversation.ask(verb, payload, timeout)
-                self._shipped = True
+                answer = self._ask(line, timeout)
             except queue.Empty:
                 self._drop_conversation()
                 raise HostError(self.host, f"supervisor `{verb}` gave no answer within {timeout:g}s") from None
-            except (OSError, EOFError, ValueError, HostError):
+            except (OSError, EOFError):
                 self._drop_conversation()
-                answer = self._call_once(verb, payload, timeout)
-        if "error" in answer:
-            raise HostError(self.host, answer["error"])
+                answer = self._ask_once(verb, line, timeout)
+            except ValueError as e:
+                self._drop_conversation()
+                raise HostError(self.host, f"supervisor `{verb}` answered nonsense: {e}") from None
+        return self._typed(request, request_id, answer)
+
+    def _ask(self, line: bytes, timeout: float | None) -> dict[str, Any]:
+        """Ask on the conversation, opening it when needed."""
+
+        def ask() -> dict[str, Any]:
+            if self._conversation is None:
+                self._conversation = _Conversation(self.transport.stream(self._serve_command()))
+            answer = self._conversation.ask(line, timeout)
+            if answer == MISSING:
+                self._drop_conversation()
+            return answer
+
+        return self._shipping_if_missing(ask)
+
+    def _ask_once(self, verb: str, line: bytes, timeout: float | None) -> dict[str, Any]:
+        """The retry: a conversation of this one request, whose exit code and stderr explain a
+        supervisor that cannot start."""
+        results: list[Result] = []
+
+        def ask() -> dict[str, Any] | None:
+            results.append(self.transport.run(self._serve_command(), stdin=line, timeout=timeout))
+            return _last_answer(results[-1].stdout)
+
+        answer = self._shipping_if_missing(ask)
+        if answer is not None:
+            return answer
+        result = results[-1]
+        detail = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.exit_code}").splitlines()
+        raise HostError(
+            self.host,
+            f"supervisor `{verb}` failed: {detail[-1] if detail else ''}",
+            hint=f"check that {self.python} (Python >= 3.8) runs on {self.host}",
+        )
+
+    def _shipping_if_missing(self, ask: Callable[[], T]) -> T:
+        """`ask()`; if the host lacks this supervisor (first contact, or tfctl changed), ship it
+        and ask again."""
+        answer = ask()
+        if answer == MISSING:
+            self._ship()
+            answer = ask()
+            if answer == MISSING:
+                raise self._still_missing()
         return answer
 
-    def _call_once(self, verb: str, payload: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        self._ensure_shipped()
-        result = self.transport.run(self._command(verb), stdin=json.dumps(payload).encode(), timeout=timeout)
+    def _still_missing(self) -> HostError:
+        return HostError(
+            self.host,
+            f"the supervisor is still missing after it was written to {self._artifact_path()}",
+            hint=f"is {self.root} on {self.host} writable and not cleaned up meanwhile?",
+        )
+
+    def _typed(self, request: Request[A], request_id: str, answer: dict[str, Any]) -> A:
+        if answer.get("id") != request_id:
+            detail = f": {answer['error']}" if "error" in answer else ""
+            raise HostError(
+                self.host,
+                f"supervisor answered request {answer.get('id')!r}, not {request.VERB} {request_id!r}{detail}",
+            )
+        if "error" in answer:
+            raise HostError(self.host, str(answer["error"]))
         try:
-            answer = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
-        except ValueError:
-            answer = None
-        if isinstance(answer, dict) and ("error" in answer or result.ok):
-            return answer
-        detail = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.exit_code}").splitlines()
-        raise HostError(self.host, f"supervisor `{verb}` failed: {detail[-1] if detail else ''}",
-                        hint=f"check that {self.python} (Python >= 3.8) runs on {self.host}")
+            return cast(A, request.ANSWER.from_wire(answer["ok"]))
+        except (KeyError, ValueError) as e:
+            raise HostError(self.host, f"supervisor `{request.VERB}` answered nonsense: {e}") from None
 
     def _drop_conversation(self) -> None:
         if self._conversation is not None:
@@ -152,15 +263,28 @@ class HostAgent:
             self._drop_conversation()
         self.transport.close()
 
-    def follow(self, payload: dict[str, Any]) -> tuple[Stream, Iterator[dict[str, Any]]]:
-        """Start the agent's `follow` stream; returns the stream (to close) and its events."""
-        self._ensure_shipped()
-        stream = self.transport.stream(self._command("follow"),
-                                       stdin=json.dumps({"root": self.root, **payload}).encode())
+    # -- follow: a stream of its own
 
-        def events() -> Iterator[dict[str, Any]]:
-            for line in stream.lines():
-                if line.startswith("{"):
-                    yield json.loads(line)
+    def follow(self, request: FollowRequest) -> tuple[Stream, Iterator[FollowEvent]]:
+        """Start streaming task output; returns the stream (to close) and its events."""
+        wire = Envelope(uuid.uuid4().hex, request.VERB, self.root, request.to_wire()).to_wire()
+        line = (json.dumps(wire) + "\n").encode()
+        stream = _FollowStream(lambda: self.transport.stream(self._serve_command(), stdin=line))
+
+        def events() -> Iterator[FollowEvent]:
+            lines = stream.lines()
+            first = next(lines, None)
+            if first is not None and first.startswith("{") and json.loads(first) == MISSING:
+                self._ship()
+                stream.reopen()
+                lines = stream.lines()
+                first = next(lines, None)
+            for text in itertools.chain([] if first is None else [first], lines):
+                if not text.startswith("{"):
+                    continue
+                data = json.loads(text)
+                if "error" in data:
+                    raise HostError(self.host, f"supervisor `follow`: {data['error']}")
+                yield follow_event_from_wire(data)
 
         return stream, events()

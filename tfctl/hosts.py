@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any
 
 
+def host_port(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 address in brackets: `[::1]:2222`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def tfctl_home() -> Path:
     """tfctl's own directory on this machine: $TFCTL_HOME, else ~/.tfctl."""
     return Path(os.environ.get("TFCTL_HOME") or Path.home() / ".tfctl").expanduser()

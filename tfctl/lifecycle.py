@@ -6,6 +6,7 @@ callbacks so the same code serves an attached `up`, a detached watcher and the t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -17,19 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tfctl.config import ClusterConfig
+from tfctl import control
+from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
+from tfctl.control import Outcome
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
-from tfctl.logs import LogFollower
-from tfctl.orchestrator import Cluster, HostInfo, Outcome, Progress, StopReport, TaskStatus
-from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.hosts import HostSpec
+from tfctl.logs import LogFollower
+from tfctl.model import ClusterConfig
+from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import RunRecord, RunStore, new_run_id
-from tfctl.supervisor.agent import is_same_process, proc_stat
+from tfctl.supervisor.procfs import is_same_process, proc_stat
+from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
 from tfctl.sync import build_manifest, sync_host
 from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
+from tfctl.trace import traced
 from tfctl.transport import connect
 
 LOG_DRAIN_SECONDS = 10.0
@@ -45,22 +50,21 @@ def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunR
     return record
 
 
+@traced("lifecycle.ensure_no_live_run")
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide."""
     record = store.latest(config.path)
     if record is None:
         return
-    cluster = Cluster(record)
-    try:
+    with Cluster(record) as cluster:
         statuses, _ = cluster.status()
-    finally:
-        cluster.close()
-    alive = [s for s in statuses if s.state in ("running", "starting", "unknown")]
+    alive = [s for s in statuses if s.state.may_be_alive]
     if alive:
         raise UsageError(
             f"run {record.run_id} of cluster {config.name!r} is still running ({len(alive)} tasks: "
             f"{', '.join(s.task for s in alive)})",
-            hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}")
+            hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}",
+        )
 
 
 def plan_run(config: ClusterConfig, store: RunStore) -> Plan:
@@ -72,41 +76,52 @@ def security_warnings(config: ClusterConfig) -> list[str]:
     exposed = exposed_addresses(config)
     if not exposed:
         return []
-    return [f"TF servers are unauthenticated and listen on all interfaces; these task addresses are public: "
-            f"{', '.join(exposed)}. Anyone who can reach them can run code on your hosts: keep the cluster on a "
-            "private network or firewall the ports to the cluster's hosts."]
+    return [
+        f"TF servers are unauthenticated and listen on all interfaces; these task addresses are public: "
+        f"{', '.join(exposed)}. Anyone who can reach them can run code on your hosts: keep the cluster on a "
+        "private network or firewall the ports to the cluster's hosts."
+    ]
 
 
 def launch(store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False) -> Cluster:
     """Preflight every host, check ports, sync code, record the run and start it phase by phase.
 
     Nothing is started anywhere until every host has answered; any failure after that stops
-    whatever was started before the error is raised.
+    whatever was started before the error is raised. The caller closes the returned cluster.
     """
     record = plan.record
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys)
-    for warning in version_warnings(cluster.preflight(progress)):
-        progress("warning", warning)
-    busy = cluster.busy_ports(list(record.tasks))
-    if busy:
-        lines = [f"  {address}: in use by pid {', '.join(map(str, info['pids'])) or '?'}"
-                 + (f" ({info['command']})" if info["command"] else "") for address, info in busy.items()]
-        raise StartupError("task ports already in use:\n" + "\n".join(lines),
-                           hint="stop what holds them (`tfctl down --all` if it is an old run), "
-                                "or change the ports in the cluster file")
-    if plan.sync_dir is not None:
-        sync_code(cluster, plan, progress)
-    with store.lock():
-        store.create(record)
     try:
-        cluster.start(plan.phases, plan.startup_timeout, progress)
-    except KeyboardInterrupt:
-        store.update(record.run_id, state="stopped", reason="interrupted during start", ended_at=time.time())
+        for warning in version_warnings(cluster.preflight(progress)):
+            progress("warning", warning)
+        busy = cluster.busy_ports(list(record.tasks))
+        if busy:
+            lines = [
+                f"  {address}: in use by pid {', '.join(map(str, info.pids)) or '?'}"
+                + (f" ({info.command})" if info.command else "")
+                for address, info in busy.items()
+            ]
+            raise StartupError(
+                "task ports already in use:\n" + "\n".join(lines),
+                hint="stop what holds them (`tfctl down --all` if it is an old run), "
+                "or change the ports in the cluster file",
+            )
+        if plan.sync_dir is not None:
+            sync_code(cluster, plan, progress)
+        with store.lock():
+            store.create(record)
+        try:
+            control.start(cluster, plan.phases, plan.startup_timeout, progress)
+        except KeyboardInterrupt:
+            store.end(record.run_id, RunState.STOPPED, "interrupted during start")
+            raise
+        except TfctlError as e:
+            store.end(record.run_id, RunState.FAILED, e.message.splitlines()[0])
+            raise
+    except BaseException:
+        cluster.close()
         raise
-    except TfctlError as e:
-        store.update(record.run_id, state="failed", reason=e.message.splitlines()[0], ended_at=time.time())
-        raise
-    cluster.record = store.update(record.run_id, state="running")
+    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
     return cluster
 
 
@@ -132,11 +147,10 @@ def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:
     dest = remote_workdir(plan.record.run_id)
     for host in remote:
         progress(host, f"syncing {plan.sync_dir} ({len(manifest.files)} files)")
-    result = fan_out([cluster.agents[h] for h in remote], lambda a: a.host,
-                     lambda a: sync_host(a, manifest, plan.record.cluster_name, dest))
+    result = cluster.fan_out(remote, lambda a: sync_host(a, manifest, plan.record.cluster_name, dest))
     result.raise_if_failed("syncing the workdir")
     for host, answer in sorted(result.succeeded.items()):
-        progress(host, f"synced: {answer['copied']} of {answer['files']} files changed, now in {dest}")
+        progress(host, f"synced: {answer.copied} of {answer.files} files changed, now in {dest}")
 
 
 @dataclass(frozen=True)
@@ -151,28 +165,24 @@ class Ending:
 def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
     """Stop whatever still runs (the ps above all) and record how the run ended."""
     report = cluster.stop()
-    state = "succeeded" if outcome.succeeded else ("stopped" if "stopped" in outcome.reason else "failed")
-    record = store.update(cluster.record.run_id, state=state, reason=outcome.reason, ended_at=time.time())
+    record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     return Ending(outcome, report, record)
 
 
-def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str, str]]], None],
-           on_status: Callable[[list[TaskStatus]], None] | None = None) -> Ending:
+def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str, str]]], None]) -> Ending:
     """Stream every task's output until the job is decided, then stop the rest of the cluster.
 
     KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
     """
-    record = cluster.record
-    follower = LogFollower(cluster, record.tasks, follow=True)
+    follower = LogFollower(cluster, cluster.record.tasks, follow=True)
     decided: list[Outcome] = []
     quit_watching = threading.Event()
 
     def watch() -> None:
         try:
-            decided.append(cluster.supervise(record.decisive, record.essential, on_status=on_status,
-                                             cancelled=quit_watching.is_set, judge=hang_judge(cluster)))
+            decided.append(control.supervise(cluster, cancelled=quit_watching.is_set, judge=hang_judge(cluster)))
         except TfctlError as e:
-            decided.append(Outcome(False, e.message))
+            decided.append(Outcome(RunState.FAILED, e.message))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -183,7 +193,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                 break
         if not decided:  # every stream ended: all tasks are over; let the watcher see it
             watcher.join()
-        ending = finish(store, cluster, decided[0] if decided else Outcome(False, "supervision ended"))
+        ending = finish(store, cluster, decided[0] if decided else Outcome(RunState.FAILED, "supervision ended"))
         drain_until = time.monotonic() + LOG_DRAIN_SECONDS
         finishing = True
         for batch in follower.batches():
@@ -205,13 +215,14 @@ def hang_judge(cluster: Cluster) -> HangJudge | None:
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
     report = cluster.stop()
-    store.update(cluster.record.run_id, state="stopped", reason="interrupted (Ctrl-C)", ended_at=time.time())
+    store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
     return report
 
 
 # ---------------------------------------------------------------- detached runs
 
 
+@traced("lifecycle.spawn_watcher")
 def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
     """A detached `tfctl _watch` that ends the run when the job is done, so no ps lingers.
 
@@ -219,9 +230,14 @@ def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
     """
     log = open(store.run_dir(record.run_id) / "watch.log", "ab")
     with log:
-        proc = subprocess.Popen([sys.executable, "-m", "tfctl", "_watch", "--run", record.run_id],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                env={**os.environ, "TFCTL_HOME": str(store.home)})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", "_watch", "--run", record.run_id],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "TFCTL_HOME": str(store.home)},
+        )
     st = proc_stat(proc.pid) or {}
     return store.update(record.run_id, watcher={"pid": proc.pid, "starttime": st.get("starttime")})
 
@@ -231,19 +247,16 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
     record = store.load(run_id)
     if not record.active:
         return None
-    cluster = Cluster(record)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    try:
-        outcome = cluster.supervise(record.decisive, record.essential, cancelled=stopping.is_set,
-                                    judge=hang_judge(cluster))
+    with Cluster(record) as cluster:
+        outcome = control.supervise(cluster, cancelled=stopping.is_set, judge=hang_judge(cluster))
         if stopping.is_set():
             return None
         return finish(store, cluster, outcome)
-    finally:
-        cluster.close()
 
 
+@traced("lifecycle.stop_watcher")
 def stop_watcher(record: RunRecord) -> None:
     """`down` takes over from the detached watcher: end it first so the two never race."""
     w = record.watcher  # {"pid", "starttime"}: what is_same_process checks
@@ -259,22 +272,19 @@ def stop_watcher(record: RunRecord) -> None:
 
 def down(store: RunStore, record: RunRecord, grace: float | None) -> StopReport:
     stop_watcher(record)
-    cluster = Cluster(record)
-    try:
+    with Cluster(record) as cluster:
         report = cluster.stop(grace)
-    finally:
-        cluster.close()
     if record.active:
-        store.update(record.run_id, state="stopped", reason="tfctl down", ended_at=time.time())
+        store.end(record.run_id, RunState.STOPPED, "tfctl down")
     return report
 
 
-def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, dict]:
+def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:
     """Stop processes on these hosts that carry the marker of no live run (orphans)."""
     live = [r.run_id for r in store.all() if r.active]
-    agents = [HostAgent(connect(spec), spec.python, spec.root) for spec in hosts]
-    result = fan_out(agents, lambda a: a.host,
-                     lambda a: a.call("sweep", {"live_runs": live, "grace": grace, "store": store.store_id}))
+    with contextlib.ExitStack() as stack:
+        agents = [stack.enter_context(HostAgent(connect(spec), spec.python, spec.root)) for spec in hosts]
+        result = fan_out(agents, lambda a: a.host, lambda a: a.call(SweepRequest(live, grace, store.store_id)))
     result.raise_if_failed("stopping orphans")
     return result.succeeded
 
@@ -283,7 +293,7 @@ def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[st
 class CheckReport:
     hosts: list[HostInfo]
     warnings: list[str]
-    busy: dict[str, dict]
+    busy: dict[str, PortInfo]
     network: str | None  # the reachability summary, when checked
 
 
@@ -293,19 +303,16 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
     With `network`, the ports of the tasks others must reach (the ps, or every worker for
     all-reduce) are held open by throw-away listeners and probed from every other host.
     """
-    cluster = Cluster(plan.record, accept_new_host_keys=accept_new_host_keys)
-    try:
+    with Cluster(plan.record, accept_new_host_keys=accept_new_host_keys) as cluster:
         infos = cluster.preflight(progress)
         busy = cluster.busy_ports(list(plan.record.tasks))
         summary = None
         if network and not busy:
-            summary = _check_network(cluster, plan, progress)
+            summary = _check_network(cluster, plan)
         return CheckReport(infos, version_warnings(infos), busy, summary)
-    finally:
-        cluster.close()
 
 
-def _check_network(cluster: Cluster, plan: Plan, progress: Progress) -> str:
+def _check_network(cluster: Cluster, plan: Plan) -> str:
     targets = [cluster.record.task(name) for phase in plan.phases if phase.probe for name in phase.wait_listening]
     marker = cluster.record.run_id
     by_host: dict[str, list[int]] = {}
@@ -313,13 +320,12 @@ def _check_network(cluster: Cluster, plan: Plan, progress: Progress) -> str:
         by_host.setdefault(t.host, []).append(t.port)
     messages: list[str] = []
     try:
-        held = fan_out([cluster.agents[h] for h in by_host], lambda a: a.host,
-                       lambda a: a.call("listen", {"run_id": marker, "ports": by_host[a.host], "seconds": 120,
-                                                   "store": cluster.record.store}))
-        held.raise_if_failed("opening test listeners")
-        cluster.check_reachable(sorted({t.host for t in cluster.record.tasks}), [t.address for t in targets],
-                                lambda _who, msg: messages.append(msg))
+        cluster.hold_ports(by_host, marker, seconds=120)
+        cluster.check_reachable(
+            sorted({t.host for t in cluster.record.tasks}),
+            [t.address for t in targets],
+            lambda _who, msg: messages.append(msg),
+        )
     finally:
-        fan_out([cluster.agents[h] for h in by_host], lambda a: a.host,
-                lambda a: a.call("stop", {"run_id": marker, "grace": 1}))
+        cluster.release_ports(by_host, marker)
     return messages[-1] if messages else "nothing to check"

@@ -9,13 +9,17 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from tfctl.errors import TfctlError
 from tfctl.runs import TaskSpec
+from tfctl.supervisor.protocol import FollowRequest, LogChunk, TaskEnded
+from tfctl.transport.base import Stream
+
+if TYPE_CHECKING:
+    from tfctl.cluster import Cluster
 
 RECONNECT_DELAY = 1.0
-_DONE = object()
 
 PALETTE = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 
@@ -23,17 +27,17 @@ PALETTE = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 class LogFollower:
     """Reads the output of `tasks` from their hosts on background threads, one per host."""
 
-    def __init__(self, cluster, tasks: Sequence[TaskSpec], follow: bool, tail: int | None = None) -> None:
+    def __init__(self, cluster: Cluster, tasks: Sequence[TaskSpec], follow: bool, tail: int | None = None) -> None:
         self.cluster = cluster
         self.tasks = list(tasks)
         self.tail = tail
         self.offsets = {t.name: 0 for t in self.tasks}
         self.ended: set[str] = set()
         self.errors: list[str] = []
-        self._queue: queue.Queue = queue.Queue(maxsize=10000)
-        self._backlog: collections.deque = collections.deque()
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=10000)
+        self._backlog: collections.deque[tuple[str, str] | None] = collections.deque()
         self._stopping = threading.Event()
-        self._streams: dict[str, object] = {}
+        self._streams: dict[str, Stream] = {}
         self._threads: list[threading.Thread] = []
         self._running = 0
         self._spawn(follow)
@@ -44,8 +48,10 @@ class LogFollower:
         for t in self.tasks:
             if t.name not in self.ended:
                 by_host.setdefault(t.host, []).append(t)
-        self._threads = [threading.Thread(target=self._read_host, args=(host, tasks, follow), daemon=True)
-                         for host, tasks in by_host.items()]
+        self._threads = [
+            threading.Thread(target=self._read_host, args=(host, tasks, follow), daemon=True)
+            for host, tasks in by_host.items()
+        ]
         self._running += len(self._threads)
         for thread in self._threads:
             thread.start()
@@ -57,12 +63,10 @@ class LogFollower:
                 wanted = {t.name: self.offsets[t.name] for t in tasks if t.name not in self.ended}
                 if not wanted:
                     break
-                payload = {"run_id": self.cluster.record.run_id, "tasks": wanted, "follow": follow}
-                if first and self.tail is not None:
-                    payload["tail"] = self.tail
+                request = FollowRequest(self.cluster.record.run_id, wanted, follow, self.tail if first else None)
                 first = False
                 try:
-                    self._read_stream(host, payload, final=not follow)
+                    self._read_stream(host, request, final=not follow)
                 except (TfctlError, OSError, ValueError) as e:
                     if not follow:
                         self.errors.append(f"{host}: {getattr(e, 'message', e)}")
@@ -71,31 +75,29 @@ class LogFollower:
                 if any(t.name not in self.ended for t in tasks):
                     self._stopping.wait(RECONNECT_DELAY)
         finally:
-            self._queue.put(_DONE)
+            self._queue.put(None)  # this reader is done
 
-    def _read_stream(self, host: str, payload: dict, final: bool) -> None:
+    def _read_stream(self, host: str, request: FollowRequest, final: bool) -> None:
         """One connection's worth of events. A partial last line is held back and its offset not
         passed, so after a reconnect it is read again whole; `final` reads flush it instead."""
         partial: dict[str, str] = {}
-        stream, events = self.cluster.agents[host].follow(payload)
+        stream, events = self.cluster.agents[host].follow(request)
         self._streams[host] = stream
         for event in events:
-            task = event.get("t")
-            if task is None:
-                continue
-            if "d" in event:
-                *lines, rest = (partial.pop(task, "") + event["d"]).split("\n")
+            if isinstance(event, LogChunk):
+                task = event.task
+                *lines, rest = (partial.pop(task, "") + event.data).split("\n")
                 for line in lines:
                     self._queue.put((task, line))
                 if rest:
                     partial[task] = rest
-                self.offsets[task] = event["o"] - event.get("p", 0)
-            if "end" in event:
-                final_part = partial.pop(task, None)
+                self.offsets[task] = event.offset - event.partial
+            elif isinstance(event, TaskEnded):
+                final_part = partial.pop(event.task, None)
                 if final_part is not None:
-                    self._queue.put((task, final_part))
-                self.offsets[task] = event["o"]
-                self.ended.add(task)
+                    self._queue.put((event.task, final_part))
+                self.offsets[event.task] = event.offset
+                self.ended.add(event.task)
         if final:
             for task, rest in partial.items():
                 self._queue.put((task, rest))
@@ -105,11 +107,11 @@ class LogFollower:
         """Yield lists of (task, line) as they arrive, an empty list after `idle` seconds of quiet,
         until every reader has ended."""
         while self._running:
-            batch = []
+            batch: list[tuple[str, str]] = []
             try:
                 item = self._backlog.popleft() if self._backlog else self._queue.get(timeout=idle)
                 while True:
-                    if item is _DONE:
+                    if item is None:
                         self._running -= 1
                     else:
                         batch.append(item)
@@ -129,6 +131,12 @@ class LogFollower:
         self._stop_readers()
         self._stopping.clear()
         self._spawn(follow=False)
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop reading now (Ctrl-C); `batches` ends once the readers notice."""

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfctl.config import ClusterConfig, HostConfig, SSHSettings
+from tfctl.control import Phase
 from tfctl.hostagent import REMOTE_ROOT, interpreter
-from tfctl.orchestrator import Phase
 from tfctl.hosts import HostSpec, tfctl_home
+from tfctl.model import ClusterConfig, HostConfig, SSHSettings
 from tfctl.runs import RunRecord
 from tfctl.tf import cluster as tf_cluster
 from tfctl.transport import is_local_name
@@ -32,11 +32,22 @@ def host_spec(config: ClusterConfig, host: str) -> HostSpec:
     local = own.local if own.local is not None else is_local_name(host)
     if local:
         return HostSpec(host, python, str(tfctl_home()), {"kind": "local"})
-    merged = {field.name: getattr(own.ssh, field.name) if getattr(own.ssh, field.name) is not None
-              else getattr(config.ssh, field.name) for field in dataclasses.fields(SSHSettings)}
-    options = {"kind": "ssh", "destination": merged["destination"], "user": merged["user"], "port": merged["port"],
-               "identity_file": merged["identity_file"], "ssh_config_path": merged["config"],
-               "connect_timeout": merged["connect_timeout"], "keepalive": merged["keepalive"]}
+    merged = {
+        field.name: getattr(own.ssh, field.name)
+        if getattr(own.ssh, field.name) is not None
+        else getattr(config.ssh, field.name)
+        for field in dataclasses.fields(SSHSettings)
+    }
+    options = {
+        "kind": "ssh",
+        "destination": merged["destination"],
+        "user": merged["user"],
+        "port": merged["port"],
+        "identity_file": merged["identity_file"],
+        "ssh_config_path": merged["config"],
+        "connect_timeout": merged["connect_timeout"],
+        "keepalive": merged["keepalive"],
+    }
     return HostSpec(host, python, REMOTE_ROOT, {k: v for k, v in options.items() if v is not None})
 
 
@@ -54,16 +65,28 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     python_for = {h.name: interpreter(h.python, h.transport["kind"] == "local") for h in hosts}
     local_dir = str(config.workdir or config.path.resolve().parent)
     # Remote tasks run in the synced copy, or in the same path when the filesystem is shared.
-    cwd_for = {h.name: local_dir if h.transport["kind"] == "local" or not config.sync else remote_workdir(run_id)
-               for h in hosts}
+    cwd_for = {
+        h.name: local_dir if h.transport["kind"] == "local" or not config.sync else remote_workdir(run_id)
+        for h in hosts
+    }
     tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
     record = RunRecord(
-        run_id=run_id, cluster_name=config.name, cluster_file=str(config.path.resolve()), created_at=time.time(),
-        tasks=tuple(tasks), hosts=hosts, grace_period=config.grace_period,
+        run_id=run_id,
+        cluster_name=config.name,
+        cluster_file=str(config.path.resolve()),
+        created_at=time.time(),
+        tasks=tuple(tasks),
+        hosts=hosts,
+        grace_period=config.grace_period,
         decisive=tuple(tf_cluster.decisive_tasks(config)),
         essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),
         hang_timeout=config.hang_timeout or config.startup_timeout,
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
-    return Plan(record, tuple(tf_cluster.start_phases(tasks)), config.startup_timeout,
-                Path(local_dir) if remote and config.sync else None, config.exclude)
+    return Plan(
+        record,
+        tuple(tf_cluster.start_phases(tasks)),
+        config.startup_timeout,
+        Path(local_dir) if remote and config.sync else None,
+        config.exclude,
+    )

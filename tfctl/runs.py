@@ -16,14 +16,13 @@ import secrets
 import socket
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from tfctl.errors import TfctlError, UsageError
-from tfctl.hosts import HostSpec, tfctl_home
-
-ACTIVE_STATES = ("starting", "running")
+from tfctl.hosts import HostSpec, host_port, tfctl_home
+from tfctl.supervisor.protocol import RunState
 
 
 def new_run_id(cluster_name: str, now: float | None = None) -> str:
@@ -49,7 +48,7 @@ class TaskSpec:
 
     @property
     def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True)
@@ -65,14 +64,17 @@ class RunRecord:
     essential: tuple[str, ...] = ()
     hang_timeout: float | None = None
     store: str = ""
-    state: str = "starting"
+    state: RunState = RunState.STARTING
     ended_at: float | None = None
     reason: str | None = None
     watcher: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller
+
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        return not self.state.is_final
 
     def task(self, name: str) -> TaskSpec:
         for t in self.tasks:
@@ -80,18 +82,8 @@ class RunRecord:
                 return t
         raise KeyError(name)
 
-    def host(self, name: str) -> HostSpec:
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
-
-    def with_state(self, state: str, reason: str | None = None) -> RunRecord:
-        ended = time.time() if state not in ACTIVE_STATES else None
-        return replace(self, state=state, reason=reason, ended_at=ended)
-
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "state": self.state.value}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
@@ -166,16 +158,23 @@ class RunStore:
             self.save(record)
             return record
 
+    def end(self, run_id: str, state: RunState, reason: str) -> RunRecord:
+        """Record how a run ended, and when."""
+        return self.update(run_id, state=state, reason=reason, ended_at=time.time())
+
     def load(self, run_id: str) -> RunRecord:
         path = self.runs_dir / run_id / "run.json"
         try:
             return RunRecord.from_json(json.loads(path.read_text()))
         except FileNotFoundError:
-            raise UsageError(f"no run {run_id!r} in {self.runs_dir}",
-                             hint="`tfctl runs` lists the runs tfctl knows") from None
+            raise UsageError(
+                f"no run {run_id!r} in {self.runs_dir}", hint="`tfctl runs` lists the runs tfctl knows"
+            ) from None
         except (ValueError, TypeError, KeyError) as e:
-            raise TfctlError(f"the record of run {run_id} is damaged ({path}: {e})",
-                             hint="its task logs are still on the hosts; remove the run directory to forget it") from None
+            raise TfctlError(
+                f"the record of run {run_id} is damaged ({path}: {e})",
+                hint="its task logs are still on the hosts; remove the run directory to forget it",
+            ) from None
 
     def all(self) -> list[RunRecord]:
         """Every run, oldest first."""

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from tfctl.errors import UsageError
 from tfctl.hostagent import REMOTE_ROOT, HostAgent
+from tfctl.supervisor.protocol import FileEntry, SyncApplyAnswer, SyncApplyRequest, SyncPlanRequest
 
 MAX_SYNC_BYTES = 512 * 1024 * 1024
 
@@ -24,11 +25,11 @@ MAX_SYNC_BYTES = 512 * 1024 * 1024
 @dataclass(frozen=True)
 class Manifest:
     root: Path
-    files: dict[str, dict]  # relative path -> {"sha": hex, "size": n, "mode": octal perms}
+    files: dict[str, FileEntry]  # relative path -> content hash, size, permission bits
 
     @property
     def size(self) -> int:
-        return sum(f["size"] for f in self.files.values())
+        return sum(f.size for f in self.files.values())
 
 
 def excluded(rel: str, patterns: Iterable[str]) -> bool:
@@ -39,31 +40,29 @@ def excluded(rel: str, patterns: Iterable[str]) -> bool:
 def build_manifest(root: Path, exclude: Iterable[str]) -> Manifest:
     """Every regular file under `root` not matching `exclude`, with its content hash."""
     patterns = tuple(exclude)
-    files: dict[str, dict] = {}
+    files: dict[str, FileEntry] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        dirnames[:] = sorted(d for d in dirnames
-                             if not excluded(d if rel_dir == "." else f"{rel_dir}/{d}", patterns))
+        dirnames[:] = sorted(d for d in dirnames if not excluded(d if rel_dir == "." else f"{rel_dir}/{d}", patterns))
         for name in sorted(filenames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             path = Path(dirpath, name)
             if excluded(rel, patterns) or not path.is_file():
                 continue
             data = path.read_bytes()
-            files[rel] = {"sha": hashlib.sha256(data).hexdigest(), "size": len(data),
-                          "mode": path.stat().st_mode & 0o777}
+            files[rel] = FileEntry(hashlib.sha256(data).hexdigest(), len(data), path.stat().st_mode & 0o777)
     manifest = Manifest(root, files)
     if manifest.size > MAX_SYNC_BYTES:
-        raise UsageError(f"workdir {root} holds {manifest.size / 2**20:.0f} MiB to copy to every host",
-                         hint="exclude data and checkpoints with `exclude:`, or set `sync: false` "
-                              "if the hosts share a filesystem")
+        raise UsageError(
+            f"workdir {root} holds {manifest.size / 2**20:.0f} MiB to copy to every host",
+            hint="exclude data and checkpoints with `exclude:`, or set `sync: false` if the hosts share a filesystem",
+        )
     return manifest
 
 
-def sync_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str) -> dict:
+def sync_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str) -> SyncApplyAnswer:
     """Bring one host's copy up to date and place it at `dest`; returns what was copied."""
     cache = f"{REMOTE_ROOT}/sync/{cluster}"
-    need = agent.call("sync_plan", {"cache": cache, "files": manifest.files})["need"]
+    need = agent.call(SyncPlanRequest(cache, manifest.files)).need
     blobs = {rel: base64.b64encode((manifest.root / rel).read_bytes()).decode() for rel in need}
-    return agent.call("sync_apply", {"cache": cache, "dest": dest, "files": manifest.files, "blobs": blobs},
-                      timeout=600)
+    return agent.call(SyncApplyRequest(cache, dest, manifest.files, blobs), timeout=600)

@@ -16,8 +16,10 @@ DEFAULT_TEMPLATE = "between-graph-async"
 
 
 def templates_dir() -> Path:
-    for candidate in (Path(__file__).resolve().parent.parent / "templates",
-                      Path(sys.prefix) / "share" / "tfctl" / "templates"):
+    for candidate in (
+        Path(__file__).resolve().parent.parent / "templates",
+        Path(sys.prefix) / "share" / "tfctl" / "templates",
+    ):
         if candidate.is_dir():
             return candidate
     raise UsageError("tfctl's templates are not installed", hint="reinstall tfctl (pip install tfctl)")
@@ -44,8 +46,10 @@ def install(name: str, dest: Path, force: bool = False) -> list[Path]:
     targets = [dest / p.relative_to(source) for p in files]
     clashes = [t for t in targets if t.exists()]
     if clashes and not force:
-        raise UsageError(f"{dest} already has {', '.join(str(c.relative_to(dest)) for c in clashes)}",
-                         hint="choose an empty directory, or pass --force to overwrite")
+        raise UsageError(
+            f"{dest} already has {', '.join(str(c.relative_to(dest)) for c in clashes)}",
+            hint="choose an empty directory, or pass --force to overwrite",
+        )
     for src, target in zip(files, targets):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)

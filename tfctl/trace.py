@@ -8,11 +8,12 @@ Spans cost one environment lookup when tracing is off.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 TRACE_ENV = "TFCTL_TRACE"
 _lock = threading.Lock()
@@ -27,8 +28,15 @@ def record(event: str, host: str = "", start: float | None = None, seconds: floa
     path = os.environ.get(TRACE_ENV)
     if not path:
         return
-    line = {"event": event, "host": host, "start": time.time() if start is None else start, "seconds": seconds,
-            "pid": os.getpid(), "thread": threading.get_ident(), **fields}
+    line = {
+        "event": event,
+        "host": host,
+        "start": time.time() if start is None else start,
+        "seconds": seconds,
+        "pid": os.getpid(),
+        "thread": threading.get_ident(),
+        **fields,
+    }
     with _lock, open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line, default=str) + "\n")
 
@@ -47,3 +55,20 @@ def span(event: str, host: str = "", **fields: Any) -> Iterator[None]:
         raise
     finally:
         record(event, host, start, time.perf_counter() - began, **fields)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def traced(event: str) -> Callable[[F], F]:
+    """Decorator: a span around every call of the function."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with span(event):
+                return fn(*args, **kwargs)
+
+        return cast(F, timed)
+
+    return wrap

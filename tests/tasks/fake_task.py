@@ -33,8 +33,9 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(a.fork)]
     if a.setsid_child:
-        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
-                                         start_new_session=True))
+        children.append(
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+        )
     time.sleep(a.delay_listen)
     if a.port:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

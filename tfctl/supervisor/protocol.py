@@ -314,6 +314,7 @@ class InfoAnswer(Wire):
     tensorflow: Optional[str] = None
     python_error: Optional[str] = None
     protocol: int = PROTOCOL_VERSION
+    python_executable: Optional[str] = None  # the interpreter `python` resolved to (a venv's own path)
 
 
 @dataclass(frozen=True)
@@ -420,8 +421,19 @@ class SyncApplyRequest(Request[SyncApplyAnswer]):
 
 VERBS: Dict[str, Type[Request[Any]]] = {
     cls.VERB: cls
-    for cls in (StartRequest, StatusRequest, StopRequest, SweepRequest, PortsRequest, InfoRequest, ProbeRequest,
-                ListenRequest, TailRequest, SyncPlanRequest, SyncApplyRequest)
+    for cls in (
+        StartRequest,
+        StatusRequest,
+        StopRequest,
+        SweepRequest,
+        PortsRequest,
+        InfoRequest,
+        ProbeRequest,
+        ListenRequest,
+        TailRequest,
+        SyncPlanRequest,
+        SyncApplyRequest,
+    )
 }
 
 
@@ -431,6 +443,8 @@ VERBS: Dict[str, Type[Request[Any]]] = {
 @dataclass(frozen=True)
 class FollowRequest(Wire):
     """Stream task output from byte offsets; with `follow`, until every task ended and was read."""
+
+    VERB: ClassVar[str] = "follow"  # answered by a stream of events, so not in VERBS
 
     run_id: str
     tasks: Dict[str, int]  # task -> byte offset to read from

@@ -11,8 +11,8 @@ import json
 import shlex
 import string
 
-from tfctl.config import ClusterConfig
-from tfctl.orchestrator import Phase
+from tfctl.control import Phase
+from tfctl.model import ClusterConfig
 from tfctl.runs import TaskSpec
 from tfctl.transport.base import shell_path
 
@@ -36,12 +36,12 @@ def cluster_spec(config: ClusterConfig) -> dict[str, list[str]]:
 
 def tf_config(config: ClusterConfig, job: str, index: int) -> str:
     """TF_CONFIG exactly as tf.distribute's TFConfigClusterResolver reads it."""
-    return json.dumps({"cluster": cluster_spec(config), "task": {"type": job, "index": index}},
-                      separators=(",", ":"))
+    return json.dumps({"cluster": cluster_spec(config), "task": {"type": job, "index": index}}, separators=(",", ":"))
 
 
 def placeholder_values(config: ClusterConfig, job: str, index: int, python: str, run_id: str) -> dict[str, str]:
     """Values for the command placeholders; the host lists are the classic comma-joined flags."""
+
     def hosts(name: str) -> str:
         return ",".join(str(a) for a in config.jobs[name].addresses) if name in config.jobs else ""
 
@@ -69,8 +69,9 @@ def render_command(template: str, values: dict[str, str]) -> str:
     return "".join(out)
 
 
-def plan_tasks(config: ClusterConfig, run_id: str, python_for: dict[str, str],
-               cwd_for: dict[str, str]) -> list[TaskSpec]:
+def plan_tasks(
+    config: ClusterConfig, run_id: str, python_for: dict[str, str], cwd_for: dict[str, str]
+) -> list[TaskSpec]:
     """Every task of the cluster with its rendered command and environment.
 
     `python_for` and `cwd_for` map host -> interpreter and working directory on that host.
@@ -79,9 +80,17 @@ def plan_tasks(config: ClusterConfig, run_id: str, python_for: dict[str, str],
     for job, index, address in config.tasks():
         values = placeholder_values(config, job, index, python_for[address.host], run_id)
         env = {**DEFAULT_ENV, **config.env_for(job), "TF_CONFIG": tf_config(config, job, index)}
-        tasks.append(TaskSpec(job=job, index=index, host=address.host, port=address.port,
-                              command=render_command(config.command_for(job), values), env=env,
-                              cwd=cwd_for[address.host]))
+        tasks.append(
+            TaskSpec(
+                job=job,
+                index=index,
+                host=address.host,
+                port=address.port,
+                command=render_command(config.command_for(job), values),
+                env=env,
+                cwd=cwd_for[address.host],
+            )
+        )
     return tasks
 
 
@@ -91,8 +100,9 @@ def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
     With parameter servers: ps and evaluator first, and every other host must reach each ps
     before going on; then, when worker 0 is the chief (TF1 between-graph), worker 0 until it
     listens, so the others find initialised variables instead of sleeping 30 s in "Waiting for
-    model to be ready", then the remaining workers; with a chief job, chief and workers together. Without ps (all-reduce): all workers at once, as collectives need, and
-    then every worker host must reach every worker.
+    model to be ready", then the remaining workers; with a chief job, chief and workers together.
+    Without ps (all-reduce): all workers at once, as collectives need, and then every worker host
+    must reach every worker.
     """
     ps_first = tuple(t for t in tasks if t.job in ("ps", "evaluator"))
     rest = [t for t in tasks if t.job not in ("ps", "evaluator")]

@@ -1,15 +1,16 @@
 """Why is this task stuck or dead? Known TensorFlow log lines -> a cause and a fix.
 
 Pure logic: no I/O, no TensorFlow, standard library only, and cheap enough to run on every log
-line live (`tfctl up`, `tfctl logs -f`). Three steps:
+line live (`tfctl up`, `tfctl logs -f`).
+Three steps:
 
 - `match_line(task, line)`: one line against the pattern table -> a generic `Finding` or None.
 - `diagnose(task, lines)`: a task's recent lines -> the newest finding of each kind, most
   important first. Multi-line context is handled here: the peer named on the line after an error
   (`Additional GRPC error information from remote target /job:ps/...`), MWMS stragglers listed
   under `Example stragglers:`, and waits that are over (a later line shows progress).
-- `explain(finding, peers, reachable)`: cross-checks a finding with what tfctl knows about the
-  other tasks (state, exit, listening, reachability) and says which explanation holds.
+
+`explain.py` then cross-checks a finding with what tfctl knows about the other tasks.
 
 Every pattern but two was checked against real TensorFlow 2.21 output (tests/data/tf_logs/); the
 exceptions, `Address already in use` and `Socket closed`, are older gRPC wordings that 2.21 did not
@@ -19,53 +20,39 @@ produce in those scenarios (it says `Failed to add port` and `Connection reset b
 from __future__ import annotations
 
 import re
-import signal as _signal
-import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 # Most important first: a root cause beats its symptoms.
-KINDS = ("port_in_use", "bad_cluster_spec", "oom", "nan_loss", "peer_died", "waiting_for_peer",
-         "mwms_waiting", "waiting_for_model", "step_cancelled", "unknown_failure")
+KINDS = (
+    "port_in_use",
+    "bad_cluster_spec",
+    "oom",
+    "nan_loss",
+    "peer_died",
+    "waiting_for_peer",
+    "mwms_waiting",
+    "waiting_for_model",
+    "step_cancelled",
+    "unknown_failure",
+)
 # Kinds that describe a wait (or a suspicion of one): a later line showing progress ends them.
-WAITS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model", "step_cancelled")
+CLEARED_BY_PROGRESS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model", "step_cancelled")
 EVIDENCE_MAX = 300
-DEVICE_FILTERS_FIX = ('give the session tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % task_index])'
-                      " so it waits only for the ps and itself")
+DEVICE_FILTERS_FIX = (
+    'give the session tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % task_index])'
+    " so it waits only for the ps and itself"
+)
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str           # one of KINDS
-    task: str           # the task whose log shows it, e.g. "worker:1"
-    cause: str          # one line: what is going on
-    fix: str            # one line: what to do
-    evidence: str       # the log line (trimmed)
+    kind: str  # one of KINDS
+    task: str  # the task whose log shows it, e.g. "worker:1"
+    cause: str  # one line: what is going on
+    fix: str  # one line: what to do
+    evidence: str  # the log line (trimmed)
     peer: str | None = None  # the task the log names, e.g. "ps:0" (from /job:ps/replica:0/task:0)
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    """What tfctl knows about one task of the run (see `from_status`)."""
-
-    task: str
-    host: str
-    port: int
-    state: str = "unknown"  # pending/starting/running/succeeded/failed/stopped/lost/unknown
-    exit_code: int | None = None
-    signal: int | None = None
-    ended_at: float | None = None  # epoch seconds
-    listening: bool = False
-
-    @property
-    def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @classmethod
-    def from_status(cls, status, ended_at: float | None = None) -> PeerInfo:
-        """From an orchestrator TaskStatus (duck-typed; `ended_at` if it has none)."""
-        return cls(status.task, status.host, status.port, status.state, status.exit_code, status.signal,
-                   getattr(status, "ended_at", None) if ended_at is None else ended_at, bool(status.listening))
 
 
 # ------------------------------------------------------------------------------------------ lines
@@ -115,7 +102,8 @@ _CONTEXT = re.compile(
     r"\s+File \"|\s*[\^~]+\s*$|Traceback \(most recent call last\):|During handling of the above exception"
     r"|Original stack trace for |\s*\[\[\{\{node |Hint: If you want to see a list of allocated tensors"
     r"|The error could be from a previous operation|Additional GRPC error information|:UNKNOWN:Error received"
-    r"|Detected at node |\s*$")
+    r"|Detected at node |\s*$"
+)
 _FRAME = re.compile(r"\s+File \"")
 
 
@@ -130,8 +118,9 @@ def last_meaningful(lines: Iterable[str]) -> str | None:
         line = seq[i]
         if is_noise(line) or _CONTEXT.match(line):
             continue
-        if i > 0 and (seq[i - 1].strip() == "Instructions for updating:"
-                      or (line[:1].isspace() and _FRAME.match(seq[i - 1]))):
+        if i > 0 and (
+            seq[i - 1].strip() == "Instructions for updating:" or (line[:1].isspace() and _FRAME.match(seq[i - 1]))
+        ):
             continue
         return _trim(line)
     return None
@@ -139,13 +128,25 @@ def last_meaningful(lines: Iterable[str]) -> str | None:
 
 def _trim(line: str) -> str:
     line = line.strip()
-    return line if len(line) <= EVIDENCE_MAX else line[:EVIDENCE_MAX - 3] + "..."
+    return line if len(line) <= EVIDENCE_MAX else line[: EVIDENCE_MAX - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------- pattern table
 
-_DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,
-                "int32": 4, "int64": 8, "bool": 1, "complex64": 8, "complex128": 16}
+_DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "half": 2,
+    "bfloat16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+}
 
 
 def _size(shape: str, dtype: str) -> str:
@@ -163,46 +164,60 @@ def _size(shape: str, dtype: str) -> str:
 def _waiting_for_peer(task: str, m: re.Match) -> tuple[str, str]:
     peer = tf_task_name(m.group(0)) or "?"
     if task.split(":")[0] in ("worker", "chief") and peer.split(":")[0] in ("worker", "chief"):
-        return (f"CreateSession waits for {peer}, but a worker never needs another worker: "
-                "this session has no device filters, so it waits for every task of the cluster",
-                DEVICE_FILTERS_FIX)
-    return (f"the session cannot start: TensorFlow is still waiting for {peer} to answer (CreateSession)",
-            f"make sure {peer} runs and listens on the address in this task's cluster spec "
-            f"(`tfctl status`, `tfctl logs {peer}`)")
+        return (
+            f"CreateSession waits for {peer}, but a worker never needs another worker: "
+            "this session has no device filters, so it waits for every task of the cluster",
+            DEVICE_FILTERS_FIX,
+        )
+    return (
+        f"the session cannot start: TensorFlow is still waiting for {peer} to answer (CreateSession)",
+        f"make sure {peer} runs and listens on the address in this task's cluster spec "
+        f"(`tfctl status`, `tfctl logs {peer}`)",
+    )
 
 
 def _waiting_for_model(task: str, m: re.Match) -> tuple[str, str]:
     missing = m.group("vars")
     what = f" (not initialized: {missing.strip()})" if missing else ""
-    return ("non-chief MonitoredTrainingSession waits for the chief to initialise the variables"
-            f"{what}; it looks again every 30 s",
-            "start the chief (chief:0, else worker:0) and check its log: it must get past its own "
-            "CreateSession and initialise the variables")
+    return (
+        "non-chief MonitoredTrainingSession waits for the chief to initialise the variables"
+        f"{what}; it looks again every 30 s",
+        "start the chief (chief:0, else worker:0) and check its log: it must get past its own "
+        "CreateSession and initialise the variables",
+    )
 
 
 def _mwms_waiting(task: str, m: re.Match) -> tuple[str, str] | None:
     n, total = int(m.group("n")), int(m.group("m"))
     if n == 0:
         return None  # "Waiting for 0/2 tasks": everyone is there
-    return (f"MultiWorkerMirroredStrategy cannot start: {n} of {total} tasks have not connected to the "
-            "coordination service",
-            "start every task of TF_CONFIG's cluster; each must have the same cluster and its own task index")
+    return (
+        f"MultiWorkerMirroredStrategy cannot start: {n} of {total} tasks have not connected to the "
+        "coordination service",
+        "start every task of TF_CONFIG's cluster; each must have the same cluster and its own task index",
+    )
 
 
 def _stragglers(task: str, m: re.Match) -> tuple[str, str]:
-    return ("MultiWorkerMirroredStrategy cannot start: some tasks have not connected to the coordination service",
-            "start every task of TF_CONFIG's cluster; each must have the same cluster and its own task index")
+    return (
+        "MultiWorkerMirroredStrategy cannot start: some tasks have not connected to the coordination service",
+        "start every task of TF_CONFIG's cluster; each must have the same cluster and its own task index",
+    )
 
 
 def _port_in_use(task: str, m: re.Match) -> tuple[str, str]:
     port = m.groupdict().get("port")
     if port:
-        return (f"this task's TensorFlow server could not bind port {port}: another process already listens there",
-                f"find the holder with `ss -ltnp 'sport = :{port}'` on this host (often a task left from an "
-                "earlier run: `tfctl down --all`), or give this task another port in the cluster file")
-    return ("this task's TensorFlow gRPC server could not start: its port is most likely taken",
-            "check who listens on the task's port with `ss -ltnp` on its host (often a task left from an "
-            "earlier run: `tfctl down --all`), or give this task another port in the cluster file")
+        return (
+            f"this task's TensorFlow server could not bind port {port}: another process already listens there",
+            f"find the holder with `ss -ltnp 'sport = :{port}'` on this host (often a task left from an "
+            "earlier run: `tfctl down --all`), or give this task another port in the cluster file",
+        )
+    return (
+        "this task's TensorFlow gRPC server could not start: its port is most likely taken",
+        "check who listens on the task's port with `ss -ltnp` on its host (often a task left from an "
+        "earlier run: `tfctl down --all`), or give this task another port in the cluster file",
+    )
 
 
 def _bad_cluster_spec(task: str, m: re.Match) -> tuple[str, str]:
@@ -210,27 +225,35 @@ def _bad_cluster_spec(task: str, m: re.Match) -> tuple[str, str]:
         what = f'has no task {m.group("index")} in job "{m.group("job")}" (task index beyond its host list)'
     else:
         what = f'has no job "{m.group("job")}"'
-    return (f"the cluster spec this task built {what}",
-            "build the cluster from TF_CONFIG (tfctl sets it) or from the {ps_hosts}/{worker_hosts} and "
-            "{task_index} placeholders, not from hard-coded host lists")
+    return (
+        f"the cluster spec this task built {what}",
+        "build the cluster from TF_CONFIG (tfctl sets it) or from the {ps_hosts}/{worker_hosts} and "
+        "{task_index} placeholders, not from hard-coded host lists",
+    )
 
 
 def _oom(task: str, m: re.Match) -> tuple[str, str]:
     if m.groupdict().get("shape") is not None:
         shape, dtype, device = m.group("shape"), m.group("dtype"), m.group("device").rsplit("/", 1)[-1]
         size = _size(shape, dtype)
-        return (f"out of memory: TensorFlow could not allocate a [{shape}] {dtype} tensor"
-                f"{f' ({size})' if size else ''} on {device}",
-                "reduce the batch size or the layer sizes that make this tensor, or run the task on a host "
-                "with more free memory (check `free -g` and `ulimit -v` there)")
-    return ("out of memory (ResourceExhaustedError)",
-            "reduce the batch size or the model size, or run the task on a host with more free memory")
+        return (
+            f"out of memory: TensorFlow could not allocate a [{shape}] {dtype} tensor"
+            f"{f' ({size})' if size else ''} on {device}",
+            "reduce the batch size or the layer sizes that make this tensor, or run the task on a host "
+            "with more free memory (check `free -g` and `ulimit -v` there)",
+        )
+    return (
+        "out of memory (ResourceExhaustedError)",
+        "reduce the batch size or the model size, or run the task on a host with more free memory",
+    )
 
 
 def _nan(task: str, m: re.Match) -> tuple[str, str]:
-    fix = ("lower the learning rate or clip gradients (tf.clip_by_global_norm), guard log/sqrt/division "
-           "inputs (tf.math.log(x + 1e-7)), check the input data for NaN/Inf; "
-           "tf.debugging.enable_check_numerics() names the first op producing it")
+    fix = (
+        "lower the learning rate or clip gradients (tf.clip_by_global_norm), guard log/sqrt/division "
+        "inputs (tf.math.log(x + 1e-7)), check the input data for NaN/Inf; "
+        "tf.debugging.enable_check_numerics() names the first op producing it"
+    )
     if m.groupdict().get("what"):
         label = (m.group("msg") or "").strip()
         return (f"check_numerics{f' {label!r}' if label else ''} found {m.group('what')} values", fix)
@@ -238,25 +261,31 @@ def _nan(task: str, m: re.Match) -> tuple[str, str]:
 
 
 def _peer_died_for(peer: str) -> tuple[str, str]:
-    return (f"lost the connection to {peer}: it exited, was killed, or became unreachable",
-            f"see how {peer} ended (`tfctl status`, `tfctl logs {peer}`); a dead ps or MWMS worker "
-            "means restarting the run (from a checkpoint if there is one)")
+    return (
+        f"lost the connection to {peer}: it exited, was killed, or became unreachable",
+        f"see how {peer} ended (`tfctl status`, `tfctl logs {peer}`); a dead ps or MWMS worker "
+        "means restarting the run (from a checkpoint if there is one)",
+    )
 
 
 def _peer_died(task: str, m: re.Match) -> tuple[str, str]:
     peer = tf_task_name(m.string)
     if peer and peer != task:
         return _peer_died_for(peer)
-    return ("a connection to another task failed (UNAVAILABLE): a peer exited, was killed, or became unreachable",
-            "find the task that ended in `tfctl status` and read its log; then restart the run "
-            "(from a checkpoint if there is one)")
+    return (
+        "a connection to another task failed (UNAVAILABLE): a peer exited, was killed, or became unreachable",
+        "find the task that ended in `tfctl status` and read its log; then restart the run "
+        "(from a checkpoint if there is one)",
+    )
 
 
 def _step_cancelled(task: str, m: re.Match) -> tuple[str, str]:
-    return ("a running step was cancelled; in TF1 between-graph training this is often the only trace of a "
-            "ps dying: the worker then hangs without any error",
-            "check the ps tasks in `tfctl status` and restart the run if one ended; TF 2.21 never times this "
-            "out (GRPC_FAIL_FAST=true in env turns it into UNAVAILABLE errors)")
+    return (
+        "a running step was cancelled; in TF1 between-graph training this is often the only trace of a "
+        "ps dying: the worker then hangs without any error",
+        "check the ps tasks in `tfctl status` and restart the run if one ended; TF 2.21 never times this "
+        "out (GRPC_FAIL_FAST=true in env turns it into UNAVAILABLE errors)",
+    )
 
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$")
@@ -264,69 +293,137 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception
 
 def _unknown(task: str, m: re.Match) -> tuple[str, str]:
     msg = (m.group("msg") or "").strip()
-    return (f"the task failed with {m.group('exc')}{': ' + msg if msg else ''}"[:EVIDENCE_MAX],
-            f"read the traceback above this line: `tfctl logs --tail 60 {task}`")
+    return (
+        f"the task failed with {m.group('exc')}{': ' + msg if msg else ''}"[:EVIDENCE_MAX],
+        f"read the traceback above this line: `tfctl logs --tail 60 {task}`",
+    )
 
 
 @dataclass(frozen=True)
 class _Pattern:
     kind: str
-    needle: str              # literal substring that must be in the line (cheap pre-check)
+    needle: str  # literal substring that must be in the line (cheap pre-check)
     regex: re.Pattern
-    build: Callable          # (task, match) -> (cause, fix) or None
-    specific: bool = True    # a generic match never replaces a specific one of the same kind
+    build: Callable  # (task, match) -> (cause, fix) or None
+    specific: bool = True  # a generic match never replaces a specific one of the same kind
 
 
 _TASK_RE = r"/job:[\w.-]+/replica:\d+/task:\d+"
 _STRAGGLERS = "Example stragglers:"  # the straggler names follow, one per line
 # Order matters: the first pattern whose needle and regex match a line wins.
 PATTERNS: tuple[_Pattern, ...] = (
-    _Pattern("port_in_use", "Failed to add port to server",
-             re.compile(r"Failed to add port to server.*?:(?P<port>\d+)'"), _port_in_use),
+    _Pattern(
+        "port_in_use",
+        "Failed to add port to server",
+        re.compile(r"Failed to add port to server.*?:(?P<port>\d+)'"),
+        _port_in_use,
+    ),
     # Older gRPC wording; TF 2.21 says "Failed to add port ... No address added" for a taken port.
-    _Pattern("port_in_use", "Address already in use",
-             re.compile(r"Address already in use(?:.*?:(?P<port>\d+)\b)?"), _port_in_use),
-    _Pattern("port_in_use", "Could not start gRPC server",
-             re.compile(r"Could not start gRPC server"), _port_in_use, specific=False),
-    _Pattern("bad_cluster_spec", "was not defined in",
-             re.compile(r'Task (?P<index>\d+) was not defined in job "(?P<job>[^"]+)"'), _bad_cluster_spec),
-    _Pattern("bad_cluster_spec", "was not defined in",
-             re.compile(r'Job "(?P<job>[^"]+)" was not defined in cluster'), _bad_cluster_spec),
-    _Pattern("oom", "OOM when allocating",
-             re.compile(r"OOM when allocating tensor with shape\[(?P<shape>[\d,]*)\] and type (?P<dtype>\w+) "
-                        r"on (?P<device>\S+)"), _oom),
-    _Pattern("oom", "ResourceExhausted",
-             re.compile(r"^(?!.*larger than max).*ResourceExhaustedError"), _oom, specific=False),
-    _Pattern("oom", "RESOURCE_EXHAUSTED",
-             re.compile(r"^(?!.*larger than max).*RESOURCE_EXHAUSTED"), _oom, specific=False),
+    _Pattern(
+        "port_in_use",
+        "Address already in use",
+        re.compile(r"Address already in use(?:.*?:(?P<port>\d+)\b)?"),
+        _port_in_use,
+    ),
+    _Pattern(
+        "port_in_use",
+        "Could not start gRPC server",
+        re.compile(r"Could not start gRPC server"),
+        _port_in_use,
+        specific=False,
+    ),
+    _Pattern(
+        "bad_cluster_spec",
+        "was not defined in",
+        re.compile(r'Task (?P<index>\d+) was not defined in job "(?P<job>[^"]+)"'),
+        _bad_cluster_spec,
+    ),
+    _Pattern(
+        "bad_cluster_spec",
+        "was not defined in",
+        re.compile(r'Job "(?P<job>[^"]+)" was not defined in cluster'),
+        _bad_cluster_spec,
+    ),
+    _Pattern(
+        "oom",
+        "OOM when allocating",
+        re.compile(
+            r"OOM when allocating tensor with shape\[(?P<shape>[\d,]*)\] and type (?P<dtype>\w+) "
+            r"on (?P<device>\S+)"
+        ),
+        _oom,
+    ),
+    _Pattern(
+        "oom", "ResourceExhausted", re.compile(r"^(?!.*larger than max).*ResourceExhaustedError"), _oom, specific=False
+    ),
+    _Pattern(
+        "oom", "RESOURCE_EXHAUSTED", re.compile(r"^(?!.*larger than max).*RESOURCE_EXHAUSTED"), _oom, specific=False
+    ),
     _Pattern("nan_loss", "NaN loss during training", re.compile(r"NaN loss during training"), _nan),
     _Pattern("nan_loss", "Model diverged with loss = NaN", re.compile(r"Model diverged with loss = NaN"), _nan),
-    _Pattern("nan_loss", "Tensor had ",
-             re.compile(r"(?:(?P<msg>[^:{}\]\[]*?) : )?Tensor had (?P<what>[A-Za-z ]+?) values"), _nan),
-    _Pattern("peer_died", "CreateSession failed because worker",
-             re.compile(rf"CreateSession failed because worker {_TASK_RE} returned error: UNAVAILABLE"), _peer_died),
+    _Pattern(
+        "nan_loss",
+        "Tensor had ",
+        re.compile(r"(?:(?P<msg>[^:{}\]\[]*?) : )?Tensor had (?P<what>[A-Za-z ]+?) values"),
+        _nan,
+    ),
+    _Pattern(
+        "peer_died",
+        "CreateSession failed because worker",
+        re.compile(rf"CreateSession failed because worker {_TASK_RE} returned error: UNAVAILABLE"),
+        _peer_died,
+    ),
     _Pattern("peer_died", "Collective ops is aborted by", re.compile(r"Collective ops is aborted by"), _peer_died),
     # Older gRPC wording, not seen with TF 2.21 (a killed peer gave "Connection reset by peer").
     _Pattern("peer_died", "Socket closed", re.compile(r"Socket closed"), _peer_died, specific=False),
-    _Pattern("peer_died", "Connection reset by peer", re.compile(r"Connection reset by peer"), _peer_died,
-             specific=False),
-    _Pattern("peer_died", "failed to connect to all addresses", re.compile(r"failed to connect to all addresses"),
-             _peer_died, specific=False),
+    _Pattern(
+        "peer_died", "Connection reset by peer", re.compile(r"Connection reset by peer"), _peer_died, specific=False
+    ),
+    _Pattern(
+        "peer_died",
+        "failed to connect to all addresses",
+        re.compile(r"failed to connect to all addresses"),
+        _peer_died,
+        specific=False,
+    ),
     _Pattern("peer_died", "UNAVAILABLE", re.compile(r"\bUNAVAILABLE\b"), _peer_died, specific=False),
     _Pattern("peer_died", "UnavailableError", re.compile(r"UnavailableError"), _peer_died, specific=False),
-    _Pattern("waiting_for_peer", "CreateSession still waiting",
-             re.compile(rf"CreateSession still waiting for response from worker: {_TASK_RE}"), _waiting_for_peer),
-    _Pattern("mwms_waiting", "tasks to connect",
-             re.compile(r"Waiting for (?P<n>\d+)/(?P<m>\d+) tasks to connect"), _mwms_waiting),
-    _Pattern("mwms_waiting", _STRAGGLERS, re.compile(_STRAGGLERS), _stragglers,
-             specific=False),
-    _Pattern("waiting_for_model", "Waiting for model to be ready",
-             re.compile(r"Waiting for model to be ready(?:.*?Variables not initialized: (?P<vars>.*?)"
-                        r"(?:, ready:.*)?$)?"), _waiting_for_model),
-    _Pattern("step_cancelled", "Cancellation requested for RunGraph",
-             re.compile(r"Cancellation requested for RunGraph"), _step_cancelled, specific=False),
-    _Pattern("step_cancelled", "Local rendezvous send item cancelled",
-             re.compile(r"Local rendezvous send item cancelled"), _step_cancelled, specific=False),
+    _Pattern(
+        "waiting_for_peer",
+        "CreateSession still waiting",
+        re.compile(rf"CreateSession still waiting for response from worker: {_TASK_RE}"),
+        _waiting_for_peer,
+    ),
+    _Pattern(
+        "mwms_waiting",
+        "tasks to connect",
+        re.compile(r"Waiting for (?P<n>\d+)/(?P<m>\d+) tasks to connect"),
+        _mwms_waiting,
+    ),
+    _Pattern("mwms_waiting", _STRAGGLERS, re.compile(_STRAGGLERS), _stragglers, specific=False),
+    _Pattern(
+        "waiting_for_model",
+        "Waiting for model to be ready",
+        re.compile(
+            r"Waiting for model to be ready(?:.*?Variables not initialized: (?P<vars>.*?)"
+            r"(?:, ready:.*)?$)?"
+        ),
+        _waiting_for_model,
+    ),
+    _Pattern(
+        "step_cancelled",
+        "Cancellation requested for RunGraph",
+        re.compile(r"Cancellation requested for RunGraph"),
+        _step_cancelled,
+        specific=False,
+    ),
+    _Pattern(
+        "step_cancelled",
+        "Local rendezvous send item cancelled",
+        re.compile(r"Local rendezvous send item cancelled"),
+        _step_cancelled,
+        specific=False,
+    ),
 )
 _UNKNOWN = _Pattern("unknown_failure", "", _EXCEPTION, _unknown, specific=False)
 # One pass over the line decides whether any pattern can match at all (most lines: none).
@@ -370,7 +467,8 @@ def match_line(task: str, line: str) -> Finding | None:
 _TF_CHATTER = re.compile(
     r"[IWEF]\d{4} [\d:.]+ +\d+ [\w.\-]+:\d+\]"
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|FATAL):tensorflow:"
-    r"|/job:|Additional GRPC error information|:UNKNOWN:|\s|\[\[")
+    r"|/job:|Additional GRPC error information|:UNKNOWN:|\s|\[\["
+)
 _PROGRESS = re.compile(r"Waiting for 0/\d+ tasks to connect|has passed with status: OK")
 _REMOTE_TARGET = re.compile(rf"remote target (?P<t>{_TASK_RE})")
 _STRAGGLER = re.compile(rf"^\s*(?P<t>{_TASK_RE})\s*$")
@@ -389,7 +487,7 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
     0/N tasks`, a barrier passed) are dropped, and so is a cancelled step a peer's death explains.
     """
     current: dict[str, tuple[Finding, _Pattern]] = {}
-    open_kind: str | None = None   # the last peer-less finding, waiting for a peer on the next lines
+    open_kind: str | None = None  # the last peer-less finding, waiting for a peer on the next lines
     open_age = 0
     stragglers: list[str] = []
     in_stragglers = False
@@ -431,8 +529,8 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
                 open_kind = None
             elif open_age >= PEER_LOOKAHEAD:
                 open_kind = None
-        if any(kind in current for kind in WAITS) and _progress(line):
-            for kind in WAITS:
+        if any(kind in current for kind in CLEARED_BY_PROGRESS) and _progress(line):
+            for kind in CLEARED_BY_PROGRESS:
                 current.pop(kind, None)
     if "peer_died" in current:
         current.pop("step_cancelled", None)  # the death explains the cancelled step
@@ -444,7 +542,7 @@ def _attach_peer(current: dict, kind: str, peer: str | None) -> None:
     if peer is None or kind not in current or current[kind][0].peer is not None:
         return
     finding, pattern = current[kind]
-    cause, fix = (_peer_died_for(peer) if kind == "peer_died" else (finding.cause, finding.fix))
+    cause, fix = _peer_died_for(peer) if kind == "peer_died" else (finding.cause, finding.fix)
     current[kind] = (replace(finding, peer=peer, cause=cause, fix=fix), pattern)
 
 
@@ -463,179 +561,3 @@ def _progress(line: str) -> bool:
     if _TF_CHATTER.match(line):
         return _PROGRESS.search(line) is not None
     return not is_noise(line)
-
-
-# ----------------------------------------------------------------------------------------- explain
-
-Reachable = Callable[[str, str], "bool | None"]  # (source host, "host:port") -> True/False/None (unknown)
-_FINAL_BAD = ("failed", "lost", "stopped")
-
-
-def _clock(epoch: float | None) -> str:
-    return f" at {time.strftime('%H:%M:%S', time.localtime(epoch))}" if epoch is not None else ""
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def describe_end(p: PeerInfo) -> str:
-    """How a finished task ended, e.g. `ps:0 was killed by signal 9 (SIGKILL) at 18:44:03`."""
-    at = _clock(p.ended_at)
-    if p.state == "lost":
-        return f"{p.task} was lost (its process is gone and no exit code was recorded)"
-    if p.state == "stopped":
-        return f"{p.task} was stopped by tfctl{at}"
-    if p.signal:
-        why = ", maybe by the kernel's out-of-memory killer" if p.signal == 9 else ""
-        return f"{p.task} was killed by signal {p.signal} ({_signal_name(p.signal)}{why}){at}"
-    if p.state == "succeeded":
-        return f"{p.task} already finished (exit code 0{at})"
-    return f"{p.task} exited with code {p.exit_code}{at}"
-
-
-def _job(task: str | None) -> str:
-    return (task or "").split(":")[0]
-
-
-def explain(finding: Finding, peers: Mapping[str, PeerInfo], reachable: Reachable) -> Finding:
-    """Cross-check a finding with what tfctl knows; returns it with a cause/fix saying which case holds.
-
-    `peers` maps task name -> PeerInfo for every task of the run (the waiting task included, for
-    its host). `reachable(src_host, "host:port")` is only called for a peer that runs and
-    listens. Findings of other kinds, or naming no peer tfctl can judge, come back unchanged.
-    """
-    if finding.kind in ("waiting_for_peer", "mwms_waiting"):
-        return _explain_wait(finding, peers, reachable)
-    if finding.kind == "waiting_for_model":
-        return _explain_model(finding, peers)
-    if finding.kind in ("peer_died", "step_cancelled"):
-        return _explain_death(finding, peers)
-    return finding
-
-
-def _explain_wait(f: Finding, peers: Mapping[str, PeerInfo], reachable: Reachable) -> Finding:
-    name = f.peer
-    if name is None:
-        return f
-    mwms = f.kind == "mwms_waiting"
-    waits = "MultiWorkerMirroredStrategy waits for" if mwms else "CreateSession waits for"
-    no_filters = (not mwms and _job(f.task) in ("worker", "chief") and _job(name) in ("worker", "chief"))
-    p = peers.get(name)
-    if p is None:
-        known = ", ".join(sorted(peers)) or "none"
-        return replace(f, cause=f"{waits} {name}, which is not a task of this cluster (it has {known}): the task's "
-                                "own cluster spec or task index disagrees with the cluster file",
-                       fix="build the cluster from TF_CONFIG (tfctl sets it) or from the {ps_hosts}/{worker_hosts} "
-                           "and {task_index} placeholders; check --task_index")
-    if p.state == "pending":
-        cause, fix = (f"{waits} {name} ({p.address}), which has never started (pending)",
-                      f"tfctl has not started {name} yet: if it stays pending, see `tfctl status` (its host "
-                      f"{p.host} may be unreachable)")
-    elif p.state == "starting":
-        cause, fix = (f"{waits} {name} ({p.address}), which is still starting on {p.host}",
-                      "wait a few seconds; if it stays so, see `tfctl status`")
-    elif p.state == "unknown":
-        cause, fix = (f"{waits} {name} ({p.address}), whose state is unknown: its host {p.host} did not answer",
-                      f"check the connection to {p.host}")
-    elif p.state in ("succeeded", "failed", "stopped", "lost"):
-        cause = f"{waits} {name} ({p.address}), but {describe_end(p)}"
-        if p.state == "succeeded" and not mwms and _job(name) != "ps":
-            cause += ": a session without device filters waits for every task, finished ones too"
-            fix = DEVICE_FILTERS_FIX
-        elif mwms:
-            fix = f"MultiWorkerMirroredStrategy needs every worker: see `tfctl logs {name}`, then restart the run"
-        else:
-            fix = f"see why in `tfctl logs {name}`, then restart the run (`tfctl down`, `tfctl up`)"
-    elif not p.listening:
-        cause = f"{waits} {name}, which is running but does not listen on {p.address} yet"
-        fix = (f"wait for its `Started server with target: grpc://...:{p.port}` line (`tfctl logs {name}`); if it "
-               f"never comes, {name} does not start a TensorFlow server on port {p.port}")
-    else:
-        waiter = peers.get(f.task)
-        ok = reachable(waiter.host, p.address) if waiter is not None else None
-        src = waiter.host if waiter is not None else "the waiting task's host"
-        if ok is False:
-            cause = (f"{name} is running and listens on {p.address}, but {p.address} is NOT reachable from {src} "
-                     f"(the host of {f.task}): a firewall, or that name means another address there")
-            fix = (f"on {src} try `nc -vz {p.host} {p.port}`; open port {p.port} or use an address {src} can "
-                   "reach in the cluster file")
-        elif ok is None:
-            cause = (f"{name} is running and listens on {p.address}; whether {src} can reach it is unknown")
-            fix = f"on {src} try `nc -vz {p.host} {p.port}`; if that connects, " + (
-                "check the TF_CONFIG of every task" if mwms else DEVICE_FILTERS_FIX)
-        elif mwms:
-            cause = (f"{name} is running and reachable at {p.address} from {src}, yet has not joined: its "
-                     "TF_CONFIG has another cluster or task index, or it has not created the strategy yet")
-            fix = (f"compare TF_CONFIG of {f.task} and {name}; {name}'s log should say `has connected to "
-                   "coordination service`")
-        else:
-            cause = (f"{name} is running and reachable at {p.address} from {src}, so it is not what blocks: "
-                     "the session has no device filters and waits for every task, or its cluster spec has "
-                     f"another address for {name}")
-            fix = DEVICE_FILTERS_FIX
-    if no_filters and p.state not in ("succeeded",) and "device filters" not in cause:
-        cause += "; and a worker never needs another worker: the session lacks device filters"
-        fix = fix + "; and " + DEVICE_FILTERS_FIX
-    return replace(f, cause=cause, fix=fix)
-
-
-def _explain_model(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
-    chief = "chief:0" if "chief:0" in peers else "worker:0"
-    p = peers.get(chief)
-    if p is None:
-        return f
-    if chief == f.task:
-        return replace(f, peer=chief,
-                       cause=f"{chief} is the chief, but it runs as a non-chief (is_chief=False): nothing will "
-                             "initialise the variables and every worker waits forever",
-                       fix="pass is_chief=(task_index == 0) (or job_name == 'chief') to MonitoredTrainingSession")
-    if p.state in ("pending", "starting"):
-        cause = f"the chief {chief} has not started yet ({p.state}); this worker looks again every 30 s"
-        fix = f"nothing to do if {chief} starts soon; otherwise see `tfctl status`"
-    elif p.state in ("failed", "lost", "stopped"):
-        cause = f"{describe_end(p)} before initialising the variables: nobody will, this worker waits forever"
-        fix = f"see why in `tfctl logs {chief}`, then restart the run (`tfctl down`, `tfctl up`)"
-    elif p.state == "succeeded":
-        cause = (f"{describe_end(p)}, yet the variables are not initialised (the ps lost them, or this worker "
-                 "builds other variables): this worker waits forever")
-        fix = ("stop this task; start non-chiefs together with the chief, and build the same graph (same "
-               "variable names) on every worker")
-    elif p.state == "unknown":
-        cause = f"the chief {chief}'s state is unknown: its host {p.host} did not answer"
-        fix = f"check the connection to {p.host}"
-    else:
-        cause = (f"the chief {chief} is running but has not initialised the variables yet: its log says why "
-                 "(often it waits at CreateSession itself)")
-        fix = f"read `tfctl logs {chief}` (and `tfctl status` for the ps tasks it needs)"
-    return replace(f, peer=chief, cause=cause, fix=fix)
-
-
-def _explain_death(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
-    if f.peer is not None:
-        p = peers.get(f.peer)
-        if p is None:
-            return f
-        if p.state in ("succeeded", "failed", "stopped", "lost"):
-            return replace(f, cause=f"lost the connection to {f.peer}: {describe_end(p)}")
-        if p.state == "running":
-            return replace(f, cause=f"lost the connection to {f.peer}, which runs now (restarted, or the network "
-                                    f"between {peers[f.task].host if f.task in peers else 'the hosts'} and "
-                                    f"{p.host} failed for a while)")
-        return f
-    ended = [p for name, p in sorted(peers.items()) if name != f.task and p.state in _FINAL_BAD]
-    ps = [p for p in ended if _job(p.task) == "ps"]
-    culprits = ps or ended
-    if not culprits:
-        return f
-    first = culprits[0]
-    more = f" (and {len(culprits) - 1} more)" if len(culprits) > 1 else ""
-    if f.kind == "step_cancelled":
-        return replace(f, peer=first.task,
-                       cause=f"a step was cancelled and {describe_end(first)}{more}: this worker now hangs "
-                             "without an error",
-                       fix=f"see why in `tfctl logs {first.task}`, then restart the run (`tfctl down`, `tfctl up`)")
-    return replace(f, peer=first.task, cause=f"a connection failed (UNAVAILABLE) and {describe_end(first)}{more}")

@@ -12,11 +12,14 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from tfctl.orchestrator import Cluster, Outcome, TaskStatus
-from tfctl.tf.diagnose import Finding, PeerInfo, diagnose, explain, last_meaningful, match_line
+from tfctl.cluster import Cluster, TaskStatus
+from tfctl.control import Outcome
+from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.tf.diagnose import Finding, diagnose, last_meaningful, match_line
+from tfctl.tf.explain import PeerInfo, explain
 
 TAIL_LINES = 200
-WAITS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")
+HANGS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")  # kinds that fail a run once they last
 NOTE_EVERY = 30.0  # seconds before the same finding of the same task is noted again
 
 
@@ -32,12 +35,12 @@ class RunDiagnosis:
 
 def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
     """Findings for every task that runs or ended badly, and each task's last meaningful line."""
-    names = [s.task for s in statuses if s.state not in ("pending", "unknown")]
+    names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNKNOWN)]
     tails = cluster.tails(names, TAIL_LINES) if names else {}
     known = peers(statuses)
     findings = {}
     for s in statuses:
-        if s.state in ("running", "failed", "lost") and tails.get(s.task):
+        if (s.state is TaskState.RUNNING or s.state.is_bad) and tails.get(s.task):
             found = diagnose(s.task, tails[s.task])
             if found:
                 findings[s.task] = explain(found[0], known, cluster.reachable)
@@ -64,19 +67,22 @@ class HangJudge:
         if now - self._last_check < self.every:
             return None
         self._last_check = now
-        running = [s.task for s in statuses if s.state == "running"]
+        running = [s.task for s in statuses if s.state is TaskState.RUNNING]
         tails = self.cluster.tails(running, TAIL_LINES) if running else {}
         waiting: dict[tuple[str, str], Finding] = {}
         for task, lines in tails.items():
             for finding in diagnose(task, lines):
-                if finding.kind in WAITS:
+                if finding.kind in HANGS:
                     waiting[(task, finding.kind)] = finding
         self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
         for key, since in self._first_seen.items():
             if now - since >= self.limit:
                 finding = explain(waiting[key], peers(statuses), self.cluster.reachable)
-                return Outcome(False, f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} "
-                                      f"(fix: {finding.fix})", key[0])
+                return Outcome(
+                    RunState.FAILED,
+                    f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} (fix: {finding.fix})",
+                    key[0],
+                )
         return None
 
 
@@ -106,5 +112,10 @@ class LiveNotes:
 def finding_json(finding: Finding | None) -> dict | None:
     if finding is None:
         return None
-    return {"kind": finding.kind, "cause": finding.cause, "fix": finding.fix, "evidence": finding.evidence,
-            "peer": finding.peer}
+    return {
+        "kind": finding.kind,
+        "cause": finding.cause,
+        "fix": finding.fix,
+        "evidence": finding.evidence,
+        "peer": finding.peer,
+    }

@@ -1,0 +1,200 @@
+"""A fake host agent: the controller's test seam, like Fabric's MockRemote.
+
+`FakeHost` answers the typed protocol as a host supervisor would, for tasks whose lives are
+scripted (`TaskScript`): when they listen, when they end and how. No process, no socket, no
+sleep: the controller's decisions (phase order, cleanup, patience, success policies) are tested
+in milliseconds. Every request is recorded in a `Journal` shared by the hosts of one test, so
+tests can assert the order of what the controller did across hosts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
+
+from tfctl.errors import HostError
+from tfctl.hosts import HostSpec
+from tfctl.runs import RunRecord, TaskSpec
+from tfctl.supervisor import protocol as p
+
+
+@dataclass
+class TaskScript:
+    """One task's scripted life, counted in status requests its host answered after the start."""
+
+    listen_after: int | None = 0  # None: never listens
+    end_after: int | None = None  # None: runs until stopped
+    exit_code: int = 0
+    signal: int | None = None
+    exits_at_start: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Journal:
+    """Every request every fake host received, in order: (host, verb, detail)."""
+
+    entries: list[tuple[str, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, host: str, verb: str, detail: str = "") -> None:
+        with self.lock:
+            self.entries.append((host, verb, detail))
+
+    def verbs(self, host: str | None = None) -> list[str]:
+        return [verb for h, verb, _ in self.entries if host is None or h == host]
+
+    def index(self, verb: str, detail: str = "") -> int:
+        for i, (_, v, d) in enumerate(self.entries):
+            if v == verb and (not detail or detail in d.split(",")):
+                return i
+        raise AssertionError(f"no {verb} {detail} in {self.entries}")
+
+
+class FakeHost:
+    """A simulated host answering `call` with typed answers; `down` makes it unreachable."""
+
+    def __init__(self, host: str, journal: Journal, scripts: dict[str, TaskScript] | None = None) -> None:
+        self.host = host
+        self.python = "python3"
+        self.root = "~/.tfctl"
+        self.journal = journal
+        self.scripts = scripts or {}
+        self.down = False
+        self.fail_verbs: dict[str, Exception] = {}
+        self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
+        self.tasks: dict[str, p.TaskInfo] = {}
+        self.ticks: dict[str, int] = {}
+        self.closed = 0
+
+    # the HostAgent surface the controller uses
+
+    def call(self, request: p.Request[Any], timeout: float | None = 120) -> Any:
+        detail = ",".join(self._names(request))
+        self.journal.add(self.host, request.VERB, detail)
+        if self.before is not None:
+            self.before(request)
+        if self.down:
+            raise HostError(self.host, "connection refused")
+        if request.VERB in self.fail_verbs:
+            raise self.fail_verbs[request.VERB]
+        return getattr(self, "_" + request.VERB)(request)
+
+    def follow(self, request: p.FollowRequest) -> tuple[Any, Iterator[p.FollowEvent]]:
+        raise NotImplementedError("LogFollower is tested against a real supervisor (test_logs.py)")
+
+    def close(self) -> None:
+        self.closed += 1
+
+    # verbs
+
+    @staticmethod
+    def _names(request: p.Request[Any]) -> list[str]:
+        tasks = getattr(request, "tasks", None)
+        if isinstance(tasks, dict):
+            return sorted(tasks)
+        if isinstance(tasks, list):
+            return [t.task if isinstance(t, p.TaskLaunch) else t for t in tasks]
+        return []
+
+    def _start(self, request: p.StartRequest) -> p.StartAnswer:
+        for launch in request.tasks:
+            script = self.scripts.setdefault(launch.task, TaskScript())
+            if script.exits_at_start:
+                self.tasks[launch.task] = p.TaskInfo(
+                    launch.task, p.TaskState.FAILED, exit_code=127, error="could not start: No such file or directory"
+                )
+            else:
+                self.tasks[launch.task] = p.TaskInfo(
+                    launch.task, p.TaskState.RUNNING, pid=1000 + len(self.tasks), started_at=time.time()
+                )
+            self.ticks[launch.task] = 0
+        return p.StartAnswer({t.task: self.tasks[t.task] for t in request.tasks})
+
+    def _advance(self, name: str) -> p.TaskInfo:
+        info = self.tasks.get(name)
+        if info is None:
+            return p.TaskInfo(name, p.TaskState.PENDING)
+        if info.state is not p.TaskState.RUNNING:
+            return info
+        script = self.scripts[name]
+        self.ticks[name] += 1
+        tick = self.ticks[name]
+        if script.end_after is not None and tick >= script.end_after:
+            state = p.TaskState.SUCCEEDED if script.exit_code == 0 and not script.signal else p.TaskState.FAILED
+            info = replace(
+                info,
+                state=state,
+                exit_code=None if script.signal else script.exit_code,
+                signal=script.signal,
+                ended_at=time.time(),
+                listening=False,
+            )
+        else:
+            info = replace(info, listening=script.listen_after is not None and tick >= script.listen_after)
+        self.tasks[name] = info
+        return info
+
+    def _status(self, request: p.StatusRequest) -> p.StatusAnswer:
+        return p.StatusAnswer({name: self._advance(name) for name in request.tasks}, time.time())
+
+    def _stop(self, request: p.StopRequest) -> p.StopAnswer:
+        stopped = 0
+        for name, info in self.tasks.items():
+            if info.state is p.TaskState.RUNNING:
+                self.tasks[name] = replace(info, state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
+                stopped += 1
+        ports = {str(port): p.PortInfo(False) for port in request.ports}
+        return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))
+
+    def _ports(self, request: p.PortsRequest) -> p.PortsAnswer:
+        return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})
+
+    def _info(self, request: p.InfoRequest) -> p.InfoAnswer:
+        return p.InfoAnswer(self.host, "3.11.7", "3.11.7", "tensorflow 2.21.0")
+
+    def _probe(self, request: p.ProbeRequest) -> p.ProbeAnswer:
+        return p.ProbeAnswer({target: p.ProbeResult(True) for target in request.targets})
+
+    def _tail(self, request: p.TailRequest) -> p.TailAnswer:
+        return p.TailAnswer(
+            {name: list(self.scripts.get(name, TaskScript()).lines[-request.lines :]) for name in request.tasks}
+        )
+
+    def _listen(self, request: p.ListenRequest) -> p.ListenAnswer:
+        return p.ListenAnswer(4242)
+
+    def _sweep(self, request: p.SweepRequest) -> p.SweepAnswer:
+        return p.SweepAnswer(0, 0, [], [])
+
+
+def record_of(
+    tasks: dict[str, str],
+    run_id: str = "fake-run",
+    decisive: tuple[str, ...] = ("worker:0",),
+    essential: tuple[str, ...] = ("ps:0",),
+    port: int = 2222,
+) -> RunRecord:
+    """A run record for tasks named `job:index` on the given hosts."""
+    specs = []
+    for i, (name, host) in enumerate(tasks.items()):
+        job, index = name.split(":")
+        specs.append(TaskSpec(job, int(index), host, port + i, f"train --job_name={job}", {}, None))
+    hosts = tuple(HostSpec(h, None, "~/.tfctl", {"kind": "ssh"}) for h in sorted(set(tasks.values())))
+    return RunRecord(
+        run_id, "fake", "/nowhere/cluster.yaml", time.time(), tuple(specs), hosts, 1.0, decisive, essential
+    )
+
+
+def fake_hosts(
+    record: RunRecord, journal: Journal, scripts: dict[str, TaskScript] | None = None
+) -> dict[str, FakeHost]:
+    scripts = scripts or {}
+    return {
+        h.name: FakeHost(
+            h.name, journal, {t.name: scripts.get(t.name, TaskScript()) for t in record.tasks if t.host == h.name}
+        )
+        for h in record.hosts
+    }

@@ -1,0 +1,311 @@
+"""The controller's decisions against fake hosts: phase order, cleanup, patience, endings.
+
+No process and no socket: `tests/fakes.py` answers the typed protocol for scripted tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
+
+from tfctl import control, lifecycle
+from tfctl.cluster import Cluster
+from tfctl.control import Outcome, Phase
+from tfctl.errors import HostError, StartupError, UsageError
+from tfctl.runs import RunRecord, RunStore
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.protocol import RunState, TaskState
+
+TASKS = {"ps:0": "h0", "worker:0": "h1", "worker:1": "h2"}
+
+
+def make(
+    scripts: dict[str, TaskScript] | None = None, tasks: dict[str, str] = TASKS, **record_args: Any
+) -> tuple[Cluster, dict[str, FakeHost], Journal]:
+    record = record_of(tasks, **record_args)
+    journal = Journal()
+    hosts = fake_hosts(record, journal, scripts)
+    return Cluster(record, dict(hosts)), hosts, journal  # type: ignore[arg-type]
+
+
+def ps_first(cluster: Cluster, wait_limit: float | None = None) -> list[Phase]:
+    """The ordered start: ps (waited for, probed), then worker 0, then the rest."""
+    task = cluster.record.task
+    return [
+        Phase((task("ps:0"),), ("ps:0",), probe=True),
+        Phase((task("worker:0"),), ("worker:0",), wait_limit=wait_limit),
+        Phase((task("worker:1"),)),
+    ]
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(control, "LISTEN_POLL", 0.001)
+
+
+# ---------------------------------------------------------------- start
+
+
+def test_phases_start_in_order_each_after_the_previous_listens() -> None:
+    cluster, _hosts, journal = make({"ps:0": TaskScript(listen_after=3), "worker:0": TaskScript(listen_after=2)})
+    messages: list[tuple[str, str]] = []
+    control.start(cluster, ps_first(cluster), timeout=5, progress=lambda who, msg: messages.append((who, msg)))
+    order = [
+        journal.index("start", "ps:0"),
+        journal.index("probe"),
+        journal.index("start", "worker:0"),
+        journal.index("start", "worker:1"),
+    ]
+    assert order == sorted(order)
+    # worker:0 starts only after a status answer said ps:0 listens (its third poll)
+    ps_polls = [i for i, (_h, verb, d) in enumerate(journal.entries) if verb == "status" and d == "ps:0"]
+    assert len(ps_polls) == 3 and ps_polls[-1] < journal.index("start", "worker:0")
+    assert ("ps:0", "running (pid 1000)") in messages
+    assert any(who == "ps:0" and msg.startswith("listening on h0:2222") for who, msg in messages)
+    assert "stop" not in journal.verbs()
+
+
+def test_a_failing_later_phase_stops_everything_started() -> None:
+    cluster, hosts, journal = make()
+    hosts["h2"].fail_verbs["start"] = HostError("h2", "disk full")
+    with pytest.raises(HostError, match="disk full"):
+        control.start(cluster, ps_first(cluster), timeout=5)
+    stops = [i for i, (_h, verb, _d) in enumerate(journal.entries) if verb == "stop"]
+    assert sorted(h for h, verb, _ in journal.entries if verb == "stop") == ["h0", "h1", "h2"]
+    assert min(stops) > journal.index("start", "worker:1")
+    assert hosts["h0"].tasks["ps:0"].state is TaskState.STOPPED
+    assert hosts["h1"].tasks["worker:0"].state is TaskState.STOPPED
+
+
+def test_a_task_that_cannot_start_fails_the_start_with_its_last_lines() -> None:
+    cluster, hosts, journal = make({"worker:0": TaskScript(exits_at_start=True, lines=["Traceback", "ImportError: x"])})
+    with pytest.raises(StartupError) as raised:
+        control.start(cluster, ps_first(cluster), timeout=5)
+    assert "worker:0 could not start: No such file or directory" in raised.value.message
+    assert "last 2 lines of worker:0:\n  Traceback\n  ImportError: x" in raised.value.message
+    assert "worker:1" not in ",".join(d for _h, verb, d in journal.entries if verb == "start")
+    assert hosts["h0"].tasks["ps:0"].state is TaskState.STOPPED
+
+
+def test_a_task_that_exits_before_listening_fails_the_start() -> None:
+    cluster, _hosts, _journal = make({"ps:0": TaskScript(listen_after=None, end_after=2, exit_code=3)})
+    with pytest.raises(StartupError, match="ps:0 exited with code 3 before listening on port 2222"):
+        control.start(cluster, ps_first(cluster), timeout=5)
+
+
+def test_a_task_done_before_it_was_needed_is_not_waited_for() -> None:
+    cluster, hosts, _journal = make({"worker:0": TaskScript(listen_after=None, end_after=1)})
+    control.start(cluster, ps_first(cluster), timeout=5)
+    assert hosts["h2"].tasks["worker:1"].state is TaskState.RUNNING
+
+
+def test_not_listening_within_the_timeout_fails_unless_the_wait_is_only_a_hint() -> None:
+    cluster, _hosts, _journal = make({"ps:0": TaskScript(listen_after=None)})
+    with pytest.raises(StartupError, match=r"ps:0 did not listen on h0:2222 within 0.05s"):
+        control.start(cluster, ps_first(cluster), timeout=0.05)
+
+    cluster, hosts, _journal = make({"worker:0": TaskScript(listen_after=None)})
+    messages: list[str] = []
+    control.start(
+        cluster,
+        ps_first(cluster, wait_limit=0.05),
+        timeout=5,
+        progress=lambda who, msg: messages.append(f"{who} {msg}"),
+    )
+    assert "worker:0 not listening after 0.05s; starting the rest anyway" in messages
+    assert hosts["h2"].tasks["worker:1"].state is TaskState.RUNNING
+
+
+def test_ctrl_c_during_start_stops_what_was_started() -> None:
+    cluster, hosts, journal = make({"ps:0": TaskScript(listen_after=None)})
+
+    def interrupt_on_third_poll(request: p.Request[Any]) -> None:
+        if request.VERB == "status" and journal.verbs().count("status") == 3:
+            raise KeyboardInterrupt
+
+    hosts["h0"].before = interrupt_on_third_poll
+    with pytest.raises(KeyboardInterrupt):
+        control.start(cluster, ps_first(cluster), timeout=5)
+    assert journal.verbs()[-3:] == ["stop", "stop", "stop"]
+    assert hosts["h0"].tasks["ps:0"].state is TaskState.STOPPED
+
+
+def test_unreachable_peers_fail_the_start_naming_each_connection() -> None:
+    cluster, hosts, _journal = make()
+    hosts["h2"]._probe = lambda request: p.ProbeAnswer(  # type: ignore[method-assign]
+        {t: p.ProbeResult(False, "timeout", "10.0.0.1") for t in request.targets}
+    )
+    with pytest.raises(StartupError) as raised:
+        control.start(cluster, ps_first(cluster), timeout=5)
+    assert "1 of 3 connections failed" in raised.value.message
+    assert "h2 -> h0:2222: timed out: a firewall drops the traffic" in raised.value.message
+
+
+# ---------------------------------------------------------------- supervise and decide
+
+
+def running(cluster: Cluster) -> Cluster:
+    control.start(cluster, [Phase(cluster.record.tasks)], timeout=5)
+    return cluster
+
+
+def test_supervise_succeeds_when_the_decisive_tasks_succeed() -> None:
+    cluster, _hosts, _journal = make({"worker:0": TaskScript(end_after=3)})
+    outcome = control.supervise(running(cluster), poll=0)
+    assert outcome == Outcome(RunState.SUCCEEDED, "worker:0 finished successfully")
+
+
+def test_all_workers_policy_waits_for_every_decisive_task() -> None:
+    cluster, _hosts, journal = make(
+        {"worker:0": TaskScript(end_after=2), "worker:1": TaskScript(end_after=6)}, decisive=("worker:0", "worker:1")
+    )
+    outcome = control.supervise(running(cluster), poll=0)
+    assert outcome.succeeded and outcome.reason == "worker:0, worker:1 finished successfully"
+    assert journal.verbs("h2").count("status") == 6
+
+
+def test_an_essential_task_ending_fails_the_run_and_names_it() -> None:
+    cluster, _hosts, _journal = make({"ps:0": TaskScript(end_after=2, signal=9)})
+    outcome = control.supervise(running(cluster), poll=0)
+    assert outcome == Outcome(
+        RunState.FAILED,
+        "ps:0 on h0 was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer)",
+        "ps:0",
+    )
+
+
+def test_a_failed_worker_fails_the_run_with_its_exit_code() -> None:
+    cluster, _hosts, _journal = make({"worker:1": TaskScript(end_after=2, exit_code=137)})
+    outcome = control.supervise(running(cluster), poll=0)
+    assert outcome.state is RunState.FAILED and outcome.culprit == "worker:1"
+    assert outcome.reason == "worker:1 on h2 exited with code 137"
+
+
+def test_a_stopped_task_ends_the_run_as_stopped_not_failed() -> None:
+    cluster, hosts, _journal = make()
+    running(cluster)
+    hosts["h2"].tasks["worker:1"] = p.TaskInfo("worker:1", TaskState.STOPPED)
+    outcome = control.supervise(cluster, poll=0)
+    assert outcome.state is RunState.STOPPED and outcome.reason == "worker:1 on h2 was stopped (tfctl down)"
+
+
+def test_a_host_silent_past_its_patience_fails_the_run() -> None:
+    cluster, hosts, _journal = make()
+    running(cluster)
+    hosts["h2"].down = True
+    outcome = control.supervise(cluster, poll=0.01, host_patience=0.05)
+    assert outcome.state is RunState.FAILED
+    assert outcome.reason == "lost contact with h2 for 0.05s: h2: connection refused"
+
+
+def test_a_host_back_within_its_patience_is_forgiven() -> None:
+    cluster, hosts, journal = make({"worker:0": TaskScript(end_after=8)})
+    running(cluster)
+    seen: list[list[TaskState]] = []
+
+    def flap(request: p.Request[Any]) -> None:
+        hosts["h2"].down = 2 <= journal.verbs("h2").count("status") <= 4
+
+    hosts["h2"].before = flap
+    outcome = control.supervise(
+        cluster, poll=0, host_patience=60, on_status=lambda statuses: seen.append([s.state for s in statuses])
+    )
+    assert outcome.succeeded
+    assert [TaskState.RUNNING, TaskState.RUNNING, TaskState.UNKNOWN] in seen
+
+
+def test_a_judge_may_decide_what_states_cannot() -> None:
+    cluster, _hosts, _journal = make()
+    verdict = Outcome(RunState.FAILED, "worker:1 has been stuck", "worker:1")
+    calls: list[int] = []
+
+    def judge(statuses: list[Any]) -> Outcome | None:
+        calls.append(len(statuses))
+        return verdict if len(calls) == 3 else None
+
+    assert control.supervise(running(cluster), poll=0, judge=judge) is verdict
+    assert calls == [3, 3, 3]
+
+
+def test_cancelling_supervision_returns_at_once() -> None:
+    cluster, _hosts, _journal = make()
+    outcome = control.supervise(running(cluster), poll=10, cancelled=lambda: True)
+    assert outcome == Outcome(RunState.STOPPED, "supervision cancelled")
+
+
+# ---------------------------------------------------------------- lifecycle over fake hosts
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RunStore:
+    return RunStore(tmp_path / "home")
+
+
+def stored(store: RunStore, record: RunRecord) -> RunRecord:
+    store.create(record)
+    return record
+
+
+def test_finish_stops_everything_and_records_the_outcomes_state(store: RunStore) -> None:
+    for state in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED):
+        cluster, hosts, _journal = make(run_id=f"run-{state.value}")
+        stored(store, cluster.record)
+        running(cluster)
+        ending = lifecycle.finish(store, cluster, Outcome(state, f"because {state.value}"))
+        assert ending.record.state is state and ending.record.reason == f"because {state.value}"
+        assert ending.record.ended_at is not None and not ending.record.active
+        assert ending.stop.processes == 3 and ending.stop.clean
+        assert all(t.state is TaskState.STOPPED for h in hosts.values() for t in h.tasks.values())
+        assert store.load(cluster.record.run_id).state is state
+
+
+def test_finish_reports_a_host_it_could_not_check(store: RunStore) -> None:
+    cluster, hosts, _journal = make()
+    stored(store, cluster.record)
+    running(cluster)
+    hosts["h1"].down = True
+    ending = lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    assert not ending.stop.clean and ending.stop.unreachable == {"h1": "h1: connection refused"}
+    assert ending.stop.processes == 2
+
+
+def with_fakes(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, FakeHost]) -> None:
+    """Make lifecycle's own Cluster(...) calls use these fake hosts."""
+    monkeypatch.setattr(lifecycle, "Cluster", functools.partial(Cluster, agents=hosts))
+
+
+def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, hosts, _journal = make()
+    stored(store, cluster.record)
+    running(cluster)
+    with_fakes(monkeypatch, hosts)
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    with pytest.raises(UsageError, match=r"run fake-run of cluster 'fake' is still running \(3 tasks"):
+        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    hosts["h2"].down = True  # unknown counts as alive: the tasks may well be running
+    with pytest.raises(UsageError, match="still running"):
+        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    cluster.stop()
+    hosts["h2"].down = False
+    hosts["h2"].tasks["worker:1"] = p.TaskInfo("worker:1", TaskState.STOPPED)
+    lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    assert all(h.closed for h in hosts.values())
+
+
+def test_down_records_the_run_as_stopped_and_reports_each_host(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, hosts, _journal = make()
+    record = stored(store, cluster.record)
+    running(cluster)
+    with_fakes(monkeypatch, hosts)
+    report = lifecycle.down(store, record, grace=0.5)
+    assert report.processes == 3 and report.clean and report.ports == [2222, 2223, 2224]
+    after = store.load(record.run_id)
+    assert after.state is RunState.STOPPED and after.reason == "tfctl down"

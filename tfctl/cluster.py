@@ -1,0 +1,371 @@
+"""One run's tasks and the supervisors on its hosts: every query and command, on every host at once.
+
+A façade over one `HostAgent` per host (connections open on first use, closed by `with`). It
+answers with typed results and reports a host's failure as data, never hiding the other hosts.
+Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/`'s.
+"""
+
+from __future__ import annotations
+
+import signal as signal_module
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from tfctl.errors import HostError, StartupError
+from tfctl.group import GroupResult, fan_out
+from tfctl.hostagent import HostAgent
+from tfctl.runs import RunRecord, TaskSpec
+from tfctl.supervisor.protocol import (
+    InfoRequest,
+    ListenRequest,
+    PortInfo,
+    PortsRequest,
+    ProbeRequest,
+    ProbeResult,
+    StartRequest,
+    StatusRequest,
+    StopRequest,
+    TailRequest,
+    TaskInfo,
+    TaskLaunch,
+    TaskState,
+)
+from tfctl.transport import connect
+
+Progress = Callable[[str, str], None]  # (task or host, message)
+T = TypeVar("T")
+
+
+def quiet(_who: str, _msg: str) -> None:
+    """Progress sink for callers that render nothing."""
+
+
+def describe_end(
+    state: TaskState,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    error: str | None = None,
+    ended_at: float | None = None,
+) -> str:
+    """How a finished task ended, as the rest of a sentence that starts with the task's name.
+
+    E.g. `was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03`.
+    The one wording for run outcomes, start failures and diagnoses; `ended_at` (epoch) adds the time.
+    """
+    at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
+    if state is TaskState.LOST:
+        return "was lost (its process is gone and no exit code was recorded)"
+    if state is TaskState.STOPPED:
+        return f"was stopped (tfctl down){at}"
+    if signal:
+        why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
+        return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
+    if error:
+        return f"{error}{at}"
+    return f"exited with code {exit_code}{at}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal_module.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """What is true about one task right now, as its host's supervisor sees it."""
+
+    task: str
+    job: str
+    index: int
+    host: str
+    port: int
+    state: TaskState
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    listening: bool = False
+    uptime: float | None = None
+    last_line: str = ""
+    error: str | None = None
+    ended_at: float | None = None
+
+    @classmethod
+    def of(cls, spec: TaskSpec, info: TaskInfo | None) -> TaskStatus:
+        """A task's status from its host's answer; `unknown` when the host did not answer."""
+        if info is None:
+            return cls(spec.name, spec.job, spec.index, spec.host, spec.port, TaskState.UNKNOWN)
+        return cls(
+            spec.name,
+            spec.job,
+            spec.index,
+            spec.host,
+            spec.port,
+            info.state,
+            info.pid,
+            info.exit_code,
+            info.signal,
+            info.listening,
+            info.uptime,
+            info.last_line,
+            info.error,
+            info.ended_at,
+        )
+
+    @property
+    def final(self) -> bool:
+        return self.state.is_final
+
+    def describe_end(self) -> str:
+        return describe_end(self.state, self.exit_code, self.signal, self.error)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "job": self.job,
+            "index": self.index,
+            "host": self.host,
+            "port": self.port,
+            "state": self.state.value,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "listening": self.listening,
+            "uptime": self.uptime,
+            "last_line": self.last_line,
+        }
+
+
+PROBE_CAUSES = {
+    "refused": "connection refused: nothing listens there as seen from this host "
+    "(wrong address, or the name leads to another machine)",
+    "timeout": "timed out: a firewall drops the traffic, or the host is down",
+    "unresolvable": "the name does not resolve on this host: add it to DNS or /etc/hosts there, or use an IP",
+    "unreachable": "no route to that address from this host",
+}
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """One connection that failed in a reachability check, with the likely cause in words."""
+
+    source: str
+    target: str
+    result: ProbeResult
+
+    def __str__(self) -> str:
+        r = self.result
+        why = PROBE_CAUSES.get(r.error or "", r.error or "failed")
+        if r.local and r.error == "refused":
+            why = (
+                f"the name resolves to {r.address}, an address of {self.source} itself, "
+                f"where nothing listens on that port"
+            )
+        extra = f" ({r.detail})" if r.detail else ""
+        return f"{self.source} -> {self.target}: {why}{extra}"
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    host: str
+    hostname: str
+    python: str | None
+    tensorflow: str | None
+    error: str | None = None
+
+
+@dataclass
+class StopReport:
+    """What `stop` did on every host, and what it could not prove gone."""
+
+    processes: int = 0
+    remaining: dict[str, list[int]] = field(default_factory=dict)
+    busy_ports: dict[str, list[int]] = field(default_factory=dict)
+    hosts: int = 0
+    ports: list[int] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.remaining and not self.busy_ports and not self.unreachable
+
+
+def error_text(error: Exception) -> str:
+    return str(getattr(error, "message", error))
+
+
+class Cluster:
+    """One run's tasks and the supervisors on its hosts. Constructing it does no I/O."""
+
+    def __init__(
+        self, record: RunRecord, agents: dict[str, HostAgent] | None = None, accept_new_host_keys: bool = False
+    ) -> None:
+        self.record = record
+        self.agents = (
+            agents
+            if agents is not None
+            else {h.name: HostAgent(connect(h, accept_new_host_keys), h.python, h.root) for h in record.hosts}
+        )
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()
+
+    def fan_out(self, hosts: Iterable[str], fn: Callable[[HostAgent], T]) -> GroupResult[T]:
+        """`fn` on the agent of every host in parallel; each host's failure is kept as data."""
+        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn)
+
+    @staticmethod
+    def by_host(tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
+        grouped: dict[str, list[TaskSpec]] = defaultdict(list)
+        for t in tasks:
+            grouped[t.host].append(t)
+        return grouped
+
+    # ---------------------------------------------------------------- queries
+
+    def status(self, tasks: Sequence[TaskSpec] | None = None) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        """Every task's status, plus the hosts that could not be asked (their tasks: `unknown`)."""
+        tasks = list(tasks if tasks is not None else self.record.tasks)
+        grouped = self.by_host(tasks)
+        answers = self.fan_out(
+            grouped, lambda a: a.call(StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}))
+        )
+        infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
+        return [TaskStatus.of(t, infos.get(t.name)) for t in tasks], answers.failed
+
+    def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
+        """address -> who listens there, for every task port something already listens on."""
+        grouped = self.by_host(tasks)
+        answers = self.fan_out(grouped, lambda a: a.call(PortsRequest([t.port for t in grouped[a.host]])))
+        answers.raise_if_failed("checking ports")
+        busy = {}
+        for t in tasks:
+            info = answers.succeeded[t.host].ports[str(t.port)]
+            if info.listening:
+                busy[t.address] = info
+        return busy
+
+    def tails(self, names: Sequence[str], count: int) -> dict[str, list[str]]:
+        """The last `count` output lines of each named task, one call per host."""
+        grouped = self.by_host(self.record.task(n) for n in names)
+        answers = self.fan_out(
+            grouped, lambda a: a.call(TailRequest(self.record.run_id, [t.name for t in grouped[a.host]], count))
+        )
+        return {task: lines for answer in answers.succeeded.values() for task, lines in answer.tails.items()}
+
+    def last_lines_text(self, task: str, count: int = 10) -> str:
+        """`\\nlast N lines of TASK:` and the lines, for an error message; empty if none."""
+        lines = self.tails([task], count).get(task, [])
+        return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
+
+    def reachable(self, source: str, address: str) -> bool | None:
+        """Can a task on `source` open a TCP connection to `address`? None when unknown."""
+        try:
+            answer = self.agents[source].call(ProbeRequest([address], 3.0))
+        except (HostError, KeyError):
+            return None
+        return answer.results[address].ok
+
+    def preflight(self, progress: Progress = quiet) -> list[HostInfo]:
+        """Reach every host (auth, host keys) and learn its Python and TensorFlow, in parallel."""
+        hosts = sorted(self.agents)
+        for host in hosts:
+            progress(host, "connecting")
+        answers = self.fan_out(hosts, lambda a: a.call(InfoRequest(a.python), timeout=60))
+        answers.raise_if_failed("connecting to hosts")
+        infos = []
+        for host in hosts:
+            a = answers.succeeded[host]
+            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error))
+            progress(host, f"ok: python {a.python or '?'}, {a.tensorflow or 'no tensorflow'}")
+        return infos
+
+    def check_reachable(
+        self, sources: Sequence[str], targets: Sequence[str], progress: Progress = quiet, timeout: float = 3.0
+    ) -> None:
+        """From every source host, a TCP connect to every target: a worker that cannot reach its
+        ps would otherwise wait in CreateSession forever. Raises StartupError listing each failure."""
+        if not sources or not targets:
+            return
+        answers = self.fan_out(sources, lambda a: a.call(ProbeRequest(list(targets), timeout)))
+        answers.raise_if_failed("reachability check")
+        failures = [
+            ProbeFailure(host, target, result)
+            for host, answer in sorted(answers.succeeded.items())
+            for target, result in answer.results.items()
+            if not result.ok
+        ]
+        total = len(sources) * len(targets)
+        if failures:
+            raise StartupError(
+                f"{len(failures)} of {total} connections failed in the reachability check:\n"
+                + "\n".join(f"  {f}" for f in failures),
+                hint="tasks on those hosts would wait forever for their peers; fix the network or the addresses",
+            )
+        progress(
+            "",
+            f"reachability: {len(sources)} host{'s' if len(sources) != 1 else ''} -> "
+            f"{', '.join(targets)}: all {total} connections ok",
+        )
+
+    # ---------------------------------------------------------------- commands
+
+    def start_tasks(self, tasks: Sequence[TaskSpec]) -> dict[str, TaskInfo]:
+        """Start these tasks, each host's at once; raises if a host failed to start them."""
+        grouped = self.by_host(tasks)
+        record = self.record
+        started = self.fan_out(
+            grouped,
+            lambda a: a.call(
+                StartRequest(
+                    record.run_id,
+                    [
+                        TaskLaunch(t.name, t.command, dict(t.env), t.cwd, record.grace_period, record.store)
+                        for t in grouped[a.host]
+                    ],
+                )
+            ),
+        )
+        started.raise_if_failed("starting tasks")
+        return {name: info for answer in started.succeeded.values() for name, info in answer.tasks.items()}
+
+    def hold_ports(self, ports_by_host: dict[str, list[int]], marker: str, seconds: float) -> None:
+        """Throw-away listeners on these ports (stopped by `stop` of `marker`), to test the network."""
+        held = self.fan_out(
+            ports_by_host, lambda a: a.call(ListenRequest(marker, ports_by_host[a.host], seconds, self.record.store))
+        )
+        held.raise_if_failed("opening test listeners")
+
+    def release_ports(self, hosts: Iterable[str], marker: str) -> None:
+        self.fan_out(hosts, lambda a: a.call(StopRequest(marker, 1.0)))
+
+    def stop(self, grace: float | None = None) -> StopReport:
+        """Stop every task of the run on every host and check the processes and ports are gone."""
+        grace = self.record.grace_period if grace is None else grace
+        hosts = sorted(h.name for h in self.record.hosts)
+        ports = {h: sorted({t.port for t in self.record.tasks if t.host == h}) for h in hosts}
+        answers = self.fan_out(
+            hosts, lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120)
+        )
+        report = StopReport(hosts=len(hosts))
+        report.unreachable = {h: error_text(e) for h, e in answers.failed.items()}
+        for host, answer in answers.succeeded.items():
+            report.processes += answer.processes
+            if answer.remaining:
+                report.remaining[host] = answer.remaining
+            for port, info in answer.ports.items():  # checked on the host once all was stopped
+                if info.listening:
+                    report.busy_ports[f"{host}:{port}"] = info.pids
+            report.ports.extend(ports[host])
+        report.ports = sorted(set(report.ports))
+        return report

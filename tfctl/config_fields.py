@@ -1,0 +1,572 @@
+"""The cluster file's keys, one validator each, and the parse state they report problems into.
+
+A validator takes (doc, key path, value) and returns the converted value, or INVALID after
+recording a problem in `doc`; `config.py` reads the YAML and runs `TOP_KEYS` over it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import re
+import string
+from datetime import date
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from tfctl.errors import ConfigProblem
+from tfctl.model import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_STARTUP_TIMEOUT,
+    JOB_NAMES,
+    PLACEHOLDERS,
+    SUCCESS_POLICIES,
+    Address,
+    HostConfig,
+    Job,
+    SSHSettings,
+    frozen_env,
+)
+
+RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_DIGITS_RE = re.compile(r"[0-9]+")
+PORT = 2222
+COMMAND_EXAMPLE = "command: python train.py --job_name={job_name} --task_index={task_index}"
+_PLACEHOLDER_LIST = ", ".join("{" + name + "}" for name in PLACEHOLDERS)
+_BRACES_FIX = "write `{{` and `}}` for literal braces (e.g. `${{HOME}}` for the shell's ${HOME})"
+_IPV6_FIX = 'write IPv6 in brackets and quoted, so YAML keeps them: `"[::1]:2222"`'
+_JOB_ALIASES = {"master": "chief", "parameter_server": "ps", "parameter_servers": "ps"}
+# Jobs TF runs as a single task; value: (most addresses allowed, fix).
+_MAX_TASKS = {
+    "chief": (1, "keep one address under `chief` and move the others to `worker`"),
+    "evaluator": (1, "keep one address under `evaluator`; TF runs a single evaluator task"),
+}
+# Stands for a value whose problem is already recorded, so callers skip it instead of re-reporting.
+INVALID: Any = object()
+
+
+class Doc:
+    """State of one parse: the file, each key path's YAML node (for positions), the problems."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.nodes: dict[str, yaml.Node] = {}
+        self.key_nodes: dict[str, yaml.Node] = {}
+        self.addresses: dict[Address, str] = {}  # first key path of each host:port, for duplicates
+        self.problems: list[ConfigProblem] = []
+        self.scalars = yaml.constructor.SafeConstructor()
+
+    def problem(self, path: str, message: str, fix: str | None, *, at: yaml.Node | yaml.Mark | None = None) -> Any:
+        """Record a problem located at `at` (a node or mark), else at the value of `path`; returns INVALID."""
+        where = at if at is not None else self.nodes.get(path)
+        mark = where.start_mark if isinstance(where, yaml.Node) else where
+        line = mark.line + 1 if mark is not None else None
+        column = mark.column + 1 if mark is not None else None
+        self.problems.append(ConfigProblem(self.file, line, column, path, message, fix))
+        return INVALID
+
+    def raw(self, path: str) -> str | None:
+        """The scalar text as written (`0.10`, not 0.1), for values that end up as strings."""
+        node = self.nodes.get(path)
+        return node.value if isinstance(node, yaml.ScalarNode) else None
+
+
+# (doc, key path, value) -> converted value, or INVALID after recording a problem.
+Validator = Callable[[Doc, str, Any], Any]
+
+
+def _found(value: Any, raw: str | None) -> str:
+    """What YAML made of a value, in the user's terms; `raw` is the text as written, if a scalar."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return f"a boolean (`{raw}`: YAML reads yes/no/on/off/true/false as booleans)"
+    if isinstance(value, (int, float)):
+        return f"a number ({raw})"
+    if isinstance(value, str):
+        return f"a string (`{value}`)" if len(value) <= 40 else "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, date):
+        return "a date"
+    return f"a YAML {type(value).__name__}"
+
+
+def type_error(doc: Doc, path: str, expected: str, value: Any, fix: str) -> Any:
+    return doc.problem(path, f"expected {expected}, found {_found(value, doc.raw(path))}", fix)
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _suggest(word: str, choices: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> str | None:
+    """Closest valid name: a known alias, a near spelling, or the one choice it abbreviates."""
+    if aliases and word in aliases:
+        return aliases[word]
+    lowered = word.lower()
+    close = difflib.get_close_matches(lowered, choices, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    prefixed = [choice for choice in choices if lowered and (choice.startswith(lowered) or lowered.startswith(choice))]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def unknown_key(
+    doc: Doc, path: str, key: str, kind: str, allowed: tuple[str, ...], aliases: Mapping[str, str] | None = None
+) -> Any:
+    hint = _suggest(key, allowed, aliases)
+    listing = f"allowed {kind}s: {', '.join(allowed)}"
+    fix = f"did you mean `{hint}`? {listing}" if hint else f"remove or rename it; {listing}"
+    return doc.problem(path, f"unknown {kind} `{key}`", fix, at=doc.key_nodes.get(path))
+
+
+def _string(doc: Doc, path: str, value: Any, example: str) -> Any:
+    """A non-empty string; a number or boolean gets the fix to quote it."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, str):
+        return doc.problem(path, "is empty", f"give a value, e.g. `{example}`")
+    raw = doc.raw(path)
+    if value is not None and raw is not None:
+        fix = f'quote it so YAML keeps it as text: `{_leaf(path)}: "{raw}"`'
+    else:
+        fix = f"e.g. `{example}`"
+    return type_error(doc, path, "a string", value, fix)
+
+
+def _name(doc: Doc, path: str, value: Any) -> Any:
+    name = _string(doc, path, value, "name: mnist")
+    if name is INVALID or _NAME_RE.fullmatch(name):
+        return name
+    suggestion = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).lstrip("_.-")[:63] or "mnist"
+    return doc.problem(
+        path,
+        f"`{name}` cannot be used: the name becomes part of run ids and directory names",
+        f"use 1-63 letters, digits, `_`, `.` or `-`, starting with a letter or digit, e.g. `name: {suggestion}`",
+    )
+
+
+def _command(doc: Doc, path: str, value: Any) -> Any:
+    """A command whose `{placeholders}` are all ones tfctl fills in, without format specs."""
+    if isinstance(value, dict):
+        return type_error(
+            doc,
+            path,
+            "a command string",
+            value,
+            "quote the whole command: unquoted, a value starting with `{` is a YAML mapping",
+        )
+    command = _string(doc, path, value, COMMAND_EXAMPLE)
+    if command is INVALID:
+        return command
+    try:
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(command)
+            if name is not None
+        ]
+    except ValueError as error:
+        return doc.problem(
+            path, f"malformed braces: {error}", f"placeholders look like `{{task_index}}`; {_BRACES_FIX}"
+        )
+    valid = True
+    for name, spec, conversion in fields:
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name not in PLACEHOLDERS:
+            hint = _suggest(name, PLACEHOLDERS)
+            guess = f"did you mean `{{{hint}}}`? " if hint else ""
+            doc.problem(
+                path, f"unknown placeholder `{shown}`", f"{guess}placeholders are {_PLACEHOLDER_LIST}; {_BRACES_FIX}"
+            )
+            valid = False
+        elif spec or conversion:
+            doc.problem(
+                path,
+                f"placeholder `{shown}` has a format spec or conversion, which tfctl does not apply",
+                f"write `{{{name}}}`",
+            )
+            valid = False
+    return command if valid else INVALID
+
+
+def _python(doc: Doc, path: str, value: Any) -> Any:
+    return _string(doc, path, value, "python: python3")
+
+
+def _workdir(doc: Doc, path: str, value: Any) -> Any:
+    """An existing directory; relative to the cluster file, so the file works from any cwd."""
+    text = _string(doc, path, value, "workdir: .")
+    if text is INVALID:
+        return text
+    directory = Path(text).expanduser()
+    if not directory.is_absolute():
+        directory = doc.file.parent / directory
+    directory = directory.resolve()
+    if not directory.exists():
+        return doc.problem(
+            path,
+            f"directory {directory} does not exist",
+            f"create it (mkdir -p {directory}) or fix the path; relative paths start at the cluster file's directory",
+        )
+    if not directory.is_dir():
+        return doc.problem(
+            path, f"{directory} is not a directory", "point `workdir` at the directory tasks should run in"
+        )
+    return directory
+
+
+def _env(doc: Doc, path: str, value: Any) -> Any:
+    """Variable name -> text; booleans are refused because YAML turns `yes` into true."""
+    if not isinstance(value, dict):
+        return type_error(
+            doc, path, "a mapping of variable names to values", value, 'e.g. `env: {OMP_NUM_THREADS: "4"}`'
+        )
+    env: dict[str, str] = {}
+    valid = True
+    for key, item in value.items():
+        child = f"{path}.{key}"
+        if not _ENV_NAME_RE.fullmatch(key):
+            doc.problem(
+                child,
+                f"`{key}` is not a valid environment variable name",
+                "use letters, digits and `_`, not starting with a digit",
+                at=doc.key_nodes[child],
+            )
+            valid = False
+        elif key in RESERVED_ENV:
+            doc.problem(
+                child,
+                f"`{key}` is set by tfctl for every task",
+                f"remove it; tfctl derives {', '.join(RESERVED_ENV)} from the cluster file",
+                at=doc.key_nodes[child],
+            )
+            valid = False
+        if isinstance(item, str):
+            env[key] = item
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            env[key] = doc.raw(child) or str(item)  # as written: `0.10` stays "0.10"
+        elif item is not INVALID:
+            fix = (
+                f'quote it: `{key}: "{doc.raw(child)}"`'
+                if isinstance(item, bool)
+                else f'quote it, e.g. `{key}: "value"` (`{key}: ""` for empty)'
+            )
+            type_error(doc, child, "a string or number", item, fix)
+            valid = False
+        else:
+            valid = False
+    return frozen_env(env) if valid else INVALID
+
+
+def _seconds(default: float) -> Validator:
+    """Validator for a positive, finite duration in seconds."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        example = f"`{path}: {default:g}`"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return type_error(doc, path, "a number of seconds", value, f"write a plain number, e.g. {example}")
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+        if not 0 < seconds < math.inf:
+            return doc.problem(path, f"must be a number of seconds greater than 0, found {value}", f"e.g. {example}")
+        return seconds
+
+    return validate
+
+
+def _success_policy(doc: Doc, path: str, value: Any) -> Any:
+    if isinstance(value, str) and value in SUCCESS_POLICIES:
+        return value
+    hint = _suggest(value, SUCCESS_POLICIES) if isinstance(value, str) else None
+    guess = f"did you mean `{hint}`? " if hint else ""
+    return doc.problem(
+        path,
+        f"expected one of {', '.join(SUCCESS_POLICIES)}, found {_found(value, doc.raw(path))}",
+        f"{guess}write `success_policy: chief` (the default) or `success_policy: all_workers`",
+    )
+
+
+def _jobs(doc: Doc, path: str, value: Any) -> Any:
+    """Job name -> Job, in JOB_NAMES order whatever the file's order."""
+    if not isinstance(value, dict):
+        return type_error(
+            doc,
+            path,
+            "a mapping of job name to addresses",
+            value,
+            f"e.g. `jobs: {{ps: [localhost:{PORT}], worker: [localhost:{PORT + 1}]}}`",
+        )
+    jobs: dict[str, Any] = {}
+    for name, spec in value.items():
+        child = f"{path}.{name}"
+        if name not in JOB_NAMES:
+            jobs[name] = unknown_key(doc, child, name, "job", JOB_NAMES, _JOB_ALIASES)
+        else:
+            jobs[name] = spec if spec is INVALID else _job(doc, child, name, spec)
+    if set(value) <= set(JOB_NAMES) and not {"chief", "worker"} & set(value):
+        doc.problem(
+            path,
+            "no `worker` or `chief` job, so nothing would train",
+            f"add `worker: [localhost:{PORT + 1}]` under `jobs:`",
+        )
+    if any(job is INVALID for job in jobs.values()):
+        return INVALID
+    return MappingProxyType({name: jobs[name] for name in JOB_NAMES if name in jobs})
+
+
+def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
+    """A job is a list of addresses, or a mapping with `hosts` and optional `command`/`env`."""
+    if isinstance(spec, dict):
+        hosts_path, raw_hosts = f"{path}.hosts", spec.get("hosts")
+        fields = {}
+        for key, value in spec.items():
+            validator = _JOB_KEYS.get(key)
+            if validator is None:
+                fields[key] = unknown_key(doc, f"{path}.{key}", key, "key", tuple(_JOB_KEYS))
+            else:
+                fields[key] = value if value is INVALID else validator(doc, f"{path}.{key}", value)
+        if "hosts" not in spec:
+            fields["hosts"] = doc.problem(
+                hosts_path,
+                "missing required key `hosts`",
+                f"add `hosts: [localhost:{PORT}]` under `{path}`",
+                at=doc.nodes[path],
+            )
+    else:
+        hosts_path, raw_hosts = path, spec
+        fields = {"hosts": _addresses(doc, path, spec)}
+    if name in _MAX_TASKS and isinstance(raw_hosts, list) and len(raw_hosts) > _MAX_TASKS[name][0]:
+        limit, fix = _MAX_TASKS[name]
+        return doc.problem(
+            f"{hosts_path}[{limit}]", f"a cluster has at most {limit} `{name}` task, found {len(raw_hosts)}", fix
+        )
+    if any(value is INVALID for value in fields.values()):
+        return INVALID
+    return Job(name=name, addresses=fields["hosts"], command=fields.get("command"), env=fields.get("env", frozen_env()))
+
+
+def _addresses(doc: Doc, path: str, value: Any) -> Any:
+    """A non-empty list of `host:port`, each unused by any task seen so far."""
+    label = _leaf(path)
+    if not isinstance(value, list):
+        raw = doc.raw(path)
+        fix = (
+            f"make it a list: `{label}: [{raw}]`"
+            if isinstance(value, (str, int, float)) and raw
+            else f"e.g. `{label}: [localhost:{PORT}, localhost:{PORT + 1}]`"
+        )
+        return type_error(doc, path, "a list of host:port strings", value, fix)
+    if not value:
+        return doc.problem(
+            path, "has no addresses", f"add one, e.g. `{label}: [localhost:{PORT}]`, or remove `{label}`"
+        )
+    addresses = [_address(doc, f"{path}[{index}]", item) for index, item in enumerate(value)]
+    return INVALID if any(a is INVALID for a in addresses) else tuple(addresses)
+
+
+def _address(doc: Doc, path: str, item: Any) -> Any:
+    if item is INVALID:
+        return item
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        item = doc.raw(path)  # `10:22` is 622 to YAML 1.1, `2222` a number: use what was written
+    if not isinstance(item, str):
+        fix = _IPV6_FIX if isinstance(item, list) else f"write it as `localhost:{PORT}`"
+        return type_error(doc, path, "a host:port string", item, fix)
+    try:
+        address = _parse_address(item)
+    except ValueError as error:
+        message, fix = error.args
+        return doc.problem(path, message, fix)
+    first = doc.addresses.setdefault(address, path)
+    if first != path:
+        port = address.port + 1
+        while Address(address.host, port) in doc.addresses and port < 65535:
+            port += 1
+        return doc.problem(
+            path,
+            f"duplicates {first} ({address})",
+            f"give every task its own host:port, e.g. `{Address(address.host, port)}`",
+        )
+    return address
+
+
+def _parse_address(text: str) -> Address:
+    """`host:port` or `[ipv6]:port` -> Address; raises ValueError(message, fix)."""
+    if _DIGITS_RE.fullmatch(text):
+        raise ValueError(
+            f"`{text}` is a bare number, not host:port",
+            f"write `localhost:{text}` (or `HOST:{text}` for another machine)",
+        )
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"`{text}` is not `[ipv6]:port`", _IPV6_FIX)
+        if not _valid_ipv6(host):
+            raise ValueError(f"`{host}` is not a valid IPv6 address", _IPV6_FIX)
+        port, right_form = rest[1:], f'`"[{host}]:{PORT}"`'
+    else:
+        if text.count(":") > 1:
+            raise ValueError(f"`{text}` looks like an IPv6 address without brackets", _IPV6_FIX)
+        host, colon, port = text.partition(":")
+        if not colon:
+            raise ValueError(f"`{text}` has no port", f"write `{text}:{PORT}`, with a port free on that host")
+        if not host:
+            raise ValueError(f"`{text}` has no host", f"write `localhost:{port or PORT}`")
+        if not _valid_host(host):
+            raise ValueError(
+                f"`{host}` is not a valid hostname or IP address",
+                f"use letters, digits, `-` and `.` (no `_` or spaces), e.g. `localhost:{PORT}` or `10.0.0.5:{PORT}`",
+            )
+        right_form = f"`{host}:{PORT}`"
+    fix = f"write {right_form}, with a port between 1 and 65535"
+    if not port:
+        raise ValueError(f"`{text}` has no port", fix)
+    if not _DIGITS_RE.fullmatch(port):
+        raise ValueError(f"port `{port}` is not a number", fix)
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {int(port)} is out of range (1-65535)", fix)
+    return Address(host, int(port))
+
+
+def _valid_host(host: str) -> bool:
+    """A hostname or an IPv4 address; all-digit-and-dot names must be real IPv4 addresses."""
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+        return True
+    return bool(_HOSTNAME_RE.fullmatch(host))
+
+
+def _valid_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _boolean(doc: Doc, path: str, value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    return type_error(doc, path, "true or false", value, f"write `{_leaf(path)}: true` or `{_leaf(path)}: false`")
+
+
+def _port(doc: Doc, path: str, value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    return doc.problem(
+        path, f"expected a port number (1-65535), found {_found(value, doc.raw(path))}", f"e.g. `{_leaf(path)}: 22`"
+    )
+
+
+def _exclude(doc: Doc, path: str, value: Any) -> Any:
+    """Glob patterns matched against each path component and each relative path."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        return type_error(doc, path, "a list of glob patterns", value, 'e.g. `exclude: [data, "*.ckpt"]`')
+    return tuple(value)
+
+
+def _section(fields: Mapping[str, Validator], build: Callable[..., Any], example: str) -> Validator:
+    """Validator for a mapping of known keys, each with its own validator, built into `build`."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return type_error(doc, path, "a mapping", value, f"e.g. `{example}`")
+        out, valid = {}, True
+        for key, item in value.items():
+            child = f"{path}.{key}"
+            validator = fields.get(key)
+            if validator is None:
+                unknown_key(doc, child, key, "key", tuple(fields))
+                valid = False
+            elif item is INVALID:
+                valid = False
+            else:
+                out[key] = validator(doc, child, item)
+                valid = valid and out[key] is not INVALID
+        return build(**out) if valid else INVALID
+
+    return validate
+
+
+_SSH_KEYS: dict[str, Validator] = {
+    "user": lambda doc, path, value: _string(doc, path, value, "user: ubuntu"),
+    "port": _port,
+    "identity_file": lambda doc, path, value: _string(doc, path, value, "identity_file: ~/.ssh/id_ed25519"),
+    "config": lambda doc, path, value: _string(doc, path, value, "config: ~/.ssh/config"),
+    "connect_timeout": _seconds(10),
+    "keepalive": _seconds(15),
+}
+_ssh = _section(_SSH_KEYS, SSHSettings, "ssh: {user: ubuntu, connect_timeout: 10}")
+
+
+def _host_entry(name: str) -> Validator:
+    def build(python: str | None = None, local: bool | None = None, **ssh: Any) -> HostConfig:
+        if "ssh" in ssh:
+            ssh["destination"] = ssh.pop("ssh")
+        return HostConfig(name=name, ssh=SSHSettings(**ssh), python=python, local=local)
+
+    keys = {
+        "ssh": lambda doc, path, value: _string(doc, path, value, "ssh: gpu1-via-bastion"),
+        "python": _python,
+        "local": _boolean,
+        **{k: v for k, v in _SSH_KEYS.items() if k not in ("config", "connect_timeout", "keepalive")},
+    }
+    return _section(keys, build, f"{name}: {{ssh: {name}.example.com, user: ubuntu}}")
+
+
+def _hosts(doc: Doc, path: str, value: Any) -> Any:
+    """Host name (as written in `jobs`) -> how to reach it."""
+    if not isinstance(value, dict):
+        return type_error(
+            doc,
+            path,
+            "a mapping of host names to settings",
+            value,
+            "e.g. `hosts: {gpu1: {ssh: gpu1-via-bastion, user: ubuntu}}`",
+        )
+    hosts = {name: _host_entry(name)(doc, f"{path}.{name}", item) for name, item in value.items()}
+    if any(h is INVALID for h in hosts.values()):
+        return INVALID
+    return MappingProxyType(hosts)
+
+
+# Each top-level key fills the ClusterConfig field of the same name: a new setting is one line
+# here plus the field in model.py (and `REQUIRED` if it must be present).
+TOP_KEYS: dict[str, Validator] = {
+    "name": _name,
+    "command": _command,
+    "python": _python,
+    "workdir": _workdir,
+    "env": _env,
+    "grace_period": _seconds(DEFAULT_GRACE_PERIOD),
+    "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
+    "success_policy": _success_policy,
+    "jobs": _jobs,
+    "ssh": _ssh,
+    "hosts": _hosts,
+    "sync": _boolean,
+    "exclude": _exclude,
+    "hang_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
+    "fail_on_ps_exit": _boolean,
+}
+REQUIRED = {
+    "name": "add `name: mnist`: it names runs and their directories",
+    "jobs": f"add `jobs:` with the tasks' addresses, e.g. `jobs: {{worker: [localhost:{PORT}]}}`",
+}
+_JOB_KEYS: dict[str, Validator] = {"hosts": _addresses, "command": _command, "env": _env}

@@ -1,0 +1,128 @@
+"""The cluster model: the frozen dataclasses every part of tfctl reads, and the names they allow.
+
+`config.py` builds a `ClusterConfig` from a cluster file; nothing downstream re-reads YAML, so
+these classes are all a run needs to know about the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+# Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
+JOB_NAMES = ("chief", "ps", "worker", "evaluator")
+# The `{placeholders}` a command may use; `tf/cluster.py` fills in every one.
+PLACEHOLDERS = (
+    "job_name",
+    "task_index",
+    "ps_hosts",
+    "worker_hosts",
+    "chief_hosts",
+    "evaluator_hosts",
+    "python",
+    "run_id",
+)
+SUCCESS_POLICIES = ("chief", "all_workers")
+# Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.
+DEFAULT_EXCLUDE = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    "*.pyc",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ipynb_checkpoints",
+    ".DS_Store",
+)
+DEFAULT_GRACE_PERIOD = 10.0
+DEFAULT_STARTUP_TIMEOUT = 120.0
+
+
+def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """A read-only copy, so a frozen dataclass's env cannot change under a running plan."""
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Address:
+    """A task's `host:port`, exactly as TF tasks use it to reach each other."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One TF job; task index = position in `addresses`."""
+
+    name: str
+    addresses: tuple[Address, ...]
+    command: str | None = None
+    env: Mapping[str, str] = field(default_factory=frozen_env)
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """How to reach a remote host; unset fields fall back to ~/.ssh/config, then ssh's defaults."""
+
+    destination: str | None = None  # SSH target when it differs from the cluster address
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    config: str | None = None  # ssh config file (default ~/.ssh/config)
+    connect_timeout: float | None = None
+    keepalive: float | None = None
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Per-host overrides from the `hosts:` section, keyed by the host name the jobs use."""
+
+    name: str
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    python: str | None = None
+    local: bool | None = None  # None: local exactly when the name is localhost / 127.x / ::1
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A validated cluster file. `jobs` keeps JOB_NAMES order and holds only the jobs present."""
+
+    name: str
+    path: Path
+    jobs: Mapping[str, Job]
+    command: str | None = None
+    python: str | None = None
+    workdir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=frozen_env)
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    success_policy: str = "chief"
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    hosts: Mapping[str, HostConfig] = field(default_factory=lambda: MappingProxyType({}))
+    sync: bool = True
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    hang_timeout: float | None = None  # None: the startup timeout
+    fail_on_ps_exit: bool = True
+
+    def command_for(self, job: str) -> str:
+        """The job's own command, else the cluster command (validation guarantees one exists)."""
+        own = self.jobs[job].command
+        return own if own is not None else self.command or ""
+
+    def env_for(self, job: str) -> dict[str, str]:
+        """Cluster env overlaid by the job's env."""
+        return {**self.env, **self.jobs[job].env}
+
+    def tasks(self) -> list[tuple[str, int, Address]]:
+        """Every task as (job, index, address), in JOB_NAMES order."""
+        return [(name, i, a) for name, job in self.jobs.items() for i, a in enumerate(job.addresses)]

@@ -1,0 +1,137 @@
+"""How tfctl shows things to people: status tables, stop summaries, log lines and diagnoses.
+
+Imported by the CLI's verbs only (never at `tfctl --help`), so it may import rich at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+
+from tfctl import console
+from tfctl.cluster import Cluster, StopReport
+from tfctl.hosts import host_port
+from tfctl.logs import Prefixer
+from tfctl.supervisor.protocol import TaskState
+from tfctl.tf.diagnose import Finding
+from tfctl.tf.doctor import LiveNotes, diagnose_run
+
+
+def port_ranges(ports: list[int]) -> str:
+    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'."""
+    spans: list[list[int]] = []
+    for p in sorted(set(ports)):
+        if spans and p == spans[-1][1] + 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+def stop_summary(report: StopReport) -> str:
+    hosts = f"{report.hosts} host{'s' if report.hosts != 1 else ''}"
+    remain = sum(len(p) for p in report.remaining.values())
+    text = f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain"
+    if report.ports:
+        word = "port" if len(report.ports) == 1 else "ports"
+        text += f"; {word} {port_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
+    return text
+
+
+def render_stop(report: StopReport) -> None:
+    console.err().print(stop_summary(report))
+    for host, pids in report.remaining.items():
+        console.err().print(f"[red]{host}: still running: pids {', '.join(map(str, pids))}[/red]")
+    for address, pids in report.busy_ports.items():
+        console.err().print(f"[red]{address}: still listening (pids {', '.join(map(str, pids)) or '?'})[/red]")
+    for host, why in report.unreachable.items():
+        console.err().print(f"[red]{host}: could not be checked: {why}[/red]")
+
+
+def state_style(state: str) -> str:
+    return {
+        TaskState.RUNNING: "green",
+        TaskState.SUCCEEDED: "green",
+        TaskState.STOPPED: "yellow",
+        TaskState.PENDING: "dim",
+        TaskState.STARTING: "cyan",
+    }.get(TaskState(state), "red")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def status_table(cluster: Cluster, console_width: int) -> Any:
+    from rich.table import Table
+
+    statuses, unreachable = cluster.status()
+    found = diagnose_run(cluster, statuses)
+    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
+    record = cluster.record
+    title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    rows = []
+    for s in statuses:
+        exit_text = (
+            "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
+        )
+        listen = "yes" if s.listening else ("no" if s.state.value == "running" else "-")
+        rows.append(
+            [
+                s.task,
+                host_port(s.host, s.port),
+                s.state.value,
+                str(s.pid or "-"),
+                exit_text,
+                duration(s.uptime),
+                listen,
+                s.last_line[:300],
+            ]
+        )
+    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "LAST LINE")
+    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
+    # Every column keeps its full width; only the last line is cut to what the screen has left.
+    widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
+    for col, width in zip(columns, widths):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
+    for row in rows:
+        table.add_row(*row[:2], Text(row[2], style=state_style(row[2])), *row[3:7], Text(row[7]))
+    if unreachable:
+        table.caption = "\n".join(
+            f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
+        )
+    notes = [finding_text(task, f) for task, f in found.findings.items()]
+    return Group(table, *notes) if notes else table
+
+
+def finding_text(task: str, finding: Finding) -> Any:
+    return (
+        Text(f"{task}: ", style="bold yellow")
+        + Text(finding.cause)
+        + Text("\n  fix: ", style="bold")
+        + Text(finding.fix)
+    )
+
+
+def print_lines(batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None) -> None:
+    """Task lines to stdout, prefixed; a known TF pattern's explanation to stderr right after it."""
+    for task, line in batch:
+        sys.stdout.write(prefix(task, line) + "\n")
+        finding = notes.feed(task, line) if notes is not None else None
+        if finding is not None:
+            sys.stdout.flush()
+            console.err().print(finding_text(task, finding))
+    sys.stdout.flush()

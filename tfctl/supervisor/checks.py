@@ -1,0 +1,227 @@
+"""What preflight and diagnosis ask a host: its Python and TensorFlow, ports, and reachability."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set
+
+from .errors import AgentError
+from .procfs import RUN_ENV, STORE_ENV, listening_sockets, proc_cmdline, socket_owners
+from .protocol import (
+    InfoAnswer,
+    InfoRequest,
+    ListenAnswer,
+    ListenRequest,
+    PortInfo,
+    PortsAnswer,
+    PortsRequest,
+    ProbeAnswer,
+    ProbeRequest,
+    ProbeResult,
+)
+
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
+
+# Run by the tasks' interpreter when it is not the supervisor's own: with `site`, as a task runs.
+VERSION_PROBE = """
+import sys
+found = ""
+try:
+    from importlib import metadata
+    for name in sys.argv[1:]:
+        try:
+            found = "%s %s" % (name, metadata.version(name))
+            break
+        except Exception:
+            pass
+except ImportError:
+    pass
+print(sys.version.split()[0])
+print(sys.executable)
+print(found)
+"""
+
+LISTENER = """
+import socket, sys, time
+socks = []
+for port in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(port)))
+    s.listen(64)
+    socks.append(s)
+print("listening", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@dataclass(frozen=True)
+class VirtualEnv:
+    prefix: str
+    system_site_packages: bool
+
+
+def virtualenv(executable: str) -> Optional[VirtualEnv]:
+    """The virtualenv an interpreter path belongs to, found as `site.venv()` finds it: by the
+    pyvenv.cfg next to the executable or one directory up."""
+    exe_dir = os.path.dirname(os.path.abspath(executable))
+    prefix = os.path.dirname(exe_dir)
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(prefix, "pyvenv.cfg")):
+        try:
+            with open(conf) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        system = any(
+            key.strip().lower() == "include-system-site-packages" and value.strip().lower() == "true"
+            for key, _, value in (line.partition("=") for line in lines)
+        )
+        return VirtualEnv(os.path.realpath(prefix), system)
+    return None
+
+
+def same_interpreter(python: str, executable: str) -> bool:
+    """Whether `python` sees the packages `executable` sees. A venv's python is a symlink to its
+    base interpreter: the same binary with other packages, so the venv must match too."""
+    same_binary = os.path.realpath(python) == os.path.realpath(executable)
+    return same_binary and virtualenv(python) == virtualenv(executable)
+
+
+def site_packages() -> List[str]:
+    """Where this interpreter's tasks find packages. The supervisor runs with `-S`, so `site`
+    never switched to a virtualenv's prefix (on Debian a venv's sys.prefix then stays the base
+    interpreter's): the venv's site-packages come from its pyvenv.cfg instead, as in `site.venv()`."""
+    import site
+
+    system = site.getsitepackages() + [site.getusersitepackages()]
+    venv = virtualenv(sys.executable)
+    if venv is None:
+        return system
+    own = [os.path.join(venv.prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")]
+    own += site.getsitepackages([venv.prefix])  # Debian's dist-packages layout, should a venv use it
+    return own + (system if venv.system_site_packages else [])
+
+
+def package_version(names: Sequence[str]) -> Optional[str]:
+    """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
+    from importlib import metadata
+
+    paths = list(sys.path) + site_packages()
+    for name in names:
+        for dist in metadata.distributions(name=name, path=paths):
+            return "%s %s" % (name, dist.version)
+    return None
+
+
+def info(root: str, request: InfoRequest) -> InfoAnswer:
+    """What preflight compares across hosts: who we are and which Python and TensorFlow run tasks."""
+    hostname, own_version = socket.gethostname(), sys.version.split()[0]
+    asked = request.python or sys.executable
+    python = shutil.which(asked) or asked
+    if same_interpreter(python, sys.executable):
+        return InfoAnswer(
+            hostname, own_version, own_version, package_version(TF_DISTRIBUTIONS), python_executable=sys.executable
+        )
+    # The tasks' interpreter, with its site-packages, is asked in a process of its own.
+    try:
+        done = subprocess.run([python, "-c", VERSION_PROBE, *TF_DISTRIBUTIONS], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return InfoAnswer(hostname, own_version, python_error=str(e))
+    lines = done.stdout.decode(errors="replace").splitlines()
+    if done.returncode != 0 or len(lines) < 2:
+        error = (done.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
+        return InfoAnswer(hostname, own_version, python_error=error)
+    return InfoAnswer(
+        hostname, own_version, lines[0], (lines[2] if len(lines) > 2 else "") or None, python_executable=lines[1]
+    )
+
+
+def local_addresses() -> Set[str]:
+    """Addresses of this host (for "the name resolves to this very host" diagnoses)."""
+    found = {"127.0.0.1", "::1"}
+    try:
+        with open("/proc/net/fib_trie") as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            if "/32 host LOCAL" in line and i > 0:
+                found.add(lines[i - 1].split()[-1])
+    except OSError:
+        pass
+    return found
+
+
+def probe(root: str, request: ProbeRequest) -> ProbeAnswer:
+    """TCP connect from this host to each target: what a task here would see reaching its peers."""
+    mine = local_addresses()
+    return ProbeAnswer({target: connect(target, request.timeout, mine) for target in request.targets})
+
+
+def connect(target: str, timeout: float, mine: Set[str]) -> ProbeResult:
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return ProbeResult(False, "unresolvable", detail=str(e))
+    family, kind, proto, _, sockaddr = infos[0]
+    address = str(sockaddr[0])
+    local = address in mine or address.startswith("127.")
+    sock = socket.socket(family, kind, proto)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(sockaddr)
+        return ProbeResult(True, address=address, local=local)
+    except socket.timeout:
+        return ProbeResult(False, "timeout", address, local)
+    except ConnectionRefusedError:
+        return ProbeResult(False, "refused", address, local)
+    except OSError as e:
+        return ProbeResult(False, "unreachable", address, local, e.strerror or str(e))
+    finally:
+        sock.close()
+
+
+def listen(root: str, request: ListenRequest) -> ListenAnswer:
+    """Hold the given ports open for a while (marked with `run_id`, stopped with `stop`), so the
+    network between hosts can be checked before any TensorFlow task exists."""
+    env = dict(os.environ)
+    env[RUN_ENV] = request.run_id
+    if request.store:
+        env[STORE_ENV] = request.store
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, str(request.seconds)] + [str(p) for p in request.ports],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline()
+    if not line.startswith(b"listening"):
+        proc.wait()
+        reason = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        raise AgentError("cannot listen on ports %s: %s" % (request.ports, reason))
+    return ListenAnswer(proc.pid)
+
+
+def port_owners(ports: List[int]) -> Dict[str, PortInfo]:
+    """Which of the given ports something listens on, and who (by str(port))."""
+    listening = listening_sockets()
+    out = {}
+    for port in ports:
+        if port in listening:
+            owners = socket_owners(listening[port])
+            out[str(port)] = PortInfo(True, owners, proc_cmdline(owners[0]) if owners else "")
+        else:
+            out[str(port)] = PortInfo(False)
+    return out
+
+
+def ports(root: str, request: PortsRequest) -> PortsAnswer:
+    return PortsAnswer(port_owners(request.ports))

@@ -1,0 +1,142 @@
+"""Task output: the last lines for diagnosis, and the byte-exact follow stream."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import BinaryIO, Dict, Iterator, List
+
+from .files import task_dir
+from .protocol import FollowEvent, FollowRequest, Heartbeat, LogChunk, TailAnswer, TailRequest, TaskEnded
+from .state import task_state
+
+CHUNK = 256 * 1024
+MAX_PARTIAL_LINE = 64 * 1024
+HEARTBEAT = 5.0
+MAX_TAIL_BYTES = 4 * 1024 * 1024
+
+
+def output_log(root: str, run_id: str, task: str) -> str:
+    return os.path.join(task_dir(root, run_id, task), "output.log")
+
+
+def tail_offset(path: str, lines: int) -> int:
+    """Byte offset where the last `lines` lines of the file begin."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return 0
+    with f:
+        f.seek(0, 2)
+        pos = f.tell()
+        end = pos
+        newlines = 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            block = f.read(step)
+            if pos + step == end and block.endswith(b"\n"):
+                block = block[:-1]
+            for i in range(len(block) - 1, -1, -1):
+                if block[i] == 10:
+                    newlines += 1
+                    if newlines == lines:
+                        return pos + i + 1
+        return 0
+
+
+def last_line(path: str) -> str:
+    """The last non-blank line of a file (what `status` shows of a task's progress)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            tail = f.read()
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        if line.strip():
+            return line.decode(errors="replace").strip()
+    return ""
+
+
+def tail(root: str, request: TailRequest) -> TailAnswer:
+    """The last `lines` lines of several tasks' output, in one answer (for diagnosis)."""
+    tails: Dict[str, List[str]] = {}
+    for task in request.tasks:
+        path = output_log(root, request.run_id, task)
+        try:
+            with open(path, "rb") as f:
+                f.seek(tail_offset(path, request.lines))
+                tails[task] = f.read(MAX_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            tails[task] = []
+    return TailAnswer(tails)
+
+
+def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
+    """Task output from byte offsets, complete lines only.
+
+    Each chunk carries the byte offset it ends at, so a reader that loses the stream resumes
+    exactly there: nothing is lost and nothing repeats. With `follow`, the stream goes on until
+    every task has ended and its output is drained; each task's end is announced once.
+    """
+    run_id = request.run_id
+    offsets = {t: int(o) for t, o in request.tasks.items()}
+    if request.tail is not None:
+        count = int(request.tail)
+        offsets = {t: max(o, tail_offset(output_log(root, run_id, t), count)) for t, o in offsets.items()}
+    files: Dict[str, BinaryIO] = {}
+    open_tasks = set(offsets)
+    last_beat = time.monotonic()
+    try:
+        while open_tasks:
+            progressed = False
+            for task in sorted(open_tasks):
+                # Read the state before the data: output written before the task ended is then
+                # always read before its end is announced.
+                state = task_state(root, run_id, task).state
+                final = state.is_final
+                f = files.get(task)
+                if f is None:
+                    try:
+                        f = files[task] = open(output_log(root, run_id, task), "rb")
+                    except OSError:
+                        f = None
+                data = b""
+                if f is not None:
+                    f.seek(offsets[task])
+                    data = f.read(CHUNK)
+                if data:
+                    # Hand out whole lines; a partial last line waits for its end unless the task is
+                    # over, the read is a full chunk (more follows), or the line is absurdly long.
+                    cut = data.rfind(b"\n") + 1
+                    complete = final or not request.follow
+                    if cut and (len(data) == CHUNK or not complete):
+                        data = data[:cut]
+                    elif not cut and not complete and len(data) < MAX_PARTIAL_LINE:
+                        data = b""
+                if data:
+                    offsets[task] += len(data)
+                    # `partial`: bytes after the last newline, so a reader that holds the partial
+                    # line back knows the exact offset where that line starts.
+                    partial = len(data) - data.rfind(b"\n") - 1
+                    yield LogChunk(task, offsets[task], partial, data.decode("utf-8", errors="replace"))
+                    progressed = True
+                    continue
+                if not request.follow or final:
+                    if request.follow:
+                        yield TaskEnded(task, offsets[task], state)
+                    open_tasks.discard(task)
+            if not request.follow:
+                continue
+            if not progressed:
+                if time.monotonic() - last_beat > HEARTBEAT:
+                    yield Heartbeat(time.time())
+                    last_beat = time.monotonic()
+                time.sleep(request.poll)
+    finally:
+        for f in files.values():
+            f.close()

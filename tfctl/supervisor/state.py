@@ -1,0 +1,45 @@
+"""One task's state, from the files its monitor wrote, checked against /proc."""
+
+from __future__ import annotations
+
+import os
+
+from . import procfs
+from .files import read_json, task_dir
+from .protocol import TaskInfo, TaskState
+
+
+def task_state(root: str, run_id: str, task: str) -> TaskInfo:
+    """The truth about one task, read from its files and from /proc."""
+    d = task_dir(root, run_id, task)
+    if not os.path.isdir(d):
+        return TaskInfo(task)
+    proc = read_json(os.path.join(d, "proc.json"))
+    ended = read_json(os.path.join(d, "exit.json"))
+    stop = read_json(os.path.join(d, "stop.json"))
+    if ended:
+        if stop is not None and stop["requested_at"] <= ended["ended_at"]:
+            state = TaskState.STOPPED
+        else:
+            state = TaskState.SUCCEEDED if ended.get("exit_code") == 0 else TaskState.FAILED
+    elif proc is None:
+        state = TaskState.STARTING
+    elif procfs.is_same_process(proc):
+        state = TaskState.RUNNING
+    else:
+        monitor = proc.get("monitor")
+        # The monitor writes exit.json right after the task ends; only its death loses the code.
+        state = TaskState.RUNNING if monitor and procfs.is_same_process(monitor) else TaskState.LOST
+    ended = ended or {}
+    proc = proc or {}
+    return TaskInfo(
+        task,
+        state,
+        pid=proc.get("pid"),
+        pgid=proc.get("pgid"),
+        exit_code=ended.get("exit_code"),
+        signal=ended.get("signal"),
+        started_at=proc.get("started_at"),
+        ended_at=ended.get("ended_at"),
+        error=ended.get("error"),
+    )

@@ -1,0 +1,53 @@
+"""Workdir sync: a per-cluster cache on the host, brought up to the controller's manifest.
+
+The cache keeps the last synced tree per cluster, so only changed files cross the network; each
+run still gets its own copy, so a later sync never changes a running task's files.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from typing import Any, Dict
+
+from .files import read_json, write_json
+from .protocol import SyncApplyAnswer, SyncApplyRequest, SyncPlanAnswer, SyncPlanRequest
+
+MANIFEST = ".tfctl-manifest.json"
+
+
+def read_manifest(cache: str) -> Dict[str, Any]:
+    return read_json(os.path.join(cache, MANIFEST)) or {}
+
+
+def sync_plan(root: str, request: SyncPlanRequest) -> SyncPlanAnswer:
+    """Which files of the controller's manifest this host's cache lacks or has in another version."""
+    have = read_manifest(os.path.expanduser(request.cache))
+    return SyncPlanAnswer(sorted(p for p, entry in request.files.items() if have.get(p, {}).get("sha") != entry.sha))
+
+
+def sync_apply(root: str, request: SyncApplyRequest) -> SyncApplyAnswer:
+    """Bring the cache up to the manifest (new files from the request), then copy it to `dest`."""
+    cache, dest = os.path.expanduser(request.cache), os.path.expanduser(request.dest)
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    for rel, blob in request.blobs.items():
+        target = os.path.join(cache, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = "%s.tmp.%d" % (target, os.getpid())
+        with open(tmp, "wb") as f:
+            f.write(base64.b64decode(blob))
+        os.chmod(tmp, request.files[rel].mode)
+        os.replace(tmp, target)
+    have = read_manifest(cache)
+    for rel in set(have) - set(request.files):
+        try:
+            os.remove(os.path.join(cache, rel))
+        except OSError:
+            pass
+    write_json(os.path.join(cache, MANIFEST), {rel: entry.to_wire() for rel, entry in request.files.items()})
+    if os.path.exists(dest):
+        shutil.rmtree(dest)
+    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+    shutil.copytree(cache, dest, ignore=shutil.ignore_patterns(MANIFEST))
+    return SyncApplyAnswer(len(request.blobs), len(request.files), dest)
