@@ -94,6 +94,8 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     }
     tail = tfctl("logs", "--file", str(cluster), "--tail", "1", "worker", home=home)
     assert tail.stdout.splitlines() == ["[worker:0] w0 line 3", "[worker:1] w1 line 3"]
+    nothing = tfctl("logs", "--file", str(cluster), "--tail", "0", home=home)
+    assert nothing.returncode == 0 and nothing.stdout == ""
 
     # The ps command is exec'd; each worker's `$((...))` keeps its sh as the parent: 1 + 2 * 2.
     assert len(run_processes(run_id)) == 5

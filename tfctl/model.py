@@ -11,6 +11,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from tfctl.hosts import host_port
+
 # Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
 JOB_NAMES = ("chief", "ps", "worker", "evaluator")
 # The `{placeholders}` a command may use; `tf/cluster.py` fills in every one.
@@ -56,8 +58,7 @@ class Address:
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ def tail_offset(path: str, lines: int) -> int:
         f.seek(0, 2)
         pos = f.tell()
         end = pos
+        if lines <= 0:
+            return end  # `--tail 0`: nothing of what is there, only what comes
         newlines = 0
         while pos > 0:
             step = min(65536, pos)
