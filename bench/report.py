@@ -117,7 +117,10 @@ def all_samples(r: Results, say: Say) -> None:
                 + "; ".join(f"{k} [{samples_text(x.wall for x in r.rows[tree][n][k])}]" for k in VERBS3)
             )
     if r.warmup:
-        say("Warm-up round (first contact: agent upload and code sync to hosts not used before; not in the medians):")
+        say(
+            "Warm-up round (first contact: supervisor zipapp upload and code sync to hosts not used before; "
+            "not in the medians):"
+        )
         for tree in r.trees:
             say(
                 f"  {r.labels[tree]}: "
@@ -210,15 +213,15 @@ def up_breakdown(
         (
             "all hosts connected",
             find(r"ok: python", last=True),
-            f"preflight: {n} paramiko handshakes, agent probe/upload, `agent.py info` per host",
+            f"preflight: {n} paramiko handshakes, each host's `serve` conversation (zipapp upload if missing), `info`",
         ),
-        ("ports checked", find(r"syncing "), "`agent.py ports` per host"),
-        ("synced", find(r"synced: ", last=True), "`agent.py sync_plan` + `sync_apply` per host"),
-        ("ps running", find(r"^ps:0\s+running"), "`agent.py start` on host 0"),
-        ("ps listening", find(r"^ps:0\s+listening"), "`agent.py status` polls (0.2 s apart) on host 0"),
-        ("reachability ok", find(r"reachability: "), f"`agent.py probe` on {n} hosts"),
-        ("worker:0 listening", find(r"^worker:0\s+listening"), "`agent.py start` + status polls on host 0"),
-        ("all running", find(r"all \d+ tasks running"), f"`agent.py start` for the other {n - 1} workers"),
+        ("ports checked", find(r"syncing "), "supervisor `ports` per host"),
+        ("synced", find(r"synced: ", last=True), "supervisor `sync_plan` + `sync_apply` per host"),
+        ("ps running", find(r"^ps:0\s+running"), "supervisor `start` on host 0"),
+        ("ps listening", find(r"^ps:0\s+listening"), "supervisor `status` polls (0.2 s apart) on host 0"),
+        ("reachability ok", find(r"reachability: "), f"supervisor `probe` on {n} hosts"),
+        ("worker:0 listening", find(r"^worker:0\s+listening"), "supervisor `start` + `status` polls on host 0"),
+        ("all running", find(r"all \d+ tasks running"), f"supervisor `start` for the other {n - 1} workers"),
         ("process exit", (None, wall), "spawn the detached watcher, close connections, exit"),
     ]
     out, prev = [], 0.0

@@ -1,0 +1,176 @@
+"""The supervisor's handlers in this process: the wire loop, the journal, sync, tail and follow,
+task state from its files, ports and probes. (test_supervisor.py drives the shipped zipapp with
+real tasks; these pin the logic underneath, fast and with exact inputs.)"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfctl.supervisor import checks, journal, logs, procfs, serve, state, sync
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.files import task_dir, write_json
+
+
+def converse(monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> list[dict[str, Any]]:
+    """Run `serve` over these input lines; its answers, parsed."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("".join(lines).encode())))
+    monkeypatch.setattr(sys, "stdout", out)
+    serve.serve()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def wire(request_id: str, root: Path, request: p.Request[Any] | p.FollowRequest, verb: str | None = None) -> str:
+    body = request.to_wire()
+    return json.dumps({"id": request_id, "verb": verb or request.VERB, "root": str(root), "req": body}) + "\n"
+
+
+def test_serve_answers_each_envelope_in_order_and_survives_bad_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers = converse(
+        monkeypatch,
+        [
+            wire("a", tmp_path, p.PortsRequest([1])),
+            "not json\n",
+            "\n",
+            json.dumps({"id": "b", "verb": "explode", "root": str(tmp_path), "req": {}}) + "\n",
+            wire("c", tmp_path, p.StatusRequest("r", {"worker:0": 1})),
+        ],
+    )
+    assert answers[0] == {"id": "a", "ok": {"ports": {"1": {"listening": False, "pids": [], "command": ""}}}}
+    assert "error" in answers[1] and answers[1]["id"] == ""
+    assert answers[2] == {"id": "b", "error": "unknown verb 'explode'"}
+    status = p.StatusAnswer.from_wire(answers[3]["ok"])
+    assert answers[3]["id"] == "c" and status.tasks["worker:0"].state is p.TaskState.PENDING
+
+
+def test_a_failing_handler_is_an_error_answer_not_the_end(tmp_path: Path) -> None:
+    request = p.TailRequest("r", ["worker:0"], lines=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(serve.HANDLERS, "tail", lambda root, req: 1 / 0)
+        answer = serve.run(str(tmp_path), request, "x")
+    assert answer == {"id": "x", "error": "`tail` failed: ZeroDivisionError: division by zero"}
+
+
+def test_journal_runs_once_per_id_and_refuses_odd_ids(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def work() -> dict[str, Any]:
+        calls.append(1)
+        return {"id": "r1", "ok": {"n": len(calls)}}
+
+    first = journal.once(str(tmp_path), "r1", work)
+    again = journal.once(str(tmp_path), "r1", work)
+    assert first == again == {"id": "r1", "ok": {"n": 1}} and calls == [1]
+    assert journal.once(str(tmp_path), "r2", work)["ok"] == {"n": 2}
+    with pytest.raises(Exception, match="not a plain word"):
+        journal.once(str(tmp_path), "../etc", work)
+
+
+def manifest(files: dict[str, bytes]) -> dict[str, p.FileEntry]:
+    return {rel: p.FileEntry(hashlib.sha256(data).hexdigest(), len(data), 0o644) for rel, data in files.items()}
+
+
+def test_sync_sends_only_what_changed_and_each_run_gets_its_own_copy(tmp_path: Path) -> None:
+    cache, root = str(tmp_path / "cache"), str(tmp_path)
+    v1 = {"train.py": b"print(1)\n", "lib/util.py": b"X = 1\n", "old.txt": b"gone soon"}
+    assert sorted(sync.sync_plan(root, p.SyncPlanRequest(cache, manifest(v1))).need) == sorted(v1)
+    blobs = {rel: base64.b64encode(data).decode() for rel, data in v1.items()}
+    done = sync.sync_apply(root, p.SyncApplyRequest(cache, str(tmp_path / "run1"), manifest(v1), blobs))
+    assert (done.copied, done.files) == (3, 3)
+    assert (tmp_path / "run1" / "lib" / "util.py").read_bytes() == b"X = 1\n"
+
+    v2 = {"train.py": b"print(2)\n", "lib/util.py": b"X = 1\n"}
+    need = sync.sync_plan(root, p.SyncPlanRequest(cache, manifest(v2))).need
+    assert need == ["train.py"]
+    blobs = {"train.py": base64.b64encode(v2["train.py"]).decode()}
+    sync.sync_apply(root, p.SyncApplyRequest(cache, str(tmp_path / "run2"), manifest(v2), blobs))
+    assert (tmp_path / "run2" / "train.py").read_bytes() == b"print(2)\n"
+    assert not (tmp_path / "run2" / "old.txt").exists() and not (tmp_path / "cache" / "old.txt").exists()
+    assert (tmp_path / "run1" / "train.py").read_bytes() == b"print(1)\n"  # a running task's copy never changes
+
+
+def write_log(root: Path, run: str, task: str, data: bytes) -> Path:
+    d = Path(task_dir(str(root), run, task))
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "output.log").write_bytes(data)
+    return d
+
+
+def test_tail_and_tail_offset(tmp_path: Path) -> None:
+    d = write_log(tmp_path, "r", "worker:0", b"".join(b"line %d\n" % i for i in range(10)))
+    path = str(d / "output.log")
+    assert logs.tail(str(tmp_path), p.TailRequest("r", ["worker:0", "ps:0"], 3)).tails == {
+        "worker:0": ["line 7", "line 8", "line 9"],
+        "ps:0": [],
+    }
+    assert logs.tail_offset(path, 0) == os.path.getsize(path)
+    assert logs.tail_offset(path, 100) == 0
+    assert logs.last_line(path) == "line 9"
+
+
+def test_follow_without_follow_reads_what_is_there_including_a_partial_line(tmp_path: Path) -> None:
+    write_log(tmp_path, "r", "worker:0", b"a\nb\npartial")
+    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 2})))
+    assert events == [p.LogChunk("worker:0", 11, 7, "b\npartial")]
+
+
+def test_follow_announces_the_end_of_a_task_after_its_last_bytes(tmp_path: Path) -> None:
+    d = write_log(tmp_path, "r", "worker:0", b"one\ntwo\n")
+    write_json(str(d / "proc.json"), {"pid": 1, "pgid": 1, "starttime": 0, "started_at": 1.0})
+    write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": 2.0})
+    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01)))
+    assert events == [p.LogChunk("worker:0", 8, 0, "one\ntwo\n"), p.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED)]
+
+
+def test_task_state_from_its_files(tmp_path: Path) -> None:
+    root, me = str(tmp_path), procfs.proc_stat(os.getpid())
+    assert me is not None
+    assert state.task_state(root, "r", "ps:0").state is p.TaskState.PENDING
+    d = Path(task_dir(root, "r", "ps:0"))
+    d.mkdir(parents=True)
+    assert state.task_state(root, "r", "ps:0").state is p.TaskState.STARTING
+    alive = {"pid": os.getpid(), "pgid": me["pgid"], "starttime": me["starttime"], "started_at": time.time()}
+    write_json(str(d / "proc.json"), alive)
+    assert state.task_state(root, "r", "ps:0").state is p.TaskState.RUNNING
+    write_json(str(d / "proc.json"), {**alive, "starttime": me["starttime"] + 1})  # a reused pid
+    assert state.task_state(root, "r", "ps:0").state is p.TaskState.LOST
+    write_json(str(d / "exit.json"), {"exit_code": None, "signal": 9, "ended_at": time.time()})
+    info = state.task_state(root, "r", "ps:0")
+    assert info.state is p.TaskState.FAILED and info.signal == 9
+    write_json(str(d / "stop.json"), {"requested_at": 0.0})
+    assert state.task_state(root, "r", "ps:0").state is p.TaskState.STOPPED
+
+
+def test_ports_and_probe_see_a_listener(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        info = checks.ports(str(tmp_path), p.PortsRequest([port])).ports[str(port)]
+        assert info.listening and os.getpid() in info.pids
+        results = checks.probe(str(tmp_path), p.ProbeRequest([f"127.0.0.1:{port}", "no-such-host.invalid:1"])).results
+    assert results[f"127.0.0.1:{port}"].ok and results[f"127.0.0.1:{port}"].local
+    assert results["no-such-host.invalid:1"].error == "unresolvable"
+    refused = checks.probe(str(tmp_path), p.ProbeRequest([f"127.0.0.1:{port}"])).results[f"127.0.0.1:{port}"]
+    assert not refused.ok and refused.error == "refused"
+
+
+def test_info_names_this_interpreter(tmp_path: Path) -> None:
+    answer = checks.info(str(tmp_path), p.InfoRequest(sys.executable))
+    assert answer.hostname == socket.gethostname()
+    assert answer.python == sys.version.split()[0] and answer.python_error is None
+    broken = checks.info(str(tmp_path), p.InfoRequest(str(tmp_path / "no-python")))
+    assert broken.python is None and broken.python_error
