@@ -81,6 +81,16 @@ def test_a_failing_later_phase_stops_everything_started() -> None:
     assert hosts["h1"].tasks["worker:0"].state is TaskState.STOPPED
 
 
+def test_a_host_that_cannot_be_checked_after_a_failed_start_is_named() -> None:
+    cluster, hosts, _journal = make()
+    hosts["h2"].fail_verbs["start"] = HostError("h2", "disk full")
+    hosts["h1"].fail_verbs["stop"] = HostError("h1", "connection reset")
+    messages: list[str] = []
+    with pytest.raises(HostError, match="disk full"):
+        control.start(cluster, ps_first(cluster), timeout=5, progress=lambda who, msg: messages.append(f"{who} {msg}"))
+    assert "h1 could not be checked: h1: connection reset; run `tfctl down` once it answers" in messages
+
+
 def test_a_task_that_cannot_start_fails_the_start_with_its_last_lines() -> None:
     cluster, hosts, journal = make({"worker:0": TaskScript(exits_at_start=True, lines=["Traceback", "ImportError: x"])})
     with pytest.raises(StartupError) as raised:

@@ -78,7 +78,11 @@ def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: P
                 )
     except BaseException:
         progress("", "stopping what was started")
-        cluster.stop()
+        report = cluster.stop()
+        for host, why in sorted(report.unreachable.items()):
+            progress(host, f"could not be checked: {why}; run `tfctl down` once it answers")
+        for host, pids in sorted(report.remaining.items()):
+            progress(host, f"still running: pids {', '.join(map(str, pids))}; run `tfctl down`")
         raise
 
 
