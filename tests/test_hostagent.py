@@ -378,6 +378,22 @@ def test_the_zipapp_runs_isolated_on_other_interpreters(root: Path, python: str)
         assert agent.call(StopRequest("other", 1)).tasks["worker:0"].state is TaskState.SUCCEEDED
 
 
+def test_the_first_run_unpacks_the_zipapp_and_monitors_run_from_the_copy(root: Path) -> None:
+    digest, _data = bundle.artifact()
+    unpacked = root / f"supervisor-{digest}.d"
+    with HostAgent(LocalTransport(), None, str(root)) as agent:
+        agent.call(InfoRequest())
+        assert (unpacked / "tfctl_supervisor" / "protocol.py").is_file()
+        assert (unpacked / "tfctl_supervisor" / "__pycache__").is_dir()  # what the zip could not cache
+        assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+        answer = agent.call(StartRequest("unpacked", [TaskLaunch("worker:0", f"{PY} {FAKE_TASK} --sleep -1", grace=1)]))
+        proc = json.loads((root / "tasks" / "unpacked" / "worker-0" / "proc.json").read_text())
+        monitor = Path(f"/proc/{proc['monitor']['pid']}/cmdline").read_bytes().split(b"\0")
+        assert str(unpacked).encode() in monitor and b"_monitor" in monitor
+        assert answer.tasks["worker:0"].state is TaskState.RUNNING
+        assert agent.call(StopRequest("unpacked", 1)).remaining == []
+
+
 # ---------------------------------------------------------------- TensorFlow in a distro Python's virtualenv
 
 

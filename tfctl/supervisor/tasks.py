@@ -64,10 +64,10 @@ def exec_form(command: str) -> str:
 
 
 def supervisor_artifact() -> str:
-    """The zipapp this code was loaded from (the parent of this package inside it), so a monitor
-    runs the very same supervisor."""
+    """The zipapp this code was loaded from, or its unpacked copy (the parent of this package in
+    either), so a monitor runs the very same supervisor."""
     archive = os.path.dirname(HERE)
-    if not os.path.isfile(archive):
+    if not os.path.isfile(archive) and not os.path.isfile(os.path.join(archive, "__main__.py")):
         raise AgentError("tasks can be started only by the supervisor's zipapp, not from %s" % HERE)
     return archive
 
