@@ -10,7 +10,9 @@ Each simulated host is
 * inside that, ``unshare --uts --pid --fork --mount-proc``: its own hostname (= its name), its own
   PID namespace (``ps`` shows only its processes; killing the namespace init kills everything on
   the host) and its own mount namespace, where the lab's hosts file is bind-mounted over
-  ``/etc/hosts`` so hosts resolve each other by name (what TF's gRPC needs);
+  ``/etc/hosts`` so hosts resolve each other by name (what TF's gRPC needs), and a per-host
+  machine id is bind-mounted over ``/etc/machine-id`` (and ``/var/lib/dbus/machine-id``) where
+  those exist, since no two real machines share one;
 * as PID 1 of that PID namespace, ``sshd -D -e`` with a generated config and host key, listening
   on the host address port 22.
 
@@ -18,12 +20,15 @@ The file system is shared with the root namespace (same paths everywhere), but e
 gets ``HOME=<workdir>/<name>/home`` (see ``isolate_home``) so root's ``~/.bashrc`` (pyenv init:
 ~0.25 s per command here) does not run for every command and ``~`` differs per host, and ``PATH``
 starts with the directory of the interpreter running the tests, so ``python3`` over SSH is the
-test interpreter.
+test interpreter. With ``shared_home=True`` every host's SSH sessions get the same
+``HOME=<workdir>/shared-home`` instead, as on clusters whose home directories are on NFS (the
+lab's keys, known_hosts and ssh config live in ``<workdir>``, not under any HOME, so nothing
+per-host is kept in the shared one).
 
 Usage::
 
     from netns_hosts import TestHostLab, skip_reason
-    with TestHostLab(3, workdir=tmp_path) as lab:
+    with TestHostLab(3, workdir=tmp_path) as lab:   # shared_home=True: one HOME for all hosts
         h0 = lab.hosts[0]                       # TestHost(name="tfh0", address="10.77.0.10", ...)
         subprocess.run(["ssh", "-F", lab.ssh_config, "tfh0", "hostname"])   # -> tfh0
         h0.exec(["ps", "-e"])                  # runs inside the host
@@ -60,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -94,6 +100,9 @@ ip link set lo up
 ip link set eth0 up
 hostname "$2"
 mount --bind "$3" /etc/hosts
+for f in /etc/machine-id /var/lib/dbus/machine-id; do
+    if [ -f "$f" ] && [ ! -L "$f" ]; then mount --bind "$6" "$f"; fi
+done
 exec "$4" -D -e -f "$5"
 """
 
@@ -399,7 +408,8 @@ class TestHost:
     sshd_port: int = 22
     veth: str = field(default="", compare=False)  # root-namespace end of its link (bridge port)
     init_pid: int = field(default=0, compare=False)  # sshd = PID 1 in the host (root-ns pid)
-    home: str = field(default="", compare=False)  # HOME of its SSH sessions
+    home: str = field(default="", compare=False)  # HOME of its SSH sessions (one for all hosts if shared)
+    machine_id: str = field(default="", compare=False)  # its /etc/machine-id ("" if the system has none)
     workdir: Path = field(default=Path("."), compare=False)  # sshd config, host key, log
 
     @property
@@ -487,7 +497,9 @@ class TestHostLab:
     `prefix`/`bridge`/`subnet` (must all differ for labs that run at the same time),
     `start_timeout` (for every sshd to accept TCP), `lock_timeout` (wait for another lab with the
     same prefix to finish), `isolate_home` (SSH sessions get HOME=<workdir>/<name>/home instead
-    of /root: no ~/.bashrc per command, separate ~ per host), `path_prepend` (front of PATH in
+    of /root: no ~/.bashrc per command, separate ~ per host), `shared_home` (with isolate_home:
+    every host's SSH sessions get the same HOME=<workdir>/shared-home, like an NFS home; see
+    `home_mode`), `path_prepend` (front of PATH in
     SSH sessions; default: the directory of sys.executable), `die_with_parent` (PR_SET_PDEATHSIG:
     the hosts' processes die if the *thread* that started the lab dies; keep it on unless the lab
     is started from a short-lived thread).
@@ -507,6 +519,7 @@ class TestHostLab:
         start_timeout: float = 30.0,
         lock_timeout: float = 60.0,
         isolate_home: bool = True,
+        shared_home: bool = False,
         path_prepend: Sequence[str] | None = None,
         die_with_parent: bool = True,
     ) -> None:
@@ -517,6 +530,8 @@ class TestHostLab:
             raise ValueError("n must be between 1 and 240")
         if len(f"{prefix}-v{n - 1}") > IFNAMSIZ or len(bridge) > IFNAMSIZ:
             raise ValueError("prefix/bridge too long for interface names (15 chars)")
+        if shared_home and not isolate_home:
+            raise ValueError("shared_home needs isolate_home (without it every host's HOME is /root anyway)")
         self.n = n
         self.subnet = subnet
         self.gateway = f"{subnet}.1"
@@ -526,6 +541,7 @@ class TestHostLab:
         self.start_timeout = start_timeout
         self.lock_timeout = lock_timeout
         self.isolate_home = isolate_home
+        self.shared_home = shared_home
         self.path_prepend = list(path_prepend) if path_prepend is not None else [os.path.dirname(sys.executable)]
         self.die_with_parent = die_with_parent
         self._own_workdir = workdir is None
@@ -563,6 +579,15 @@ class TestHostLab:
     @property
     def hosts_file(self) -> Path:
         return self.workdir / "hosts"
+
+    @property
+    def home_mode(self) -> str:
+        """ "own" (a HOME per host), "shared" (one HOME for all, as with NFS) or "root" (/root)."""
+        return "root" if not self.isolate_home else "shared" if self.shared_home else "own"
+
+    def _home_of(self, st: _HostState) -> Path:
+        """HOME of a host's SSH sessions (only meaningful with isolate_home)."""
+        return self.workdir / "shared-home" if self.shared_home else st.dir / "home"
 
     # -- conveniences
     def host(self, key: int | str) -> TestHost:
@@ -624,11 +649,15 @@ class TestHostLab:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep dir
         for st in self._states:
             st.dir = self.workdir / st.name
-            (st.dir / "home").mkdir(parents=True, exist_ok=True)
+            st.dir.mkdir(parents=True, exist_ok=True)
+            if self.isolate_home:
+                self._home_of(st).mkdir(parents=True, exist_ok=True)
+            (st.dir / "machine-id").write_text(uuid.uuid4().hex + "\n")
         self._make_keys_and_configs()
         self._make_network()
         self._spawn_hosts()
         self._wait_ready()
+        machine_ids = self._read_machine_ids()
         self.hosts = [
             TestHost(
                 st.name,
@@ -637,11 +666,23 @@ class TestHostLab:
                 22,
                 veth=st.veth,
                 init_pid=st.init_pid,
-                home=str(st.dir / "home") if self.isolate_home else "/root",
+                home=str(self._home_of(st)) if self.isolate_home else "/root",
+                machine_id=machine_ids[st.name],
                 workdir=st.dir,
             )
             for st in self._states
         ]
+
+    def _read_machine_ids(self) -> dict[str, str]:
+        """Each host's /etc/machine-id as seen inside it (its own, bind-mounted; "" if none)."""
+        ids = {}
+        for st in self._states:
+            path = f"/proc/{st.init_pid}/root/etc/machine-id"  # the host's mount namespace
+            try:
+                ids[st.name] = Path(path).read_text().strip()
+            except OSError:
+                ids[st.name] = ""
+        return ids
 
     def _check_subnet_free(self) -> None:
         out = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
@@ -706,7 +747,7 @@ class TestHostLab:
     def _write_sshd_config(self, st: _HostState) -> None:
         env = []
         if self.isolate_home:
-            env.append(f"HOME={st.dir / 'home'}")
+            env.append(f"HOME={self._home_of(st)}")
         if self.path_prepend:
             std = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
             env.append("PATH=" + ":".join([*self.path_prepend, std]))
@@ -775,6 +816,7 @@ class TestHostLab:
                 str(self.hosts_file),
                 SSHD,
                 str(st.dir / "sshd_config"),
+                str(st.dir / "machine-id"),
             ]
             st.proc = subprocess.Popen(
                 argv,

@@ -22,6 +22,7 @@ from conftest import FAKE_TASK, marked_processes
 from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
 from tfctl.supervisor import bundle
+from tfctl.supervisor.files import state_root
 from tfctl.supervisor.procfs import live_pids, proc_cmdline
 from tfctl.supervisor.protocol import (
     FollowRequest,
@@ -117,12 +118,12 @@ def test_a_start_whose_answer_was_lost_runs_once_and_its_replay_gets_the_first_a
             assert len(transport.dropped) == 1
             first = transport.dropped[0]
             assert first.wait(timeout=30) == 0  # the first execution ran to its end, answering nobody
-            records = list((root / "requests").glob("*.json"))
+            records = list((host_state(root) / "requests").glob("*.json"))
             assert len(records) == 1
             assert StartAnswer.from_wire(json.loads(records[0].read_text())["ok"]) == answer
             assert answer.tasks["worker:0"].state is TaskState.RUNNING
-            task_dir = root / "tasks" / "lost" / "worker-0"
-            assert [p.name for p in (root / "tasks" / "lost").iterdir()] == ["worker-0"]
+            task_dir = host_state(root) / "tasks" / "lost" / "worker-0"
+            assert [p.name for p in (host_state(root) / "tasks" / "lost").iterdir()] == ["worker-0"]
             assert (task_dir / "spec.json").is_file()
             assert len(monitors_of(task_dir)) == 1
             assert processes_of("lost") == [answer.tasks["worker:0"].pid]
@@ -160,8 +161,8 @@ def test_replays_racing_on_two_conversations_start_the_task_once(root: Path) -> 
 
 def test_a_replay_waits_for_the_running_first_execution_and_answers_with_its_result(root: Path) -> None:
     command = serve_pyz(root)
-    journal = root / "requests"
-    journal.mkdir()
+    journal = host_state(root) / "requests"
+    journal.mkdir(parents=True)
     request = StartRequest("waits", [TaskLaunch("worker:0", "true")])
     line = (json.dumps(envelope("first-1", str(root), request).to_wire()) + "\n").encode()
     with open(journal / "first-1.lock", "a") as lock:
@@ -179,7 +180,7 @@ def test_a_replay_waits_for_the_running_first_execution_and_answers_with_its_res
             fcntl.flock(lock, fcntl.LOCK_UN)
     assert replay.wait(timeout=30) == 0 and replay.stdout is not None
     assert json.loads(replay.stdout.read()) == recorded
-    assert not (root / "tasks").exists()  # the replay itself started nothing
+    assert not (host_state(root) / "tasks").exists()  # the replay itself started nothing
 
 
 def test_a_supervisor_ended_during_a_start_finishes_and_records_it_first(root: Path) -> None:
@@ -191,12 +192,12 @@ def test_a_supervisor_ended_during_a_start_finishes_and_records_it_first(root: P
     stream = transport.stream(HostAgent(transport, None, str(root))._serve_command())
     try:
         stream.send(line)
-        wait_until(lambda: (root / "requests" / "ended-1.lock").exists())
+        wait_until(lambda: (host_state(root) / "requests" / "ended-1.lock").exists())
     finally:
         stream.close()  # SIGTERM, while the start runs
     try:
-        wait_until(lambda: (root / "requests" / "ended-1.json").exists())
-        record = json.loads((root / "requests" / "ended-1.json").read_text())
+        wait_until(lambda: (host_state(root) / "requests" / "ended-1.json").exists())
+        record = json.loads((host_state(root) / "requests" / "ended-1.json").read_text())
         assert record["ok"]["tasks"]["worker:0"]["state"] == "running"
         assert processes_of("ended") == [record["ok"]["tasks"]["worker:0"]["pid"]]
     finally:
@@ -205,7 +206,7 @@ def test_a_supervisor_ended_during_a_start_finishes_and_records_it_first(root: P
 
 
 def test_old_journal_entries_are_pruned(root: Path) -> None:
-    journal = root / "requests"
+    journal = host_state(root) / "requests"
     journal.mkdir(parents=True)
     old, recent = journal / "old.json", journal / "recent.json"
     for path in (old, recent, journal / "old.lock"):
@@ -374,7 +375,7 @@ def test_the_zipapp_runs_isolated_on_other_interpreters(root: Path, python: str)
     with HostAgent(LocalTransport(), python, str(root)) as agent:
         assert agent.call(InfoRequest()).agent_python == version
         agent.call(StartRequest("other", [TaskLaunch("worker:0", "echo done", grace=1)]))
-        wait_until(lambda: (root / "tasks" / "other" / "worker-0" / "exit.json").exists())
+        wait_until(lambda: (host_state(root) / "tasks" / "other" / "worker-0" / "exit.json").exists())
         assert agent.call(StopRequest("other", 1)).tasks["worker:0"].state is TaskState.SUCCEEDED
 
 
@@ -387,7 +388,7 @@ def test_the_first_run_unpacks_the_zipapp_and_monitors_run_from_the_copy(root: P
         assert (unpacked / "tfctl_supervisor" / "__pycache__").is_dir()  # what the zip could not cache
         assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
         answer = agent.call(StartRequest("unpacked", [TaskLaunch("worker:0", f"{PY} {FAKE_TASK} --sleep -1", grace=1)]))
-        proc = json.loads((root / "tasks" / "unpacked" / "worker-0" / "proc.json").read_text())
+        proc = json.loads((host_state(root) / "tasks" / "unpacked" / "worker-0" / "proc.json").read_text())
         monitor = Path(f"/proc/{proc['monitor']['pid']}/cmdline").read_bytes().split(b"\0")
         assert str(unpacked).encode() in monitor and b"_monitor" in monitor
         assert answer.tasks["worker:0"].state is TaskState.RUNNING
@@ -436,4 +437,9 @@ def test_a_request_id_that_is_no_plain_word_is_refused_for_the_journal(root: Pat
     line = (json.dumps(envelope("../escape", str(root), request).to_wire()) + "\n").encode()
     done = subprocess.run(serve_pyz(root), input=line, capture_output=True, timeout=30)
     assert "not a plain word" in json.loads(done.stdout)["error"]
-    assert not (root / "tasks").exists()
+    assert not (host_state(root) / "tasks").exists()
+
+
+def host_state(root: Path | str) -> Path:
+    """Where the supervisor on this machine keeps its own files under `root`."""
+    return Path(state_root(str(root)))

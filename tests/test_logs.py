@@ -14,6 +14,7 @@ from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
 from tfctl.logs import LogFollower, Prefixer
 from tfctl.runs import RunRecord, TaskSpec
+from tfctl.supervisor.files import state_root
 from tfctl.transport.local import LocalTransport
 
 
@@ -65,7 +66,7 @@ def test_a_held_partial_line_is_not_repeated_after_a_reconnect(tmp_path: Path) -
     )
     cluster = one_task_cluster(tmp_path, source)
     try:
-        log = tmp_path / "tasks" / cluster.record.run_id / "worker-0" / "output.log"
+        log = host_state(tmp_path) / "tasks" / cluster.record.run_id / "worker-0" / "output.log"
         deadline = time.monotonic() + 20
         while (not log.exists() or log.stat().st_size < len(long_line)) and time.monotonic() < deadline:
             time.sleep(0.05)  # wait until the long line is on disk, still unfinished
@@ -86,3 +87,8 @@ def test_prefixes_are_aligned_and_coloured_only_when_asked(color: bool) -> None:
         assert a.startswith("\x1b[") and "\x1b[0m" in a
     else:
         assert a == "[ps:0]      x" and b == "[worker:10] y"
+
+
+def host_state(root: Path | str) -> Path:
+    """Where the supervisor on this machine keeps its own files under `root`."""
+    return Path(state_root(str(root)))

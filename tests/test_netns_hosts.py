@@ -176,6 +176,46 @@ def test_set_link_cuts_the_host_off_and_back(lab3):
     assert (res.returncode, res.stdout.strip()) == (0, "tfh2"), res.stderr
 
 
+def test_hosts_have_their_own_home_and_machine_id_by_default(lab3):
+    assert lab3.home_mode == "own"
+    h0, h1 = lab3.hosts[0], lab3.hosts[1]
+    assert len({h.home for h in lab3.hosts}) == 3
+    res = lab3.ssh(h0, "echo $HOME; echo written-on-$(hostname) > ~/home-probe")
+    assert (res.returncode, res.stdout.strip()) == (0, h0.home), res.stderr
+    try:
+        res = lab3.ssh(h1, "echo $HOME; cat ~/home-probe")
+        assert res.stdout.splitlines() == [h1.home]  # tfh0's file is not in tfh1's ~
+        assert res.returncode != 0
+    finally:
+        Path(h0.home, "home-probe").unlink()
+    # each host has a machine id of its own, not the root namespace's
+    ids = [lab3.ssh(h, "cat /etc/machine-id").stdout.strip() for h in lab3.hosts]
+    assert ids == [h.machine_id for h in lab3.hosts]
+    if Path("/etc/machine-id").is_file():
+        assert len(set(ids)) == 3 and all(len(i) == 32 for i in ids)
+        assert Path("/etc/machine-id").read_text().strip() not in ids
+
+
+def test_shared_home_is_one_home_for_every_host(tmp_path):
+    with TestHostLab(3, workdir=tmp_path, shared_home=True, **OTHER) as lab:
+        assert lab.home_mode == "shared"
+        shared = str(tmp_path / "shared-home")
+        assert [h.home for h in lab.hosts] == [shared] * 3
+        h0, h1, h2 = lab.hosts
+        res = lab.ssh(h0, "echo $HOME; echo written-on-$(hostname) > ~/home-probe")
+        assert (res.returncode, res.stdout.strip()) == (0, shared), res.stderr
+        for other in (h1, h2):
+            res = lab.ssh(other, "echo $HOME; hostname; cat ~/home-probe")
+            assert res.returncode == 0, res.stderr
+            assert res.stdout.splitlines() == [shared, other.name, "written-on-tfh0"]
+        # still separate machines: own hostname and machine id, and strict host keys still work
+        assert len({h.machine_id for h in lab.hosts}) == (3 if Path("/etc/machine-id").is_file() else 1)
+        res = h2.exec(["ssh", "-F", str(lab.ssh_config), "tfh1", "hostname"])
+        assert (res.returncode, res.stdout.strip()) == (0, "tfh1"), res.stderr
+    with pytest.raises(ValueError, match="shared_home needs isolate_home"):
+        TestHostLab(1, shared_home=True, isolate_home=False, **OTHER)
+
+
 def test_closed_lab_leaves_nothing_behind(tmp_path):
     lab = TestHostLab(2, workdir=tmp_path, **OTHER)
     with lab:

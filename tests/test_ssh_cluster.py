@@ -2,6 +2,14 @@
 
 Every host has its own address, hostname and PID namespace; tasks reach each other by the
 names in the lab's /etc/hosts. Traffic goes only to the lab's addresses.
+
+Home modes: on an "own-home" lab every host's SSH sessions have a HOME of their own; on a
+"shared-home" lab they all have the same one, as when home directories are on NFS (the norm on
+lab and HPC clusters), so the hosts' ~/.tfctl is one directory. Each test names the modes it runs
+in (`@homes(...)`); pytest groups the tests by mode, so each module run starts two labs. Tests
+that exercise what hosts keep under ~ (supervisor copy, sync cache, task state, logs, stopping)
+run in both; those about SSH itself (host keys, jump hosts, unreachable hosts, quoting) run in
+"own" only.
 """
 
 from __future__ import annotations
@@ -17,13 +25,73 @@ from pathlib import Path
 
 import pytest
 from conftest import FAKE_TASK, REPO, tfctl
-from netns_hosts import make_lab_fixture
+from netns_hosts import TestHost, TestHostLab, require_netns
 
 from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns
-lab = make_lab_fixture(3, scope="module")
 PORT = 2222  # the same port on every host: each host is its own network namespace
+OWN, SHARED = "own", "shared"
+
+
+def homes(*modes: str):
+    """Run the test on a lab whose hosts each have their own HOME ("own") and/or share one ("shared")."""
+    return pytest.mark.parametrize(
+        "home_mode", modes, indirect=True, scope="module", ids=[f"{mode}-home" for mode in modes]
+    )
+
+
+@pytest.fixture(scope="module")
+def home_mode(request) -> str:
+    return getattr(request, "param", OWN)
+
+
+@pytest.fixture(scope="module")
+def lab(home_mode, tmp_path_factory):
+    """3 hosts tfh0..tfh2; with home_mode "shared" every host's ~ is the same directory."""
+    require_netns()
+    workdir = tmp_path_factory.mktemp(f"netns-lab-{home_mode}-home")
+    with TestHostLab(3, workdir=workdir, shared_home=home_mode == SHARED) as lab:
+        assert lab.home_mode == home_mode
+        yield lab
+
+
+# Host-side paths. The supervisor keeps what is its host's own under
+# ~/.tfctl/hosts/<hostname>-<first 12 chars of /etc/machine-id>/ (tasks/<run>/<job>-<index>/,
+# requests/), so hosts sharing a home never share state; the supervisor copy, sync caches
+# (sync/<cluster>) and synced workdirs (work/<run>) sit directly under ~/.tfctl.
+
+
+def remote_root(host: TestHost) -> Path:
+    """~/.tfctl as `host`'s SSH sessions see it (the same directory for every host if the home is shared)."""
+    return Path(host.home) / ".tfctl"
+
+
+def host_state_dir(host: TestHost) -> Path:
+    """Where the supervisor on `host` keeps its own state, in either home mode."""
+    return remote_root(host) / "hosts" / f"{host.name}-{host.machine_id.replace('-', '')[:12]}"
+
+
+def host_task_dir(host: TestHost, run_id: str, task: str) -> Path:
+    """A task's files on its host: spec.json, proc.json, output.log, ..."""
+    return host_state_dir(host) / "tasks" / run_id / task.replace(":", "-")
+
+
+def distinct_roots(lab) -> list[Path]:
+    """Each distinct ~/.tfctl of the lab's hosts: one per host, or one for all of them."""
+    return sorted({remote_root(h) for h in lab.hosts})
+
+
+def forget_hosts_state(lab) -> None:
+    """Remove ~/.tfctl on every host, so the next command makes first contact everywhere at once
+    (supervisor copy, filesystem token, sync cache: what hosts sharing a home race for)."""
+    for root in distinct_roots(lab):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_tasks(lab, run_id: str) -> dict[str, set[str]]:
+    """TFCTL_TASK of each process of a run, per lab host."""
+    return {host: {proc_env_markers(p)[1] or "" for p in pids} for host, pids in run_pids(lab, run_id).items()}
 
 
 def run_pids(lab, run_id: str) -> dict[str, list[int]]:
@@ -87,12 +155,13 @@ def no_leftovers(lab):
     pytest.fail(f"processes left on lab hosts: {left}")
 
 
+@homes(OWN, SHARED)
 def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path, home, lab, no_leftovers):
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
     jobs = (
         f'  ps: [tfh0:{PORT}]\n  worker:\n    hosts: [tfh1:{PORT}, tfh2:{PORT}]\n    command: "{command} --ignore-term"'
     )
-    cluster = write_cluster(tmp_path, lab, jobs, command)
+    cluster = write_cluster(tmp_path, lab, jobs, command, name="detached")  # a sync cache of its own
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
@@ -129,6 +198,88 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     assert states == {"ps:0": ("stopped", 15), "worker:0": ("stopped", 9), "worker:1": ("stopped", 9)}
 
 
+@homes(OWN, SHARED)
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "no-sync"])
+def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
+    tmp_path, home, lab, home_mode, sync, no_leftovers
+):
+    """up -d, status, logs and down on 3 hosts from first contact (no ~/.tfctl anywhere yet).
+
+    Shared home: one ~/.tfctl for all hosts, so the supervisor copy, the sync cache and the synced
+    workdir are one, while each host's tasks, logs and journal stay under its own
+    hosts/<hostname>-<machine id>/. Without sync the workdir itself is on the shared home.
+    """
+    forget_hosts_state(lab)
+    if sync:
+        work = workdir_with_fake_task(tmp_path)
+    else:  # the workdir as every host sees it: on the shared home, or a path all hosts share
+        base = Path(lab.hosts[0].home) if home_mode == SHARED else tmp_path
+        work = workdir_with_fake_task(base / f"project-{tmp_path.name}")
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 --sleep -1"
+    extra = "" if sync else "sync: false"
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra=extra, workdir=work, name=f"state-{home_mode}")
+    expected = {"ps:0": "tfh0", "worker:0": "tfh1", "worker:1": "tfh2"}
+
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    if sync:
+        copies = 1 if home_mode == SHARED else 3  # one copy per filesystem
+        assert up.stderr.count("synced: 1 of 1 files changed") == copies, up.stderr
+        for root in distinct_roots(lab):
+            synced = root / "work" / run_id
+            assert (synced / "fake_task.py").is_file() and not (synced / "__pycache__").exists()
+    else:
+        assert "synced:" not in up.stderr
+        assert not any((root / "work").exists() for root in distinct_roots(lab))
+
+    # status: every task runs, on its own host
+    tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    assert sorted((t["task"], t["host"], t["state"]) for t in tasks) == [
+        (task, host, "running") for task, host in sorted(expected.items())
+    ]
+    assert run_tasks(lab, run_id) == {host: {task} for task, host in expected.items()}
+
+    # host-side state: each host's under its own key, none in the old shared places
+    for task, host_name in expected.items():
+        host = lab.host(host_name)
+        assert (host_task_dir(host, run_id, task) / "spec.json").is_file(), task
+        for other in lab.hosts:
+            if other.name != host_name:
+                assert not host_task_dir(other, run_id, task).exists(), (task, other.name)
+    for root in distinct_roots(lab):
+        assert not (root / "tasks").exists() and not (root / "requests").exists()  # the layout before per-host state
+        keys = sorted(p.name for p in (root / "hosts").iterdir())
+        owners = lab.hosts if home_mode == SHARED else [h for h in lab.hosts if remote_root(h) == root]
+        assert keys == sorted(host_state_dir(h).name for h in owners)
+
+    # logs: every task's lines
+    want = [f"[{task}] {task.replace(':', '')} line {i}" for task in expected for i in range(3)]
+    deadline = time.monotonic() + 15
+    while True:
+        logs = tfctl("-f", str(cluster), "logs", home=home)
+        missing = [line for line in want if line not in logs.stdout]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert logs.returncode == 0 and missing == [], logs.stdout + logs.stderr
+    for task, host_name in expected.items():
+        assert "line 2" in (host_task_dir(lab.host(host_name), run_id, task) / "output.log").read_text()
+
+    # down: stops everything everywhere, and says so
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert "could not be checked" not in down.stderr
+    assert f"processes stopped on 3 hosts; 0 remain; port {PORT} free" in down.stderr
+    assert run_pids(lab, run_id) == {}
+    assert {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in lab.hosts} == {
+        h.name: [] for h in lab.hosts
+    }
+    states = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    assert {t["task"]: t["state"] for t in states} == {task: "stopped" for task in expected}
+
+
+@homes(OWN, SHARED)
 def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_leftovers):
     command = (
         "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 "
@@ -144,6 +295,7 @@ def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_l
     assert run_pids(lab, run_id) == {}
 
 
+@homes(OWN)
 def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, home, lab, no_leftovers):
     canary = "/tmp/tfctl-canary"
     hostile = f"$(touch {canary}-1); `touch {canary}-2`; touch {canary}-3 | echo \"'\\$HOME"
@@ -169,6 +321,7 @@ def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, hom
     assert lab.host("tfh1").exec(["sh", "-c", f"ls {canary}-4 2>/dev/null"]).stdout == ""
 
 
+@homes(OWN)
 def test_unknown_host_key_is_refused_and_accept_new_pins_it(tmp_path, home, lab, no_leftovers):
     empty_known = tmp_path / "known_hosts"
     empty_known.write_text("")
@@ -191,6 +344,7 @@ def test_unknown_host_key_is_refused_and_accept_new_pins_it(tmp_path, home, lab,
     assert strict.returncode == 0, strict.stderr
 
 
+@homes(OWN)
 def test_changed_host_key_is_a_hard_error_naming_both_fingerprints(tmp_path, home, lab, no_leftovers):
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
@@ -208,6 +362,7 @@ def test_changed_host_key_is_a_hard_error_naming_both_fingerprints(tmp_path, hom
     assert run_pids(lab, "") == {}
 
 
+@homes(OWN)
 def test_unreachable_host_fails_preflight_fast_and_nothing_starts(tmp_path, home, lab, no_leftovers):
     command = "{python} fake_task.py --port 2222 --sleep -1"
     cluster = write_cluster(tmp_path, lab, JOBS, command)
@@ -226,6 +381,7 @@ def test_unreachable_host_fails_preflight_fast_and_nothing_starts(tmp_path, home
         assert not [p for p in lab.host(host).pids() if proc_env_markers(p)[0]]
 
 
+@homes(OWN, SHARED)
 def test_worker_that_cannot_reach_the_ps_is_reported_and_nothing_stays(tmp_path, home, lab, no_leftovers):
     ps = lab.host("tfh0").address
     blocker = lab.host("tfh2")
@@ -242,6 +398,7 @@ def test_worker_that_cannot_reach_the_ps_is_reported_and_nothing_stays(tmp_path,
     assert run_pids(lab, run_id) == {}  # the ps that had started was stopped again
 
 
+@homes(OWN)
 def test_host_reached_only_through_a_jump_host(tmp_path, home, lab, no_leftovers):
     hidden = lab.host("tfh2")
     hidden.exec(["ip", "route", "add", "blackhole", f"{lab.gateway}/32"], check=True)  # no way back to us
@@ -266,6 +423,7 @@ def test_host_reached_only_through_a_jump_host(tmp_path, home, lab, no_leftovers
     assert "[worker:1] worker1 started" in up.stdout
 
 
+@homes(OWN)
 def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_path, home, lab, no_leftovers):
     count = 60
     work = workdir_with_fake_task(tmp_path)
@@ -292,6 +450,7 @@ def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_pa
 
 @pytest.mark.tf
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+@homes(OWN)
 def test_mnist_on_three_hosts_through_ssh(tmp_path, home, lab, no_leftovers):
     command = (
         "{python} train.py --job_name={job_name} --task_index={task_index} "
@@ -306,6 +465,7 @@ def test_mnist_on_three_hosts_through_ssh(tmp_path, home, lab, no_leftovers):
     assert run_pids(lab, run_id) == {}
 
 
+@homes(OWN)
 def test_check_reports_versions_and_a_blocked_route_without_starting_anything(tmp_path, home, lab, no_leftovers):
     cluster = write_cluster(tmp_path, lab, JOBS, "{python} fake_task.py --sleep 0")
     ok = tfctl("-f", str(cluster), "check", "--json", home=home)

@@ -17,6 +17,7 @@ from conftest import FAKE_TASK, free_ports
 
 from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
+from tfctl.supervisor.files import state_root
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import (
     FollowEvent,
@@ -85,7 +86,7 @@ def test_task_runs_detached_with_marker_and_log(agent: HostAgent) -> None:
     assert info.state in (TaskState.RUNNING, TaskState.SUCCEEDED)
     done = wait_state(agent, "r1", "worker:0", (TaskState.SUCCEEDED,))
     assert done.exit_code == 0
-    log = Path(agent.root, "tasks", "r1", "worker-0", "output.log").read_text().split()
+    log = Path(host_state(agent.root), "tasks", "r1", "worker-0", "output.log").read_text().split()
     # Its own session and process group, led by the task itself (exec'd: the pid is python's).
     assert log[0] == log[1] == str(info.pid)
     assert log[2:] == ["r1", "worker:0"]
@@ -155,7 +156,7 @@ def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path
     """A record whose pid now belongs to another process reads 'lost', and stop leaves it alone."""
     bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        d = Path(agent.root, "tasks", "r7", "ps-0")
+        d = Path(host_state(agent.root), "tasks", "r7", "ps-0")
         d.mkdir(parents=True)
         (d / "spec.json").write_text(json.dumps({"task": "ps:0", "command": "true"}))
         real = proc_stat(bystander.pid)
@@ -241,7 +242,7 @@ def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
             "sys.stdout.write('tail-no-newline')"
         ),
     )
-    log = Path(agent.root, "tasks", "r11", "worker-0", "output.log")
+    log = Path(host_state(agent.root), "tasks", "r11", "worker-0", "output.log")
     deadline = time.monotonic() + 10
     while (not log.exists() or log.read_bytes() != b"abc") and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -296,3 +297,8 @@ def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
 )
 def test_exec_form_only_for_simple_commands(command: str, execs: bool) -> None:
     assert exec_form(command) == (f"exec {command}" if execs else command)
+
+
+def host_state(root: Path | str) -> Path:
+    """Where the supervisor on this machine keeps its own files under `root`."""
+    return Path(state_root(str(root)))

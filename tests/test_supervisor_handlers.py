@@ -174,3 +174,34 @@ def test_info_names_this_interpreter(tmp_path: Path) -> None:
     assert answer.python == sys.version.split()[0] and answer.python_error is None
     broken = checks.info(str(tmp_path), p.InfoRequest(str(tmp_path / "no-python")))
     assert broken.python is None and broken.python_error
+
+
+def test_hosts_sharing_a_home_answer_the_same_filesystem_token(tmp_path: Path) -> None:
+    shared, other = str(tmp_path / "nfs-home" / ".tfctl"), str(tmp_path / "own-home" / ".tfctl")
+    cache = str(tmp_path / "cache")
+    first = sync.sync_plan(shared, p.SyncPlanRequest(cache, {})).filesystem
+    assert first and sync.sync_plan(shared, p.SyncPlanRequest(cache, {})).filesystem == first
+    assert sync.sync_plan(other, p.SyncPlanRequest(cache, {})).filesystem not in ("", first)
+    assert not [n for n in os.listdir(shared) if ".tmp." in n]
+
+
+def test_one_host_per_filesystem_is_synced() -> None:
+    from tfctl.sync import one_per_filesystem
+
+    plans = {
+        "h3": p.SyncPlanAnswer([], "nfs"),
+        "h1": p.SyncPlanAnswer([], "nfs"),
+        "h2": p.SyncPlanAnswer([], "local-h2"),
+        "h4": p.SyncPlanAnswer([], ""),  # an older supervisor: no token, synced on its own
+    }
+    assert one_per_filesystem(plans) == {"h1": ["h3"], "h2": [], "h4": []}
+
+
+def test_state_is_kept_per_host_under_a_shared_root(tmp_path: Path) -> None:
+    from tfctl.supervisor import files
+
+    own = files.state_root(str(tmp_path))
+    assert own == str(tmp_path / "hosts" / files.host_key())
+    assert files.host_key().startswith(socket.gethostname().replace(" ", "_"))
+    assert files.task_dir(str(tmp_path), "r", "ps:0").startswith(own + os.sep)
+    assert files.host_key() in files.unique_temp(str(tmp_path / "x.json"))

@@ -31,7 +31,7 @@ from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import RunRecord, RunStore, new_run_id
 from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
-from tfctl.sync import build_manifest, sync_host
+from tfctl.sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
 from tfctl.trace import traced
@@ -140,17 +140,24 @@ def version_warnings(infos: list[HostInfo]) -> list[str]:
 
 
 def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:
-    """Copy the workdir to every remote host's run directory, in parallel."""
+    """Copy the workdir to every remote host's run directory, in parallel; hosts that share a home
+    directory get it once."""
     assert plan.sync_dir is not None
     manifest = build_manifest(plan.sync_dir, plan.exclude)
     remote = [h.name for h in plan.record.hosts if h.transport.get("kind") != "local"]
     dest = remote_workdir(plan.record.run_id)
+    name = plan.record.cluster_name
     for host in remote:
         progress(host, f"syncing {plan.sync_dir} ({len(manifest.files)} files)")
-    result = cluster.fan_out(remote, lambda a: sync_host(a, manifest, plan.record.cluster_name, dest))
+    plans = cluster.fan_out(remote, lambda a: plan_host(a, manifest, name))
+    plans.raise_if_failed("syncing the workdir")
+    groups = one_per_filesystem(plans.succeeded)
+    result = cluster.fan_out(groups, lambda a: apply_host(a, manifest, name, dest, plans.succeeded[a.host].need))
     result.raise_if_failed("syncing the workdir")
     for host, answer in sorted(result.succeeded.items()):
         progress(host, f"synced: {answer.copied} of {answer.files} files changed, now in {dest}")
+        for other in groups[host]:
+            progress(other, f"shares its home directory with {host}: the same copy, synced once")
 
 
 @dataclass(frozen=True)

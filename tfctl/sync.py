@@ -17,7 +17,7 @@ from typing import Iterable
 
 from tfctl.errors import UsageError
 from tfctl.hostagent import REMOTE_ROOT, HostAgent
-from tfctl.supervisor.protocol import FileEntry, SyncApplyAnswer, SyncApplyRequest, SyncPlanRequest
+from tfctl.supervisor.protocol import FileEntry, SyncApplyAnswer, SyncApplyRequest, SyncPlanAnswer, SyncPlanRequest
 
 MAX_SYNC_BYTES = 512 * 1024 * 1024
 
@@ -60,9 +60,25 @@ def build_manifest(root: Path, exclude: Iterable[str]) -> Manifest:
     return manifest
 
 
-def sync_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str) -> SyncApplyAnswer:
-    """Bring one host's copy up to date and place it at `dest`; returns what was copied."""
-    cache = f"{REMOTE_ROOT}/sync/{cluster}"
-    need = agent.call(SyncPlanRequest(cache, manifest.files)).need
+def cache_path(cluster: str) -> str:
+    """A host's cache of the last tree synced for this cluster (shared by hosts sharing a home)."""
+    return f"{REMOTE_ROOT}/sync/{cluster}"
+
+
+def plan_host(agent: HostAgent, manifest: Manifest, cluster: str) -> SyncPlanAnswer:
+    """What this host lacks, and which filesystem its cache is on."""
+    return agent.call(SyncPlanRequest(cache_path(cluster), manifest.files))
+
+
+def apply_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str, need: list[str]) -> SyncApplyAnswer:
+    """Send what the host lacks and have it place the whole tree at `dest`."""
     blobs = {rel: base64.b64encode((manifest.root / rel).read_bytes()).decode() for rel in need}
-    return agent.call(SyncApplyRequest(cache, dest, manifest.files, blobs), timeout=600)
+    return agent.call(SyncApplyRequest(cache_path(cluster), dest, manifest.files, blobs), timeout=600)
+
+
+def one_per_filesystem(plans: dict[str, SyncPlanAnswer]) -> dict[str, list[str]]:
+    """host to sync -> the other hosts that see its files (a shared home): each tree copied once."""
+    groups: dict[str, list[str]] = {}
+    for host, plan in sorted(plans.items()):
+        groups.setdefault(plan.filesystem or f"host:{host}", []).append(host)
+    return {hosts[0]: hosts[1:] for hosts in groups.values()}

@@ -15,14 +15,14 @@ import time
 from typing import Any, Callable, Dict
 
 from .errors import AgentError
-from .files import read_json, write_json
+from .files import read_json, state_root, write_json
 
 KEEP_SECONDS = 24 * 3600  # no replay comes this late: older records are deleted
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def journal_dir(root: str) -> str:
-    return os.path.join(os.path.expanduser(root), "requests")
+    return os.path.join(state_root(root), "requests")
 
 
 def once(root: str, request_id: str, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:

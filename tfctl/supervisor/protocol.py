@@ -384,6 +384,7 @@ class TailRequest(Request[TailAnswer]):
 @dataclass(frozen=True)
 class SyncPlanAnswer(Wire):
     need: List[str]
+    filesystem: str = ""  # the same token on hosts that share the cache's filesystem
 
 
 @dataclass(frozen=True)

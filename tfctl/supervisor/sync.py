@@ -1,7 +1,9 @@
 """Workdir sync: a per-cluster cache on the host, brought up to the controller's manifest.
 
 The cache keeps the last synced tree per cluster, so only changed files cross the network; each
-run still gets its own copy, so a later sync never changes a running task's files.
+run still gets its own copy, so a later sync never changes a running task's files. Hosts that
+share a home see one cache and one copy: `sync_plan` names the filesystem (a token file under the
+root, made once by whichever host gets there first), and the controller syncs one host of each.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import uuid
 from typing import Any, Dict
 
-from .files import read_json, write_json
+from .files import read_json, unique_temp, write_json
 from .protocol import SyncApplyAnswer, SyncApplyRequest, SyncPlanAnswer, SyncPlanRequest
 
 MANIFEST = ".tfctl-manifest.json"
@@ -21,10 +24,38 @@ def read_manifest(cache: str) -> Dict[str, Any]:
     return read_json(os.path.join(cache, MANIFEST)) or {}
 
 
+def filesystem_token(root: str) -> str:
+    """A random token stored under `root` the first time it is asked for: hosts that answer the
+    same token see the same files. (link(2) is atomic, NFS included: one host's token wins.)"""
+    base = os.path.expanduser(root)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    path = os.path.join(base, "filesystem-id")
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+        if token:
+            return token
+    except OSError:
+        pass
+    tmp = unique_temp(path)
+    with open(tmp, "w") as f:
+        f.write(uuid.uuid4().hex)
+    try:
+        os.link(tmp, path)
+    except OSError:
+        pass  # another host (or process) made it first: theirs counts
+    finally:
+        os.remove(tmp)
+    with open(path) as f:
+        return f.read().strip()
+
+
 def sync_plan(root: str, request: SyncPlanRequest) -> SyncPlanAnswer:
-    """Which files of the controller's manifest this host's cache lacks or has in another version."""
+    """Which files of the controller's manifest this host's cache lacks or has in another version,
+    and which filesystem the cache is on."""
     have = read_manifest(os.path.expanduser(request.cache))
-    return SyncPlanAnswer(sorted(p for p, entry in request.files.items() if have.get(p, {}).get("sha") != entry.sha))
+    need = sorted(p for p, entry in request.files.items() if have.get(p, {}).get("sha") != entry.sha)
+    return SyncPlanAnswer(need, filesystem_token(root))
 
 
 def sync_apply(root: str, request: SyncApplyRequest) -> SyncApplyAnswer:
@@ -34,7 +65,7 @@ def sync_apply(root: str, request: SyncApplyRequest) -> SyncApplyAnswer:
     for rel, blob in request.blobs.items():
         target = os.path.join(cache, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = "%s.tmp.%d" % (target, os.getpid())
+        tmp = unique_temp(target)
         with open(tmp, "wb") as f:
             f.write(base64.b64decode(blob))
         os.chmod(tmp, request.files[rel].mode)

@@ -95,8 +95,12 @@ class LocalTransport(Transport):
             )
         if stdin is not None:
             assert proc.stdin is not None
-            proc.stdin.write(stdin)
-            proc.stdin.close()
+            # A command that ends without reading its input (the supervisor is missing, say)
+            # closes the pipe first: what it printed is still there to read.
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(stdin)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
         return LocalStream(proc)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
