@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -130,3 +131,19 @@ def tfctl(
 def fake(name_flags: str) -> str:
     """A cluster-file command running the fake task with the given flags."""
     return f"{{python}} {FAKE_TASK} {name_flags}"
+
+
+def read_rest(proc: subprocess.Popen, timeout: float) -> str:
+    """The rest of a text-mode process's stdout, once it exits (killed after `timeout`).
+
+    Not `communicate(timeout=...)`: that reads the pipe's file descriptor itself, so whatever an
+    earlier `proc.stdout.readline()` already buffered would be lost."""
+    assert proc.stdout is not None
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        out = proc.stdout.read()
+        proc.wait()
+    finally:
+        killer.cancel()
+    return out

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, marked_processes, port_listening, tfctl
+from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
 from tfctl.render import port_ranges
 
@@ -267,9 +267,10 @@ def test_logs_follow_streams_live_and_ends_with_the_run(tmp_path: Path, home: Pa
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
+    assert follower.stdout is not None
     first = follower.stdout.readline()
     assert first.startswith("[")  # output arrives while the run is still going
-    out, _ = follower.communicate(timeout=30)  # the watcher ends the run; follow ends by itself
+    out = read_rest(follower, timeout=30)  # the watcher ends the run; follow ends by itself
     assert follower.returncode == 0
     assert "[worker:0] w0 done, exit 0" in first + out
 
