@@ -75,7 +75,13 @@ def report(r: Results, host_names: list[str], say: Say) -> None:
     up_breakdowns(r, say)
     for tree in r.trees:
         for n, traced in r.traces[tree].items():
-            trace_tables(n, host_names[:n], traced, r.labels[tree], say)
+            if traced:
+                trace_tables(n, host_names[:n], traced, r.labels[tree], say)
+            else:
+                say(
+                    f"\n(N={n}, tfctl {r.labels[tree]}: no SSH traffic table, its traced cycle left no trace file: "
+                    "this tree predates TFCTL_TRACE.)"
+                )
 
 
 def wall_tables(r: Results, say: Say) -> None:

@@ -57,7 +57,7 @@ def command_label(command: str) -> str:
         return "test -f agent"
     if command.startswith("umask 077"):
         return "put"
-    m = re.search(r"agent[^ ]*\.py'? (\w+)", command)
+    m = re.search(r"(?:agent[^ ]*\.py|supervisor-[0-9a-f]+\.pyz)'? (\w+)", command)
     return m.group(1) if m else command[:30]
 
 
