@@ -937,6 +937,7 @@ def make_lab_fixture(n: int = 3, scope: str = "session", **lab_kwargs):
 
         netns_lab = make_lab_fixture(3)                   # scope="session" by default
         lab16 = make_lab_fixture(16, scope="module", start_timeout=60)
+        nfs_lab = make_lab_fixture(3, scope="module", shared_home=True)   # one HOME for all hosts
 
     Skips (or fails, with TFCTL_REQUIRE_NETNS=1) when the lab cannot run here. The workdir
     (keys, configs, sshd logs) is a pytest tmp dir and is kept for inspection.

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, tfctl
+from conftest import FAKE_TASK, REPO, read_rest, tfctl
 from netns_hosts import TestHost, TestHostLab, require_netns
 
 from tfctl.supervisor.procfs import proc_env_markers
@@ -198,8 +198,8 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     assert states == {"ps:0": ("stopped", 15), "worker:0": ("stopped", 9), "worker:1": ("stopped", 9)}
 
 
-@homes(OWN, SHARED)
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "no-sync"])
+@homes(OWN, SHARED)
 def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
     tmp_path, home, lab, home_mode, sync, no_leftovers
 ):
@@ -221,50 +221,57 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
     expected = {"ps:0": "tfh0", "worker:0": "tfh1", "worker:1": "tfh2"}
 
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
-    assert up.returncode == 0, up.stderr
-    run_id = up.stdout.strip()
-    if sync:
-        copies = 1 if home_mode == SHARED else 3  # one copy per filesystem
-        assert up.stderr.count("synced: 1 of 1 files changed") == copies, up.stderr
+    try:
+        assert up.returncode == 0, up.stderr
+        run_id = up.stdout.strip()
+        if sync:
+            copies = 1 if home_mode == SHARED else 3  # one copy per filesystem
+            assert up.stderr.count("synced: 1 of 1 files changed") == copies, up.stderr
+            for root in distinct_roots(lab):
+                synced = root / "work" / run_id
+                assert (synced / "fake_task.py").is_file() and not (synced / "__pycache__").exists()
+        else:
+            assert "synced:" not in up.stderr
+            assert not any((root / "work").exists() for root in distinct_roots(lab))
+
+        # status: every task runs, on its own host
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        assert sorted((t["task"], t["host"], t["state"]) for t in tasks) == [
+            (task, host, "running") for task, host in sorted(expected.items())
+        ]
+        assert run_tasks(lab, run_id) == {host: {task} for task, host in expected.items()}
+
+        # host-side state: each host's under its own key, none in the old shared places
+        for task, host_name in expected.items():
+            host = lab.host(host_name)
+            assert (host_task_dir(host, run_id, task) / "spec.json").is_file(), task
+            for other in lab.hosts:
+                if other.name != host_name:
+                    assert not host_task_dir(other, run_id, task).exists(), (task, other.name)
         for root in distinct_roots(lab):
-            synced = root / "work" / run_id
-            assert (synced / "fake_task.py").is_file() and not (synced / "__pycache__").exists()
-    else:
-        assert "synced:" not in up.stderr
-        assert not any((root / "work").exists() for root in distinct_roots(lab))
+            # nothing in the places where state lived before it was per host
+            assert not (root / "tasks").exists() and not (root / "requests").exists()
+            keys = sorted(p.name for p in (root / "hosts").iterdir())
+            owners = lab.hosts if home_mode == SHARED else [h for h in lab.hosts if remote_root(h) == root]
+            assert keys == sorted(host_state_dir(h).name for h in owners)
 
-    # status: every task runs, on its own host
-    tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
-    assert sorted((t["task"], t["host"], t["state"]) for t in tasks) == [
-        (task, host, "running") for task, host in sorted(expected.items())
-    ]
-    assert run_tasks(lab, run_id) == {host: {task} for task, host in expected.items()}
-
-    # host-side state: each host's under its own key, none in the old shared places
-    for task, host_name in expected.items():
-        host = lab.host(host_name)
-        assert (host_task_dir(host, run_id, task) / "spec.json").is_file(), task
-        for other in lab.hosts:
-            if other.name != host_name:
-                assert not host_task_dir(other, run_id, task).exists(), (task, other.name)
-    for root in distinct_roots(lab):
-        assert not (root / "tasks").exists() and not (root / "requests").exists()  # the layout before per-host state
-        keys = sorted(p.name for p in (root / "hosts").iterdir())
-        owners = lab.hosts if home_mode == SHARED else [h for h in lab.hosts if remote_root(h) == root]
-        assert keys == sorted(host_state_dir(h).name for h in owners)
-
-    # logs: every task's lines
-    want = [f"[{task}] {task.replace(':', '')} line {i}" for task in expected for i in range(3)]
-    deadline = time.monotonic() + 15
-    while True:
-        logs = tfctl("-f", str(cluster), "logs", home=home)
-        missing = [line for line in want if line not in logs.stdout]
-        if not missing or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
-    assert logs.returncode == 0 and missing == [], logs.stdout + logs.stderr
-    for task, host_name in expected.items():
-        assert "line 2" in (host_task_dir(lab.host(host_name), run_id, task) / "output.log").read_text()
+        # logs: every task's lines
+        want = [(task, f"{task.replace(':', '')} line {i}") for task in expected for i in range(3)]
+        deadline = time.monotonic() + 15
+        while True:
+            logs = tfctl("-f", str(cluster), "logs", home=home)
+            parts = (line.partition("]") for line in logs.stdout.splitlines())  # "[ps:0]     ps0 line 0"
+            seen = {(label.lstrip("["), text.strip()) for label, _, text in parts}
+            missing = [(task, text) for task, text in want if (task, text) not in seen]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert logs.returncode == 0 and missing == [], logs.stdout + logs.stderr
+        for task, host_name in expected.items():
+            assert "line 2" in (host_task_dir(lab.host(host_name), run_id, task) / "output.log").read_text()
+    except BaseException:
+        tfctl("-f", str(cluster), "down", home=home)  # leave nothing up for the next tests
+        raise
 
     # down: stops everything everywhere, and says so
     down = tfctl("-f", str(cluster), "down", home=home)
@@ -277,6 +284,8 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
     }
     states = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
     assert {t["task"]: t["state"] for t in states} == {task: "stopped" for task in expected}
+    # every temporary name was renamed or removed, even where three hosts wrote side by side
+    assert [p for root in distinct_roots(lab) for p in root.rglob("*") if ".tmp" in p.name] == []
 
 
 @homes(OWN, SHARED)
@@ -439,11 +448,12 @@ def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_pa
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
+    assert follower.stdout is not None
     assert follower.stdout.readline().startswith("[worker:0] tick 0")
     lab.host("tfh1").set_link(False)
     time.sleep(4)  # longer than the keepalive-based timeout: the stream notices and reconnects
     lab.host("tfh1").set_link(True)
-    out, _ = follower.communicate(timeout=60)
+    out = read_rest(follower, timeout=60)  # not communicate(): it would drop what readline() buffered
     ticks = ["[worker:0] tick 0"] + [line for line in out.splitlines() if "tick" in line]
     assert ticks == [f"[worker:0] tick {i}" for i in range(count)]
 
