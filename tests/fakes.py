@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from tfctl.errors import HostError
@@ -124,8 +124,7 @@ class FakeHost:
         tick = self.ticks[name]
         if script.end_after is not None and tick >= script.end_after:
             state = p.TaskState.SUCCEEDED if script.exit_code == 0 and not script.signal else p.TaskState.FAILED
-            info = replace(
-                info,
+            info = info.replace(
                 state=state,
                 exit_code=None if script.signal else script.exit_code,
                 signal=script.signal,
@@ -133,7 +132,7 @@ class FakeHost:
                 listening=False,
             )
         else:
-            info = replace(info, listening=script.listen_after is not None and tick >= script.listen_after)
+            info = info.replace(listening=script.listen_after is not None and tick >= script.listen_after)
         self.tasks[name] = info
         return info
 
@@ -144,7 +143,7 @@ class FakeHost:
         stopped = 0
         for name, info in self.tasks.items():
             if info.state is p.TaskState.RUNNING:
-                self.tasks[name] = replace(info, state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
+                self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
         return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))

@@ -101,6 +101,21 @@ def test_a_task_that_cannot_start_fails_the_start_with_its_last_lines() -> None:
     assert hosts["h0"].tasks["ps:0"].state is TaskState.STOPPED
 
 
+def test_a_task_done_before_its_start_was_answered_is_no_start_failure() -> None:
+    cluster, hosts, _journal = make()
+    real_start = hosts["h2"]._start
+
+    def start_and_finish(request: p.StartRequest) -> p.StartAnswer:
+        answer = real_start(request)
+        hosts["h2"].tasks["worker:1"] = p.TaskInfo("worker:1", TaskState.SUCCEEDED, exit_code=0)
+        return p.StartAnswer({"worker:1": hosts["h2"].tasks["worker:1"]}) if answer.tasks else answer
+
+    hosts["h2"]._start = start_and_finish  # type: ignore[method-assign]
+    messages: list[str] = []
+    control.start(cluster, ps_first(cluster), timeout=5, progress=lambda who, msg: messages.append(f"{who} {msg}"))
+    assert "worker:1 finished already (exit code 0)" in messages
+
+
 def test_a_task_that_exits_before_listening_fails_the_start() -> None:
     cluster, _hosts, _journal = make({"ps:0": TaskScript(listen_after=None, end_after=2, exit_code=3)})
     with pytest.raises(StartupError, match="ps:0 exited with code 3 before listening on port 2222"):

@@ -59,9 +59,12 @@ def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: P
             for t in phase.tasks:
                 progress(t.name, f"starting on {t.host}")
             for name, info in sorted(cluster.start_tasks(phase.tasks).items()):
-                if info.state.is_final:
+                if info.state is TaskState.SUCCEEDED:  # a quick task may be done before start answers
+                    progress(name, "finished already (exit code 0)")
+                elif info.state.is_final:
                     raise StartupError(f"{name} {info.error or 'exited at once'}" + cluster.last_lines_text(name))
-                progress(name, f"running (pid {info.pid})")
+                else:
+                    progress(name, f"running (pid {info.pid})")
             listening: list[str] = []
             if phase.wait_listening:
                 listening = wait_listening(

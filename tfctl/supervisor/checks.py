@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set
 
 from .errors import AgentError
@@ -24,6 +23,7 @@ from .protocol import (
     ProbeRequest,
     ProbeResult,
 )
+from .records import Record, record
 
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
 
@@ -60,8 +60,8 @@ time.sleep(float(sys.argv[1]))
 """
 
 
-@dataclass(frozen=True)
-class VirtualEnv:
+@record
+class VirtualEnv(Record):
     prefix: str
     system_site_packages: bool
 

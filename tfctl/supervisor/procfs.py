@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .records import Record, record
 
 RUN_ENV = "TFCTL_RUN_ID"
 TASK_ENV = "TFCTL_TASK"
@@ -143,8 +144,8 @@ def signal_all(pids: List[int], sig: int) -> None:
             pass
 
 
-@dataclass(frozen=True)
-class Termination:
+@record
+class Termination(Record):
     """How many processes were seen, how many needed SIGKILL, and which survived even that."""
 
     processes: int

@@ -14,10 +14,10 @@ drops after it was sent; the supervisor then answers the replay from the first r
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar, Union
+
+from .records import Record, field, record
 
 PROTOCOL_VERSION = 2
 
@@ -82,8 +82,8 @@ class RunState(str, enum.Enum):
 W = TypeVar("W", bound="Wire")
 
 
-class Wire:
-    """A dataclass that converts to and from plain JSON values.
+class Wire(Record):
+    """A record that converts to and from plain JSON values.
 
     `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "dict", class);
     `ENUMS` names the fields that hold enums. Unknown keys from a newer peer are ignored.
@@ -93,13 +93,13 @@ class Wire:
     ENUMS: ClassVar[Mapping[str, Any]] = {}
 
     def to_wire(self) -> Dict[str, Any]:
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return {name: _plain(getattr(self, name)) for name in type(self).FIELDS}
 
     @classmethod
     def from_wire(cls: Type[W], data: Mapping[str, Any]) -> W:
         if not isinstance(data, Mapping):
             raise ValueError("%s: expected an object, got %r" % (cls.__name__, data))
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = set(cls.FIELDS)
         values = {k: v for k, v in data.items() if k in names}
         for name, (shape, kind) in cls.NESTED.items():
             value = values.get(name)
@@ -121,6 +121,8 @@ class Wire:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, Wire):
+        return value.to_wire()
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, dict):
@@ -133,7 +135,7 @@ def _plain(value: Any) -> Any:
 # ---------------------------------------------------------------- shared records
 
 
-@dataclass(frozen=True)
+@record
 class TaskInfo(Wire):
     """The truth about one task on its host: files written by its monitor, checked against /proc."""
 
@@ -153,7 +155,7 @@ class TaskInfo(Wire):
     uptime: Optional[float] = None
 
 
-@dataclass(frozen=True)
+@record
 class PortInfo(Wire):
     """Whether something listens on a port of a host, and which processes hold it."""
 
@@ -162,7 +164,7 @@ class PortInfo(Wire):
     command: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class FileEntry(Wire):
     """One file of a synced workdir: content hash, size and permission bits."""
 
@@ -171,7 +173,7 @@ class FileEntry(Wire):
     mode: int
 
 
-@dataclass(frozen=True)
+@record
 class ProbeResult(Wire):
     """A TCP connect from a host to one target. `error`: refused | timeout | unresolvable | unreachable."""
 
@@ -182,7 +184,7 @@ class ProbeResult(Wire):
     detail: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@record
 class TaskLaunch(Wire):
     """Everything the supervisor needs to start one task and stop it later."""
 
@@ -207,14 +209,14 @@ class Request(Wire, Generic[A]):
     IDEMPOTENT: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
+@record
 class StartAnswer(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("dict", TaskInfo)}
 
     tasks: Dict[str, TaskInfo]
 
 
-@dataclass(frozen=True)
+@record
 class StartRequest(Request[StartAnswer]):
     """Start each task under its own monitor; answered once each runs or has failed to."""
 
@@ -227,7 +229,7 @@ class StartRequest(Request[StartAnswer]):
     tasks: List[TaskLaunch]
 
 
-@dataclass(frozen=True)
+@record
 class StatusAnswer(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("dict", TaskInfo)}
 
@@ -235,7 +237,7 @@ class StatusAnswer(Wire):
     time: float
 
 
-@dataclass(frozen=True)
+@record
 class StatusRequest(Request[StatusAnswer]):
     """Tasks of a run by name, each with the port it should listen on."""
 
@@ -246,7 +248,7 @@ class StatusRequest(Request[StatusAnswer]):
     tasks: Dict[str, int]
 
 
-@dataclass(frozen=True)
+@record
 class StopAnswer(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"ports": ("dict", PortInfo), "tasks": ("dict", TaskInfo)}
 
@@ -257,7 +259,7 @@ class StopAnswer(Wire):
     tasks: Dict[str, TaskInfo] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class StopRequest(Request[StopAnswer]):
     """Stop the run's tasks on this host (all of them unless `tasks` names some) and prove it:
     SIGTERM, `grace` seconds, SIGKILL; then the state of `ports`."""
@@ -271,7 +273,7 @@ class StopRequest(Request[StopAnswer]):
     tasks: Optional[List[str]] = None
 
 
-@dataclass(frozen=True)
+@record
 class SweepAnswer(Wire):
     processes: int
     killed: int
@@ -279,7 +281,7 @@ class SweepAnswer(Wire):
     runs: List[str]
 
 
-@dataclass(frozen=True)
+@record
 class SweepRequest(Request[SweepAnswer]):
     """Stop every process started from `store` whose run is not in `live_runs`: orphans."""
 
@@ -291,14 +293,14 @@ class SweepRequest(Request[SweepAnswer]):
     store: str
 
 
-@dataclass(frozen=True)
+@record
 class PortsAnswer(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"ports": ("dict", PortInfo)}
 
     ports: Dict[str, PortInfo]  # str(port) -> who listens
 
 
-@dataclass(frozen=True)
+@record
 class PortsRequest(Request[PortsAnswer]):
     VERB: ClassVar[str] = "ports"
     ANSWER: ClassVar[Type[Wire]] = PortsAnswer
@@ -306,7 +308,7 @@ class PortsRequest(Request[PortsAnswer]):
     ports: List[int]
 
 
-@dataclass(frozen=True)
+@record
 class InfoAnswer(Wire):
     hostname: str
     agent_python: str
@@ -317,7 +319,7 @@ class InfoAnswer(Wire):
     python_executable: Optional[str] = None  # the interpreter `python` resolved to (a venv's own path)
 
 
-@dataclass(frozen=True)
+@record
 class InfoRequest(Request[InfoAnswer]):
     """Who the host is and which Python and TensorFlow `python` (the tasks' interpreter) has."""
 
@@ -327,14 +329,14 @@ class InfoRequest(Request[InfoAnswer]):
     python: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@record
 class ProbeAnswer(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"results": ("dict", ProbeResult)}
 
     results: Dict[str, ProbeResult]
 
 
-@dataclass(frozen=True)
+@record
 class ProbeRequest(Request[ProbeAnswer]):
     """TCP connect from this host to each `host:port` target."""
 
@@ -345,12 +347,12 @@ class ProbeRequest(Request[ProbeAnswer]):
     timeout: float = 3.0
 
 
-@dataclass(frozen=True)
+@record
 class ListenAnswer(Wire):
     pid: int
 
 
-@dataclass(frozen=True)
+@record
 class ListenRequest(Request[ListenAnswer]):
     """Hold ports open for `seconds` (marked with `run_id`; `stop` ends it) to test the network."""
 
@@ -364,12 +366,12 @@ class ListenRequest(Request[ListenAnswer]):
     store: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TailAnswer(Wire):
     tails: Dict[str, List[str]]
 
 
-@dataclass(frozen=True)
+@record
 class TailRequest(Request[TailAnswer]):
     """The last `lines` lines of several tasks' output (for diagnosis)."""
 
@@ -381,13 +383,13 @@ class TailRequest(Request[TailAnswer]):
     lines: int = 200
 
 
-@dataclass(frozen=True)
+@record
 class SyncPlanAnswer(Wire):
     need: List[str]
     filesystem: str = ""  # the same token on hosts that share the cache's filesystem
 
 
-@dataclass(frozen=True)
+@record
 class SyncPlanRequest(Request[SyncPlanAnswer]):
     """Which files of the manifest the host's sync cache lacks or holds in another version."""
 
@@ -399,14 +401,14 @@ class SyncPlanRequest(Request[SyncPlanAnswer]):
     files: Dict[str, FileEntry]
 
 
-@dataclass(frozen=True)
+@record
 class SyncApplyAnswer(Wire):
     copied: int
     files: int
     dest: str
 
 
-@dataclass(frozen=True)
+@record
 class SyncApplyRequest(Request[SyncApplyAnswer]):
     """Bring the cache up to the manifest with `blobs` (base64 by path), then copy it to `dest`."""
 
@@ -441,7 +443,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
 # ---------------------------------------------------------------- follow: a stream, not an answer
 
 
-@dataclass(frozen=True)
+@record
 class FollowRequest(Wire):
     """Stream task output from byte offsets; with `follow`, until every task ended and was read."""
 
@@ -454,8 +456,8 @@ class FollowRequest(Wire):
     poll: float = 0.1
 
 
-@dataclass(frozen=True)
-class LogChunk:
+@record
+class LogChunk(Record):
     """Output of one task up to byte `offset`; `partial` bytes after its last newline."""
 
     task: str
@@ -464,8 +466,8 @@ class LogChunk:
     data: str
 
 
-@dataclass(frozen=True)
-class TaskEnded:
+@record
+class TaskEnded(Record):
     """A followed task ended and all its output was sent."""
 
     task: str
@@ -473,8 +475,8 @@ class TaskEnded:
     state: TaskState
 
 
-@dataclass(frozen=True)
-class Heartbeat:
+@record
+class Heartbeat(Record):
     """Sent when nothing else was for a while, so a dead link is noticed."""
 
     time: float
@@ -505,8 +507,8 @@ def follow_event_from_wire(data: Mapping[str, Any]) -> FollowEvent:
 # ---------------------------------------------------------------- envelopes
 
 
-@dataclass(frozen=True)
-class Envelope:
+@record
+class Envelope(Record):
     """One request on the wire: its id (for replays), verb, the host's state root and the body."""
 
     id: str

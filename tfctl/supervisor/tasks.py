@@ -10,7 +10,6 @@ stragglers that left the group (daemons, `setsid` children) are still found by `
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -103,7 +102,7 @@ def start(root: str, request: StartRequest) -> StartAnswer:
             time.sleep(procfs.POLL)
         info = task_state(root, run_id, task)
         if info.state is TaskState.PENDING:
-            info = dataclasses.replace(info, state=TaskState.STARTING)
+            info = info.replace(state=TaskState.STARTING)
         result[task] = info
     return StartAnswer(result)
 
@@ -170,9 +169,7 @@ def status(root: str, request: StatusRequest) -> StatusAnswer:
             proc = read_json(os.path.join(task_dir(root, run_id, task), "proc.json"))
             listens = bool(procfs.socket_owners(listening[port], procfs.task_processes(run_id, task, proc)))
         uptime = None if info.started_at is None else (info.ended_at or now) - info.started_at
-        out[task] = dataclasses.replace(
-            info, listening=listens, last_line=last_line(output_log(root, run_id, task)), uptime=uptime
-        )
+        out[task] = info.replace(listening=listens, last_line=last_line(output_log(root, run_id, task)), uptime=uptime)
     return StatusAnswer(out, now)
 
 
