@@ -292,8 +292,8 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
 def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_leftovers):
     command = (
         "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 3 "
-        "--sleep $( [ {job_name} = ps ] && echo -1 || echo 1 )"
-    )
+        "--sleep $( [ {job_name} = ps ] && echo -1 || echo 4 )"
+    )  # 4 s: worker:1 starts once worker:0 listens, and must print before worker:0 ends the job
     cluster = write_cluster(tmp_path, lab, JOBS, command)
     up = tfctl("-f", str(cluster), "up", home=home)
     assert up.returncode == 0, up.stderr
