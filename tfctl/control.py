@@ -17,7 +17,7 @@ from tfctl.hosts import host_port
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 
-LISTEN_POLL = 0.2
+LISTEN_POLL = 0.05  # status polls while waiting for a port: cheap, and a late listener costs at most this
 HOST_PATIENCE = 60.0
 
 
