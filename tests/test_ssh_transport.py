@@ -211,6 +211,33 @@ def test_concurrent_runs_share_one_connection(make):
 
 
 @pytest.mark.netns
+@pytest.mark.parametrize("stdin", [None, b"unread input\n"])
+def test_late_stdin_eof_keeps_the_connection(make, monkeypatch, stdin):
+    """paramiko can send a channel's EOF after the CLOSE it sends in answer to the server's
+    (paramiko#1115), and OpenSSH then drops the whole connection with every command on it. Here
+    the EOF is held back until a command that does not read its input has long exited."""
+    t = make("tfh0")
+    before = t.run("echo $SSH_CONNECTION").stdout
+    connection = t._clients[-1].get_transport()
+    send = connection._send_user_message
+    eof_sent = threading.Event()
+
+    def late_eof(message) -> None:
+        late = message.asbytes()[0] == 96 and threading.current_thread() is not connection  # CHANNEL_EOF
+        if late:
+            time.sleep(0.5)
+        send(message)
+        if late:
+            eof_sent.set()
+
+    monkeypatch.setattr(connection, "_send_user_message", late_eof)
+    assert t.run("echo quick", stdin=stdin).stdout == "quick\n"
+    assert eof_sent.wait(5)
+    time.sleep(0.2)  # the server's answer to a stray EOF would be to disconnect at once
+    assert t.run("echo $SSH_CONNECTION").stdout == before  # the same connection, still up
+
+
+@pytest.mark.netns
 def test_close_then_use_again_reconnects(make):
     t = make("tfh0")
     first = t.run("echo $SSH_CONNECTION").stdout

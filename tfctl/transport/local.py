@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 from typing import Iterator
 
 from tfctl import trace
@@ -26,14 +27,27 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 class LocalStream(Stream):
+    """A local command's stdout. Only the reader closes the pipe once it reads: closing a
+    buffered file under a thread that reads it crashes that thread inside CPython."""
+
     def __init__(self, proc: subprocess.Popen) -> None:
         self._proc = proc
+        self._lock = threading.Lock()
+        self._reading = self._closed = False
 
     def lines(self) -> Iterator[str]:
-        assert self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            yield raw.decode("utf-8", errors="replace").rstrip("\n")
-        self._proc.wait()
+        stdout = self._proc.stdout
+        assert stdout is not None
+        with self._lock:
+            if self._closed:
+                return
+            self._reading = True
+        try:
+            for raw in stdout:
+                yield raw.decode("utf-8", errors="replace").rstrip("\n")
+            self._proc.wait()
+        finally:
+            stdout.close()
 
     def send(self, data: bytes) -> None:
         assert self._proc.stdin is not None
@@ -52,7 +66,10 @@ class LocalStream(Stream):
             except subprocess.TimeoutExpired:
                 _kill_group(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
-        for pipe in (self._proc.stdin, self._proc.stdout):
+        with self._lock:
+            self._closed = True
+            pipes = [self._proc.stdin] + ([] if self._reading else [self._proc.stdout])
+        for pipe in pipes:  # a reader, if any, sees the end of stdout now and closes it
             if pipe is not None and not pipe.closed:
                 with contextlib.suppress(OSError):
                     pipe.close()

@@ -180,7 +180,7 @@ class SSHTransport(Transport):
 
     def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> Result:
         deadline = None if timeout is None else time.monotonic() + timeout
-        chan = self._exec(command)
+        chan = self._exec(command, closes_stdin=True)
         out: list[bytes] = []
         err: list[bytes] = []
         # Both outputs are drained while stdin is written: a command that fills one of them
@@ -196,7 +196,8 @@ class SSHTransport(Transport):
             raise HostError(self.host, f"command timed out after {timeout:g}s: {command}")
         if chan.exit_status < 0 and not chan.get_transport().is_active():
             raise HostError(self.host, f"connection lost while running: {command}")
-        # -1 with the link up: the command died of a signal (paramiko does not say which one).
+        # -1 with the link up: the session's shell died of a signal (paramiko does not say
+        # which one); a command that did shows as 128 + the signal's number.
         return Result(
             self.host,
             command,
@@ -207,7 +208,7 @@ class SSHTransport(Transport):
 
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         with trace.span("transport.stream", self.host, command=command):  # until the channel is open
-            chan = self._exec(command)
+            chan = self._exec(command, closes_stdin=stdin is not None)
         if stdin is not None:
             _spawn(_feed, chan, stdin)
         return SSHStream(chan, self._stderr_sink)
@@ -233,11 +234,13 @@ class SSHTransport(Transport):
 
     # -- connection
 
-    def _exec(self, command: str) -> paramiko.Channel:
+    def _exec(self, command: str, closes_stdin: bool) -> paramiko.Channel:
+        """A channel running `command`. `closes_stdin`: we will send its stdin's EOF, so the
+        session waits for it (a stream we keep writing to ends with its command instead)."""
         transport = self._transport()
         try:
             chan = transport.open_session(timeout=self._connect_timeout)
-            chan.exec_command(command)
+            chan.exec_command(_reading_stdin_to_the_end(command) if closes_stdin else command)
         except paramiko.ChannelException as e:
             raise HostError(
                 self.host,
@@ -469,6 +472,17 @@ class SSHTransport(Transport):
             f"(ssh-copy-id -i KEY -p {ep.port} {ep.user}@{ep.hostname}), load the right key into "
             f"ssh-agent, or set User/IdentityFile for {ep.alias} in {self._ssh_config_path}",
         )
+
+
+def _reading_stdin_to_the_end(command: str) -> str:
+    """`command`, then a read of whatever it left of its stdin, before the session ends.
+
+    paramiko may send a channel's stdin EOF (or data) after the CLOSE it sends in answer to the
+    server's (paramiko#1115), and OpenSSH answers that by dropping the connection, with every
+    other command on it. A session that ends only once our EOF arrived never closes first. The
+    subshell keeps an `exit` in `command` from skipping the read; its status is the session's.
+    """
+    return f"({command}\n); tfctl_status=$?; cat >/dev/null; exit $tfctl_status"
 
 
 def _connection(client: paramiko.SSHClient) -> paramiko.Transport:
