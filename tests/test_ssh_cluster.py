@@ -304,6 +304,61 @@ def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_l
     assert run_pids(lab, run_id) == {}
 
 
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
+        time.sleep(0.2)
+
+
+@homes(OWN, SHARED)
+def test_each_host_stops_the_tasks_of_a_killed_attached_up_once_its_lease_ran_out(tmp_path, home, lab, no_leftovers):
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra="lease_timeout: 2")
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    try:
+        assert up.stderr is not None
+        deadline = time.monotonic() + 60
+        while "following" not in (up.stderr.readline() or "") and time.monotonic() < deadline:
+            pass
+        run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+        time.sleep(3)  # a live controller keeps its lease
+        assert sorted(run_pids(lab, run_id)) == ["tfh0", "tfh1", "tfh2"]
+    finally:
+        up.kill()
+        up.wait()
+    wait_until(lambda: run_pids(lab, run_id) == {}, 15, "every host stopping its tasks")
+    status = tfctl("-f", str(cluster), "status", "--json", home=home)
+    assert "a new watcher" in status.stderr
+    assert all("no controller for" in t["stop_reason"] for t in json.loads(status.stdout))
+    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "stopped", 20, "run end")
+
+
+@homes(OWN, SHARED)
+def test_a_detached_runs_ps_stops_on_its_host_when_the_job_ends_without_any_tfctl(tmp_path, home, lab, no_leftovers):
+    command = (
+        "{python} fake_task.py --name {job_name}{task_index} --port 2222 "
+        "--sleep $( [ {job_name} = ps ] && echo -1 || echo 5 )"
+    )
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra="idle_ps_timeout: 1")
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    watcher = json.loads((home / "runs" / run_id / "run.json").read_text())["watcher"]
+    os.kill(watcher["pid"], 9)  # the laptop is gone; the ps on tfh0 probes the workers itself
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the ps stopping on its host")
+    status = tfctl("-f", str(cluster), "status", "--json", home=home)
+    ps = {t["task"]: t for t in json.loads(status.stdout)}["ps:0"]
+    assert ps["state"] == "stopped" and "worker:0 gone" in ps["stop_reason"]
+    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "succeeded", 20, "end")
+
+
 @homes(OWN)
 def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, home, lab, no_leftovers):
     canary = "/tmp/tfctl-canary"

@@ -66,11 +66,19 @@ def _store() -> RunStore:
     return RunStore()
 
 
-def _record(ctx: click.Context, given: Path | None, run_id: str | None) -> RunRecord:
-    from tfctl.lifecycle import resolve_run
+def _record(ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True) -> RunRecord:
+    """The run the command is about. With `resume`, a live run whose controller died gets a new
+    watcher first, and the user hears of it."""
+    from tfctl import console, lifecycle
 
     path = None if run_id else _cluster_file(ctx, given)
-    return resolve_run(_store(), path or Path("."), run_id)
+    store = _store()
+    record = lifecycle.resolve_run(store, path or Path("."), run_id)
+    note = lifecycle.resume_supervision(store, record) if resume else None
+    if note:
+        console.err().print(f"[yellow]warning:[/yellow] {note}")
+        record = store.load(record.run_id)
+    return record
 
 
 def _stamp(start: float) -> str:
@@ -135,7 +143,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys)
+            cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
@@ -179,8 +187,10 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         try:
             render.render_stop(lifecycle.interrupt(store, cluster))
         except KeyboardInterrupt:
+            lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
             err.print(
-                f"detached; tasks may still be running. Stop them with: tfctl {hint_file}down --run {record.run_id}"
+                f"detached; tasks may still be running{lease}. Stop them with: "
+                f"tfctl {hint_file}down --run {record.run_id}"
             )
         return EXIT_INTERRUPTED
     if ending.outcome.succeeded:
@@ -325,7 +335,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
 
     store = _store()
     try:
-        record = _record(ctx, cluster_file, run_id)
+        record = _record(ctx, cluster_file, run_id, resume=False)
     except UsageError:
         if not sweep:
             raise

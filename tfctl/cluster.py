@@ -8,6 +8,7 @@ Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/
 from __future__ import annotations
 
 import signal as signal_module
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from tfctl.group import GroupResult, fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.runs import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import (
+    IdleRule,
     InfoRequest,
     ListenRequest,
     PortInfo,
@@ -48,6 +50,7 @@ def describe_end(
     signal: int | None = None,
     error: str | None = None,
     ended_at: float | None = None,
+    stop_reason: str | None = None,
 ) -> str:
     """How a finished task ended, as the rest of a sentence that starts with the task's name.
 
@@ -58,7 +61,7 @@ def describe_end(
     if state is TaskState.LOST:
         return "was lost (its process is gone and no exit code was recorded)"
     if state is TaskState.STOPPED:
-        return f"was stopped (tfctl down){at}"
+        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
     if signal:
         why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
         return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
@@ -92,6 +95,7 @@ class TaskStatus:
     last_line: str = ""
     error: str | None = None
     ended_at: float | None = None
+    stop_reason: str | None = None
 
     @classmethod
     def of(cls, spec: TaskSpec, info: TaskInfo | None) -> TaskStatus:
@@ -113,6 +117,7 @@ class TaskStatus:
             info.last_line,
             info.error,
             info.ended_at,
+            info.stop_reason,
         )
 
     @property
@@ -120,7 +125,7 @@ class TaskStatus:
         return self.state.is_final
 
     def describe_end(self) -> str:
-        return describe_end(self.state, self.exit_code, self.signal, self.error)
+        return describe_end(self.state, self.exit_code, self.signal, self.error, stop_reason=self.stop_reason)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +141,7 @@ class TaskStatus:
             "listening": self.listening,
             "uptime": self.uptime,
             "last_line": self.last_line,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -201,14 +207,25 @@ class Cluster:
     """One run's tasks and the supervisors on its hosts. Constructing it does no I/O."""
 
     def __init__(
-        self, record: RunRecord, agents: dict[str, HostAgent] | None = None, accept_new_host_keys: bool = False
+        self,
+        record: RunRecord,
+        agents: dict[str, HostAgent] | None = None,
+        accept_new_host_keys: bool = False,
+        holds_lease: bool = False,
     ) -> None:
+        """`holds_lease`: this is the run's attached controller, which starts its tasks with a
+        lease (`record.lease_timeout`) and renews it on every host until closed."""
         self.record = record
         self.agents = (
             agents
             if agents is not None
             else {h.name: HostAgent(connect(h, accept_new_host_keys), h.python, h.root) for h in record.hosts}
         )
+        self.holds_lease = holds_lease and record.lease_timeout > 0
+        self._lease_hosts: set[str] = set()
+        self._lease_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._keeper: threading.Thread | None = None
 
     def __enter__(self) -> Cluster:
         return self
@@ -217,6 +234,9 @@ class Cluster:
         self.close()
 
     def close(self) -> None:
+        self._closed.set()
+        if self._keeper is not None:
+            self._keeper.join(2)  # a renewal under way would reopen a connection closed below
         for agent in self.agents.values():
             agent.close()
 
@@ -324,20 +344,51 @@ class Cluster:
         """Start these tasks, each host's at once; raises if a host failed to start them."""
         grouped = self.by_host(tasks)
         record = self.record
+        lease = record.lease_timeout if self.holds_lease else 0.0
         started = self.fan_out(
             grouped,
             lambda a: a.call(
                 StartRequest(
                     record.run_id,
                     [
-                        TaskLaunch(t.name, t.command, dict(t.env), t.cwd, record.grace_period, record.store)
+                        TaskLaunch(
+                            t.name, t.command, dict(t.env), t.cwd, record.grace_period, record.store, self._idle_rule(t)
+                        )
                         for t in grouped[a.host]
                     ],
+                    lease,
                 )
             ),
         )
+        if lease:
+            self._keep_lease(started.succeeded)
         started.raise_if_failed("starting tasks")
         return {name: info for answer in started.succeeded.values() for name, info in answer.tasks.items()}
+
+    def _idle_rule(self, task: TaskSpec) -> IdleRule | None:
+        """The idle rule for a task that never ends by itself: every task the success policy
+        does not watch (`supervisor.guard`)."""
+        record = self.record
+        if not record.idle_timeout or not record.decisive or task.name in record.decisive:
+            return None
+        watch = {name: record.task(name).address for name in record.decisive}
+        return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
+
+    def _keep_lease(self, hosts: Iterable[str]) -> None:
+        """Renew the run's lease on these hosts (and those already held) until `close()`."""
+        with self._lease_lock:
+            first = not self._lease_hosts
+            self._lease_hosts.update(hosts)
+        if first:
+            self._keeper = threading.Thread(target=self._renew_lease, daemon=True, name="lease")
+            self._keeper.start()
+
+    def _renew_lease(self) -> None:
+        """Six renewals per lease period: a few lost to a slow link do not cost the run."""
+        while not self._closed.wait(self.record.lease_timeout / 6):
+            with self._lease_lock:
+                hosts = sorted(self._lease_hosts)
+            self.fan_out(hosts, lambda a: a.call(StatusRequest(self.record.run_id, {}, renew_lease=True), timeout=30))
 
     def hold_ports(self, ports_by_host: dict[str, list[int]], marker: str, seconds: float) -> None:
         """Throw-away listeners on these ports (stopped by `stop` of `marker`), to test the network."""

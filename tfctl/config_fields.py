@@ -21,6 +21,8 @@ import yaml
 from tfctl.errors import ConfigProblem
 from tfctl.model import (
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_IDLE_PS_TIMEOUT,
+    DEFAULT_LEASE_TIMEOUT,
     DEFAULT_STARTUP_TIMEOUT,
     JOB_NAMES,
     PLACEHOLDERS,
@@ -269,19 +271,21 @@ def _env(doc: Doc, path: str, value: Any) -> Any:
     return frozen_env(env) if valid else INVALID
 
 
-def _seconds(default: float) -> Validator:
-    """Validator for a positive, finite duration in seconds."""
+def _seconds(default: float, zero_means: str | None = None) -> Validator:
+    """Validator for a positive, finite duration in seconds; with `zero_means`, 0 is allowed too
+    (and the hint says what it does)."""
 
     def validate(doc: Doc, path: str, value: Any) -> Any:
-        example = f"`{path}: {default:g}`"
+        example = f"`{path}: {default:g}`" + (f", or `{path}: 0` {zero_means}" if zero_means else "")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return type_error(doc, path, "a number of seconds", value, f"write a plain number, e.g. {example}")
         try:
             seconds = float(value)
         except OverflowError:
             seconds = math.inf
-        if not 0 < seconds < math.inf:
-            return doc.problem(path, f"must be a number of seconds greater than 0, found {value}", f"e.g. {example}")
+        if not (0 <= seconds if zero_means else 0 < seconds) or seconds == math.inf:
+            least = "0 or more" if zero_means else "greater than 0"
+            return doc.problem(path, f"must be a number of seconds {least}, found {value}", f"e.g. {example}")
         return seconds
 
     return validate
@@ -564,6 +568,8 @@ TOP_KEYS: dict[str, Validator] = {
     "exclude": _exclude,
     "hang_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
     "fail_on_ps_exit": _boolean,
+    "lease_timeout": _seconds(DEFAULT_LEASE_TIMEOUT, "to keep the tasks of an attached run going without it"),
+    "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

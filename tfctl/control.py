@@ -163,11 +163,12 @@ def decide(statuses: Sequence[TaskStatus], decisive: Sequence[str], essential: S
     for s in statuses:
         if s.state.is_bad:
             return Outcome(RunState.FAILED, f"{s.task} on {s.host} {s.describe_end()}", s.task)
+    if decisive and all(d in by_name and by_name[d].state is TaskState.SUCCEEDED for d in decisive):
+        # Before stopped tasks: a ps its host stopped once the job was over does not undo it.
+        return Outcome(RunState.SUCCEEDED, f"{', '.join(decisive)} finished successfully")
     for s in statuses:
         if s.state is TaskState.STOPPED:
             return Outcome(RunState.STOPPED, f"{s.task} on {s.host} {s.describe_end()}", s.task)
-    if decisive and all(d in by_name and by_name[d].state is TaskState.SUCCEEDED for d in decisive):
-        return Outcome(RunState.SUCCEEDED, f"{', '.join(decisive)} finished successfully")
     for name in essential:
         ended = by_name.get(name)
         if ended is not None and ended.final:

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from tfctl import control
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
@@ -29,6 +29,7 @@ from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import RunRecord, RunStore, new_run_id
+from tfctl.supervisor.files import host_key
 from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
 from tfctl.sync import apply_host, build_manifest, one_per_filesystem, plan_host
@@ -83,14 +84,21 @@ def security_warnings(config: ClusterConfig) -> list[str]:
     ]
 
 
-def launch(store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False) -> Cluster:
+def launch(
+    store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False, detach: bool = False
+) -> Cluster:
     """Preflight every host, check ports, sync code, record the run and start it phase by phase.
 
     Nothing is started anywhere until every host has answered; any failure after that stops
     whatever was started before the error is raised. The caller closes the returned cluster.
+    An attached run (not `detach`) holds a lease on its hosts while the cluster is open, and
+    records this process as its controller.
     """
-    record = plan.record
-    cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys)
+    if detach:
+        record = dataclasses.replace(plan.record, lease_timeout=0.0)
+    else:
+        record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
+    cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
     try:
         for warning in version_warnings(cluster.preflight(progress)):
             progress("warning", warning)
@@ -245,8 +253,44 @@ def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
             start_new_session=True,
             env={**os.environ, "TFCTL_HOME": str(store.home)},
         )
-    st = proc_stat(proc.pid) or {}
-    return store.update(record.run_id, watcher={"pid": proc.pid, "starttime": st.get("starttime")})
+    return store.update(record.run_id, watcher=controller_of(proc.pid, attached=False))
+
+
+def controller_of(pid: int, attached: bool) -> dict[str, Any]:
+    """What identifies a run's controller process later: pid, kernel start time and machine
+    (a run store on a shared home is read from other machines, where that pid means nothing)."""
+    st = proc_stat(pid) or {}
+    return {"pid": pid, "starttime": st.get("starttime"), "host": host_key(), "attached": attached}
+
+
+def controller_of_this_process(attached: bool) -> dict[str, Any]:
+    return controller_of(os.getpid(), attached)
+
+
+def controller_gone(record: RunRecord) -> bool:
+    """An active run whose controller (attached `up` or detached watcher) has died on this
+    machine. False when it lives, when it ran elsewhere, or when the run is over."""
+    w = record.watcher
+    if not record.active or not w or w.get("host", host_key()) != host_key():
+        return False
+    return not is_same_process(w)
+
+
+def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
+    """A run whose controller died gets a new watcher, so it still ends when its job does;
+    the sentence to tell the user, or None when nothing was amiss."""
+    if not controller_gone(record):
+        return None
+    w = record.watcher or {}
+    was = f"the `tfctl up` that started it (pid {w['pid']})" if w.get("attached") else f"its watcher (pid {w['pid']})"
+    fresh = spawn_watcher(store, record)
+    lease = (
+        f"; its tasks stop on their hosts {record.lease_timeout:g}s after their controller (lease_timeout)"
+        if w.get("attached") and record.lease_timeout
+        else ""
+    )
+    pid = (fresh.watcher or {}).get("pid")
+    return f"run {record.run_id}: {was} is gone; a new watcher (pid {pid}) supervises it{lease}"
 
 
 def watch(store: RunStore, run_id: str) -> Ending | None:
@@ -265,9 +309,10 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
 
 @traced("lifecycle.stop_watcher")
 def stop_watcher(record: RunRecord) -> None:
-    """`down` takes over from the detached watcher: end it first so the two never race."""
-    w = record.watcher  # {"pid", "starttime"}: what is_same_process checks
-    if not w or not is_same_process(w):
+    """`down` takes over from the detached watcher: end it first so the two never race. An
+    attached `up` is left alone: it sees its tasks stopped and ends by itself."""
+    w = record.watcher  # see controller_of
+    if not w or w.get("attached") or w.get("host", host_key()) != host_key() or not is_same_process(w):
         return
     os.kill(w["pid"], signal.SIGTERM)
     deadline = time.monotonic() + 5

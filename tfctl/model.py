@@ -43,6 +43,8 @@ DEFAULT_EXCLUDE = (
 )
 DEFAULT_GRACE_PERIOD = 10.0
 DEFAULT_STARTUP_TIMEOUT = 120.0
+DEFAULT_LEASE_TIMEOUT = 60.0
+DEFAULT_IDLE_PS_TIMEOUT = 120.0
 
 
 def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -114,6 +116,10 @@ class ClusterConfig:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     hang_timeout: float | None = None  # None: the startup timeout
     fail_on_ps_exit: bool = True
+    # An attached run's tasks stop this long after their controller; 0: never.
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    # Tasks that never end by themselves (ps) stop this long after their job is over; 0: never.
+    idle_ps_timeout: float = DEFAULT_IDLE_PS_TIMEOUT
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

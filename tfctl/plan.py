@@ -81,6 +81,9 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         decisive=tuple(tf_cluster.decisive_tasks(config)),
         essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),
         hang_timeout=config.hang_timeout or config.startup_timeout,
+        startup_timeout=config.startup_timeout,
+        lease_timeout=config.lease_timeout,
+        idle_timeout=config.idle_ps_timeout,
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(

@@ -63,6 +63,9 @@ class RunRecord:
     decisive: tuple[str, ...] = ()
     essential: tuple[str, ...] = ()
     hang_timeout: float | None = None
+    startup_timeout: float = 120.0
+    lease_timeout: float = 0.0  # held by an attached `up` only; 0 for detached runs
+    idle_timeout: float = 0.0  # the idle rule of tasks that never end by themselves; 0: off
     store: str = ""
     state: RunState = RunState.STARTING
     ended_at: float | None = None

@@ -181,8 +181,12 @@ def terminate(find: Callable[[], List[int]], grace: float) -> Termination:
     return Termination(len(seen), len(killed), pids)
 
 
-def listening_sockets() -> Dict[int, Set[int]]:
-    """port -> socket inodes of TCP sockets in LISTEN state, IPv4 and IPv6."""
+TCP_ESTABLISHED = "01"
+TCP_LISTEN = "0A"
+
+
+def tcp_sockets(state: str) -> Dict[int, Set[int]]:
+    """local port -> socket inodes of TCP sockets in `state` (kernel hex code), IPv4 and IPv6."""
     ports: Dict[int, Set[int]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -190,12 +194,17 @@ def listening_sockets() -> Dict[int, Set[int]]:
                 next(f)
                 for line in f:
                     parts = line.split()
-                    if parts[3] == "0A":
+                    if parts[3] == state:
                         port = int(parts[1].rsplit(":", 1)[1], 16)
                         ports.setdefault(port, set()).add(int(parts[9]))
         except OSError:
             continue
     return ports
+
+
+def listening_sockets() -> Dict[int, Set[int]]:
+    """port -> socket inodes of TCP sockets in LISTEN state."""
+    return tcp_sockets(TCP_LISTEN)
 
 
 def socket_owners(inodes: Set[int], pids: Optional[List[int]] = None) -> List[int]:

@@ -153,6 +153,7 @@ class TaskInfo(Wire):
     listening: bool = False
     last_line: str = ""
     uptime: Optional[float] = None
+    stop_reason: Optional[str] = None  # why the host itself stopped it (lease, idle rule)
 
 
 @record
@@ -185,8 +186,20 @@ class ProbeResult(Wire):
 
 
 @record
+class IdleRule(Wire):
+    """When a task that never ends by itself stops on its own host (`supervisor.guard`)."""
+
+    port: int
+    timeout: float
+    watch: Dict[str, str]  # decisive task -> its host:port
+    startup_timeout: float
+
+
+@record
 class TaskLaunch(Wire):
     """Everything the supervisor needs to start one task and stop it later."""
+
+    NESTED: ClassVar[Mapping[str, Any]] = {"idle": ("one", IdleRule)}
 
     task: str
     command: str
@@ -194,6 +207,7 @@ class TaskLaunch(Wire):
     cwd: Optional[str] = None
     grace: float = 10.0
     store: str = ""
+    idle: Optional[IdleRule] = None
 
 
 # ---------------------------------------------------------------- requests and answers
@@ -227,6 +241,7 @@ class StartRequest(Request[StartAnswer]):
 
     run_id: str
     tasks: List[TaskLaunch]
+    lease: float = 0.0  # seconds without renewal before the run's tasks here stop; 0: no lease
 
 
 @record
@@ -246,6 +261,7 @@ class StatusRequest(Request[StatusAnswer]):
 
     run_id: str
     tasks: Dict[str, int]
+    renew_lease: bool = False  # only the run's own controller renews its lease
 
 
 @record

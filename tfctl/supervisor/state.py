@@ -42,4 +42,5 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         started_at=proc.get("started_at"),
         ended_at=ended.get("ended_at"),
         error=ended.get("error"),
+        stop_reason=(stop or {}).get("reason") if state is TaskState.STOPPED else None,
     )

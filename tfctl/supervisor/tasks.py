@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Set
 
-from . import procfs
+from . import guard, procfs
 from .checks import port_owners
 from .errors import AgentError
 from .files import read_json, run_dir, task_dir, write_json
@@ -42,6 +42,7 @@ from .state import task_state
 
 START_PATIENCE = 15.0  # how long `start` waits for each monitor to report the task running
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
+GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 HERE = os.path.dirname(os.path.abspath(__file__))  # at import, before anything could change the cwd
 SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
 
@@ -75,6 +76,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
     """Start each task under its own monitor; return once every task runs or has failed to."""
     run_id = request.run_id
     artifact = supervisor_artifact()
+    if request.lease > 0:
+        guard.start_lease(root, run_id, request.lease)
     started: Dict[str, str] = {}
     for launch in request.tasks:
         d = task_dir(root, run_id, launch.task)
@@ -149,16 +152,36 @@ def monitor(d: str, run_id: str) -> None:
         "monitor": {"pid": os.getpid(), "starttime": me.get("starttime"), "boot_id": boot},
     }
     write_json(os.path.join(d, "proc.json"), proc)
-    code = child.wait()
+    code = _wait_guarded(child, d, run_id, launch, proc)
     ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
     write_json(os.path.join(d, "exit.json"), ended)
     # The task is over; anything it started must not outlive it.
     procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
 
 
+def _wait_guarded(child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict) -> int:
+    """Wait for the task to end; stop it first if its run's lease runs out or the job it
+    serves is over (`guard`), recording why, so `status` can tell."""
+    idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
+    while True:
+        try:
+            return child.wait(timeout=GUARD_POLL)
+        except subprocess.TimeoutExpired:
+            pass
+        why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
+        if why is None:
+            continue
+        if not os.path.exists(os.path.join(d, "stop.json")):
+            write_json(os.path.join(d, "stop.json"), {"requested_at": time.time(), "reason": why})
+        procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+        return child.wait()
+
+
 def status(root: str, request: StatusRequest) -> StatusAnswer:
     """Each task's state, whether its own process listens on its port, and its last line."""
     run_id = request.run_id
+    if request.renew_lease:
+        guard.renew_lease(root, run_id)
     listening = procfs.listening_sockets()
     out = {}
     now = time.time()
