@@ -130,6 +130,7 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
         "command": "python train.py --job_name=ps",
         "env": {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"},
         "cwd": "/srv/a",
+        "restart": None,
     }
     assert data["decisive"] == ["worker:0"]
 

@@ -18,6 +18,7 @@ from conftest import FAKE_TASK, free_ports
 from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
 from tfctl.supervisor.files import state_root
+from tfctl.supervisor.monitor import exec_form
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import (
     FollowEvent,
@@ -33,7 +34,6 @@ from tfctl.supervisor.protocol import (
     TaskLaunch,
     TaskState,
 )
-from tfctl.supervisor.tasks import exec_form
 from tfctl.transport.local import LocalTransport
 
 PY = sys.executable

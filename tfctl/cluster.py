@@ -26,6 +26,7 @@ from tfctl.supervisor.protocol import (
     PortsRequest,
     ProbeRequest,
     ProbeResult,
+    RestartRule,
     StartRequest,
     StatusRequest,
     StopRequest,
@@ -96,6 +97,8 @@ class TaskStatus:
     error: str | None = None
     ended_at: float | None = None
     stop_reason: str | None = None
+    restarts: int = 0
+    earlier_ends: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, spec: TaskSpec, info: TaskInfo | None) -> TaskStatus:
@@ -118,6 +121,8 @@ class TaskStatus:
             info.error,
             info.ended_at,
             info.stop_reason,
+            info.restarts,
+            tuple(info.earlier_ends),
         )
 
     @property
@@ -125,7 +130,11 @@ class TaskStatus:
         return self.state.is_final
 
     def describe_end(self) -> str:
-        return describe_end(self.state, self.exit_code, self.signal, self.error, stop_reason=self.stop_reason)
+        end = describe_end(self.state, self.exit_code, self.signal, self.error, stop_reason=self.stop_reason)
+        if self.restarts:
+            times = f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"
+            end += f" (after {times}; before: {', '.join(self.earlier_ends)})"
+        return end
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +151,7 @@ class TaskStatus:
             "uptime": self.uptime,
             "last_line": self.last_line,
             "stop_reason": self.stop_reason,
+            "restarts": self.restarts,
         }
 
 
@@ -352,7 +362,14 @@ class Cluster:
                     record.run_id,
                     [
                         TaskLaunch(
-                            t.name, t.command, dict(t.env), t.cwd, record.grace_period, record.store, self._idle_rule(t)
+                            t.name,
+                            t.command,
+                            dict(t.env),
+                            t.cwd,
+                            record.grace_period,
+                            record.store,
+                            self._idle_rule(t),
+                            RestartRule.from_wire(t.restart) if t.restart else None,
                         )
                         for t in grouped[a.host]
                     ],

@@ -20,16 +20,20 @@ import yaml
 
 from tfctl.errors import ConfigProblem
 from tfctl.model import (
+    DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_IDLE_PS_TIMEOUT,
     DEFAULT_LEASE_TIMEOUT,
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_STARTUP_TIMEOUT,
     JOB_NAMES,
     PLACEHOLDERS,
+    RESTART_POLICIES,
     SUCCESS_POLICIES,
     Address,
     HostConfig,
     Job,
+    RestartPolicy,
     SSHSettings,
     frozen_env,
 )
@@ -359,7 +363,13 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         )
     if any(value is INVALID for value in fields.values()):
         return INVALID
-    return Job(name=name, addresses=fields["hosts"], command=fields.get("command"), env=fields.get("env", frozen_env()))
+    return Job(
+        name=name,
+        addresses=fields["hosts"],
+        command=fields.get("command"),
+        env=fields.get("env", frozen_env()),
+        restart=fields.get("restart"),
+    )
 
 
 def _addresses(doc: Doc, path: str, value: Any) -> Any:
@@ -470,6 +480,29 @@ def _boolean(doc: Doc, path: str, value: Any) -> Any:
     return type_error(doc, path, "true or false", value, f"write `{_leaf(path)}: true` or `{_leaf(path)}: false`")
 
 
+def _restart(doc: Doc, path: str, value: Any) -> Any:
+    """`{policy: never | on-failure | exit-code, max_restarts: N, backoff: seconds}`."""
+    example = "e.g. `restart: {policy: on-failure, max_restarts: 3, backoff: 10}`"
+    if not isinstance(value, dict):
+        return type_error(doc, path, "a mapping", value, example)
+    before = len(doc.problems)
+    for key in value:
+        if key not in ("policy", "max_restarts", "backoff"):
+            unknown_key(doc, f"{path}.{key}", key, "key", ("policy", "max_restarts", "backoff"))
+    policy = value.get("policy", "on-failure")
+    if policy not in RESTART_POLICIES:
+        doc.problem(f"{path}.policy", f"expected one of {', '.join(RESTART_POLICIES)}, found {policy!r}", example)
+    count = value.get("max_restarts", DEFAULT_MAX_RESTARTS)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        doc.problem(f"{path}.max_restarts", f"must be a whole number, 0 or more, found {count!r}", example)
+    backoff = _seconds(DEFAULT_BACKOFF, "to restart at once")(
+        doc, f"{path}.backoff", value.get("backoff", DEFAULT_BACKOFF)
+    )
+    if len(doc.problems) > before:
+        return INVALID
+    return RestartPolicy(policy, count, backoff)
+
+
 def _port(doc: Doc, path: str, value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
         return value
@@ -575,4 +608,4 @@ REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",
     "jobs": f"add `jobs:` with the tasks' addresses, e.g. `jobs: {{worker: [localhost:{PORT}]}}`",
 }
-_JOB_KEYS: dict[str, Validator] = {"hosts": _addresses, "command": _command, "env": _env}
+_JOB_KEYS: dict[str, Validator] = {"hosts": _addresses, "command": _command, "env": _env, "restart": _restart}

@@ -27,6 +27,9 @@ PLACEHOLDERS = (
     "run_id",
 )
 SUCCESS_POLICIES = ("chief", "all_workers")
+RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_BACKOFF = 10.0
 # Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.
 DEFAULT_EXCLUDE = (
     ".git",
@@ -64,6 +67,15 @@ class Address:
 
 
 @dataclass(frozen=True)
+class RestartPolicy:
+    """When a task of a job that ended is started again on its host, with the same TF_CONFIG."""
+
+    policy: str  # RESTART_POLICIES
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    backoff: float = DEFAULT_BACKOFF
+
+
+@dataclass(frozen=True)
 class Job:
     """One TF job; task index = position in `addresses`."""
 
@@ -71,6 +83,7 @@ class Job:
     addresses: tuple[Address, ...]
     command: str | None = None
     env: Mapping[str, str] = field(default_factory=frozen_env)
+    restart: RestartPolicy | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ def state_style(state: str) -> str:
         TaskState.STOPPED: "yellow",
         TaskState.PENDING: "dim",
         TaskState.STARTING: "cyan",
+        TaskState.RESTARTING: "yellow",
     }.get(TaskState(state), "red")
 
 
@@ -93,7 +94,7 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
             [
                 s.task,
                 host_port(s.host, s.port),
-                s.state.value,
+                s.state.value + (f" ({s.restarts}x restarted)" if s.restarts else ""),
                 str(s.pid or "-"),
                 exit_text,
                 duration(s.uptime),
@@ -108,7 +109,7 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
     for col, width in zip(columns, widths):
         table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
     for row in rows:
-        table.add_row(*row[:2], Text(row[2], style=state_style(row[2])), *row[3:7], Text(row[7]))
+        table.add_row(*row[:2], Text(row[2], style=state_style(row[2].split()[0])), *row[3:7], Text(row[7]))
     if unreachable:
         table.caption = "\n".join(
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())

@@ -41,6 +41,7 @@ class TaskSpec:
     command: str
     env: dict[str, str]
     cwd: str | None
+    restart: dict[str, Any] | None = None  # model.RestartPolicy's fields, when the job restarts its tasks
 
     @property
     def name(self) -> str:

@@ -28,6 +28,7 @@ class TaskState(str, enum.Enum):
     PENDING = "pending"
     STARTING = "starting"
     RUNNING = "running"
+    RESTARTING = "restarting"  # it ended, and its restart policy starts it again after a backoff
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -50,7 +51,7 @@ class TaskState(str, enum.Enum):
     @property
     def may_be_alive(self) -> bool:
         """A process of the task may exist (or its host could not tell)."""
-        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.UNKNOWN)
+        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING, TaskState.UNKNOWN)
 
 
 _FINAL_TASK_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
@@ -154,6 +155,8 @@ class TaskInfo(Wire):
     last_line: str = ""
     uptime: Optional[float] = None
     stop_reason: Optional[str] = None  # why the host itself stopped it (lease, idle rule)
+    restarts: int = 0
+    earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
 
 
 @record
@@ -196,10 +199,19 @@ class IdleRule(Wire):
 
 
 @record
+class RestartRule(Wire):
+    """When a task that ended is started again (`monitor._restart_wanted`)."""
+
+    policy: str  # never | on-failure | exit-code
+    max_restarts: int
+    backoff: float
+
+
+@record
 class TaskLaunch(Wire):
     """Everything the supervisor needs to start one task and stop it later."""
 
-    NESTED: ClassVar[Mapping[str, Any]] = {"idle": ("one", IdleRule)}
+    NESTED: ClassVar[Mapping[str, Any]] = {"idle": ("one", IdleRule), "restart": ("one", RestartRule)}
 
     task: str
     command: str
@@ -208,6 +220,7 @@ class TaskLaunch(Wire):
     grace: float = 10.0
     store: str = ""
     idle: Optional[IdleRule] = None
+    restart: Optional[RestartRule] = None
 
 
 # ---------------------------------------------------------------- requests and answers

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, journal, logs, sync, tasks
+from . import checks, journal, logs, monitor, sync, tasks
 from .errors import AgentError
 from .protocol import Envelope, FollowRequest, Request, answer_to_wire, follow_event_to_wire
 
@@ -100,7 +100,7 @@ def serve() -> None:
 
 def main(argv: List[str]) -> int:
     if len(argv) == 4 and argv[1] == "_monitor":
-        tasks.monitor(argv[2], argv[3])
+        monitor.monitor(argv[2], argv[3])
         return 0
     if len(argv) == 2 and argv[1] == "serve":
         try:

@@ -17,6 +17,7 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
     proc = read_json(os.path.join(d, "proc.json"))
     ended = read_json(os.path.join(d, "exit.json"))
     stop = read_json(os.path.join(d, "stop.json"))
+    restarts = read_json(os.path.join(d, "restarts.json")) or {}
     if ended:
         if stop is not None and stop["requested_at"] <= ended["ended_at"]:
             state = TaskState.STOPPED
@@ -26,6 +27,8 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         state = TaskState.STARTING
     elif procfs.is_same_process(proc):
         state = TaskState.RUNNING
+    elif restarts.get("pending") and proc.get("monitor") and procfs.is_same_process(proc["monitor"]):
+        state = TaskState.RESTARTING
     else:
         monitor = proc.get("monitor")
         # The monitor writes exit.json right after the task ends; only its death loses the code.
@@ -43,4 +46,6 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         ended_at=ended.get("ended_at"),
         error=ended.get("error"),
         stop_reason=(stop or {}).get("reason") if state is TaskState.STOPPED else None,
+        restarts=len(restarts.get("ends", [])),
+        earlier_ends=list(restarts.get("ends", [])),
     )

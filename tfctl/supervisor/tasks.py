@@ -1,19 +1,13 @@
-"""Tasks: start each under its own monitor, report their state, stop them and their orphans.
+"""Tasks: start each under its own monitor (`monitor.py`), report their state, stop them and
+their orphans.
 
-Each task runs under a small monitor process (`_monitor`), in its own session and process group,
-detached from the controller, so it survives the controller or its SSH channel going away. The
-monitor records pid, process group and the kernel start time (so a reused pid is never taken for
-the task) and, when the task ends on its own, its exit code; then it kills whatever the task left
-behind in its group. Every task process carries TFCTL_RUN_ID and TFCTL_TASK in its environment, so
-stragglers that left the group (daemons, `setsid` children) are still found by `stop`/`sweep`.
+Every task process carries TFCTL_RUN_ID and TFCTL_TASK in its environment, so stragglers that
+left the task's process group (daemons, `setsid` children) are still found by `stop`/`sweep`.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -35,32 +29,13 @@ from .protocol import (
     SweepAnswer,
     SweepRequest,
     TaskInfo,
-    TaskLaunch,
     TaskState,
 )
 from .state import task_state
 
 START_PATIENCE = 15.0  # how long `start` waits for each monitor to report the task running
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
-GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 HERE = os.path.dirname(os.path.abspath(__file__))  # at import, before anything could change the cwd
-SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
-
-
-def exec_form(command: str) -> str:
-    """`exec COMMAND` when COMMAND is one simple command, so the task's pid is the program's own
-    (dash does not exec the last command) and its exit signal is reported as a signal."""
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:
-        return command
-    if not tokens or "\n" in command or any(set(t) <= set(";&|()") for t in tokens):
-        return command
-    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]) or tokens[0] in SHELL_WORDS:
-        return command
-    return "exec " + command
 
 
 def supervisor_artifact() -> str:
@@ -108,73 +83,6 @@ def start(root: str, request: StartRequest) -> StartAnswer:
             info = info.replace(state=TaskState.STARTING)
         result[task] = info
     return StartAnswer(result)
-
-
-def monitor(d: str, run_id: str) -> None:
-    """Run one task to its end, record how it ended, and clean up what it left behind."""
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
-    env = dict(os.environ)
-    env.update(launch.env)
-    env[procfs.RUN_ENV] = run_id
-    env[procfs.TASK_ENV] = launch.task
-    if launch.store:
-        env[procfs.STORE_ENV] = launch.store
-    log = open(os.path.join(d, "output.log"), "ab", buffering=0)
-    try:
-        child = subprocess.Popen(
-            ["/bin/sh", "-c", exec_form(launch.command)],
-            cwd=os.path.expanduser(launch.cwd or "~"),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as e:
-        write_json(
-            os.path.join(d, "exit.json"),
-            {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": "could not start: %s" % e},
-        )
-        log.write(("tfctl: could not start task: %s\n" % e).encode())
-        return
-    me = procfs.proc_stat(os.getpid()) or {}
-    child_stat = procfs.proc_stat(child.pid) or {}
-    boot = procfs.boot_id()
-    proc = {
-        "pid": child.pid,
-        "pgid": child.pid,
-        "starttime": child_stat.get("starttime"),
-        "boot_id": boot,
-        "started_at": time.time(),
-        "monitor": {"pid": os.getpid(), "starttime": me.get("starttime"), "boot_id": boot},
-    }
-    write_json(os.path.join(d, "proc.json"), proc)
-    code = _wait_guarded(child, d, run_id, launch, proc)
-    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
-    write_json(os.path.join(d, "exit.json"), ended)
-    # The task is over; anything it started must not outlive it.
-    procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
-
-
-def _wait_guarded(child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict) -> int:
-    """Wait for the task to end; stop it first if its run's lease runs out or the job it
-    serves is over (`guard`), recording why, so `status` can tell."""
-    idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
-    while True:
-        try:
-            return child.wait(timeout=GUARD_POLL)
-        except subprocess.TimeoutExpired:
-            pass
-        why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
-        if why is None:
-            continue
-        if not os.path.exists(os.path.join(d, "stop.json")):
-            write_json(os.path.join(d, "stop.json"), {"requested_at": time.time(), "reason": why})
-        procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
-        return child.wait()
 
 
 def status(root: str, request: StatusRequest) -> StatusAnswer:

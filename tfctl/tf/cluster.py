@@ -10,6 +10,8 @@ import ipaddress
 import json
 import shlex
 import string
+from dataclasses import asdict
+from typing import Any
 
 from tfctl.control import Phase
 from tfctl.model import ClusterConfig
@@ -89,9 +91,16 @@ def plan_tasks(
                 command=render_command(config.command_for(job), values),
                 env=env,
                 cwd=cwd_for[address.host],
+                restart=restart_of(config, job),
             )
         )
     return tasks
+
+
+def restart_of(config: ClusterConfig, job: str) -> dict[str, Any] | None:
+    """The job's restart policy as a task keeps it, or None when its tasks never restart."""
+    policy = config.jobs[job].restart
+    return asdict(policy) if policy is not None and policy.policy != "never" else None
 
 
 def start_phases(tasks: list[TaskSpec]) -> list[Phase]:

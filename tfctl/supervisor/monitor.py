@@ -1,0 +1,169 @@
+"""The monitor: one small process per task that runs it, restarts it if its job says so, and
+records how it ended.
+
+It lives in its own session, detached from the controller, so a task survives the controller
+or its SSH channel going away. It records pid, process group and the kernel start time (so a
+reused pid is never taken for the task); while the task runs it applies the host's own rules
+(`guard`: the lease, the idle rule); when the task ends it either starts it again (`restart`
+policy, after `backoff` seconds) or records the exit in exit.json and kills whatever the task
+left behind in its group. Files: proc.json (the current process), restarts.json (how earlier
+runs ended, and whether a restart is pending), exit.json (the end), stop.json (who stopped it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from typing import Any, Dict, List, Optional
+
+from . import guard, procfs
+from .files import read_json, write_json
+from .protocol import RestartRule, TaskLaunch
+
+GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
+BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
+SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
+
+
+def monitor(d: str, run_id: str) -> None:
+    """Run one task to its end (through its restarts), record how it ended, clean up after it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
+    env = dict(os.environ)
+    env.update(launch.env)
+    env[procfs.RUN_ENV] = run_id
+    env[procfs.TASK_ENV] = launch.task
+    if launch.store:
+        env[procfs.STORE_ENV] = launch.store
+    log = open(os.path.join(d, "output.log"), "ab", buffering=0)
+    ends: List[str] = []
+    while True:
+        try:
+            child = subprocess.Popen(
+                ["/bin/sh", "-c", exec_form(launch.command)],
+                cwd=os.path.expanduser(launch.cwd or "~"),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            write_json(
+                os.path.join(d, "exit.json"),
+                {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": "could not start: %s" % e},
+            )
+            log.write(("tfctl: could not start task: %s\n" % e).encode())
+            return
+        proc = _record_process(d, child)
+        code = _wait_guarded(child, d, run_id, launch, proc)
+        # Whatever this run of the task started must not outlive it, restarted or not.
+        _clean_up(run_id, launch, proc)
+        if not _restart_wanted(launch.restart, code, len(ends), d):
+            break
+        ends.append(_end_text(code))
+        assert launch.restart is not None
+        log.write(
+            (
+                "tfctl: %s %s; restart %d of %d in %gs\n"
+                % (launch.task, ends[-1], len(ends), launch.restart.max_restarts, launch.restart.backoff)
+            ).encode()
+        )
+        _write_restarts(d, ends, pending=True)
+        if not _back_off(d, launch.restart.backoff):
+            break
+        _write_restarts(d, ends, pending=False)
+    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
+    write_json(os.path.join(d, "exit.json"), ended)
+    if ends:
+        _write_restarts(d, ends, pending=False)
+
+
+def exec_form(command: str) -> str:
+    """`exec COMMAND` when COMMAND is one simple command, so the task's pid is the program's own
+    (dash does not exec the last command) and its exit signal is reported as a signal."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return command
+    if not tokens or "\n" in command or any(set(t) <= set(";&|()") for t in tokens):
+        return command
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]) or tokens[0] in SHELL_WORDS:
+        return command
+    return "exec " + command
+
+
+def _clean_up(run_id: str, launch: TaskLaunch, proc: Dict[str, Any]) -> None:
+    procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+
+
+def _record_process(d: str, child: subprocess.Popen) -> Dict[str, Any]:
+    me = procfs.proc_stat(os.getpid()) or {}
+    child_stat = procfs.proc_stat(child.pid) or {}
+    boot = procfs.boot_id()
+    proc = {
+        "pid": child.pid,
+        "pgid": child.pid,
+        "starttime": child_stat.get("starttime"),
+        "boot_id": boot,
+        "started_at": time.time(),
+        "monitor": {"pid": os.getpid(), "starttime": me.get("starttime"), "boot_id": boot},
+    }
+    write_json(os.path.join(d, "proc.json"), proc)
+    return proc
+
+
+def _restart_wanted(rule: Optional[RestartRule], code: int, restarts: int, d: str) -> bool:
+    """Kubeflow TFJob's policies: `on-failure` restarts any failure; `exit-code` only a death by
+    signal or an exit code of 128 or more (1-127 are the program's own verdict: permanent)."""
+    if rule is None or code == 0 or restarts >= rule.max_restarts:
+        return False
+    if os.path.exists(os.path.join(d, "stop.json")):
+        return False  # stopped by tfctl down or by its host's rules: not a failure
+    if rule.policy == "on-failure":
+        return True
+    return rule.policy == "exit-code" and (code < 0 or code >= 128)
+
+
+def _end_text(code: int) -> str:
+    return "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code
+
+
+def _write_restarts(d: str, ends: List[str], pending: bool) -> None:
+    write_json(os.path.join(d, "restarts.json"), {"ends": ends, "pending": pending})
+
+
+def _back_off(d: str, seconds: float) -> bool:
+    """Wait before a restart; False if the task was stopped meanwhile."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(os.path.join(d, "stop.json")) or guard.lease_expired(d):
+            return False
+        time.sleep(BACKOFF_POLL)
+    return not os.path.exists(os.path.join(d, "stop.json"))
+
+
+def _wait_guarded(child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict) -> int:
+    """Wait for the task to end; stop it first if its run's lease runs out or the job it
+    serves is over (`guard`), recording why, so `status` can tell."""
+    idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
+    while True:
+        try:
+            return child.wait(timeout=GUARD_POLL)
+        except subprocess.TimeoutExpired:
+            pass
+        why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
+        if why is None:
+            continue
+        if not os.path.exists(os.path.join(d, "stop.json")):
+            write_json(os.path.join(d, "stop.json"), {"requested_at": time.time(), "reason": why})
+        procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+        return child.wait()
