@@ -70,10 +70,11 @@ def task_states(home: Path) -> dict[str, dict]:
     return {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
 
 
-def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8) -> re.Match:
+def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8, overshoot: int = 0) -> re.Match:
+    """`overshoot`: how far past `steps` asynchronous workers may take the global step."""
     assert STEP.search(up.stdout), up.stdout[-3000:]
     final = final_line(up.stdout, chief)
-    assert int(final.group(2)) == steps
+    assert steps <= int(final.group(2)) <= steps + overshoot
     assert float(final.group(4)) >= min_accuracy
     assert float(final.group(6)) > 0
     ckpt = Path(final.group(7))
@@ -84,7 +85,8 @@ def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8) -> re.Ma
 def test_between_graph_async(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("between-graph-async", tmp_path, train_steps=400)
     up = run_up(cluster, home)
-    check_common(up, "worker:0", 400)
+    # Async: the other worker's step in flight when the chief stops still counts (CI saw 402).
+    check_common(up, "worker:0", 400, overshoot=4)
     assert "Started server with target: grpc://" in up.stdout  # TF's INFO lines are kept
     states = task_states(home)
     assert states["ps:0"]["state"] == "stopped"  # the ps never exits by itself
