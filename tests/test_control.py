@@ -6,6 +6,7 @@ No process and no socket: `tests/fakes.py` answers the typed protocol for script
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +225,7 @@ def test_a_host_silent_past_its_patience_fails_the_run() -> None:
     hosts["h2"].down = True
     outcome = control.supervise(cluster, poll=0.01, host_patience=0.05)
     assert outcome.state is RunState.FAILED
-    assert outcome.reason == "lost contact with h2 for 0.05s: h2: connection refused"
+    assert outcome.reason == "lost contact with h2 for 0.05s (host_timeout): h2: connection refused"
 
 
 def test_a_host_back_within_its_patience_is_forgiven() -> None:
@@ -236,11 +237,19 @@ def test_a_host_back_within_its_patience_is_forgiven() -> None:
         hosts["h2"].down = 2 <= journal.verbs("h2").count("status") <= 4
 
     hosts["h2"].before = flap
+    silent: list[dict[str, float]] = []
+    began = time.time()
     outcome = control.supervise(
-        cluster, poll=0, host_patience=60, on_status=lambda statuses: seen.append([s.state for s in statuses])
+        cluster,
+        poll=0,
+        host_patience=60,
+        on_status=lambda statuses: seen.append([s.state for s in statuses]),
+        on_unreachable=silent.append,
     )
     assert outcome.succeeded
-    assert [TaskState.RUNNING, TaskState.RUNNING, TaskState.UNKNOWN] in seen
+    assert [TaskState.RUNNING, TaskState.RUNNING, TaskState.UNREACHABLE] in seen
+    assert [sorted(s) for s in silent] == [["h2"], []]  # told when it went silent and when it came back
+    assert began <= silent[0]["h2"] <= time.time()
 
 
 def test_a_judge_may_decide_what_states_cannot() -> None:

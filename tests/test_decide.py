@@ -141,7 +141,7 @@ def test_non_essential_task_ending_with_0_is_not_a_failure() -> None:
 # --- undecided -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("state", ["pending", "starting", "running", "unknown"])
+@pytest.mark.parametrize("state", ["pending", "starting", "running", "unreachable"])
 def test_undecided_while_tasks_are_not_final(state: str) -> None:
     statuses = [st(n, state) for n in ("chief:0", "ps:0", "ps:1", "worker:0", "worker:1")]
     assert decide(statuses, CHIEF, PS) is None

@@ -360,6 +360,42 @@ def test_a_detached_runs_ps_stops_on_its_host_when_the_job_ends_without_any_tfct
 
 
 @homes(OWN)
+def test_a_host_gone_silent_fails_the_run_after_host_timeout_and_down_cleans_it_once_back(
+    tmp_path, home, lab, no_leftovers
+):
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra="host_timeout: 4")
+    cluster.write_text(cluster.read_text().replace("connect_timeout: 3", "connect_timeout: 3\n  keepalive: 1"))
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    tfh2 = lab.host("tfh2")
+    tfh2.set_link(False)
+    try:
+        began = time.monotonic()
+        wait_until(lambda: runs(home)[-1]["state"] == "failed", 60, "the run failing")
+        assert time.monotonic() - began >= 4
+        assert runs(home)[-1]["reason"].startswith("lost contact with tfh2 for 4s (host_timeout)")
+        status = tfctl("-f", str(cluster), "status", "--json", home=home)
+        tasks = {t["task"]: t for t in json.loads(status.stdout)}
+        assert tasks["worker:1"]["state"] == "unreachable" and tasks["worker:1"]["unreachable_since"] is not None
+        assert tasks["ps:0"]["state"] == tasks["worker:0"]["state"] == "stopped"  # the watcher stopped the rest
+        assert "unreachable" in tfctl("-f", str(cluster), "status", home=home).stdout
+        assert sorted(run_pids(lab, run_id)) == ["tfh2"]  # still running there: nobody could tell it
+        down = tfctl("-f", str(cluster), "down", home=home)
+        assert down.returncode == 1 and "tfh2" in down.stderr
+    finally:
+        tfh2.set_link(True)
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert run_pids(lab, run_id) == {}
+
+
+def runs(home: Path) -> list[dict]:
+    return json.loads(tfctl("runs", "--json", home=home).stdout)
+
+
+@homes(OWN)
 def test_shell_metacharacters_in_cluster_values_are_never_executed(tmp_path, home, lab, no_leftovers):
     canary = "/tmp/tfctl-canary"
     hostile = f"$(touch {canary}-1); `touch {canary}-2`; touch {canary}-3 | echo \"'\\$HOME"

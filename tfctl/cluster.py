@@ -38,6 +38,7 @@ from tfctl.supervisor.protocol import (
 from tfctl.transport import connect
 
 Progress = Callable[[str, str], None]  # (task or host, message)
+STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long counts as unreachable
 T = TypeVar("T")
 
 
@@ -99,12 +100,21 @@ class TaskStatus:
     stop_reason: str | None = None
     restarts: int = 0
     earlier_ends: tuple[str, ...] = ()
+    unreachable_since: float | None = None  # epoch, as the run's controller last recorded it
 
     @classmethod
-    def of(cls, spec: TaskSpec, info: TaskInfo | None) -> TaskStatus:
-        """A task's status from its host's answer; `unknown` when the host did not answer."""
+    def of(cls, spec: TaskSpec, info: TaskInfo | None, unreachable_since: float | None = None) -> TaskStatus:
+        """A task's status from its host's answer; `unreachable` when the host did not answer."""
         if info is None:
-            return cls(spec.name, spec.job, spec.index, spec.host, spec.port, TaskState.UNKNOWN)
+            return cls(
+                spec.name,
+                spec.job,
+                spec.index,
+                spec.host,
+                spec.port,
+                TaskState.UNREACHABLE,
+                unreachable_since=unreachable_since,
+            )
         return cls(
             spec.name,
             spec.job,
@@ -152,6 +162,7 @@ class TaskStatus:
             "last_line": self.last_line,
             "stop_reason": self.stop_reason,
             "restarts": self.restarts,
+            "unreachable_since": self.unreachable_since,
         }
 
 
@@ -268,10 +279,14 @@ class Cluster:
         tasks = list(tasks if tasks is not None else self.record.tasks)
         grouped = self.by_host(tasks)
         answers = self.fan_out(
-            grouped, lambda a: a.call(StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}))
+            grouped,
+            lambda a: a.call(
+                StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}), timeout=STATUS_TIMEOUT
+            ),
         )
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
-        return [TaskStatus.of(t, infos.get(t.name)) for t in tasks], answers.failed
+        since = self.record.unreachable
+        return [TaskStatus.of(t, infos.get(t.name), since.get(t.host)) for t in tasks], answers.failed
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
         """address -> who listens there, for every task port something already listens on."""

@@ -22,6 +22,7 @@ from tfctl.errors import ConfigProblem
 from tfctl.model import (
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_HOST_TIMEOUT,
     DEFAULT_IDLE_PS_TIMEOUT,
     DEFAULT_LEASE_TIMEOUT,
     DEFAULT_MAX_RESTARTS,
@@ -603,6 +604,7 @@ TOP_KEYS: dict[str, Validator] = {
     "fail_on_ps_exit": _boolean,
     "lease_timeout": _seconds(DEFAULT_LEASE_TIMEOUT, "to keep the tasks of an attached run going without it"),
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
+    "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

@@ -14,11 +14,11 @@ from typing import Callable, Sequence
 from tfctl.cluster import Cluster, Progress, TaskStatus, quiet
 from tfctl.errors import StartupError
 from tfctl.hosts import host_port
+from tfctl.model import DEFAULT_HOST_TIMEOUT
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 
 LISTEN_POLL = 0.05  # status polls while waiting for a port: cheap, and a late listener costs at most this
-HOST_PATIENCE = 60.0
 
 
 @dataclass(frozen=True)
@@ -130,22 +130,30 @@ def wait_listening(
 def supervise(
     cluster: Cluster,
     poll: float = 0.5,
-    host_patience: float = HOST_PATIENCE,
+    host_patience: float = DEFAULT_HOST_TIMEOUT,
     on_status: Callable[[list[TaskStatus]], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
     judge: Judge | None = None,
+    on_unreachable: Callable[[dict[str, float]], None] | None = None,
 ) -> Outcome:
     """Watch the run until it is decided by its tasks' states (`decide`), by `judge` (which sees
-    what states cannot: a task hung for good), or by a host silent for longer than `host_patience`."""
+    what states cannot: a task hung for good), or by a host silent for longer than `host_patience`.
+    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds)."""
     record = cluster.record
     unreachable_since: dict[str, float] = {}
     while not cancelled():
         statuses, unreachable = cluster.status()
         now = time.monotonic()
+        before = unreachable_since
         unreachable_since = {host: unreachable_since.get(host, now) for host in unreachable}
+        if on_unreachable and unreachable_since.keys() != before.keys():
+            on_unreachable({host: time.time() - (now - since) for host, since in unreachable_since.items()})
         for host, since in unreachable_since.items():
             if now - since > host_patience:
-                return Outcome(RunState.FAILED, f"lost contact with {host} for {host_patience:g}s: {unreachable[host]}")
+                return Outcome(
+                    RunState.FAILED,
+                    f"lost contact with {host} for {host_patience:g}s (host_timeout): {unreachable[host]}",
+                )
         if on_status:
             on_status(statuses)
         outcome = decide(statuses, record.decisive, record.essential) or (judge(statuses) if judge else None)

@@ -195,7 +195,15 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
 
     def watch() -> None:
         try:
-            decided.append(control.supervise(cluster, cancelled=quit_watching.is_set, judge=hang_judge(cluster)))
+            decided.append(
+                control.supervise(
+                    cluster,
+                    host_patience=cluster.record.host_timeout,
+                    cancelled=quit_watching.is_set,
+                    judge=hang_judge(cluster),
+                    on_unreachable=note_unreachable(store, cluster.record.run_id),
+                )
+            )
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
@@ -220,6 +228,15 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     finally:
         quit_watching.set()
         follower.close()
+
+
+def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]], None]:
+    """Record the hosts the controller cannot reach, and since when, for `status` to show."""
+
+    def note(since: dict[str, float]) -> None:
+        store.update(run_id, unreachable=since)
+
+    return note
 
 
 def hang_judge(cluster: Cluster) -> HangJudge | None:
@@ -301,7 +318,13 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with Cluster(record) as cluster:
-        outcome = control.supervise(cluster, cancelled=stopping.is_set, judge=hang_judge(cluster))
+        outcome = control.supervise(
+            cluster,
+            host_patience=record.host_timeout,
+            cancelled=stopping.is_set,
+            judge=hang_judge(cluster),
+            on_unreachable=note_unreachable(store, run_id),
+        )
         if stopping.is_set():
             return None
         return finish(store, cluster, outcome)

@@ -48,6 +48,7 @@ DEFAULT_GRACE_PERIOD = 10.0
 DEFAULT_STARTUP_TIMEOUT = 120.0
 DEFAULT_LEASE_TIMEOUT = 60.0
 DEFAULT_IDLE_PS_TIMEOUT = 120.0
+DEFAULT_HOST_TIMEOUT = 120.0
 
 
 def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -133,6 +134,8 @@ class ClusterConfig:
     lease_timeout: float = DEFAULT_LEASE_TIMEOUT
     # Tasks that never end by themselves (ps) stop this long after their job is over; 0: never.
     idle_ps_timeout: float = DEFAULT_IDLE_PS_TIMEOUT
+    # A host that answers nothing for this long fails the run.
+    host_timeout: float = DEFAULT_HOST_TIMEOUT
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

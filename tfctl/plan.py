@@ -84,6 +84,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         startup_timeout=config.startup_timeout,
         lease_timeout=config.lease_timeout,
         idle_timeout=config.idle_ps_timeout,
+        host_timeout=config.host_timeout,
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(

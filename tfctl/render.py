@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from typing import Any
 
 from rich.console import Group
@@ -94,7 +95,9 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
             [
                 s.task,
                 host_port(s.host, s.port),
-                s.state.value + (f" ({s.restarts}x restarted)" if s.restarts else ""),
+                s.state.value
+                + (f" ({s.restarts}x restarted)" if s.restarts else "")
+                + (f" {duration(time.time() - s.unreachable_since)}" if s.unreachable_since else ""),
                 str(s.pid or "-"),
                 exit_text,
                 duration(s.uptime),

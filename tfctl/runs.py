@@ -16,7 +16,7 @@ import secrets
 import socket
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -67,6 +67,8 @@ class RunRecord:
     startup_timeout: float = 120.0
     lease_timeout: float = 0.0  # held by an attached `up` only; 0 for detached runs
     idle_timeout: float = 0.0  # the idle rule of tasks that never end by themselves; 0: off
+    host_timeout: float = 120.0  # a host silent this long fails the run
+    unreachable: dict[str, float] = field(default_factory=dict)  # host -> since (epoch), per the controller
     store: str = ""
     state: RunState = RunState.STARTING
     ended_at: float | None = None

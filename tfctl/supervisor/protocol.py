@@ -23,7 +23,7 @@ PROTOCOL_VERSION = 2
 
 
 class TaskState(str, enum.Enum):
-    """One task's state. `unknown` is the controller's: the task's host did not answer."""
+    """One task's state. `unreachable` is the controller's: the task's host did not answer."""
 
     PENDING = "pending"
     STARTING = "starting"
@@ -33,7 +33,7 @@ class TaskState(str, enum.Enum):
     FAILED = "failed"
     STOPPED = "stopped"
     LOST = "lost"
-    UNKNOWN = "unknown"
+    UNREACHABLE = "unreachable"
 
     def __str__(self) -> str:
         return self.value
@@ -51,7 +51,7 @@ class TaskState(str, enum.Enum):
     @property
     def may_be_alive(self) -> bool:
         """A process of the task may exist (or its host could not tell)."""
-        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING, TaskState.UNKNOWN)
+        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING, TaskState.UNREACHABLE)
 
 
 _FINAL_TASK_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})

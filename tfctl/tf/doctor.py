@@ -35,7 +35,7 @@ class RunDiagnosis:
 
 def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
     """Findings for every task that runs or ended badly, and each task's last meaningful line."""
-    names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNKNOWN)]
+    names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNREACHABLE)]
     tails = cluster.tails(names, TAIL_LINES) if names else {}
     known = peers(statuses)
     findings = {}

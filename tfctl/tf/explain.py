@@ -28,7 +28,7 @@ class PeerInfo:
     task: str
     host: str
     port: int
-    state: TaskState = TaskState.UNKNOWN
+    state: TaskState = TaskState.UNREACHABLE
     exit_code: int | None = None
     signal: int | None = None
     ended_at: float | None = None  # epoch seconds
@@ -108,9 +108,9 @@ def _explain_wait(f: Finding, peers: Mapping[str, PeerInfo], reachable: Reachabl
             f"{waits} {name} ({p.address}), which is still starting on {p.host}",
             "wait a few seconds; if it stays so, see `tfctl status`",
         )
-    elif p.state is TaskState.UNKNOWN:
+    elif p.state is TaskState.UNREACHABLE:
         cause, fix = (
-            f"{waits} {name} ({p.address}), whose state is unknown: its host {p.host} did not answer",
+            f"{waits} {name} ({p.address}), whose state is unknown: its host {p.host} is unreachable",
             f"check the connection to {p.host}",
         )
     elif p.state.is_final:
@@ -196,8 +196,8 @@ def _explain_model(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
     elif p.state.is_final:
         cause = f"{_ended(p)} before initialising the variables: nobody will, this worker waits forever"
         fix = f"see why in `tfctl logs {chief}`, then restart the run (`tfctl down`, `tfctl up`)"
-    elif p.state is TaskState.UNKNOWN:
-        cause = f"the chief {chief}'s state is unknown: its host {p.host} did not answer"
+    elif p.state is TaskState.UNREACHABLE:
+        cause = f"the chief {chief}'s state is unknown: its host {p.host} is unreachable"
         fix = f"check the connection to {p.host}"
     else:
         cause = (
