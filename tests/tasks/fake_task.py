@@ -1,7 +1,8 @@
 """A stand-in for a TF task: binds its port like a tf.train.Server, prints, then exits or serves.
 
 Flags: --port P (listen like a server; 0 = no listening), --lines N (print N lines), --sleep S
-(seconds to run before exiting; -1 = forever, like a ps), --exit C (exit code), --ignore-term
+(seconds to run before exiting; -1 = forever, like a ps), --tick T (print a numbered line every
+T seconds while it runs), --exit C (exit code), --ignore-term
 (ignore SIGTERM like an MWMS worker), --fork K (start K children that sleep in the same group),
 --setsid-child (start one child in its own session, escaping the process group).
 """
@@ -28,6 +29,7 @@ def main() -> int:
     p.add_argument("--fork", type=int, default=0)
     p.add_argument("--setsid-child", action="store_true")
     p.add_argument("--delay-listen", type=float, default=0)
+    p.add_argument("--tick", type=float, default=0)
     a = p.parse_args()
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -45,10 +47,13 @@ def main() -> int:
     print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
     for i in range(a.lines):
         print(f"{a.name} line {i}")
-    if a.sleep < 0:
-        while True:
-            time.sleep(3600)
-    time.sleep(a.sleep)
+    end = None if a.sleep < 0 else time.monotonic() + a.sleep
+    tick = 0
+    while end is None or time.monotonic() < end:
+        if a.tick:
+            print(f"{a.name} tick {tick}", flush=True)
+            tick += 1
+        time.sleep(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())))
     print(f"{a.name} done, exit {a.exit}")
     return a.exit
 

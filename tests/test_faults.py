@@ -1,0 +1,47 @@
+"""The fault-injection series (tests/faults.py) on simulated SSH hosts, in both home modes.
+
+Every fault of FAULTS at least once per home mode, in an order and with timings drawn from a
+seed: TFCTL_FAULT_SEED replays a series (the seed is in every failure message); unset, each run
+draws a new one. TFCTL_FAULT_CYCLES sets the length (default: each fault once). The long series
+with figures is `bench/faults.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from faults import FAULTS, FaultLab, series
+from netns_hosts import TestHostLab, require_netns
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture(scope="module", params=["own", "shared"], ids=["own-home", "shared-home"])
+def lab(request, tmp_path_factory):
+    require_netns()
+    workdir = tmp_path_factory.mktemp(f"faults-lab-{request.param}")
+    with TestHostLab(
+        3, workdir=workdir, prefix="tfctl-f", bridge="tfctlbr8", subnet="10.77.8", shared_home=request.param == "shared"
+    ) as lab:
+        yield lab
+
+
+def test_no_fault_leaves_a_process_a_port_or_a_lost_line(lab, tmp_path) -> None:
+    seed = int(os.environ.get("TFCTL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
+    cycles = int(os.environ.get("TFCTL_FAULT_CYCLES") or len(FAULTS))
+    results = series(FaultLab(lab, tmp_path), seed, cycles)
+    print(f"seed {seed}: " + ", ".join(f"{r.fault} {r.cleanup_seconds:.1f}s" for r in results))
+    assert sorted({r.fault for r in results}) == sorted(FAULTS[:cycles] if cycles < len(FAULTS) else FAULTS)
+    assert sum(r.lines for r in results) > 0 and all(r.lines_lost == 0 for r in results)
+    expected = {
+        "kill_attached_up": "stopped",
+        "kill_ps": "failed",
+        "kill_worker": "failed",
+        "kill_worker_with_restart": "succeeded",
+        "host_gone": "failed",
+    }
+    for r in results:
+        if r.fault in expected:
+            assert r.state == expected[r.fault], (seed, r)
