@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO, free_ports, tfctl
+
+from tfctl.supervisor.procfs import live_pids, proc_env_markers
 
 pytestmark = [
     pytest.mark.tf,
@@ -176,3 +181,44 @@ def test_multi_worker_mirrored(tmp_path: Path, home: Path) -> None:
     states = task_states(home)
     # Both workers left by themselves (MWMS workers ignore SIGTERM: a stop would cost the grace).
     assert states["worker:0"]["state"] == states["worker:1"]["state"] == "succeeded", states
+
+
+def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(tmp_path: Path, home: Path) -> None:
+    cluster = copy_template("between-graph-async", tmp_path, train_steps=12000)
+    text, n = re.subn(
+        r"^  worker: \[(.*)\]$",
+        r"  worker:\n    hosts: [\1]\n    restart: {policy: on-failure, max_restarts: 2, backoff: 1}",
+        cluster.read_text(),
+        flags=re.M,
+    )
+    assert n == 1
+    cluster.write_text(text)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+
+    def worker1_log() -> str:
+        return tfctl("logs", "--run", run_id, "worker:1", home=home).stdout
+
+    trained = re.compile(r"step \d+ loss \S+ steps/s \S+ worker 1 ")
+    wait_until(lambda: trained.search(worker1_log()) is not None, 120, "worker:1 training")
+    victims = [p for p in live_pids() if proc_env_markers(p) == (run_id, "worker:1")]
+    assert victims
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    restarted = "tfctl: worker:1 was killed by signal 9; restart 1 of 2"
+    wait_until(lambda: trained.search(worker1_log().partition(restarted)[2]) is not None, 120, "worker:1 rejoining")
+    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] != "running", 240, "run end")
+    assert json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "succeeded"
+    states = task_states(home)
+    assert (states["worker:0"]["state"], states["worker:0"]["restarts"]) == ("succeeded", 0)
+    assert states["worker:1"]["restarts"] == 1
+    chief = tfctl("logs", "--run", run_id, "worker:0", home=home).stdout
+    assert re.search(r"final step (\d+)", chief) and int(re.search(r"final step (\d+)", chief).group(1)) >= 12000
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(0.5)
