@@ -1,0 +1,58 @@
+"""Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
+
+`-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
+compose) or after it on every verb but `logs`, where `-f` means follow.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from tfctl import __version__
+from tfctl.cli.common import file_option
+from tfctl.errors import EXIT_INTERRUPTED, TfctlError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@file_option()
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append timed events (host calls, SSH channels) to FILE as JSON lines.",
+)
+@click.version_option(__version__, prog_name="tfctl")
+@click.pass_context
+def cli(ctx: click.Context, cluster_file: Path | None, trace_file: Path | None) -> None:
+    """Launch, watch and stop distributed TensorFlow clusters from one cluster file."""
+    if trace_file is not None:
+        os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
+    ctx.obj = {"cluster_file": cluster_file}
+
+
+def main() -> None:
+    """Entry point: the one place that maps errors to exit codes."""
+    try:
+        code = cli.main(standalone_mode=False)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except click.exceptions.Abort:
+        code = EXIT_INTERRUPTED
+    except click.ClickException as e:
+        e.show()
+        code = 2
+    except TfctlError as e:
+        from rich.text import Text
+
+        from tfctl import console
+
+        console.err().print(Text("error: ", style="bold red") + Text(e.message))
+        if e.hint:
+            console.err().print(Text("hint: ", style="bold") + Text(e.hint))
+        code = e.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

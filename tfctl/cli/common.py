@@ -1,0 +1,88 @@
+"""What the verbs share: how they find the cluster file, the run store and the run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import click
+
+from tfctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from tfctl.runs import RunRecord, RunStore, TaskSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_FILE = Path("cluster.yaml")
+
+
+def file_option(short: bool = True) -> Callable[[F], F]:
+    names = ("-f", "--file") if short else ("--file",)
+    return click.option(
+        *names,
+        "cluster_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Cluster file (default: ./cluster.yaml).",
+    )
+
+
+accept_new_option = click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Trust and pin SSH host keys seen for the first time (like StrictHostKeyChecking=accept-new); "
+    "a changed key is always refused.",
+)
+
+
+def cluster_file_path(ctx: click.Context, given: Path | None) -> Path:
+    path = given or ctx.obj.get("cluster_file")
+    if path is not None:
+        return path
+    if not DEFAULT_FILE.exists():
+        raise UsageError(
+            "no cluster.yaml in the current directory",
+            hint="pass -f FILE, create one with `tfctl init`, "
+            "or try the localhost example: tfctl -f cluster.yaml.example up",
+        )
+    return DEFAULT_FILE
+
+
+def run_store() -> RunStore:
+    from tfctl.runs import RunStore
+
+    return RunStore()
+
+
+def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True) -> RunRecord:
+    """The run the command is about. With `resume`, a live run whose controller died gets a new
+    watcher first, and the user hears of it."""
+    from tfctl import console, lifecycle
+
+    path = None if run_id else cluster_file_path(ctx, given)
+    store = run_store()
+    record = lifecycle.resolve_run(store, path or Path("."), run_id)
+    note = lifecycle.resume_supervision(store, record) if resume else None
+    if note:
+        console.err().print(f"[yellow]warning:[/yellow] {note}")
+        record = store.load(record.run_id)
+    return record
+
+
+def stamp(start: float) -> str:
+    return f"[{time.monotonic() - start:5.1f}s]"
+
+
+def select_tasks(record: RunRecord, names: tuple[str, ...]) -> list[TaskSpec]:
+    if not names:
+        return list(record.tasks)
+    chosen = []
+    for name in names:
+        match = [t for t in record.tasks if name in (t.job, t.name)]
+        if not match:
+            valid = ", ".join(sorted({t.job for t in record.tasks} | {t.name for t in record.tasks}))
+            raise UsageError(f"no task {name!r} in run {record.run_id}", hint=f"choose from: {valid}")
+        chosen += [t for t in match if t not in chosen]
+    return chosen

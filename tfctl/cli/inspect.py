@@ -1,0 +1,116 @@
+"""`tfctl status` and `tfctl logs`: what every task is doing and what it printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tfctl.cli.app import cli
+from tfctl.cli.common import (
+    file_option,
+    run_record,
+    run_store,
+    select_tasks,
+)
+from tfctl.errors import EXIT_INTERRUPTED, UsageError
+
+if TYPE_CHECKING:
+    pass
+
+
+@cli.command()
+@file_option()
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per task.")
+@click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+@click.pass_context
+def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
+    """Show every task: state, pid, exit code, uptime, listening, last log line."""
+    from tfctl import console, render
+    from tfctl.cluster import Cluster
+
+    record = run_record(ctx, cluster_file, run_id)
+    with Cluster(record) as cluster:
+        if as_json:
+            from tfctl.tf.doctor import diagnose_run, finding_json
+
+            statuses, _ = cluster.status()
+            found = diagnose_run(cluster, statuses)
+            console.out().print_json(
+                json.dumps(
+                    [
+                        {
+                            **s.to_json(),
+                            "diagnosis": finding_json(found.findings.get(s.task)),
+                            "last_line": found.last_lines.get(s.task, s.last_line),
+                        }
+                        for s in statuses
+                    ]
+                )
+            )
+            return 0
+        if not watch:
+            console.out().print(render.status_table(cluster, console.out().width))
+            return 0
+        from rich.live import Live
+
+        with Live(render.status_table(cluster, console.out().width), console=console.out(), auto_refresh=False) as live:
+            while True:
+                time.sleep(1)
+                live.update(render.status_table(cluster, console.out().width), refresh=True)
+
+
+@cli.command()
+@file_option(short=False)
+@click.argument("tasks", nargs=-1)
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.pass_context
+def logs(
+    ctx: click.Context,
+    cluster_file: Path | None,
+    tasks: tuple[str, ...],
+    follow: bool,
+    tail: int | None,
+    run_id: str | None,
+) -> int:
+    """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
+    from tfctl import console, render
+    from tfctl.cluster import Cluster
+    from tfctl.logs import LogFollower, Prefixer
+    from tfctl.tf.doctor import LiveNotes
+
+    files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
+    if files:
+        raise UsageError(
+            f"{files[0]} is not a task: `-f` after `logs` means --follow",
+            hint=f"name the cluster file with --file: tfctl logs --file {files[0]} -f "
+            f"(or before the verb: tfctl -f {files[0]} logs -f)",
+        )
+    record = run_record(ctx, cluster_file, run_id)
+    selected = select_tasks(record, tasks)
+    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
+    store = run_store()
+    last_check = time.monotonic()
+    with Cluster(record) as cluster, LogFollower(cluster, selected, follow and record.active, tail) as follower:
+        notes = LiveNotes(cluster) if follow else None
+        try:
+            for batch in follower.batches():
+                render.print_lines(batch, prefix, notes)
+                if follow and not batch and time.monotonic() - last_check > 2:
+                    # Tasks of a run that ended before starting them never produce an end of stream.
+                    last_check = time.monotonic()
+                    if not store.load(record.run_id).active:
+                        follower.finish()
+                        follow = False
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+    for problem in follower.errors:
+        console.err().print(f"[red]{problem}[/red]")
+    return 1 if follower.errors else 0

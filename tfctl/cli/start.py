@@ -1,0 +1,142 @@
+"""`tfctl up` (attached or detached) and the detached watcher it leaves behind."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tfctl.cli.app import cli
+from tfctl.cli.common import (
+    DEFAULT_FILE,
+    accept_new_option,
+    cluster_file_path,
+    file_option,
+    run_store,
+    stamp,
+)
+from tfctl.errors import EXIT_INTERRUPTED
+
+if TYPE_CHECKING:
+    from tfctl.cluster import Cluster
+    from tfctl.runs import RunStore
+
+
+@cli.command()
+@file_option()
+@click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
+@click.option("--dry-run", is_flag=True, help="Print each task's host, command and TF_CONFIG; start nothing.")
+@accept_new_option
+@click.pass_context
+def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
+    """Start the cluster: ps first, then chief and workers; follow it to its end unless -d."""
+    from rich.text import Text
+
+    from tfctl import console, lifecycle
+    from tfctl.config import load_config
+
+    path = cluster_file_path(ctx, cluster_file)
+    config = load_config(path)
+    store = run_store()
+    plan = lifecycle.plan_run(config, store)
+    if dry_run:
+        for task in plan.record.tasks:
+            console.out().print(f"[bold]{task.name}[/bold]  {task.address}")
+            console.out().print(f"  command:   {task.command}", markup=False)
+            console.out().print(f"  cwd:       {task.cwd}", markup=False)
+            console.out().print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
+        return 0
+    lifecycle.ensure_no_live_run(store, config)
+    err = console.err()
+    for warning in lifecycle.security_warnings(config):
+        err.print(Text("warning: ", style="bold yellow") + Text(warning))
+    record = plan.record
+    err.print(
+        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
+        f"host{'s' if len(record.hosts) != 1 else ''}"
+    )
+    start = time.monotonic()
+
+    def progress(who: str, message: str) -> None:
+        err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
+
+    try:
+        with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+            cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
+    except KeyboardInterrupt:
+        err.print("interrupted: everything started has been stopped")
+        return EXIT_INTERRUPTED
+    err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
+    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    with cluster:
+        if not detach:
+            return _attached(store, cluster, hint_file)
+        lifecycle.spawn_watcher(store, cluster.record)
+    err.print(
+        f"detached. The run stops by itself when {', '.join(record.decisive)} "
+        f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."
+    )
+    err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
+    console.out().print(record.run_id, markup=False)
+    return 0
+
+
+def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
+    """Follow an attached run to its end; the caller closes the cluster."""
+    from rich.text import Text
+
+    from tfctl import console, lifecycle, render
+    from tfctl.logs import Prefixer
+    from tfctl.tf.doctor import LiveNotes, diagnose_run
+
+    err = console.err()
+    record = cluster.record
+    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
+    err.print("following all task logs; Ctrl-C stops the cluster")
+
+    notes = LiveNotes(cluster)
+
+    def on_lines(batch: list[tuple[str, str]]) -> None:
+        render.print_lines(batch, prefix, notes)
+
+    try:
+        ending = lifecycle.attach(store, cluster, on_lines)
+    except KeyboardInterrupt:
+        err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+        try:
+            render.render_stop(lifecycle.interrupt(store, cluster))
+        except KeyboardInterrupt:
+            lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
+            err.print(
+                f"detached; tasks may still be running{lease}. Stop them with: "
+                f"tfctl {hint_file}down --run {record.run_id}"
+            )
+        return EXIT_INTERRUPTED
+    if ending.outcome.succeeded:
+        err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
+    else:
+        err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
+        culprit = ending.outcome.culprit
+        if culprit:
+            statuses, _ = cluster.status()
+            finding = diagnose_run(cluster, statuses).findings.get(culprit)
+            if finding is not None:
+                err.print(render.finding_text(culprit, finding))
+    render.render_stop(ending.stop)
+    return 0 if ending.outcome.succeeded and ending.stop.clean else 1
+
+
+@cli.command(name="_watch", hidden=True)
+@click.option("--run", "run_id", required=True)
+def watch_command(run_id: str) -> int:
+    """Detached watcher started by `up -d`: ends the run when the job is done."""
+    from tfctl import lifecycle, render
+
+    ending = lifecycle.watch(run_store(), run_id)
+    if ending is not None:
+        print(f"{ending.outcome.reason}; {render.stop_summary(ending.stop)}", flush=True)
+    return 0

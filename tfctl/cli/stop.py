@@ -1,0 +1,72 @@
+"""`tfctl down`: stop a run (and with --all, what dead runs left) and prove nothing remains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tfctl.cli.app import cli
+from tfctl.cli.common import (
+    cluster_file_path,
+    file_option,
+    run_record,
+    run_store,
+)
+from tfctl.errors import UsageError
+
+if TYPE_CHECKING:
+    pass
+
+
+@cli.command()
+@file_option()
+@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@click.option(
+    "--all",
+    "sweep",
+    is_flag=True,
+    help="Also stop processes on the cluster's hosts left by runs that are no longer live.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds between SIGTERM and SIGKILL (default: the cluster file's grace_period).",
+)
+@click.pass_context
+def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, sweep: bool, grace: float | None) -> int:
+    """Stop every process of the run on every host, then prove nothing remains."""
+    from tfctl import console, lifecycle, render
+
+    store = run_store()
+    try:
+        record = run_record(ctx, cluster_file, run_id, resume=False)
+    except UsageError:
+        if not sweep:
+            raise
+        record = None
+    clean = True
+    if record is not None:
+        report = lifecycle.down(store, record, grace)
+        console.err().print(f"run {record.run_id}:", markup=False)
+        render.render_stop(report)
+        clean = report.clean
+    if sweep:
+        from tfctl.config import load_config
+        from tfctl.plan import host_specs
+
+        if record is not None:
+            hosts, default_grace = record.hosts, record.grace_period
+        else:
+            config = load_config(cluster_file_path(ctx, cluster_file))
+            hosts, default_grace = host_specs(config), config.grace_period
+        for host, answer in lifecycle.sweep(store, hosts, default_grace if grace is None else grace).items():
+            runs = ", ".join(answer.runs) or "none"
+            console.err().print(
+                f"{host}: {answer.processes} orphaned processes stopped (runs: {runs}); {len(answer.remaining)} remain",
+                markup=False,
+            )
+            clean = clean and not answer.remaining
+    return 0 if clean else 1
