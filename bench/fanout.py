@@ -99,7 +99,7 @@ def tfctl_cycle(bench: Bench, n: int, src: Path, settle: float, trace: bool = Fa
         if settle:
             result["watcher"] = watcher_load(watcher_pid(home, result["run_id"]), hosts, settle)
         st = run("status", "--json")
-        tasks = json.loads(st.out) if st.rc == 0 else []
+        tasks = json.loads(st.out)["tasks"] if st.rc == 0 else []
         states = sorted({t["state"] for t in tasks})
         if st.rc != 0 or len(tasks) != n + 1 or states != ["running"]:
             raise BenchError(

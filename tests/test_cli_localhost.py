@@ -61,7 +61,7 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
 
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        tasks = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)
+        tasks = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)["tasks"]
         if all(t["listening"] for t in tasks):
             break
         time.sleep(0.2)
@@ -104,7 +104,7 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     assert f"5 processes stopped on 1 host; 0 remain; ports {port_ranges(ports)} free" in down.stderr
     assert run_processes(run_id) == []
     assert not any(port_listening(p) for p in ports)
-    states = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)
+    states = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)["tasks"]
     assert {t["state"] for t in states} == {"stopped"}
     again = tfctl("down", "-f", str(cluster), home=home)
     assert again.returncode == 0 and "0 processes stopped" in again.stderr  # idempotent
@@ -133,7 +133,9 @@ def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: P
     run_id = latest_run(home)
     assert run_processes(run_id) == []
     assert not port_listening(ports[0])
-    states = {t["task"]: t["state"] for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
+    states = {
+        t["task"]: t["state"] for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)["tasks"]
+    }
     assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "succeeded"}
 
 

@@ -103,7 +103,10 @@ def test_an_attached_run_whose_worker_dies_once_succeeds_after_its_restart(tmp_p
     up = tfctl("up", "-f", str(cluster), home=home)
     assert up.returncode == 0, up.stderr + up.stdout
     assert "restart 1 of 1" in up.stdout
-    tasks = {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", latest_run(home), home=home).stdout)}
+    tasks = {
+        t["task"]: t
+        for t in json.loads(tfctl("status", "--json", "--run", latest_run(home), home=home).stdout)["tasks"]
+    }
     restarts = {name: (t["state"], t["restarts"]) for name, t in tasks.items()}
     assert "succeeded (1x restarted)" in tfctl("status", "--run", latest_run(home), home=home).stdout
     assert restarts == {"ps:0": ("stopped", 0), "worker:0": ("succeeded", 1), "worker:1": ("succeeded", 1)}

@@ -168,7 +168,7 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     for host in ("tfh0", "tfh1", "tfh2"):
         assert f"{host}" in up.stderr and "synced: 1 of 1 files changed" in up.stderr  # the .pyc stayed home
     assert f"reachability: 3 hosts -> tfh0:{PORT}: all 3 connections ok" in up.stderr
-    tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
     assert [(t["task"], t["host"], t["state"]) for t in tasks] == [
         ("ps:0", "tfh0", "running"),
         ("worker:0", "tfh1", "running"),
@@ -177,7 +177,7 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     deadline = time.monotonic() + 15
     while not all(t["listening"] for t in tasks) and time.monotonic() < deadline:
         time.sleep(0.3)
-        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
     assert all(t["listening"] for t in tasks)
     # Each task ran on its own host, in the synced copy, and saw the cluster through TF_CONFIG.
     logs = tfctl("-f", str(cluster), "logs", home=home).stdout
@@ -193,7 +193,7 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
     assert run_pids(lab, run_id) == {}
     states = {
         t["task"]: (t["state"], t["signal"])
-        for t in json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        for t in json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
     }
     assert states == {"ps:0": ("stopped", 15), "worker:0": ("stopped", 9), "worker:1": ("stopped", 9)}
 
@@ -235,7 +235,7 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
             assert not any((root / "work").exists() for root in distinct_roots(lab))
 
         # status: every task runs, on its own host
-        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
         assert sorted((t["task"], t["host"], t["state"]) for t in tasks) == [
             (task, host, "running") for task, host in sorted(expected.items())
         ]
@@ -282,7 +282,7 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
     assert {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in lab.hosts} == {
         h.name: [] for h in lab.hosts
     }
-    states = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+    states = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
     assert {t["task"]: t["state"] for t in states} == {task: "stopped" for task in expected}
     # every temporary name was renamed or removed, even where three hosts wrote side by side
     assert [p for root in distinct_roots(lab) for p in root.rglob("*") if ".tmp" in p.name] == []
@@ -336,7 +336,7 @@ def test_each_host_stops_the_tasks_of_a_killed_attached_up_once_its_lease_ran_ou
     wait_until(lambda: run_pids(lab, run_id) == {}, 15, "every host stopping its tasks")
     status = tfctl("-f", str(cluster), "status", "--json", home=home)
     assert "a new watcher" in status.stderr
-    assert all("no controller for" in t["stop_reason"] for t in json.loads(status.stdout))
+    assert all("no controller for" in t["stop_reason"] for t in json.loads(status.stdout)["tasks"])
     wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "stopped", 20, "run end")
 
 
@@ -354,7 +354,7 @@ def test_a_detached_runs_ps_stops_on_its_host_when_the_job_ends_without_any_tfct
     os.kill(watcher["pid"], 9)  # the laptop is gone; the ps on tfh0 probes the workers itself
     wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the ps stopping on its host")
     status = tfctl("-f", str(cluster), "status", "--json", home=home)
-    ps = {t["task"]: t for t in json.loads(status.stdout)}["ps:0"]
+    ps = {t["task"]: t for t in json.loads(status.stdout)["tasks"]}["ps:0"]
     assert ps["state"] == "stopped" and "worker:0 gone" in ps["stop_reason"]
     wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "succeeded", 20, "end")
 
@@ -377,7 +377,7 @@ def test_a_host_gone_silent_fails_the_run_after_host_timeout_and_down_cleans_it_
         assert time.monotonic() - began >= 4
         assert runs(home)[-1]["reason"].startswith("lost contact with tfh2 for 4s (host_timeout)")
         status = tfctl("-f", str(cluster), "status", "--json", home=home)
-        tasks = {t["task"]: t for t in json.loads(status.stdout)}
+        tasks = {t["task"]: t for t in json.loads(status.stdout)["tasks"]}
         assert tasks["worker:1"]["state"] == "unreachable" and tasks["worker:1"]["unreachable_since"] is not None
         assert tasks["ps:0"]["state"] == tasks["worker:0"]["state"] == "stopped"  # the watcher stopped the rest
         assert "unreachable" in tfctl("-f", str(cluster), "status", home=home).stdout

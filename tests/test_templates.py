@@ -72,7 +72,7 @@ def final_line(stdout: str, chief: str) -> re.Match:
 
 def task_states(home: Path) -> dict[str, dict]:
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-    return {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
+    return {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)["tasks"]}
 
 
 def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8, overshoot: int = 0) -> re.Match:

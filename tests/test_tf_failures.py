@@ -53,7 +53,7 @@ jobs:
     diagnosis = None
     while time.monotonic() < deadline and diagnosis is None:
         time.sleep(1)
-        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
         worker = next(t for t in tasks if t["task"] == "worker:0")
         if worker["state"] != "running":
             break
@@ -98,7 +98,7 @@ jobs:
         while time.monotonic() < deadline and not line.startswith("[worker:0] step "):
             line = up.stdout.readline()
         assert line.startswith("[worker:0] step "), "training never started"
-        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
         ps_pid = next(t["pid"] for t in tasks if t["task"] == "ps:0")
         os.kill(ps_pid, signal.SIGKILL)
         _, err = up.communicate(timeout=60)

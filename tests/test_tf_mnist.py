@@ -39,7 +39,7 @@ jobs:
     # TF's own server line proves the ps ran a real gRPC server on its port.
     assert "[ps:0]" in up.stdout and "Started server with target: grpc://" in up.stdout
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-    states = {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)}
+    states = {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)["tasks"]}
     assert states["ps:0"]["state"] == "stopped"  # it never exits by itself; tfctl stopped it
     assert states["worker:0"]["state"] == "succeeded" and states["worker:0"]["exit_code"] == 0
     assert states["worker:1"]["state"] in ("succeeded", "stopped")

@@ -24,7 +24,7 @@ from tfctl.supervisor.procfs import is_same_process
 def statuses(cluster: Path, home: Path) -> dict[str, dict]:
     result = tfctl("status", "--json", "-f", str(cluster), home=home)
     assert result.returncode == 0, result.stderr
-    return {t["task"]: t for t in json.loads(result.stdout)}
+    return {t["task"]: t for t in json.loads(result.stdout)["tasks"]}
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:

@@ -22,10 +22,12 @@ from tfctl.supervisor.protocol import (
     IdleRule,
     InfoRequest,
     ListenRequest,
+    Mark,
     PortInfo,
     PortsRequest,
     ProbeRequest,
     ProbeResult,
+    ProgressRule,
     RestartRule,
     StartRequest,
     StatusRequest,
@@ -101,9 +103,17 @@ class TaskStatus:
     restarts: int = 0
     earlier_ends: tuple[str, ...] = ()
     unreachable_since: float | None = None  # epoch, as the run's controller last recorded it
+    marks: tuple[Mark, ...] = ()  # recent progress lines, when asked for
+    observed_at: float | None = None  # the host's clock when it answered (marks use that clock)
 
     @classmethod
-    def of(cls, spec: TaskSpec, info: TaskInfo | None, unreachable_since: float | None = None) -> TaskStatus:
+    def of(
+        cls,
+        spec: TaskSpec,
+        info: TaskInfo | None,
+        unreachable_since: float | None = None,
+        observed_at: float | None = None,
+    ) -> TaskStatus:
         """A task's status from its host's answer; `unreachable` when the host did not answer."""
         if info is None:
             return cls(
@@ -133,6 +143,8 @@ class TaskStatus:
             info.stop_reason,
             info.restarts,
             tuple(info.earlier_ends),
+            marks=tuple(info.marks),
+            observed_at=observed_at,
         )
 
     @property
@@ -274,19 +286,26 @@ class Cluster:
 
     # ---------------------------------------------------------------- queries
 
-    def status(self, tasks: Sequence[TaskSpec] | None = None) -> tuple[list[TaskStatus], dict[str, Exception]]:
-        """Every task's status, plus the hosts that could not be asked (their tasks: `unknown`)."""
+    def status(
+        self, tasks: Sequence[TaskSpec] | None = None, progress: ProgressRule | None = None
+    ) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        """Every task's status (with its recent progress lines, given the `progress` rule), plus
+        the hosts that could not be asked (their tasks: `unreachable`)."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
         grouped = self.by_host(tasks)
         answers = self.fan_out(
             grouped,
             lambda a: a.call(
-                StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}), timeout=STATUS_TIMEOUT
+                StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}, progress=progress),
+                timeout=STATUS_TIMEOUT,
             ),
         )
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
+        clock = {host: answer.time for host, answer in answers.succeeded.items()}
         since = self.record.unreachable
-        return [TaskStatus.of(t, infos.get(t.name), since.get(t.host)) for t in tasks], answers.failed
+        return [
+            TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host)) for t in tasks
+        ], answers.failed
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
         """address -> who listens there, for every task port something already listens on."""

@@ -26,6 +26,8 @@ from tfctl.model import (
     DEFAULT_IDLE_PS_TIMEOUT,
     DEFAULT_LEASE_TIMEOUT,
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_PROGRESS_WINDOW,
+    DEFAULT_STALL_TIMEOUT,
     DEFAULT_STARTUP_TIMEOUT,
     JOB_NAMES,
     PLACEHOLDERS,
@@ -34,6 +36,7 @@ from tfctl.model import (
     Address,
     HostConfig,
     Job,
+    ProgressSettings,
     RestartPolicy,
     SSHSettings,
     frozen_env,
@@ -584,6 +587,33 @@ def _hosts(doc: Doc, path: str, value: Any) -> Any:
     return MappingProxyType(hosts)
 
 
+def _progress_regex(doc: Doc, path: str, value: Any) -> Any:
+    """A regex with a `step` or `rate` group; hosts search their logs with it as bytes."""
+    example = r'progress: {regex: "iter (?P<step>\d+)"}'
+    text = _string(doc, path, value, example)
+    if text is INVALID:
+        return INVALID
+    try:
+        groups = re.compile(text).groupindex
+        re.compile(text.encode("utf-8"))
+    except (re.error, ValueError) as e:
+        return doc.problem(path, f"is not a valid regular expression: {e}", f"e.g. `{example}`")
+    if not {"step", "rate"} & set(groups):
+        return doc.problem(path, "has no (?P<step>...) or (?P<rate>...) group", f"name the number, e.g. `{example}`")
+    return text
+
+
+_progress = _section(
+    {
+        "regex": _progress_regex,
+        "stall_timeout": _seconds(DEFAULT_STALL_TIMEOUT),
+        "window": _seconds(DEFAULT_PROGRESS_WINDOW),
+    },
+    ProgressSettings,
+    "progress: {stall_timeout: 300}",
+)
+
+
 # Each top-level key fills the ClusterConfig field of the same name: a new setting is one line
 # here plus the field in model.py (and `REQUIRED` if it must be present).
 TOP_KEYS: dict[str, Validator] = {
@@ -605,6 +635,7 @@ TOP_KEYS: dict[str, Validator] = {
     "lease_timeout": _seconds(DEFAULT_LEASE_TIMEOUT, "to keep the tasks of an attached run going without it"),
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
     "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
+    "progress": _progress,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

@@ -49,6 +49,8 @@ DEFAULT_STARTUP_TIMEOUT = 120.0
 DEFAULT_LEASE_TIMEOUT = 60.0
 DEFAULT_IDLE_PS_TIMEOUT = 120.0
 DEFAULT_HOST_TIMEOUT = 120.0
+DEFAULT_STALL_TIMEOUT = 120.0
+DEFAULT_PROGRESS_WINDOW = 60.0
 
 
 def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -74,6 +76,15 @@ class RestartPolicy:
     policy: str  # RESTART_POLICIES
     max_restarts: int = DEFAULT_MAX_RESTARTS
     backoff: float = DEFAULT_BACKOFF
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How `status` reads training progress from task output (see `tf/progress.py`)."""
+
+    regex: str | None = None  # replaces the built-in shapes; has a (?P<step>...) or (?P<rate>...) group
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
+    window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,7 @@ class ClusterConfig:
     idle_ps_timeout: float = DEFAULT_IDLE_PS_TIMEOUT
     # A host that answers nothing for this long fails the run.
     host_timeout: float = DEFAULT_HOST_TIMEOUT
+    progress: ProgressSettings = field(default_factory=ProgressSettings)
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

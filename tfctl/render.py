@@ -14,12 +14,14 @@ from rich.console import Group
 from rich.text import Text
 
 from tfctl import console
-from tfctl.cluster import Cluster, StopReport
+from tfctl.cluster import Cluster, StopReport, TaskStatus
 from tfctl.hosts import host_port
 from tfctl.logs import Prefixer
+from tfctl.runs import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
-from tfctl.tf.doctor import LiveNotes, diagnose_run
+from tfctl.tf.doctor import LiveNotes, RunDiagnosis, diagnose_run, finding_json
+from tfctl.tf.progress import RunProgress, TaskProgress
 
 
 def port_ranges(ports: list[int]) -> str:
@@ -75,12 +77,60 @@ def duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Everything `status` shows, asked for once."""
+
+    statuses: list[TaskStatus]
+    unreachable: dict[str, Exception]
+    diagnosis: RunDiagnosis
+    progress: dict[str, TaskProgress]
+
+    def to_json(self, record: RunRecord) -> dict[str, Any]:
+        run = {
+            "id": record.run_id,
+            "cluster": record.cluster_name,
+            "file": record.cluster_file,
+            "state": record.state.value,
+            "reason": record.reason,
+            "started_at": record.created_at,
+            "ended_at": record.ended_at,
+            "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
+        }
+        tasks = []
+        for s in self.statuses:
+            p = self.progress[s.task]
+            tasks.append(
+                {
+                    **s.to_json(),
+                    "step": p.step,
+                    "steps_per_sec": p.steps_per_sec,
+                    "flags": list(p.flags),
+                    "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
+                }
+            )
+        return {"run": run, "tasks": tasks}
+
+
+def snapshot(cluster: Cluster) -> Snapshot:
+    progress = RunProgress(cluster.record.progress)
+    statuses, unreachable = cluster.status(progress=progress.rule())
+    found = diagnose_run(cluster, statuses)
+    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
+    return Snapshot(statuses, unreachable, found, progress.assess(statuses))
+
+
+def rate_text(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
+
+
 def status_table(cluster: Cluster, console_width: int) -> Any:
     from rich.table import Table
 
-    statuses, unreachable = cluster.status()
-    found = diagnose_run(cluster, statuses)
-    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
+    shot = snapshot(cluster)
+    statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
     record = cluster.record
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
 
@@ -91,28 +141,32 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
             "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
         )
         listen = "yes" if s.listening else ("no" if s.state.value == "running" else "-")
+        p = shot.progress[s.task]
         rows.append(
             [
                 s.task,
                 host_port(s.host, s.port),
                 s.state.value
+                + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
                 + (f" ({s.restarts}x restarted)" if s.restarts else "")
                 + (f" {duration(time.time() - s.unreachable_since)}" if s.unreachable_since else ""),
                 str(s.pid or "-"),
                 exit_text,
                 duration(s.uptime),
                 listen,
+                "-" if p.step is None else str(p.step),
+                rate_text(p.steps_per_sec),
                 s.last_line[:300],
             ]
         )
-    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "LAST LINE")
+    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "STEP", "STEPS/S", "LAST LINE")
     widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
     # Every column keeps its full width; only the last line is cut to what the screen has left.
     widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
     for col, width in zip(columns, widths):
         table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
     for row in rows:
-        table.add_row(*row[:2], Text(row[2], style=state_style(row[2].split()[0])), *row[3:7], Text(row[7]))
+        table.add_row(*row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:9], Text(row[9]))
     if unreachable:
         table.caption = "\n".join(
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())

@@ -1,15 +1,18 @@
 """A stand-in for a TF task: binds its port like a tf.train.Server, prints, then exits or serves.
 
-Flags: --port P (listen like a server; 0 = no listening), --lines N (print N lines), --sleep S
-(seconds to run before exiting; -1 = forever, like a ps), --tick T (print a numbered line every
-T seconds while it runs), --exit C (exit code), --ignore-term
-(ignore SIGTERM like an MWMS worker), --fork K (start K children that sleep in the same group),
---setsid-child (start one child in its own session, escaping the process group).
+Flags: --port P (listen like a server; 0 = no listening; -1 = its own address in TF_CONFIG),
+--lines N (print N lines), --sleep S (seconds to run before exiting; -1 = forever, like a ps),
+--tick T (print a numbered line every T seconds while it runs), --steps-per-sec R (print
+`step N loss ...` R times a second, like a training loop; --steps-for S: only for the first S
+seconds, then run on silently), --exit C (exit code), --ignore-term (ignore SIGTERM like an MWMS
+worker), --fork K (start K children that sleep in the same group), --setsid-child (start one
+child in its own session, escaping the process group).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -30,6 +33,8 @@ def main() -> int:
     p.add_argument("--setsid-child", action="store_true")
     p.add_argument("--delay-listen", type=float, default=0)
     p.add_argument("--tick", type=float, default=0)
+    p.add_argument("--steps-per-sec", type=float, default=0)
+    p.add_argument("--steps-for", type=float, default=-1)
     a = p.parse_args()
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -39,6 +44,10 @@ def main() -> int:
             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
         )
     time.sleep(a.delay_listen)
+    if a.port < 0:
+        tf_config = json.loads(os.environ["TF_CONFIG"])
+        me = tf_config["task"]
+        a.port = int(tf_config["cluster"][me["type"]][me["index"]].rsplit(":", 1)[1])
     if a.port:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -48,11 +57,18 @@ def main() -> int:
     for i in range(a.lines):
         print(f"{a.name} line {i}")
     end = None if a.sleep < 0 else time.monotonic() + a.sleep
-    tick = 0
+    tick = step = 0
+    begun = time.monotonic()
     while end is None or time.monotonic() < end:
         if a.tick:
             print(f"{a.name} tick {tick}", flush=True)
             tick += 1
+        if a.steps_per_sec:
+            if a.steps_for < 0 or time.monotonic() - begun < a.steps_for:
+                print(f"step {step} loss {1.0 / (step + 1):.4f}", flush=True)
+                step += 1
+            time.sleep(1 / a.steps_per_sec)
+            continue
         time.sleep(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())))
     print(f"{a.name} done, exit {a.exit}")
     return a.exit

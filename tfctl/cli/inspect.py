@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @cli.command()
 @file_option()
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per task.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"run\": {...}, \"tasks\": [...]}.")
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
@@ -37,22 +37,7 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     record = run_record(ctx, cluster_file, run_id)
     with Cluster(record) as cluster:
         if as_json:
-            from tfctl.tf.doctor import diagnose_run, finding_json
-
-            statuses, _ = cluster.status()
-            found = diagnose_run(cluster, statuses)
-            console.out().print_json(
-                json.dumps(
-                    [
-                        {
-                            **s.to_json(),
-                            "diagnosis": finding_json(found.findings.get(s.task)),
-                            "last_line": found.last_lines.get(s.task, s.last_line),
-                        }
-                        for s in statuses
-                    ]
-                )
-            )
+            console.out().print_json(json.dumps(render.snapshot(cluster).to_json(record)))
             return 0
         if not watch:
             console.out().print(render.status_table(cluster, console.out().width))

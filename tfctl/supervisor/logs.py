@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import BinaryIO, Dict, Iterator, List
 
 from .files import task_dir
+from .marks import TERMINAL_CODES
 from .protocol import FollowEvent, FollowRequest, Heartbeat, LogChunk, TailAnswer, TailRequest, TaskEnded
 from .state import task_state
 
@@ -58,7 +60,8 @@ def last_line(path: str) -> str:
             tail = f.read()
     except OSError:
         return ""
-    for line in reversed(tail.splitlines()):
+    # A progress bar redrawn in place (`\r`, backspaces) shows its latest state.
+    for line in reversed(re.split(rb"[\r\n]", TERMINAL_CODES.sub(b"", tail))):
         if line.strip():
             return line.decode(errors="replace").strip()
     return ""

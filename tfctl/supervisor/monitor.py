@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 from . import guard, procfs
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
+from .timeline import TimeNotes
 
 GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
@@ -40,7 +41,9 @@ def monitor(d: str, run_id: str) -> None:
     env[procfs.TASK_ENV] = launch.task
     if launch.store:
         env[procfs.STORE_ENV] = launch.store
-    log = open(os.path.join(d, "output.log"), "ab", buffering=0)
+    log_path = os.path.join(d, "output.log")
+    log = open(log_path, "ab", buffering=0)
+    notes = TimeNotes(log_path)
     ends: List[str] = []
     while True:
         try:
@@ -62,7 +65,7 @@ def monitor(d: str, run_id: str) -> None:
             log.write(("tfctl: could not start task: %s\n" % e).encode())
             return
         proc = _record_process(d, child)
-        code = _wait_guarded(child, d, run_id, launch, proc)
+        code = _wait_guarded(child, d, run_id, launch, proc, notes)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)
         if not _restart_wanted(launch.restart, code, len(ends), d):
@@ -75,10 +78,12 @@ def monitor(d: str, run_id: str) -> None:
                 % (launch.task, ends[-1], len(ends), launch.restart.max_restarts, launch.restart.backoff)
             ).encode()
         )
+        notes.note()
         _write_restarts(d, ends, pending=True)
         if not _back_off(d, launch.restart.backoff):
             break
         _write_restarts(d, ends, pending=False)
+    notes.note()
     ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
     write_json(os.path.join(d, "exit.json"), ended)
     if ends:
@@ -151,15 +156,19 @@ def _back_off(d: str, seconds: float) -> bool:
     return not os.path.exists(os.path.join(d, "stop.json"))
 
 
-def _wait_guarded(child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict) -> int:
-    """Wait for the task to end; stop it first if its run's lease runs out or the job it
-    serves is over (`guard`), recording why, so `status` can tell."""
+def _wait_guarded(
+    child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict, notes: TimeNotes
+) -> int:
+    """Wait for the task to end, noting once a second how far its output got (`timeline`); stop
+    it first if its run's lease runs out or the job it serves is over (`guard`), recording why,
+    so `status` can tell."""
     idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
     while True:
         try:
             return child.wait(timeout=GUARD_POLL)
         except subprocess.TimeoutExpired:
             pass
+        notes.note()
         why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
         if why is None:
             continue

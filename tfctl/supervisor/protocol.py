@@ -137,10 +137,27 @@ def _plain(value: Any) -> Any:
 
 
 @record
+class Mark(Wire):
+    """An output line that shows progress, and when it was written (to within a second)."""
+
+    time: float
+    text: str
+
+
+@record
+class ProgressRule(Wire):
+    """Which output lines show progress (a regex), and how far back the controller looks."""
+
+    pattern: str
+    window: float = 60.0
+
+
+@record
 class TaskInfo(Wire):
     """The truth about one task on its host: files written by its monitor, checked against /proc."""
 
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": TaskState}
+    NESTED: ClassVar[Mapping[str, Any]] = {"marks": ("list", Mark)}
 
     task: str
     state: TaskState = TaskState.PENDING
@@ -157,6 +174,8 @@ class TaskInfo(Wire):
     stop_reason: Optional[str] = None  # why the host itself stopped it (lease, idle rule)
     restarts: int = 0
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
+    marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
+    output_at: Optional[float] = None  # when the task last wrote output, when progress was asked for
 
 
 @record
@@ -271,10 +290,12 @@ class StatusRequest(Request[StatusAnswer]):
 
     VERB: ClassVar[str] = "status"
     ANSWER: ClassVar[Type[Wire]] = StatusAnswer
+    NESTED: ClassVar[Mapping[str, Any]] = {"progress": ("one", ProgressRule)}
 
     run_id: str
     tasks: Dict[str, int]
     renew_lease: bool = False  # only the run's own controller renews its lease
+    progress: Optional[ProgressRule] = None  # also each task's recent progress lines
 
 
 @record

@@ -18,6 +18,7 @@ from .checks import port_owners
 from .errors import AgentError
 from .files import read_json, run_dir, task_dir, write_json
 from .logs import last_line, output_log
+from .marks import recent_marks
 from .protocol import (
     PortInfo,
     StartAnswer,
@@ -86,7 +87,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
 
 
 def status(root: str, request: StatusRequest) -> StatusAnswer:
-    """Each task's state, whether its own process listens on its port, and its last line."""
+    """Each task's state, whether its own process listens on its port, its last line and, when
+    asked, its recent progress lines."""
     run_id = request.run_id
     if request.renew_lease:
         guard.renew_lease(root, run_id)
@@ -100,7 +102,12 @@ def status(root: str, request: StatusRequest) -> StatusAnswer:
             proc = read_json(os.path.join(task_dir(root, run_id, task), "proc.json"))
             listens = bool(procfs.socket_owners(listening[port], procfs.task_processes(run_id, task, proc)))
         uptime = None if info.started_at is None else (info.ended_at or now) - info.started_at
-        out[task] = info.replace(listening=listens, last_line=last_line(output_log(root, run_id, task)), uptime=uptime)
+        log = output_log(root, run_id, task)
+        info = info.replace(listening=listens, last_line=last_line(log), uptime=uptime)
+        if request.progress is not None:
+            marks, output_at = recent_marks(log, request.progress, now)
+            info = info.replace(marks=marks, output_at=output_at)
+        out[task] = info
     return StatusAnswer(out, now)
 
 

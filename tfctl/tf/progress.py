@@ -1,0 +1,185 @@
+"""Training progress read from task output: the last step, steps/s, and who lags or is stuck.
+
+Hosts only find the lines (`supervisor/marks.py`, with the pattern built here) and when each was
+written; what the lines mean is decided here. Recognised out of the box:
+
+    INFO:tensorflow:global_step/sec: 31.4       TF's StepCounterHook (a rate)
+    INFO:tensorflow:loss = 0.3, step = 120      TF's LoggingTensorHook
+    Step #120   global step 120   step: 120     common hand-written shapes
+    Epoch 3/10  then  120/938 [====>....]       Keras (step = 2 * 938 + 120)
+
+A cluster file's `progress.regex` (with a `(?P<step>...)` group, or `(?P<rate>...)`) replaces
+them. TensorFlow's own C++ log lines (`I0000 00:00:...`) are never progress.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
+
+if TYPE_CHECKING:
+    from tfctl.cluster import TaskStatus
+
+DEFAULT_WINDOW = 60.0
+DEFAULT_STALL_TIMEOUT = 120.0
+MIN_SPAN = 2.0  # seconds between two samples for a rate: line times are exact to a second
+STRAGGLER_RATIO = 0.5
+
+BUILT_IN = {
+    "rate": r".*?\bglobal_step/sec: ?(?P<rate>[0-9.]+(?:[eE][-+]?\d+)?)",
+    "tf_step": r".*?\bstep = (?P<step>\d+)",
+    "hash_step": r".*?\bStep #(?P<step>\d+)",
+    "global_step": r".*?\b(?i:global[ _]step)\b[ :=#]*(?P<step>\d+)",
+    "step": r".*?\b(?i:step)\b[ :=#]*(?P<step>\d+)",
+    "keras_epoch": r"Epoch (?P<epoch>\d+)/\d+\s*$",
+    "keras_bar": r"\s*(?P<step>\d+)/(?P<of>\d+) +(?:\[|━)",  # Keras 2 `[==>..]`, Keras 3 a bar of U+2501
+}
+NOT_PROGRESS = r"(?![IWEF]\d{4} \d\d:\d\d:)"  # a glog line from TF's C++ runtime
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One task's progress: None where its output does not tell."""
+
+    step: int | None = None
+    steps_per_sec: float | None = None
+    quiet_for: float | None = None  # seconds since its newest step line (or its start, if none)
+
+
+class ProgressReader:
+    """The pattern hosts search for, and the meaning of the lines they find."""
+
+    def __init__(self, regex: str | None = None, window: float = DEFAULT_WINDOW) -> None:
+        self.window = window
+        if regex is None:
+            self._kinds = [(name, re.compile(NOT_PROGRESS + p)) for name, p in BUILT_IN.items()]
+            alternatives = "|".join(f"(?P<{name}>{p})" for name, p in self._kinds_patterns())
+            self.pattern = f"^{NOT_PROGRESS}(?:{alternatives})"
+        else:
+            self._kinds = [("user", re.compile(regex))]
+            self.pattern = regex
+
+    def _kinds_patterns(self) -> list[tuple[str, str]]:
+        # Inner groups are renamed away on the host: only the kind (the alternative) matters there.
+        return [(name, re.sub(r"\(\?P<\w+>", "(", p)) for name, p in BUILT_IN.items()]
+
+    def rule(self) -> ProgressRule:
+        return ProgressRule(self.pattern, self.window)
+
+    def read(self, marks: Sequence[Mark], now: float, uptime: float | None, running: bool) -> Progress:
+        """`now` is the host's clock, as the marks' times are."""
+        samples: list[tuple[float, int]] = []  # (time, step), oldest first
+        rates: list[tuple[float, float]] = []
+        epoch: int | None = None
+        for mark in marks:
+            for kind, regex in self._kinds:
+                found = regex.match(mark.text) if kind != "user" else regex.search(mark.text)
+                if found is None:
+                    continue
+                groups = found.groupdict()
+                if groups.get("epoch"):
+                    epoch = int(groups["epoch"])
+                if groups.get("rate"):
+                    rates.append((mark.time, float(groups["rate"])))
+                if groups.get("step"):
+                    step = int(groups["step"])
+                    if groups.get("of") and epoch is not None:
+                        step += (epoch - 1) * int(groups["of"])
+                    samples.append((mark.time, step))
+                break
+        last_at = samples[-1][0] if samples else (rates[-1][0] if rates else None)
+        quiet = now - last_at if last_at is not None else uptime
+        newest = samples[-1][1] if samples else None
+        if not running:
+            return Progress(newest, None, None)
+        return Progress(newest, self._rate(samples, rates, now), quiet)
+
+    def _rate(self, samples: list[tuple[float, int]], rates: list[tuple[float, float]], now: float) -> float | None:
+        horizon = now - self.window
+        if rates and rates[-1][0] >= horizon:
+            return rates[-1][1]
+        if samples and samples[-1][0] < horizon:
+            return 0.0  # nothing in the whole window: it is not moving
+        # Only the run of samples since the counter last went back (a restart, a new Keras epoch
+        # with no epoch line in view); the newest sample before the window anchors the rate.
+        start = 0
+        for i in range(1, len(samples)):
+            if samples[i][1] < samples[i - 1][1]:
+                start = i
+        recent = samples[start:]
+        anchor = max((i for i, (t, _) in enumerate(recent) if t <= horizon), default=0)
+        first, last = recent[anchor] if recent else (0.0, 0), recent[-1] if recent else (0.0, 0)
+        if len(recent) < 2 or last[0] - first[0] < MIN_SPAN:
+            return None
+        # A task that stopped stepping a while ago (more than twice its usual gap) has been slow
+        # since: the window's rate counts that quiet time too.
+        gap = (last[0] - first[0]) / (len(recent) - anchor - 1)
+        end = last[0] if now - last[0] <= max(2 * gap, MIN_SPAN) else now
+        return (last[1] - first[1]) / (end - first[0])
+
+
+def flags(
+    tasks: Sequence[tuple[str, str, TaskState]], progress: dict[str, Progress], stall_timeout: float
+) -> dict[str, list[str]]:
+    """Per task (name, job, state): `restarting`; `stalled` when a task of a job that logs steps
+    made none for `stall_timeout`; `straggler` under half its job's median rate."""
+    out: dict[str, list[str]] = {name: [] for name, *_ in tasks}
+    stepping_jobs = {job for name, job, _ in tasks if progress.get(name, Progress()).step is not None}
+    rates_by_job: dict[str, list[float]] = {}
+    for name, job, state in tasks:
+        rate = progress.get(name, Progress()).steps_per_sec
+        if state is TaskState.RUNNING and rate is not None:
+            rates_by_job.setdefault(job, []).append(rate)
+    for name, job, state in tasks:
+        p = progress.get(name, Progress())
+        if state is TaskState.RESTARTING:
+            out[name].append("restarting")
+        if state is not TaskState.RUNNING:
+            continue
+        if job in stepping_jobs and p.quiet_for is not None and p.quiet_for > stall_timeout:
+            out[name].append("stalled")
+        rates = rates_by_job.get(job, [])
+        if p.steps_per_sec is not None and len(rates) >= 2:
+            median = statistics.median(rates)
+            if median > 0 and p.steps_per_sec < STRAGGLER_RATIO * median:
+                out[name].append("straggler")
+    return out
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """What `status` shows of one task's training."""
+
+    step: int | None
+    steps_per_sec: float | None
+    flags: tuple[str, ...]
+
+
+class RunProgress:
+    """Progress of every task of a run, from the run's `progress` settings."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.reader = ProgressReader(settings.get("regex"), settings.get("window", DEFAULT_WINDOW))
+        self.stall_timeout = settings.get("stall_timeout", DEFAULT_STALL_TIMEOUT)
+
+    def rule(self) -> ProgressRule:
+        return self.reader.rule()
+
+    def assess(self, statuses: Sequence[TaskStatus]) -> dict[str, TaskProgress]:
+        now = time.time()
+        progress = {
+            s.task: self.reader.read(
+                s.marks, s.observed_at or now, s.uptime, s.state in (TaskState.RUNNING, TaskState.RESTARTING)
+            )
+            for s in statuses
+        }
+        found = flags([(s.task, s.job, s.state) for s in statuses], progress, self.stall_timeout)
+        return {
+            s.task: TaskProgress(progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]))
+            for s in statuses
+        }
