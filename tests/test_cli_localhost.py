@@ -257,6 +257,21 @@ def test_logs_dash_f_with_a_cluster_file_says_it_means_follow(tmp_path: Path, ho
     assert "tfctl logs --file cluster.yaml -f" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "value, seconds", [("90", 90.0), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("2d", 172800.0)]
+)
+def test_durations_read_as_docker_writes_them(value: str, seconds: float) -> None:
+    from tfctl.cli.common import Duration
+
+    assert Duration().convert(value, None, None) == seconds
+
+
+def test_a_bad_since_is_a_usage_error(tmp_path: Path, home: Path) -> None:
+    result = tfctl("logs", "--since", "5 minutes", home=home, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'5 minutes' is not a duration: write e.g. 90s, 5m, 2h or 1h30m" in result.stderr
+
+
 def test_logs_follow_streams_live_and_ends_with_the_run(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
     cluster = write_cluster(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import shlex
 import sys
 import time
@@ -92,3 +93,34 @@ def test_prefixes_are_aligned_and_coloured_only_when_asked(color: bool) -> None:
 def host_state(root: Path | str) -> Path:
     """Where the supervisor on this machine keeps its own files under `root`."""
     return Path(state_root(str(root)))
+
+
+def written_at(line: str) -> float:
+    return calendar.timegm(time.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_since_and_timestamps_use_when_each_line_was_written(tmp_path: Path) -> None:
+    # Five lines, a pause of 3.5 s, five more: --since 2 shows only the second five.
+    source = (
+        "import time\n"
+        "for i in range(5): print('early', i, flush=True)\n"
+        "time.sleep(3.5)\n"
+        "for i in range(5): print('late', i, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    started = time.time()
+    cluster = one_task_cluster(tmp_path, source)
+    try:
+        wait_last_line(cluster, "late 4")
+        time.sleep(1.2)  # the task's monitor notes the log's growth once a second
+        with LogFollower(cluster, cluster.record.tasks, follow=False, since=2.0, timestamps=True) as follower:
+            recent = collect(follower)
+        assert [line.split(" ", 1)[1] for line in recent] == [f"late {i}" for i in range(5)]
+        assert all(started + 3 <= written_at(line) <= time.time() + 1 for line in recent), (started, recent)
+        with LogFollower(cluster, cluster.record.tasks, follow=False, timestamps=True) as follower:
+            everything = collect(follower)
+        assert [line.split(" ", 1)[1] for line in everything[:5]] == [f"early {i}" for i in range(5)]
+        assert all(started - 1 <= written_at(line) <= started + 2 for line in everything[:5]), (started, everything)
+        assert min(map(written_at, everything[5:])) - max(map(written_at, everything[:5])) >= 2
+    finally:
+        cluster.stop(grace=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from tfctl.errors import TfctlError
@@ -27,10 +28,22 @@ PALETTE = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 class LogFollower:
     """Reads the output of `tasks` from their hosts on background threads, one per host."""
 
-    def __init__(self, cluster: Cluster, tasks: Sequence[TaskSpec], follow: bool, tail: int | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        tasks: Sequence[TaskSpec],
+        follow: bool,
+        tail: int | None = None,
+        since: float | None = None,
+        timestamps: bool = False,
+    ) -> None:
+        """`since`: only lines written in the last this many seconds; `timestamps`: each line
+        begins with when it was written (UTC, to the second, by its host's clock)."""
         self.cluster = cluster
         self.tasks = list(tasks)
         self.tail = tail
+        self.since = since
+        self.timestamps = timestamps
         self.offsets = {t.name: 0 for t in self.tasks}
         self.ended: set[str] = set()
         self.errors: list[str] = []
@@ -63,7 +76,14 @@ class LogFollower:
                 wanted = {t.name: self.offsets[t.name] for t in tasks if t.name not in self.ended}
                 if not wanted:
                     break
-                request = FollowRequest(self.cluster.record.run_id, wanted, follow, self.tail if first else None)
+                request = FollowRequest(
+                    self.cluster.record.run_id,
+                    wanted,
+                    follow,
+                    self.tail if first else None,
+                    since=self.since if first else None,
+                    times=self.timestamps,
+                )
                 first = False
                 try:
                     self._read_stream(host, request, final=not follow)
@@ -86,7 +106,11 @@ class LogFollower:
         for event in events:
             if isinstance(event, LogChunk):
                 task = event.task
-                *lines, rest = (partial.pop(task, "") + event.data).split("\n")
+                held = partial.pop(task, "")
+                *lines, rest = (held + event.data).split("\n")
+                if event.stamps is not None:
+                    start = event.offset - len(event.data.encode()) - len(held.encode())
+                    lines = stamped(lines, start, event.stamps)
                 for line in lines:
                     self._queue.put((task, line))
                 if rest:
@@ -159,6 +183,20 @@ class LogFollower:
                 self._backlog.append(self._queue.get_nowait())
             except queue.Empty:
                 return
+
+
+def stamped(lines: list[str], start: int, stamps: list[list[float]]) -> list[str]:
+    """Each line (the first begins at byte `start`) after the time its newline was written: the
+    time of the first [size, time] stamp whose size is past it."""
+    out = []
+    i = 0
+    for line in lines:
+        newline_at = start + len(line.encode())
+        while i < len(stamps) - 1 and stamps[i][0] <= newline_at:
+            i += 1
+        out.append(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(stamps[i][1]))} {line}")
+        start = newline_at + 1
+    return out
 
 
 class Prefixer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -16,6 +17,24 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_FILE = Path("cluster.yaml")
+
+
+class Duration(click.ParamType):
+    """`90`, `90s`, `5m`, `2h`, `1h30m`, `1d` -> seconds, as `docker logs --since` takes them."""
+
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            return float(text)
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            self.fail(f"{value!r} is not a duration: write e.g. 90s, 5m, 2h or 1h30m", param, ctx)
+        return sum(float(n) * self.UNITS[u] for n, u in parts)
 
 
 def file_option(short: bool = True) -> Callable[[F], F]:

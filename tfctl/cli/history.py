@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
 import click
 
@@ -12,9 +11,6 @@ from tfctl.cli.app import cli
 from tfctl.cli.common import (
     run_store,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @cli.command(name="runs")

@@ -6,27 +6,18 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import (
-    file_option,
-    run_record,
-    run_store,
-    select_tasks,
-)
+from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
-
-if TYPE_CHECKING:
-    pass
 
 
 @cli.command()
 @file_option()
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"run\": {...}, \"tasks\": [...]}.")
+@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"run": {...}, "tasks": [...]}.')
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
@@ -55,6 +46,8 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
 @click.argument("tasks", nargs=-1)
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
+@click.option("--since", type=Duration(), default=None, help="Only lines written in the last DURATION (90s, 5m, 2h).")
+@click.option("-t", "--timestamps", is_flag=True, help="Begin each line with when it was written (UTC).")
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
 @click.pass_context
 def logs(
@@ -63,6 +56,8 @@ def logs(
     tasks: tuple[str, ...],
     follow: bool,
     tail: int | None,
+    since: float | None,
+    timestamps: bool,
     run_id: str | None,
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
@@ -83,7 +78,10 @@ def logs(
     prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
     store = run_store()
     last_check = time.monotonic()
-    with Cluster(record) as cluster, LogFollower(cluster, selected, follow and record.active, tail) as follower:
+    with (
+        Cluster(record) as cluster,
+        LogFollower(cluster, selected, follow and record.active, tail, since, timestamps) as follower,
+    ):
         notes = LiveNotes(cluster) if follow else None
         try:
             for batch in follower.batches():

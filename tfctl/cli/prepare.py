@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -17,9 +16,6 @@ from tfctl.cli.common import (
     run_store,
     stamp,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @cli.command()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -15,9 +14,6 @@ from tfctl.cli.common import (
     run_store,
 )
 from tfctl.errors import UsageError
-
-if TYPE_CHECKING:
-    pass
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from .files import task_dir
 from .marks import TERMINAL_CODES
 from .protocol import FollowEvent, FollowRequest, Heartbeat, LogChunk, TailAnswer, TailRequest, TaskEnded
 from .state import task_state
+from .timeline import Timeline
 
 CHUNK = 256 * 1024
 MAX_PARTIAL_LINE = 64 * 1024
@@ -47,6 +48,27 @@ def tail_offset(path: str, lines: int) -> int:
                     newlines += 1
                     if newlines == lines:
                         return pos + i + 1
+        return 0
+
+
+def since_offset(path: str, moment: float) -> int:
+    """Where the first line written after `moment` begins."""
+    with Timeline(path) as timeline:
+        offset = timeline.offset_at(moment)
+    if offset == 0:
+        return 0
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset - 1)
+            while True:  # a line the moment cut in two starts before it: begin after its end
+                block = f.read(65536)
+                if not block:
+                    return offset
+                newline = block.find(b"\n")
+                if newline >= 0:
+                    return offset - 1 + newline + 1 if newline else offset
+                offset += len(block)
+    except OSError:
         return 0
 
 
@@ -93,6 +115,9 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
     if request.tail is not None:
         count = int(request.tail)
         offsets = {t: max(o, tail_offset(output_log(root, run_id, t), count)) for t, o in offsets.items()}
+    if request.since is not None:
+        moment = time.time() - float(request.since)
+        offsets = {t: max(o, since_offset(output_log(root, run_id, t), moment)) for t, o in offsets.items()}
     files: Dict[str, BinaryIO] = {}
     open_tasks = set(offsets)
     last_beat = time.monotonic()
@@ -124,11 +149,16 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
                     elif not cut and not complete and len(data) < MAX_PARTIAL_LINE:
                         data = b""
                 if data:
+                    start = offsets[task]
                     offsets[task] += len(data)
                     # `partial`: bytes after the last newline, so a reader that holds the partial
                     # line back knows the exact offset where that line starts.
                     partial = len(data) - data.rfind(b"\n") - 1
-                    yield LogChunk(task, offsets[task], partial, data.decode("utf-8", errors="replace"))
+                    stamps = None
+                    if request.times:
+                        with Timeline(output_log(root, run_id, task)) as timeline:
+                            stamps = [[size, at] for size, at in timeline.stamps(start, offsets[task])]
+                    yield LogChunk(task, offsets[task], partial, data.decode("utf-8", errors="replace"), stamps)
                     progressed = True
                     continue
                 if not request.follow or final:

@@ -503,6 +503,8 @@ class FollowRequest(Wire):
     tasks: Dict[str, int]  # task -> byte offset to read from
     follow: bool = False
     tail: Optional[int] = None  # start at most this many lines before the end
+    since: Optional[float] = None  # start with the lines written in the last this many seconds
+    times: bool = False  # each chunk carries when its lines were written
     poll: float = 0.1
 
 
@@ -514,6 +516,7 @@ class LogChunk(Record):
     offset: int
     partial: int
     data: str
+    stamps: Optional[List[List[float]]] = None  # [log size, time] covering the chunk, when asked for
 
 
 @record
@@ -538,7 +541,10 @@ FollowEvent = Union[LogChunk, TaskEnded, Heartbeat]
 def follow_event_to_wire(event: FollowEvent) -> Dict[str, Any]:
     """Compact keys: a follow stream may carry millions of lines."""
     if isinstance(event, LogChunk):
-        return {"t": event.task, "o": event.offset, "p": event.partial, "d": event.data}
+        out = {"t": event.task, "o": event.offset, "p": event.partial, "d": event.data}
+        if event.stamps is not None:
+            out["w"] = event.stamps
+        return out
     if isinstance(event, TaskEnded):
         return {"t": event.task, "o": event.offset, "end": event.state.value}
     return {"hb": event.time}
@@ -550,7 +556,7 @@ def follow_event_from_wire(data: Mapping[str, Any]) -> FollowEvent:
     if "end" in data:
         return TaskEnded(data["t"], int(data["o"]), TaskState(data["end"]))
     if "d" in data:
-        return LogChunk(data["t"], int(data["o"]), int(data.get("p", 0)), data["d"])
+        return LogChunk(data["t"], int(data["o"]), int(data.get("p", 0)), data["d"], data.get("w"))
     raise ValueError("not a follow event: %r" % (dict(data),))
 
 

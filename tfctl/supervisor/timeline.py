@@ -125,6 +125,14 @@ class Timeline:
 
         return time_of
 
+    def stamps(self, start: int, end: int) -> List[Tuple[int, float]]:
+        """`records(start, end)`, ending with one that covers `end` (the log's modification time
+        when the monitor has not noted that far yet)."""
+        out = self.records(start, end)
+        if not out or out[-1][0] < end:
+            out.append((end, self.time_of(end)))
+        return out
+
     def records(self, start: int, end: int) -> List[Tuple[int, float]]:
         """(size, time) of the records with start < size <= end, and the first one past `end`:
         enough for a reader to date every line that ends in (start, end]."""
