@@ -375,3 +375,24 @@ def test_check_names_a_busy_port_and_starts_nothing(tmp_path: Path, home: Path) 
         squatter.kill()
         squatter.wait()
     assert not (home / "runs").exists()
+
+
+def test_the_hosts_python_comes_first_on_the_tasks_path(tmp_path: Path, home: Path) -> None:
+    """`python train.py` in a command means the configured interpreter, as in an activated venv."""
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    for name in ("python3", "python"):
+        (venv_bin / name).symlink_to(sys.executable)
+    (tmp_path / "show.py").write_text("import os\nprint('first on PATH:', os.environ['PATH'].split(os.pathsep)[0])\n")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: venv
+hosts: {{localhost: {{python: {venv_bin / "python3"}}}}}
+jobs:
+  worker:
+    hosts: [localhost:{free_ports(1)[0]}]
+    command: python show.py
+""")
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    assert f"first on PATH: {venv_bin}" in up.stdout
+    assert f"ok: python {sys.version.split()[0]} ({venv_bin / 'python3'})" in up.stderr

@@ -91,9 +91,11 @@ def test_between_graph_async(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("between-graph-async", tmp_path, train_steps=400)
     up = run_up(cluster, home)
     # Async: the other worker's step in flight when the chief stops still counts (CI saw 402).
-    check_common(up, "worker:0", 400, overshoot=4)
+    final = check_common(up, "worker:0", 400, overshoot=4)
     assert "Started server with target: grpc://" in up.stdout  # TF's INFO lines are kept
     states = task_states(home)
+    assert states["worker:0"]["step"] == int(final.group(2))  # `status` read it from the real log
+    assert states["worker:1"]["step"] is not None and states["ps:0"]["step"] is None
     assert states["ps:0"]["state"] == "stopped"  # the ps never exits by itself
     assert states["worker:0"]["state"] == "succeeded"
 
@@ -101,7 +103,7 @@ def test_between_graph_async(tmp_path: Path, home: Path) -> None:
 def test_between_graph_sync_all_workers_exit_by_themselves(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("between-graph-sync", tmp_path, train_steps=150)
     up = run_up(cluster, home)
-    check_common(up, "worker:0", 150)
+    final = check_common(up, "worker:0", 150)
     # Lock step: both workers trained (a global step needs a gradient from each).
     assert re.search(r"^\[worker:1\]\s+worker 1: done after \d+ local steps", up.stdout, re.M), up.stdout[-3000:]
     assert not re.search(r"Exception in thread QueueRunnerThread", up.stdout)
@@ -109,6 +111,7 @@ def test_between_graph_sync_all_workers_exit_by_themselves(tmp_path: Path, home:
     # The non-chief was not left blocked on the sync token queue for tfctl to kill: it exited 0.
     assert states["worker:1"]["state"] == "succeeded" and states["worker:1"]["exit_code"] == 0, states
     assert states["worker:0"]["state"] == "succeeded"
+    assert states["worker:0"]["step"] == int(final.group(2))
 
 
 FAKE_CHIEF = '''
@@ -161,11 +164,12 @@ def test_between_graph_sync_watchdog_unblocks_a_worker_left_on_the_token_queue(t
 def test_parameter_server(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("parameter-server", tmp_path, train_steps=200)
     up = run_up(cluster, home)
-    check_common(up, "chief:0", 200)
+    final = check_common(up, "chief:0", 200)
     for task in ("ps:0", "worker:0", "worker:1"):
         assert re.search(rf"^\[{task}\]\s+\w+ \d: serving", up.stdout, re.M), task
     states = task_states(home)
     assert states["chief:0"]["state"] == "succeeded"
+    assert states["chief:0"]["step"] == int(final.group(2))
     assert {states[t]["state"] for t in ("ps:0", "worker:0", "worker:1")} == {"stopped"}
 
 
@@ -179,6 +183,7 @@ def test_multi_worker_mirrored(tmp_path: Path, home: Path) -> None:
     assert f"worker 1: done, step 200 accuracy {final.group(4)}" in up.stdout
     assert "tmp-worker-1" not in {p.name for p in Path(final.group(7)).iterdir()}
     states = task_states(home)
+    assert states["worker:0"]["step"] == states["worker:1"]["step"] == 200
     # Both workers left by themselves (MWMS workers ignore SIGTERM: a stop would cost the grace).
     assert states["worker:0"]["state"] == states["worker:1"]["state"] == "succeeded", states
 

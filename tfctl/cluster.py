@@ -7,6 +7,7 @@ Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/
 
 from __future__ import annotations
 
+import posixpath
 import signal as signal_module
 import threading
 import time
@@ -72,6 +73,12 @@ def describe_end(
     if error:
         return f"{error}{at}"
     return f"exited with code {exit_code}{at}"
+
+
+def bin_dir(python: str) -> str | None:
+    """The directory of the host's interpreter, when it is given as a path (a virtualenv's
+    bin/python): first on the tasks' PATH, as activating the virtualenv would put it."""
+    return posixpath.dirname(python) if "/" in python else None
 
 
 def _signal_name(number: int) -> str:
@@ -351,7 +358,8 @@ class Cluster:
         for host in hosts:
             a = answers.succeeded[host]
             infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error))
-            progress(host, f"ok: python {a.python or '?'}, {a.tensorflow or 'no tensorflow'}")
+            where = f" ({a.python_executable})" if a.python_executable else ""
+            progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}")
         return infos
 
     def check_reachable(
@@ -404,6 +412,7 @@ class Cluster:
                             record.store,
                             self._idle_rule(t),
                             RestartRule.from_wire(t.restart) if t.restart else None,
+                            bin_dir(self.agents[a.host].python),
                         )
                         for t in grouped[a.host]
                     ],

@@ -37,6 +37,8 @@ def monitor(d: str, run_id: str) -> None:
     launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
     env = dict(os.environ)
     env.update(launch.env)
+    if launch.path_first:
+        env["PATH"] = launch.path_first + os.pathsep + env.get("PATH", os.defpath)
     env[procfs.RUN_ENV] = run_id
     env[procfs.TASK_ENV] = launch.task
     if launch.store:

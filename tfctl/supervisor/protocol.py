@@ -240,6 +240,7 @@ class TaskLaunch(Wire):
     store: str = ""
     idle: Optional[IdleRule] = None
     restart: Optional[RestartRule] = None
+    path_first: Optional[str] = None  # put first on PATH, so `python` in a command is the host's python
 
 
 # ---------------------------------------------------------------- requests and answers
