@@ -124,3 +124,33 @@ def test_since_and_timestamps_use_when_each_line_was_written(tmp_path: Path) -> 
         assert min(map(written_at, everything[5:])) - max(map(written_at, everything[:5])) >= 2
     finally:
         cluster.stop(grace=1)
+
+
+KERAS_LOG = Path(__file__).resolve().parent / "data" / "tf_logs" / "keras_fit_progress_bar.log"
+
+
+def test_a_keras_bar_redrawn_in_place_moves_live_and_replays_as_its_last_states(tmp_path: Path) -> None:
+    # The real bytes of a Keras 3 fit (bars redrawn with backspaces and \r), written as Keras
+    # wrote them: one redraw at a time.
+    source = (
+        "import sys, time\n"
+        f"data = open({str(KERAS_LOG)!r}, 'rb').read().split(b'\\n', 3)[3]\n"
+        "for i, piece in enumerate(data.split(b'\\r')):\n"
+        "    sys.stdout.buffer.write((b'\\r' if i else b'') + piece); sys.stdout.flush(); time.sleep(0.05)\n"
+    )
+    cluster = one_task_cluster(tmp_path, source)
+    try:
+        with LogFollower(cluster, cluster.record.tasks, follow=True) as follower:
+            live = collect(follower)
+        assert not any("\r" in line or "\b" in line for line in live)
+        bars = [line for line in live if "/500" in line]
+        # Intermediate states arrived on their own, before their epoch's line ended.
+        assert len([line for line in bars if "500/500" not in line]) >= 3, bars
+        assert len([line for line in bars if "500/500" in line]) == 3
+        with LogFollower(cluster, cluster.record.tasks, follow=False) as follower:
+            replay = collect(follower)
+        assert not any("\r" in line or "\b" in line for line in replay)
+        # Afterwards: each epoch's final state, not every redraw.
+        assert [line.count("500/500") for line in replay if "/500" in line] == [1, 1, 1]
+    finally:
+        cluster.stop(grace=1)

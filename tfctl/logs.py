@@ -108,23 +108,32 @@ class LogFollower:
                 task = event.task
                 held = partial.pop(task, "")
                 *lines, rest = (held + event.data).split("\n")
+                bar = ""
+                if "\r" in rest:
+                    bar, rest = rest.rsplit("\r", 1)
                 if event.stamps is not None:
                     start = event.offset - len(event.data.encode()) - len(held.encode())
-                    lines = stamped(lines, start, event.stamps)
+                    times = line_times([*lines, bar], start, event.stamps)
+                    lines = [f"{utc(t)} {redrawn(line)}" for line, t in zip(lines, times)]
+                    bar = f"{utc(times[-1])} {redrawn(bar)}" if redrawn(bar) else ""
+                else:
+                    lines, bar = [redrawn(line) for line in lines], redrawn(bar)
                 for line in lines:
                     self._queue.put((task, line))
+                if bar:
+                    self._queue.put((task, bar))  # the bar's latest state, while its line goes on
                 if rest:
                     partial[task] = rest
                 self.offsets[task] = event.offset - event.partial
             elif isinstance(event, TaskEnded):
                 final_part = partial.pop(event.task, None)
                 if final_part is not None:
-                    self._queue.put((event.task, final_part))
+                    self._queue.put((event.task, redrawn(final_part)))
                 self.offsets[event.task] = event.offset
                 self.ended.add(event.task)
         if final:
             for task, rest in partial.items():
-                self._queue.put((task, rest))
+                self._queue.put((task, redrawn(rest)))
                 self.offsets[task] += len(rest.encode())
 
     def batches(self, idle: float = 0.2) -> Iterator[list[tuple[str, str]]]:
@@ -185,18 +194,31 @@ class LogFollower:
                 return
 
 
-def stamped(lines: list[str], start: int, stamps: list[list[float]]) -> list[str]:
-    """Each line (the first begins at byte `start`) after the time its newline was written: the
-    time of the first [size, time] stamp whose size is past it."""
+def redrawn(line: str) -> str:
+    """What a terminal would show of a line redrawn in place with \\r and backspaces: its last
+    state (the raw bytes stay in the task's log)."""
+    if "\r" not in line and "\b" not in line:
+        return line
+    states = [s for s in line.replace("\b", "").split("\r") if s.strip()]
+    return states[-1] if states else ""
+
+
+def line_times(lines: list[str], start: int, stamps: list[list[float]]) -> list[float]:
+    """When each line (the first begins at byte `start`) was written: the time of the first
+    [size, time] stamp whose size is past the line's end."""
     out = []
     i = 0
     for line in lines:
-        newline_at = start + len(line.encode())
-        while i < len(stamps) - 1 and stamps[i][0] <= newline_at:
+        end = start + len(line.encode())
+        while i < len(stamps) - 1 and stamps[i][0] <= end:
             i += 1
-        out.append(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(stamps[i][1]))} {line}")
-        start = newline_at + 1
+        out.append(stamps[i][1])
+        start = end + 1
     return out
+
+
+def utc(moment: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
 
 
 class Prefixer:

@@ -142,7 +142,9 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
                 if data:
                     # Hand out whole lines; a partial last line waits for its end unless the task is
                     # over, the read is a full chunk (more follows), or the line is absurdly long.
-                    cut = data.rfind(b"\n") + 1
+                    # A progress bar redrawn in place ends its states with \r: those go out as
+                    # they come, so the bar moves live instead of appearing once its line ends.
+                    cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                     complete = final or not request.follow
                     if cut and (len(data) == CHUNK or not complete):
                         data = data[:cut]
@@ -153,7 +155,7 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
                     offsets[task] += len(data)
                     # `partial`: bytes after the last newline, so a reader that holds the partial
                     # line back knows the exact offset where that line starts.
-                    partial = len(data) - data.rfind(b"\n") - 1
+                    partial = len(data) - max(data.rfind(b"\n"), data.rfind(b"\r")) - 1
                     stamps = None
                     if request.times:
                         with Timeline(output_log(root, run_id, task)) as timeline:
