@@ -217,3 +217,21 @@ jobs:
         assert "running, straggler" in table and "running, stalled" in table
     finally:
         assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_a_worker_that_never_trained_is_named_when_the_chief_ends_the_run(tmp_path: Path, home: Path) -> None:
+    ports = free_ports(2)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: silent
+grace_period: 1
+jobs:
+  worker:
+    hosts: [localhost:{ports[0]}, localhost:{ports[1]}]
+    command: "{fake("--port -1 --sleep $((3 - 4 * {task_index})) --steps-per-sec $((20 - 20 * {task_index}))")}"
+""")
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0 and "job succeeded: worker:0 finished successfully" in up.stderr, up.stderr
+    assert "worker:1: never logged a training step, while worker:0 did: it may not have trained" in up.stderr
+    assert "worker:0: never logged" not in up.stderr
+    status = tfctl("-f", str(cluster), "status", home=home)
+    assert "worker:1: never logged a training step" in status.stdout

@@ -21,7 +21,7 @@ from tfctl.runs import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import LiveNotes, RunDiagnosis, diagnose_run, finding_json
-from tfctl.tf.progress import RunProgress, TaskProgress
+from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped
 
 
 def port_ranges(ports: list[int]) -> str:
@@ -172,7 +172,16 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
         )
     notes = [finding_text(task, f) for task, f in found.findings.items()]
+    notes += untrained_notes(shot)
     return Group(table, *notes) if notes else table
+
+
+def untrained_notes(shot: Snapshot) -> list[Text]:
+    return [
+        Text(f"{task}: ", style="bold yellow")
+        + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")
+        for task, peers in never_stepped(shot.statuses, shot.progress).items()
+    ]
 
 
 def finding_text(task: str, finding: Finding) -> Any:

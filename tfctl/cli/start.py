@@ -116,6 +116,8 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
                 f"tfctl {hint_file}down --run {record.run_id}"
             )
         return EXIT_INTERRUPTED
+    for note in render.untrained_notes(render.snapshot(cluster)):
+        err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
     else:

@@ -183,3 +183,15 @@ class RunProgress:
             s.task: TaskProgress(progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]))
             for s in statuses
         }
+
+
+def never_stepped(statuses: Sequence[TaskStatus], progress: Mapping[str, TaskProgress]) -> dict[str, list[str]]:
+    """Ended tasks that logged no step in a job whose other tasks did -> those other tasks: a
+    worker that never trained hides behind a success policy that only watches the chief."""
+    stepped: dict[str, list[str]] = {}
+    for s in statuses:
+        if progress[s.task].step is not None:
+            stepped.setdefault(s.job, []).append(s.task)
+    return {
+        s.task: stepped[s.job] for s in statuses if s.final and progress[s.task].step is None and stepped.get(s.job)
+    }
