@@ -208,6 +208,7 @@ CASES = [
     ),
     ("healthy_chief_worker0.log", "worker:0", [], None, [], [], None),
     ("healthy_worker1.log", "worker:1", [], None, [], [], None),
+    ("keras_fit_progress_bar.log", "worker:0", [], None, [], [], None),
 ]
 
 

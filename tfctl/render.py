@@ -194,11 +194,11 @@ def finding_text(task: str, finding: Finding) -> Any:
 
 
 def print_lines(batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None) -> None:
-    """Task lines to stdout, prefixed; a known TF pattern's explanation to stderr right after it."""
+    """Task lines to stdout, prefixed; the explanation of a known TF pattern that lasted to stderr."""
     for task, line in batch:
         sys.stdout.write(prefix(task, line) + "\n")
-        finding = notes.feed(task, line) if notes is not None else None
-        if finding is not None:
-            sys.stdout.flush()
-            console.err().print(finding_text(task, finding))
+        if notes is not None:
+            notes.feed(task, line)
     sys.stdout.flush()
+    for task, finding in notes.due() if notes is not None else ():
+        console.err().print(finding_text(task, finding))

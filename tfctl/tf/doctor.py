@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tfctl.cluster import Cluster, TaskStatus
 from tfctl.control import Outcome
@@ -21,6 +21,11 @@ from tfctl.tf.explain import PeerInfo, explain
 TAIL_LINES = 200
 HANGS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")  # kinds that fail a run once they last
 NOTE_EVERY = 30.0  # seconds before the same finding of the same task is noted again
+# How long a finding must stand before it becomes a note: waits end by themselves in healthy runs
+# (a peer connecting 1 s late; TF's own 30 s "Waiting for model" loop), and a failure line seen
+# as a run ends normally (a cancelled step when the ps is stopped) is no news.
+HOLD = {"waiting_for_peer": 30.0, "mwms_waiting": 30.0, "waiting_for_model": 65.0, "step_cancelled": 10.0}
+FAILURE_HOLD = 2.0
 
 
 def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
@@ -87,26 +92,42 @@ class HangJudge:
 
 
 class LiveNotes:
-    """Watches log lines as they stream and explains known TF patterns as soon as they appear."""
+    """Watches log lines as they stream and explains the known TF patterns that last.
 
-    def __init__(self, cluster: Cluster) -> None:
+    A finding is held for `HOLD` seconds (`FAILURE_HOLD` for failures) and becomes a note only
+    if the task's recent lines still show it then: a wait that later lines end, or anything
+    seen while the run ends normally (the caller stops asking), is never a warning.
+    """
+
+    def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster = cluster
+        self.clock = clock
         self._recent: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=50))
+        self._pending: dict[tuple[str, str], float] = {}  # (task, kind) -> when first seen
         self._noted: dict[tuple[str, str], float] = {}
 
-    def feed(self, task: str, line: str) -> Finding | None:
-        """The explained finding `line` reveals, unless the same one was noted recently."""
+    def feed(self, task: str, line: str) -> None:
         self._recent[task].append(line)
         hit = match_line(task, line)
-        if hit is None:
-            return None
-        key, now = (task, hit.kind), time.monotonic()
-        if now - self._noted.get(key, -NOTE_EVERY) < NOTE_EVERY:
-            return None
-        self._noted[key] = now
-        found = [f for f in diagnose(task, self._recent[task]) if f.kind == hit.kind] or [hit]
-        statuses, _ = self.cluster.status()
-        return explain(found[0], peers(statuses), self.cluster.reachable)
+        if hit is not None:
+            self._pending.setdefault((task, hit.kind), self.clock())
+
+    def due(self) -> list[tuple[str, Finding]]:
+        """The findings held long enough that the task's recent lines still show, explained."""
+        now, out = self.clock(), []
+        for (task, kind), since in list(self._pending.items()):
+            if now - since < HOLD.get(kind, FAILURE_HOLD):
+                continue
+            del self._pending[(task, kind)]
+            if now - self._noted.get((task, kind), -NOTE_EVERY) < NOTE_EVERY:
+                continue
+            found = [f for f in diagnose(task, self._recent[task]) if f.kind == kind]
+            if not found:
+                continue  # later lines ended it
+            self._noted[(task, kind)] = now
+            statuses, _ = self.cluster.status()
+            out.append((task, explain(found[0], peers(statuses), self.cluster.reachable)))
+        return out
 
 
 def finding_json(finding: Finding | None) -> dict | None:

@@ -1,0 +1,107 @@
+"""Live notes (`up`, `logs -f`): a known TF pattern becomes a warning only if it lasts.
+
+Fed with the lines of real TF runs (tests/data/tf_logs) on a clock the test moves: healthy runs
+give no note at all, a wait that later lines end gives none, a wait or a failure that lasts does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfctl.tf.doctor import FAILURE_HOLD, HOLD, LiveNotes
+
+DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
+HEALTHY = ("healthy_chief_worker0.log", "healthy_worker1.log", "keras_fit_progress_bar.log")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class QuietCluster:
+    """Just enough of a Cluster for explanations: no statuses, reachability unknown."""
+
+    def status(self) -> tuple[list, dict]:
+        return [], {}
+
+    def reachable(self, source: str, address: str) -> None:
+        return None
+
+
+def lines(name: str) -> list[str]:
+    return [line for line in (DATA / name).read_text().splitlines() if not line.startswith("# ")]
+
+
+def feed(notes: LiveNotes, clock: Clock, task: str, name: str, every: float = 0.05) -> list:
+    """Each line of a capture `every` seconds apart, asking for due notes after each, as `up` does."""
+    due = []
+    for line in lines(name):
+        notes.feed(task, line)
+        clock.now += every
+        due += notes.due()
+    return due
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_runs_give_no_note(name: str) -> None:
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    due = feed(notes, clock, "worker:0", name)
+    clock.now += 600
+    assert due + notes.due() == []
+
+
+def test_a_wait_that_lasts_becomes_a_note_after_its_hold_and_not_before() -> None:
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    assert feed(notes, clock, "worker:0", "createsession_waiting_for_ps.log") == []
+    clock.now += HOLD["waiting_for_peer"] - 5
+    assert notes.due() == []
+    clock.now += 10
+    ((task, finding),) = notes.due()
+    assert (task, finding.kind, finding.peer) == ("worker:0", "waiting_for_peer", "ps:0")
+    assert notes.due() == []  # said once
+
+
+def test_a_wait_that_later_lines_end_is_no_note() -> None:
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    feed(notes, clock, "worker:0", "mwms_waiting_for_worker1.log")
+    clock.now += 1  # the peer connected a second later; the program prints its first step
+    notes.feed("worker:0", "step 0 loss 2.3")
+    clock.now += 600
+    assert notes.due() == []
+
+
+def test_waiting_for_model_is_held_past_tfs_own_30_second_retry() -> None:
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    feed(notes, clock, "worker:1", "nonchief_waiting_for_model.log")
+    clock.now += 35
+    assert notes.due() == []
+    clock.now += HOLD["waiting_for_model"]
+    assert [f.kind for _, f in notes.due()] == ["waiting_for_model"]
+
+
+def test_a_failure_is_noted_within_seconds() -> None:
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    feed(notes, clock, "worker:0", "oom_eager_huge_tensor.log", every=0)
+    clock.now += FAILURE_HOLD + 0.1
+    assert [f.kind for _, f in notes.due()] == ["oom"]
+
+
+def test_a_cancelled_step_while_the_run_ends_normally_is_no_note() -> None:
+    # Workers finish and tfctl stops the ps: a worker still in a step logs the cancellation. The
+    # run ends within the hold, so the caller never asks again.
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    assert feed(notes, clock, "worker:0", "ps_killed_worker0_default.log", every=0) == []
+    clock.now += HOLD["step_cancelled"] - 1
+    assert notes.due() == []
