@@ -85,6 +85,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         lease_timeout=config.lease_timeout,
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
+        logdir=config.logdir_for(run_id),
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(

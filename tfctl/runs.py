@@ -74,6 +74,7 @@ class RunRecord:
     ended_at: float | None = None
     reason: str | None = None
     watcher: dict[str, Any] | None = None
+    logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller
