@@ -1,9 +1,9 @@
-"""`tfctl ssh`, `tfctl exec` and the `logdir` key.
+"""`tfctl ssh`, `tfctl exec`, `tfctl tensorboard` and the `logdir` key.
 
 Task resolution, quoting and config errors in-process; then the real CLI on localhost: a
 command in the task's directory and environment with its output live and its exit code passed
-on, and a shell on a pseudo-terminal. The same on simulated SSH hosts is in test_reach_ssh.py,
-which reuses the helpers here.
+on, a shell on a pseudo-terminal, and TensorBoard behind a forwarded port, stopped with its run.
+The same on simulated SSH hosts is in test_reach_ssh.py, which reuses the helpers here.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import sys
 import termios
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_ports, tfctl
+from conftest import fake, free_ports, port_listening, tfctl
 
 from tfctl import lifecycle
 from tfctl.cli.common import select_task
@@ -29,6 +30,7 @@ from tfctl.config import load_config, parse_config
 from tfctl.errors import ConfigError, UsageError
 from tfctl.reach import task_command
 from tfctl.runs import RunRecord, RunStore
+from tfctl.supervisor.procfs import live_pids, proc_cmdline
 from tfctl.supervisor.protocol import RunState
 
 CLUSTER = """name: reach
@@ -225,6 +227,84 @@ def test_ssh_on_localhost_opens_a_shell_in_the_tasks_directory(tmp_path, home):
     assert f"tf={task.env['TF_CONFIG']}\n" in term.text()
 
 
+# -- tensorboard -------------------------------------------------------------------------------
+
+
+def test_tensorboard_without_logdir_names_the_file_the_key_and_the_fix(tmp_path, home):
+    path, record = stored_run(tmp_path, BASE + "command: run\n")
+    done = tfctl("-f", str(path), "tensorboard", home=home)
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"error: run {record.run_id} has no logdir: its cluster file {path} had no `logdir` key\n"
+        "hint: add e.g. `logdir: logs/{run_id}`"
+    ), done.stderr
+
+
+def test_tensorboard_on_a_python_without_it_names_the_host_the_python_and_the_fix(tmp_path, home):
+    python = tmp_path / "bare-python"  # this interpreter without site-packages: no tensorboard
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    path, _ = stored_run(tmp_path, BASE + f"command: run\nlogdir: logs\npython: {python}\n")
+    done = tfctl("-f", str(path), "tensorboard", home=home)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: localhost: {python} has no tensorboard\n"
+        f"hint: install it there: {python} -m pip install tensorboard (or point `python` in the cluster file at "
+        "one that has it)\n"
+    )
+
+
+def find_tensorboard_python() -> str | None:
+    """An interpreter with tensorboard: $TFCTL_TEST_TENSORBOARD_PYTHON, or this one."""
+    for python in (os.environ.get("TFCTL_TEST_TENSORBOARD_PYTHON"), sys.executable):
+        if python and subprocess.run([python, "-c", "import tensorboard"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+NO_TENSORBOARD = (
+    f"no tensorboard in {sys.executable}: pip install tensorboard, "
+    "or set TFCTL_TEST_TENSORBOARD_PYTHON to an interpreter that has it"
+)
+
+
+def tensorboard_python() -> str:
+    python = find_tensorboard_python()
+    if python is None:
+        pytest.skip(NO_TENSORBOARD)
+    return python
+
+
+def test_tensorboard_is_served_through_a_forwarded_port_and_stops_with_its_run(tmp_path, home):
+    python = tensorboard_python()
+    (port,) = free_ports(1)
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"name: board\nworkdir: {work}\npython: {python}\nlogdir: logs/{{run_id}}\n"
+        f'command: "{fake(f"--name w --port {port} --sleep -1")}"\njobs: {{worker: [localhost:{port}]}}\n'
+    )
+    assert tfctl("-f", str(path), "up", "-d", home=home).returncode == 0
+    with socket_on_free_port() as busy:  # the local port asked for is taken: another is used
+        board = start_tensorboard(["-f", str(path), "tensorboard", "--port", str(busy)], home)
+        try:
+            url = board.url(timeout=120)
+            assert url != f"http://127.0.0.1:{busy}/"
+            assert fetch(url) == 200
+            stop = tfctl("-f", str(path), "down", home=home)
+            assert stop.returncode == 0, stop.stderr
+            rest = board.finish(timeout=30)
+        finally:
+            board.kill()
+    assert board.proc.returncode == 0, rest
+    assert f"port {busy} is in use here; forwarding port {url.split(':')[2][:-1]} instead" in rest
+    ended = r"run board-\S+ ended: TensorBoard stopped on localhost \(\d processes; 0 remain; its port is closed\)"
+    assert re.search(ended, rest), rest
+    assert not port_listening(int(url.split(":")[2][:-1]))
+    assert [p for p in live_pids() if "tensorboard" in proc_cmdline(p) and str(work) in proc_cwd(p)] == []
+
+
 # -- helpers (also used by test_reach_ssh.py) ------------------------------------------------------
 
 
@@ -236,6 +316,70 @@ def readline(stream, timeout: float) -> str:
     reader.join(timeout)
     assert got, f"no line within {timeout}s"
     return got[0]
+
+
+def fetch(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert b"TensorBoard" in answer.read()
+        return answer.status
+
+
+def proc_cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+class socket_on_free_port:
+    """A port something listens on for the duration of a `with`."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *_exc: object) -> None:
+        self.sock.close()
+
+
+class start_tensorboard:
+    """`tfctl tensorboard` as a user runs it: its URL on stdout, its story on stderr."""
+
+    def __init__(self, args: list[str], home: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+
+    def url(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        line = readline(self.proc.stdout, timeout)
+        assert line.startswith("http://127.0.0.1:"), line + self.finish(5)
+        return line.strip()
+
+    def finish(self, timeout: float) -> str:
+        """Its stderr once it has exited (killed after `timeout`)."""
+        assert self.proc.stderr is not None
+        killer = threading.Timer(timeout, self.proc.kill)
+        killer.start()
+        try:
+            text = self.proc.stderr.read()
+            self.proc.wait()
+        finally:
+            killer.cancel()
+        return text
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Terminal:
