@@ -391,6 +391,7 @@ class Terminal:
         self.resize(rows, cols)
         self.modes = termios.tcgetattr(self.slave)
         self.output = b""
+        self.seen = 0  # how far `expect` has read
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tfctl", *args],
             stdin=self.slave,
@@ -425,12 +426,13 @@ class Terminal:
         return False
 
     def expect(self, pattern: str, timeout: float = 30) -> None:
-        """Wait for output matching `pattern` that arrives from now on."""
-        start = len(self.output)
+        """Wait for output matching `pattern` after what earlier calls matched, and move past it
+        (output may arrive in any chunks: a reply and the next prompt together, or apart)."""
         deadline = time.monotonic() + timeout
-        while not re.search(pattern.encode(), self.output[start:]):
-            assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s in {self.output[start:]!r}"
+        while not (found := re.compile(pattern.encode()).search(self.output, self.seen)):
+            assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}"
             self._read(0.2)
+        self.seen = found.end()
 
     def prompt(self) -> None:
         """Wait for the shell's prompt: a shell may drop what was typed before it was ready."""

@@ -104,7 +104,7 @@ def test_ssh_gives_a_terminal_sized_like_ours_and_passes_the_shells_exit_code(fi
         assert term.finish() == 5
     assert f"cwd={synced_dir(lab, 'tfh1', finished.run_id)}\n" in term.text()
     assert '"task":{"type":"worker","index":0}}\n' in term.text()
-    wait_until(lambda: set(tfh1.pids()) == before, 10, "the remote shell and its session ending")
+    wait_until(lambda: set(tfh1.pids()) <= before, 10, "the remote shell and its session ending")
 
 
 def test_tensorboard_on_the_chiefs_host_answers_through_the_forwarded_port_and_is_gone_after_ctrl_c(
