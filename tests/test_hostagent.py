@@ -34,7 +34,7 @@ from tfctl.supervisor.protocol import (
     TaskState,
     envelope,
 )
-from tfctl.transport.base import Result, Stream, Transport
+from tfctl.transport.base import Result, Stream, Transport, Tunnel
 from tfctl.transport.local import LocalTransport
 
 PY = sys.executable
@@ -315,6 +315,12 @@ class ScriptedTransport(Transport):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         raise AssertionError("no shipping expected")
+
+    def attach(self, command: str, *, tty: bool) -> int:
+        raise AssertionError("no attached command expected")
+
+    def tunnel(self, port: int) -> Tunnel:
+        raise AssertionError("no tunnel expected")
 
     def close(self) -> None:
         pass

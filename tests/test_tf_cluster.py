@@ -151,6 +151,7 @@ def test_placeholder_values_cover_every_placeholder() -> None:
         "evaluator_hosts": "",
         "python": "/usr/bin/python3",
         "run_id": RUN_ID,
+        "logdir": "",
     }
 
 
@@ -174,7 +175,7 @@ def test_render_all_placeholders_of_the_readme_example() -> None:
     values = tfc.placeholder_values(config(EXAMPLE), "worker", 1, "/usr/bin/python3", RUN_ID)
     template = " ".join("{" + p + "}" for p in PLACEHOLDERS)
     assert tfc.render_command(template, values) == (
-        f"worker 1 localhost:2222 localhost:2223,localhost:2224 '' '' /usr/bin/python3 {RUN_ID}"
+        f"worker 1 localhost:2222 localhost:2223,localhost:2224 '' '' /usr/bin/python3 {RUN_ID} ''"
     )
 
 
@@ -300,6 +301,7 @@ def test_every_placeholder_with_hostile_values_at_once(tmp_path: Path) -> None:
         '"$HOME"',
         "| touch pwned",
         "",
+        "; touch pwned #",
     ]
     values = dict(zip(PLACEHOLDERS, chosen))
     template = "printf '%s\\0' " + " ".join("{" + p + "}" for p in PLACEHOLDERS)

@@ -7,6 +7,7 @@ column, key path and a fix, as one `ConfigError`. The per-key validators are in 
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -189,6 +190,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
         if key not in root:
             doc.problem(key, f"missing required key `{key}`", fix, at=doc.nodes[""])
     _check_commands(doc, root)
+    _check_logdir(doc, values)
     _check_host_names(doc, values)
     if doc.problems:
         return None
@@ -210,6 +212,23 @@ def _check_commands(doc: Doc, root: dict[str, Any]) -> None:
             f"add a top-level `{COMMAND_EXAMPLE}`, or a `command:` under each of those jobs",
             at=doc.nodes[""],
         )
+
+
+def _check_logdir(doc: Doc, values: dict[str, Any]) -> None:
+    """`{logdir}` in a command needs a `logdir` to fill it with."""
+    if "logdir" in values:
+        return
+    jobs = values.get("jobs")
+    commands = {"command": values.get("command")}
+    if isinstance(jobs, Mapping):
+        commands.update({f"jobs.{name}.command": job.command for name, job in jobs.items()})
+    for path, command in commands.items():
+        if isinstance(command, str) and "logdir" in {f[1] for f in string.Formatter().parse(command)}:
+            doc.problem(
+                path,
+                "uses `{logdir}`, but the file has no `logdir`",
+                "add a top-level `logdir: logs/{run_id}` (relative paths start at each task's workdir)",
+            )
 
 
 def _check_host_names(doc: Doc, values: dict[str, Any]) -> None:

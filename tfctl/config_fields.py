@@ -30,6 +30,7 @@ from tfctl.model import (
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_STARTUP_TIMEOUT,
     JOB_NAMES,
+    LOGDIR_PLACEHOLDERS,
     PLACEHOLDERS,
     RESTART_POLICIES,
     SUCCESS_POLICIES,
@@ -180,25 +181,33 @@ def _command(doc: Doc, path: str, value: Any) -> Any:
     command = _string(doc, path, value, COMMAND_EXAMPLE)
     if command is INVALID:
         return command
+    return _placeholders(doc, path, command, PLACEHOLDERS, "task_index", f"placeholders are {_PLACEHOLDER_LIST}")
+
+
+def _logdir(doc: Doc, path: str, value: Any) -> Any:
+    """One directory for the whole run, so of the placeholders only `{run_id}` makes sense."""
+    text = _string(doc, path, value, "logdir: logs/{run_id}")
+    if text is INVALID:
+        return text
+    listing = "`logdir` is one directory for every task: its only placeholder is {run_id}"
+    return _placeholders(doc, path, text, LOGDIR_PLACEHOLDERS, "run_id", listing)
+
+
+def _placeholders(doc: Doc, path: str, text: str, allowed: tuple[str, ...], example: str, listing: str) -> Any:
+    """`text` if each of its `{placeholders}` is in `allowed`, without format spec; else INVALID."""
     try:
         fields = [
-            (name, spec, conversion)
-            for _, name, spec, conversion in string.Formatter().parse(command)
-            if name is not None
+            (name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(text) if name is not None
         ]
     except ValueError as error:
-        return doc.problem(
-            path, f"malformed braces: {error}", f"placeholders look like `{{task_index}}`; {_BRACES_FIX}"
-        )
+        return doc.problem(path, f"malformed braces: {error}", f"placeholders look like `{{{example}}}`; {_BRACES_FIX}")
     valid = True
     for name, spec, conversion in fields:
         shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-        if name not in PLACEHOLDERS:
-            hint = _suggest(name, PLACEHOLDERS)
+        if name not in allowed:
+            hint = _suggest(name, allowed)
             guess = f"did you mean `{{{hint}}}`? " if hint else ""
-            doc.problem(
-                path, f"unknown placeholder `{shown}`", f"{guess}placeholders are {_PLACEHOLDER_LIST}; {_BRACES_FIX}"
-            )
+            doc.problem(path, f"unknown placeholder `{shown}`", f"{guess}{listing}; {_BRACES_FIX}")
             valid = False
         elif spec or conversion:
             doc.problem(
@@ -207,7 +216,7 @@ def _command(doc: Doc, path: str, value: Any) -> Any:
                 f"write `{{{name}}}`",
             )
             valid = False
-    return command if valid else INVALID
+    return text if valid else INVALID
 
 
 def _python(doc: Doc, path: str, value: Any) -> Any:
@@ -636,6 +645,7 @@ TOP_KEYS: dict[str, Validator] = {
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
     "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
     "progress": _progress,
+    "logdir": _logdir,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

@@ -25,7 +25,10 @@ PLACEHOLDERS = (
     "evaluator_hosts",
     "python",
     "run_id",
+    "logdir",
 )
+# The placeholders `logdir` itself may use.
+LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
 DEFAULT_MAX_RESTARTS = 3
@@ -148,6 +151,8 @@ class ClusterConfig:
     # A host that answers nothing for this long fails the run.
     host_timeout: float = DEFAULT_HOST_TIMEOUT
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
+    logdir: str | None = None
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
@@ -157,6 +162,10 @@ class ClusterConfig:
     def env_for(self, job: str) -> dict[str, str]:
         """Cluster env overlaid by the job's env."""
         return {**self.env, **self.jobs[job].env}
+
+    def logdir_for(self, run_id: str) -> str | None:
+        """`logdir` with `{run_id}` filled in (validation allows no other placeholder)."""
+        return None if self.logdir is None else self.logdir.format(run_id=run_id)
 
     def tasks(self) -> list[tuple[str, int, Address]]:
         """Every task as (job, index, address), in JOB_NAMES order."""

@@ -86,6 +86,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
         progress=dataclasses.asdict(config.progress),
+        logdir=config.logdir_for(run_id),
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(

@@ -5,7 +5,7 @@ One module per group of verbs; importing them registers them on the `cli` group.
 compose) or after it on every verb but `logs`, where `-f` means follow.
 """
 
-from tfctl.cli import history, inspect, prepare, start, stop
+from tfctl.cli import history, inspect, prepare, reach, start, stop
 from tfctl.cli.app import cli, main
 
-__all__ = ["cli", "main", "history", "inspect", "prepare", "start", "stop"]
+__all__ = ["cli", "main", "history", "inspect", "prepare", "reach", "start", "stop"]

@@ -105,3 +105,18 @@ def select_tasks(record: RunRecord, names: tuple[str, ...]) -> list[TaskSpec]:
             raise UsageError(f"no task {name!r} in run {record.run_id}", hint=f"choose from: {valid}")
         chosen += [t for t in match if t not in chosen]
     return chosen
+
+
+def select_task(record: RunRecord, name: str) -> TaskSpec:
+    """One task: `job:index`, or `job` when that job has a single task."""
+    match = [t for t in record.tasks if name in (t.job, t.name)]
+    if len(match) == 1:
+        return match[0]
+    if match:
+        raise UsageError(
+            f"job {name!r} has {len(match)} tasks in run {record.run_id}: name one",
+            hint=f"choose from: {', '.join(t.name for t in match)}",
+        )
+    jobs = [t.job for t in record.tasks]
+    valid = ", ".join(sorted({t.name for t in record.tasks} | {j for j in jobs if jobs.count(j) == 1}))
+    raise UsageError(f"no task {name!r} in run {record.run_id}", hint=f"choose from: {valid}")

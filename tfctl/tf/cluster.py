@@ -56,6 +56,7 @@ def placeholder_values(config: ClusterConfig, job: str, index: int, python: str,
         "evaluator_hosts": hosts("evaluator"),
         "python": python,
         "run_id": run_id,
+        "logdir": config.logdir_for(run_id) or "",
     }
 
 
@@ -64,7 +65,7 @@ def render_command(template: str, values: dict[str, str]) -> str:
     out = []
     for literal, field_name, _spec, _conv in string.Formatter().parse(template):
         out.append(literal)
-        if field_name == "python":
+        if field_name in ("python", "logdir"):
             out.append(shell_path(values[field_name]))  # `~/venv/bin/python` expands on the host
         elif field_name is not None:
             out.append(shlex.quote(values[field_name]))

@@ -51,6 +51,26 @@ class Stream(abc.ABC):
         """Stop reading and end the command; safe to call twice."""
 
 
+class Tunnel(abc.ABC):
+    """A TCP connection opened from a host to a port on its own loopback (port forwarding)."""
+
+    @abc.abstractmethod
+    def recv(self, size: int) -> bytes:
+        """Up to `size` bytes; b"" once the other end closed its side."""
+
+    @abc.abstractmethod
+    def sendall(self, data: bytes) -> None:
+        """Send all of `data`; OSError if the connection is gone."""
+
+    @abc.abstractmethod
+    def shutdown_write(self) -> None:
+        """Tell the other end nothing more is coming (half-close)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close both directions; safe to call twice."""
+
+
 class Transport(abc.ABC):
     """Runs shell command lines on one host. Every value in a command line is already quoted."""
 
@@ -69,6 +89,17 @@ class Transport(abc.ABC):
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         """Start `command` and return its stdout as a stream. With `stdin` bytes, they are its
         whole input; with None, stdin stays open for `Stream.send` (a conversation)."""
+
+    @abc.abstractmethod
+    def attach(self, command: str, *, tty: bool) -> int:
+        """Run `command` with this terminal: its output goes to our stdout and stderr as it
+        comes, and its exit code is returned. With `tty`, on a terminal of its own sized like
+        ours, fed our keystrokes (an interactive shell). Without, it reads our stdin if that is
+        a pipe or a file, and nothing if it is a terminal."""
+
+    @abc.abstractmethod
+    def tunnel(self, port: int) -> Tunnel:
+        """A TCP connection to `port` on the host's loopback, opened from the host itself."""
 
     @abc.abstractmethod
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:

@@ -1,7 +1,8 @@
 """Commands on this machine, through /bin/sh exactly as a remote host's shell would see them.
 
 Each command gets its own session, as a command over SSH would: the terminal's Ctrl-C reaches
-the controller, which decides what to do, and never kills a supervisor call half-way.
+the controller, which decides what to do, and never kills a supervisor call half-way. Only
+`attach` (a user's shell or command, on the user's terminal) shares the terminal instead.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -16,7 +18,7 @@ from typing import Iterator
 
 from tfctl import trace
 from tfctl.errors import HostError
-from tfctl.transport.base import Result, Stream, Transport
+from tfctl.transport.base import Result, Stream, Transport, Tunnel
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -75,6 +77,41 @@ class LocalStream(Stream):
                     pipe.close()
 
 
+class SocketTunnel(Tunnel):
+    """A plain TCP connection to a port of this machine."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def recv(self, size: int) -> bytes:
+        return self._sock.recv(size)
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def shutdown_write(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@contextlib.contextmanager
+def _leaving_signals_to_the_child() -> Iterator[None]:
+    """While a command runs on our terminal, the terminal's Ctrl-C and Ctrl-\\ are for it: we
+    only wait for it to end. A no-op handler, not SIG_IGN, so the child keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+
+
 class LocalTransport(Transport):
     """The transport for `localhost` and any host tfctl is told is this machine."""
 
@@ -119,6 +156,23 @@ class LocalTransport(Transport):
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
         return LocalStream(proc)
+
+    def attach(self, command: str, *, tty: bool) -> int:
+        """The command shares our terminal and process group, so the terminal's signals reach it
+        and a shell's job control works; a death by signal comes back as 128 + its number."""
+        with trace.span("transport.attach", self.host, command=command), _leaving_signals_to_the_child():
+            keys = not tty and os.isatty(0)  # keystrokes for a program without a terminal: none
+            proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL if keys else None)
+            code = proc.wait()
+        return 128 - code if code < 0 else code
+
+    def tunnel(self, port: int) -> Tunnel:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError as e:
+            raise HostError(self.host, f"cannot connect to port {port}: {e.strerror or e}") from e
+        sock.settimeout(None)
+        return SocketTunnel(sock)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         target = os.path.expanduser(path)

@@ -30,7 +30,8 @@ import paramiko
 from tfctl import trace
 from tfctl.errors import HostError
 from tfctl.hosts import tfctl_home
-from tfctl.transport.base import Result, Stream, Transport, shell_path
+from tfctl.transport import terminal
+from tfctl.transport.base import Result, Stream, Transport, Tunnel, shell_path
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -132,6 +133,28 @@ class SSHStream(Stream):
         self._chan.close()
 
 
+class ChannelTunnel(Tunnel):
+    """A direct-tcpip channel: a TCP connection the SSH server opened for us."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self._chan = chan
+
+    def recv(self, size: int) -> bytes:
+        return self._chan.recv(size)
+
+    def sendall(self, data: bytes) -> None:
+        self._chan.sendall(data)
+
+    def shutdown_write(self) -> None:
+        try:
+            self._chan.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+    def close(self) -> None:
+        self._chan.close()
+
+
 class SSHTransport(Transport):
     """A host reached over SSH; `host` is the cluster's name, `destination` the SSH target.
 
@@ -213,6 +236,41 @@ class SSHTransport(Transport):
             _spawn(_feed, chan, stdin)
         return SSHStream(chan, self._stderr_sink)
 
+    def attach(self, command: str, *, tty: bool) -> int:
+        """With `tty`, a pseudo-terminal on the host (paramiko's get_pty) relayed to ours in raw
+        mode, as `ssh -t` does. Through paramiko rather than by running the system `ssh`, so the
+        session is checked against the same host keys, ProxyJump chain and identities as every
+        other command of tfctl (strict known_hosts plus tfctl's own pins), whatever the system
+        client's configuration would do. A remote death by signal is reported as 255, as ssh does."""
+        pty = terminal.window_size() if tty else None
+        with trace.span("transport.attach", self.host, command=command):
+            # Not `closes_stdin`: the session ends with the command, even while our stdin stays
+            # open; a late EOF can only drop this connection, which carries nothing else.
+            chan = self._exec(command, closes_stdin=False, pty=pty)
+        try:
+            (terminal.relay_terminal if tty else terminal.relay_output)(chan)
+            status = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise HostError(self.host, f"the connection was lost before the command ended ({e})") from e
+        finally:
+            chan.close()
+        if status < 0:
+            if not chan.get_transport().is_active():
+                raise HostError(self.host, "the connection was lost before the command ended")
+            return 255
+        return status
+
+    def tunnel(self, port: int) -> Tunnel:
+        try:
+            chan = self._transport().open_channel(
+                "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=self._connect_timeout
+            )
+        except paramiko.ChannelException as e:
+            raise HostError(self.host, f"cannot connect to its port {port}: {e.text}") from e
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise HostError(self.host, f"cannot open a tunnel to its port {port}: {e}") from e
+        return ChannelTunnel(chan)
+
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         parent, name = posixpath.split(path)
         tmp = posixpath.join(parent, f".{name}.tfctl-{secrets.token_hex(4)}")
@@ -234,12 +292,15 @@ class SSHTransport(Transport):
 
     # -- connection
 
-    def _exec(self, command: str, closes_stdin: bool) -> paramiko.Channel:
+    def _exec(self, command: str, closes_stdin: bool, pty: tuple[int, int] | None = None) -> paramiko.Channel:
         """A channel running `command`. `closes_stdin`: we will send its stdin's EOF, so the
-        session waits for it (a stream we keep writing to ends with its command instead)."""
+        session waits for it (a stream we keep writing to ends with its command instead).
+        `pty`: (columns, rows) of a pseudo-terminal to run it on."""
         transport = self._transport()
         try:
             chan = transport.open_session(timeout=self._connect_timeout)
+            if pty is not None:
+                chan.get_pty(os.environ.get("TERM") or "vt100", *pty)
             chan.exec_command(_reading_stdin_to_the_end(command) if closes_stdin else command)
         except paramiko.ChannelException as e:
             raise HostError(

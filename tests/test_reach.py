@@ -1,0 +1,453 @@
+"""`tfctl ssh`, `tfctl exec`, `tfctl tensorboard` and the `logdir` key.
+
+Task resolution, quoting and config errors in-process; then the real CLI on localhost: a
+command in the task's directory and environment with its output live and its exit code passed
+on, a shell on a pseudo-terminal, and TensorBoard behind a forwarded port, stopped with its run.
+The same on simulated SSH hosts is in test_reach_ssh.py, which reuses the helpers here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import fake, free_ports, port_listening, tfctl
+
+from tfctl import lifecycle
+from tfctl.cli.common import select_task
+from tfctl.config import load_config, parse_config
+from tfctl.errors import ConfigError, UsageError
+from tfctl.reach import task_command
+from tfctl.runs import RunRecord, RunStore
+from tfctl.supervisor.procfs import live_pids, proc_cmdline
+from tfctl.supervisor.protocol import RunState
+
+CLUSTER = """name: reach
+workdir: {workdir}
+logdir: logs/{{run_id}}
+env: {{WEIRD: "a b'c $(touch pwned) `id` \\"q\\""}}
+command: "{{python}} task.py --logdir {{logdir}}"
+jobs:
+  ps: [localhost:{p0}]
+  worker: [localhost:{p1}, localhost:{p2}]
+"""
+
+
+def stored_run(tmp_path: Path, text: str | None = None) -> tuple[Path, RunRecord]:
+    """A cluster file and a finished run of it, recorded but never started (as after `down`)."""
+    workdir = tmp_path / "work dir"  # a space, to prove cwd is quoted
+    workdir.mkdir(exist_ok=True)
+    path = tmp_path / "cluster.yaml"
+    p0, p1, p2 = free_ports(3)
+    path.write_text(text or CLUSTER.format(workdir=workdir, p0=p0, p1=p1, p2=p2))
+    store = RunStore()
+    record = lifecycle.plan_run(load_config(path), store).record
+    store.create(record)
+    return path, store.end(record.run_id, RunState.SUCCEEDED, "test")
+
+
+# -- task names ---------------------------------------------------------------------------------
+
+
+def test_a_task_is_named_by_job_and_index_or_by_a_job_with_one_task(tmp_path, home):
+    _, record = stored_run(tmp_path)
+    assert select_task(record, "worker:1").name == "worker:1"
+    assert select_task(record, "ps").name == "ps:0"
+    with pytest.raises(UsageError) as ambiguous:
+        select_task(record, "worker")
+    assert ambiguous.value.message == f"job 'worker' has 2 tasks in run {record.run_id}: name one"
+    assert ambiguous.value.hint == "choose from: worker:0, worker:1"
+    with pytest.raises(UsageError) as unknown:
+        select_task(record, "worker:2")
+    assert unknown.value.message == f"no task 'worker:2' in run {record.run_id}"
+    assert unknown.value.hint == "choose from: ps, ps:0, worker:0, worker:1"  # not `worker`: it has two
+
+
+def test_the_command_line_quotes_every_value_and_each_word_of_the_command(tmp_path, home):
+    _, record = stored_run(tmp_path)
+    task = record.task("worker:0")
+    argv = ["printf", "%s|", "$HOME", "a  b", "; touch pwned2", "'"]
+    line = task_command(task, argv)
+    out = subprocess.run(["/bin/sh", "-c", line + ' && printf "%s|%s" "$WEIRD" "$PWD"'], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"$HOME|a  b|; touch pwned2|'|{task.env['WEIRD']}|{task.cwd}"
+    assert list(Path(task.cwd).iterdir()) == []  # no `pwned`: nothing ran that should not have
+    assert task_command(task, None).endswith('exec "${SHELL:-/bin/sh}"')
+    assert "TFCTL_RUN_ID" not in line  # the user's processes are not the run's: `down` leaves them alone
+
+
+# -- the logdir key --------------------------------------------------------------------------------
+
+BASE = "name: x\njobs: {worker: [localhost:2222]}\n"
+
+
+def problems(text: str, tmp_path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, tmp_path / "cluster.yaml")
+    return caught.value.message
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            BASE + "command: run --out {logdir}\n",
+            [
+                "cluster.yaml:3:10: command: uses `{logdir}`, but the file has no `logdir`",
+                "fix: add a top-level `logdir: logs/{run_id}` (relative paths start at each task's workdir)",
+            ],
+        ),
+        (
+            "name: x\njobs:\n  worker: {hosts: [localhost:2222], command: 'run {logdir}'}\n",
+            ["jobs.worker.command: uses `{logdir}`, but the file has no `logdir`"],
+        ),
+        (
+            BASE + "command: run\nlogdir: logs/{job_name}\n",
+            [
+                "cluster.yaml:4:9: logdir: unknown placeholder `{job_name}`",
+                "fix: `logdir` is one directory for every task: its only placeholder is {run_id}",
+            ],
+        ),
+        (BASE + "command: run\nlogdir: logs/{run}\n", ["did you mean `{run_id}`?"]),
+        (BASE + "command: run\nlogdir: 7\n", ["logdir: expected a string, found a number (7)", "fix: quote it"]),
+        (
+            BASE + "command: run\nlogdir: logs/{run_id\n",
+            ["logdir: malformed braces", "placeholders look like `{run_id}`"],
+        ),
+    ],
+)
+def test_logdir_mistakes_name_file_line_key_and_fix(text, expected, tmp_path):
+    message = problems(text, tmp_path)
+    for part in expected:
+        assert part in message, message
+
+
+def test_logdir_fills_its_placeholder_and_the_record(tmp_path, home):
+    text = BASE + "command: run --logdir={logdir} --dir {logdir}/x\nlogdir: '~/tb/{run_id} {{x}}'\n"
+    (tmp_path / "cluster.yaml").write_text(text)
+    record = lifecycle.plan_run(load_config(tmp_path / "cluster.yaml"), RunStore()).record
+    assert record.logdir == f"~/tb/{record.run_id} {{x}}"
+    # `~/` is left for the host's shell to expand, as for {python}; the rest is one quoted word.
+    assert record.tasks[0].command == f"run --logdir=~/'tb/{record.run_id} {{x}}' --dir ~/'tb/{record.run_id} {{x}}'/x"
+
+
+# -- the real CLI on localhost -----------------------------------------------------------------
+
+
+def test_exec_runs_in_the_tasks_directory_with_its_environment_and_passes_the_exit_code(tmp_path, home):
+    path, record = stored_run(tmp_path)
+    task = record.task("worker:1")
+    script = 'pwd; echo "$TF_CONFIG"; echo "$WEIRD"; echo oops >&2; exit 3'
+    done = tfctl("-f", str(path), "exec", "worker:1", "--", "sh", "-c", script, home=home)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == [task.cwd, task.env["TF_CONFIG"], task.env["WEIRD"]]
+    assert '"task":{"type":"worker","index":1}' in done.stdout
+    assert done.stderr == "oops\n"
+    builtin = tfctl("-f", str(path), "exec", "ps", "exit", "4", home=home)  # a builtin, without `--`
+    assert builtin.returncode == 4
+    assert not (Path(task.cwd) / "pwned").exists()
+
+
+def fed(args: list[str], home: Path, text: str) -> subprocess.CompletedProcess:
+    """The real CLI with `text` on its stdin (a pipe, not a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tfctl", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+
+
+def test_piped_input_reaches_exec_and_feeds_ssh_its_commands(tmp_path, home):
+    path, record = stored_run(tmp_path)
+    copied = fed(["-f", str(path), "exec", "ps", "--", "cat"], home, "line 1\nline 2\n")
+    assert (copied.returncode, copied.stdout) == (0, "line 1\nline 2\n")
+    # Without a terminal there is none to give the shell: it reads its commands from the pipe.
+    script = fed(["-f", str(path), "ssh", "worker:1"], home, 'echo "cwd=$(pwd)"\nexit 6\n')
+    assert (script.returncode, script.stdout) == (6, f"cwd={record.task('worker:1').cwd}\n")
+    assert fed(["-f", str(path), "ssh", "worker:1"], home, "true\n").returncode == 0  # ends with its input
+
+
+def test_exec_streams_output_while_the_command_runs(tmp_path, home):
+    path, record = stored_run(tmp_path)
+    script = "echo first; echo first-err >&2; while [ ! -e go ]; do sleep 0.05; done; echo second"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(path), "exec", "worker:0", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert readline(proc.stdout, 30) == "first\n"  # while the command still waits for `go`
+        assert readline(proc.stderr, 30) == "first-err\n"
+        (Path(record.task("worker:0").cwd) / "go").touch()
+        assert proc.stdout.read() == "second\n"
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_usage_mistakes_are_sentences_with_exit_code_2(tmp_path, home):
+    path, record = stored_run(tmp_path)
+    ambiguous = tfctl("-f", str(path), "exec", "worker", "--", "true", home=home)
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr == (
+        f"error: job 'worker' has 2 tasks in run {record.run_id}: name one\nhint: choose from: worker:0, worker:1\n"
+    )
+    empty = tfctl("-f", str(path), "exec", "ps", "--", home=home)
+    assert (empty.returncode, empty.stderr.splitlines()[0]) == (2, "error: no command to run")
+    shell = tfctl("-f", str(path), "ssh", "nope", home=home)
+    assert shell.returncode == 2 and f"error: no task 'nope' in run {record.run_id}" in shell.stderr
+
+
+def test_ssh_on_localhost_opens_a_shell_in_the_tasks_directory(tmp_path, home):
+    path, record = stored_run(tmp_path)
+    task = record.task("worker:1")
+    with Terminal(["-f", str(path), "ssh", "worker:1"], home, env={"SHELL": "/bin/sh"}) as term:
+        term.prompt()
+        term.send('echo "cwd=$(pwd)"; echo "tf=$TF_CONFIG"; exit 5\n')
+        assert term.finish() == 5
+    assert f"cwd={task.cwd}\n" in term.text()  # typed-ahead input is echoed as typed: only output is expanded
+    assert f"tf={task.env['TF_CONFIG']}\n" in term.text()
+
+
+# -- tensorboard -------------------------------------------------------------------------------
+
+
+def test_tensorboard_without_logdir_names_the_file_the_key_and_the_fix(tmp_path, home):
+    path, record = stored_run(tmp_path, BASE + "command: run\n")
+    done = tfctl("-f", str(path), "tensorboard", home=home)
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"error: run {record.run_id} has no logdir: its cluster file {path} had no `logdir` key\n"
+        "hint: add e.g. `logdir: logs/{run_id}`"
+    ), done.stderr
+
+
+def test_tensorboard_on_a_python_without_it_names_the_host_the_python_and_the_fix(tmp_path, home):
+    python = tmp_path / "bare-python"  # this interpreter without site-packages: no tensorboard
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    path, _ = stored_run(tmp_path, BASE + f"command: run\nlogdir: logs\npython: {python}\n")
+    done = tfctl("-f", str(path), "tensorboard", home=home)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: localhost: {python} has no tensorboard\n"
+        f"hint: install it there: {python} -m pip install tensorboard (or point `python` in the cluster file at "
+        "one that has it)\n"
+    )
+
+
+def find_tensorboard_python() -> str | None:
+    """An interpreter with tensorboard: $TFCTL_TEST_TENSORBOARD_PYTHON, or this one."""
+    for python in (os.environ.get("TFCTL_TEST_TENSORBOARD_PYTHON"), sys.executable):
+        if python and subprocess.run([python, "-c", "import tensorboard"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+NO_TENSORBOARD = (
+    f"no tensorboard in {sys.executable}: pip install tensorboard, "
+    "or set TFCTL_TEST_TENSORBOARD_PYTHON to an interpreter that has it"
+)
+
+
+def tensorboard_python() -> str:
+    python = find_tensorboard_python()
+    if python is None:
+        pytest.skip(NO_TENSORBOARD)
+    return python
+
+
+def test_tensorboard_is_served_through_a_forwarded_port_and_stops_with_its_run(tmp_path, home):
+    python = tensorboard_python()
+    (port,) = free_ports(1)
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"name: board\nworkdir: {work}\npython: {python}\nlogdir: logs/{{run_id}}\n"
+        f'command: "{fake(f"--name w --port {port} --sleep -1")}"\njobs: {{worker: [localhost:{port}]}}\n'
+    )
+    assert tfctl("-f", str(path), "up", "-d", home=home).returncode == 0
+    with socket_on_free_port() as busy:  # the local port asked for is taken: another is used
+        board = start_tensorboard(["-f", str(path), "tensorboard", "--port", str(busy)], home)
+        try:
+            url = board.url(timeout=120)
+            assert url != f"http://127.0.0.1:{busy}/"
+            assert fetch(url) == 200
+            stop = tfctl("-f", str(path), "down", home=home)
+            assert stop.returncode == 0, stop.stderr
+            rest = board.finish(timeout=30)
+        finally:
+            board.kill()
+    assert board.proc.returncode == 0, rest
+    assert f"port {busy} is in use here; forwarding port {url.split(':')[2][:-1]} instead" in rest
+    ended = r"run board-\S+ ended: TensorBoard stopped on localhost \(\d processes; 0 remain; its port is closed\)"
+    assert re.search(ended, rest), rest
+    assert not port_listening(int(url.split(":")[2][:-1]))
+    assert [p for p in live_pids() if "tensorboard" in proc_cmdline(p) and str(work) in proc_cwd(p)] == []
+
+
+# -- helpers (also used by test_reach_ssh.py) ------------------------------------------------------
+
+
+def readline(stream, timeout: float) -> str:
+    """One line from a pipe, failing the test rather than hanging past `timeout`."""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert got, f"no line within {timeout}s"
+    return got[0]
+
+
+def fetch(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert b"TensorBoard" in answer.read()
+        return answer.status
+
+
+def proc_cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+class socket_on_free_port:
+    """A port something listens on for the duration of a `with`."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *_exc: object) -> None:
+        self.sock.close()
+
+
+class start_tensorboard:
+    """`tfctl tensorboard` as a user runs it: its URL on stdout, its story on stderr."""
+
+    def __init__(self, args: list[str], home: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+
+    def url(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        line = readline(self.proc.stdout, timeout)
+        assert line.startswith("http://127.0.0.1:"), line + self.finish(5)
+        return line.strip()
+
+    def finish(self, timeout: float) -> str:
+        """Its stderr once it has exited (killed after `timeout`)."""
+        assert self.proc.stderr is not None
+        killer = threading.Timer(timeout, self.proc.kill)
+        killer.start()
+        try:
+            text = self.proc.stderr.read()
+            self.proc.wait()
+        finally:
+            killer.cancel()
+        return text
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Terminal:
+    """The real CLI on a pseudo-terminal of its own (its controlling terminal, as in a terminal
+    emulator), driven like a user at a keyboard."""
+
+    def __init__(self, args: list[str], home: Path, rows: int = 30, cols: int = 100, env: dict | None = None) -> None:
+        self.master, self.slave = os.openpty()
+        self.resize(rows, cols)
+        self.modes = termios.tcgetattr(self.slave)
+        self.output = b""
+        self.seen = 0  # how far `expect` has read
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", *args],
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            env={**os.environ, "TFCTL_HOME": str(home), **(env or {})},
+        )
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
+        os.close(self.slave)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """As a terminal window does: the kernel tells the foreground processes (SIGWINCH)."""
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def send(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def _read(self, timeout: float) -> bool:
+        if select.select([self.master], [], [], timeout)[0]:
+            self.output += os.read(self.master, 65536)
+            return True
+        return False
+
+    def expect(self, pattern: str, timeout: float = 30) -> None:
+        """Wait for output matching `pattern` after what earlier calls matched, and move past it
+        (output may arrive in any chunks: a reply and the next prompt together, or apart)."""
+        deadline = time.monotonic() + timeout
+        while not (found := re.compile(pattern.encode()).search(self.output, self.seen)):
+            assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}"
+            self._read(0.2)
+        self.seen = found.end()
+
+    def prompt(self) -> None:
+        """Wait for the shell's prompt: a shell may drop what was typed before it was ready."""
+        self.expect(r"[#$] $")
+
+    def finish(self, timeout: float = 30) -> int:
+        """The exit code, once the CLI has ended and everything it wrote was read."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            assert time.monotonic() < deadline, f"still running after {timeout}s: {self.output!r}"
+            self._read(0.2)
+        while self._read(0.2):
+            pass
+        assert termios.tcgetattr(self.slave) == self.modes, "the terminal's modes were not restored"
+        return self.proc.returncode
+
+    def text(self) -> str:
+        return self.output.decode(errors="replace").replace("\r\n", "\n")
