@@ -255,17 +255,12 @@ def test_tensorboard_on_a_python_without_it_names_the_host_the_python_and_the_fi
 
 
 def find_tensorboard_python() -> str | None:
-    """An interpreter with tensorboard: $TFCTL_TEST_TENSORBOARD_PYTHON, or this one."""
-    for python in (os.environ.get("TFCTL_TEST_TENSORBOARD_PYTHON"), sys.executable):
-        if python and subprocess.run([python, "-c", "import tensorboard"], capture_output=True).returncode == 0:
-            return python
-    return None
+    """This interpreter, when it has tensorboard (the `tf` extra installs it)."""
+    found = subprocess.run([sys.executable, "-c", "import tensorboard"], capture_output=True).returncode == 0
+    return sys.executable if found else None
 
 
-NO_TENSORBOARD = (
-    f"no tensorboard in {sys.executable}: pip install tensorboard, "
-    "or set TFCTL_TEST_TENSORBOARD_PYTHON to an interpreter that has it"
-)
+NO_TENSORBOARD = f"no tensorboard in {sys.executable}: pip install -e '.[tf]'"
 
 
 def tensorboard_python() -> str:
