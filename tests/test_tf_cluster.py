@@ -500,7 +500,7 @@ def _check_phase_invariants(tasks: list, phases: list) -> None:
 
 def test_start_phases_ps_and_evaluator_first_only_ps_waited_for() -> None:
     tasks = plan(config(FULL))
-    phases = tfc.start_phases(tasks)
+    phases = tfc.start_phases(tasks, "ordered")
     _check_phase_invariants(tasks, phases)
     assert names(phases[0].tasks) == ("ps:0", "ps:1", "evaluator:0")
     assert phases[0].wait_listening == ("ps:0", "ps:1")
@@ -511,14 +511,14 @@ def test_start_phases_ps_and_evaluator_first_only_ps_waited_for() -> None:
 
 def test_start_phases_a_chief_job_starts_with_its_workers() -> None:
     # ParameterServerStrategy's chief coordinates and waits for the workers itself.
-    phases = tfc.start_phases(plan(config(FULL)))
+    phases = tfc.start_phases(plan(config(FULL)), "ordered")
     assert [names(p.tasks) for p in phases[1:]] == [("chief:0", "worker:0", "worker:1")]
     assert phases[1].wait_listening == () and phases[1].wait_limit is None
 
 
 def test_start_phases_of_the_example() -> None:
     tasks = plan(config(EXAMPLE))
-    phases = tfc.start_phases(tasks)
+    phases = tfc.start_phases(tasks, "ordered")
     _check_phase_invariants(tasks, phases)
     assert phases[0].tasks == (tasks[0],) and phases[0].wait_listening == ("ps:0",)
     assert [names(p.tasks) for p in phases] == [("ps:0",), ("worker:0",), ("worker:1",)]
@@ -526,7 +526,7 @@ def test_start_phases_of_the_example() -> None:
 
 def test_start_phases_workers_only_is_one_phase() -> None:
     tasks = plan(config("name: w\ncommand: run\njobs:\n  worker: [h:1, h:2, h:3]\n"))
-    phases = tfc.start_phases(tasks)
+    phases = tfc.start_phases(tasks, "ordered")
     _check_phase_invariants(tasks, phases)
     assert len(phases) == 1
     assert names(phases[0].tasks) == ("worker:0", "worker:1", "worker:2")
@@ -534,21 +534,21 @@ def test_start_phases_workers_only_is_one_phase() -> None:
 
 def test_start_phases_chief_and_workers_without_ps_is_one_phase() -> None:
     tasks = plan(config("name: w\ncommand: run\njobs:\n  worker: [h:1]\n  chief: [h:2]\n"))
-    phases = tfc.start_phases(tasks)
+    phases = tfc.start_phases(tasks, "ordered")
     _check_phase_invariants(tasks, phases)
     assert [names(p.tasks) for p in phases] == [("chief:0", "worker:0")]
 
 
 def test_start_phases_evaluator_first_but_never_waited_for() -> None:
     tasks = plan(config("name: w\ncommand: run\njobs:\n  worker: [h:1]\n  evaluator: [h:2]\n"))
-    phases = tfc.start_phases(tasks)
+    phases = tfc.start_phases(tasks, "ordered")
     _check_phase_invariants(tasks, phases)
     assert [names(p.tasks) for p in phases] == [("evaluator:0",), ("worker:0",)]
     assert phases[0].wait_listening == ()
 
 
 def test_start_phases_of_no_tasks() -> None:
-    assert tfc.start_phases([]) == []
+    assert tfc.start_phases([], "ordered") == []
 
 
 @pytest.mark.parametrize(
@@ -613,3 +613,20 @@ def test_public_task_addresses_are_flagged_private_ones_not(tmp_path: Path) -> N
         tmp_path / "c.yaml",
     )
     assert exposed_addresses(config, str(hosts)) == ["8.8.4.4:2222", "gpu-public:2222 (93.184.216.34)"]
+
+
+def test_start_together_is_one_phase_waiting_for_every_server_and_probing_them() -> None:
+    tasks = plan(config(FULL))
+    (phase,) = tfc.start_phases(tasks, "together")
+    assert [t.name for t in phase.tasks] == [t.name for t in tasks]
+    assert set(phase.wait_listening) == {"ps:0", "ps:1"}  # the ps; workers are not held to listening
+    assert phase.probe and phase.wait_limit is None
+    assert tfc.start_phases([], "together") == []
+    workers = [t for t in tasks if t.job in ("chief", "worker")]
+    (alone,) = tfc.start_phases(workers, "together")
+    assert set(alone.wait_listening) == {t.name for t in workers}  # all-reduce: every worker, as ordered
+
+
+def test_the_default_start_is_together_and_ordered_can_be_asked_for() -> None:
+    assert config(FULL).start_order == "together"
+    assert config(FULL + "start_order: ordered\n").start_order == "ordered"

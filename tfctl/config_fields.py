@@ -33,6 +33,7 @@ from tfctl.model import (
     LOGDIR_PLACEHOLDERS,
     PLACEHOLDERS,
     RESTART_POLICIES,
+    START_ORDERS,
     SUCCESS_POLICIES,
     Address,
     HostConfig,
@@ -306,6 +307,16 @@ def _seconds(default: float, zero_means: str | None = None) -> Validator:
         return seconds
 
     return validate
+
+
+def _start_order(doc: Doc, path: str, value: Any) -> Any:
+    if isinstance(value, str) and value in START_ORDERS:
+        return value
+    return doc.problem(
+        path,
+        f"must be one of {', '.join(START_ORDERS)}, found {value!r}",
+        "`together` starts every task at once (as by hand); `ordered` starts the ps first, then worker 0",
+    )
 
 
 def _success_policy(doc: Doc, path: str, value: Any) -> Any:
@@ -645,6 +656,7 @@ TOP_KEYS: dict[str, Validator] = {
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
     "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
     "progress": _progress,
+    "start_order": _start_order,
     "logdir": _logdir,
 }
 REQUIRED = {

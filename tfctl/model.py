@@ -30,6 +30,7 @@ PLACEHOLDERS = (
 # The placeholders `logdir` itself may use.
 LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
+START_ORDERS = ("together", "ordered")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = 10.0
@@ -151,6 +152,7 @@ class ClusterConfig:
     # A host that answers nothing for this long fails the run.
     host_timeout: float = DEFAULT_HOST_TIMEOUT
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
 

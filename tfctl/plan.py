@@ -91,7 +91,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     remote = any(h.transport["kind"] != "local" for h in hosts)
     return Plan(
         record,
-        tuple(tf_cluster.start_phases(tasks)),
+        tuple(tf_cluster.start_phases(tasks, config.start_order)),
         config.startup_timeout,
         Path(local_dir) if remote and config.sync else None,
         config.exclude,

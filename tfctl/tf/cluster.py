@@ -104,8 +104,10 @@ def restart_of(config: ClusterConfig, job: str) -> dict[str, Any] | None:
     return asdict(policy) if policy is not None and policy.policy != "never" else None
 
 
-def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
-    """The start order that avoids TF's waits.
+def start_phases(tasks: list[TaskSpec], order: str) -> list[Phase]:
+    """How tasks start: `together`, every task at once as a hand launch does, then tfctl waits
+    for the ps (without ps: the workers) to listen and checks every host reaches them; or
+    `ordered`, the start order meant to avoid TF's waits.
 
     With parameter servers: ps and evaluator first, and every other host must reach each ps
     before going on; then, when worker 0 is the chief (TF1 between-graph), worker 0 until it
@@ -114,6 +116,11 @@ def start_phases(tasks: list[TaskSpec]) -> list[Phase]:
     Without ps (all-reduce): all workers at once, as collectives need, and then every worker host
     must reach every worker.
     """
+    if order == "together":
+        # The same checks as the ordered start (the ps, or without ps every worker, must listen
+        # and be reached from every host), made while everything is already starting.
+        servers = [t.name for t in tasks if t.job == "ps"] or [t.name for t in tasks if listens(t)]
+        return [Phase(tuple(tasks), tuple(servers), probe=True)] if tasks else []
     ps_first = tuple(t for t in tasks if t.job in ("ps", "evaluator"))
     rest = [t for t in tasks if t.job not in ("ps", "evaluator")]
     if not any(t.job == "ps" for t in tasks):
