@@ -17,7 +17,18 @@ from tfctl.cli.common import file_option
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Examples:
+  tfctl init && tfctl up        write a localhost cluster and run it
+  tfctl -f gpu.yaml up -d       start detached; prints the run id
+  tfctl -f gpu.yaml logs -f     follow every task's output
+  tfctl -f gpu.yaml down        stop it and prove nothing remains
+
+Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the README for zsh
+and fish.""",
+)
 @file_option()
 @click.option(
     "--trace",
@@ -38,7 +49,9 @@ def cli(ctx: click.Context, cluster_file: Path | None, trace_file: Path | None) 
 def main() -> None:
     """Entry point: the one place that maps errors to exit codes."""
     try:
-        code = cli.main(standalone_mode=False)
+        # One program name however tfctl was started (`python -m tfctl` too): the usage lines and
+        # the shell-completion variable (_TFCTL_COMPLETE) depend on it.
+        code = cli.main(prog_name="tfctl", standalone_mode=False)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except click.exceptions.Abort:

@@ -17,7 +17,14 @@ if TYPE_CHECKING:
     pass
 
 
-@cli.command(name="runs")
+@cli.command(
+    name="runs",
+    short_help="List the runs tfctl remembers.",
+    epilog="""\b
+Examples:
+  tfctl runs                 every run, newest last
+  tfctl runs --json          the same as a JSON list""",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def runs_command(as_json: bool) -> int:
     """List the runs tfctl remembers, newest last."""

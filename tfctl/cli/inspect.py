@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     pass
 
 
-@cli.command()
+@cli.command(
+    short_help="Show each task's state, pid, exit code and last line.",
+    epilog="""\b
+Examples:
+  tfctl status                  the newest run of ./cluster.yaml
+  tfctl status --watch          refresh every second
+  tfctl status --run ID --json  one JSON object per task""",
+)
 @file_option()
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per task.")
@@ -65,7 +72,14 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
                 live.update(render.status_table(cluster, console.out().width), refresh=True)
 
 
-@cli.command()
+@cli.command(
+    short_help="Print task output, merged and prefixed; -f follows.",
+    epilog="""\b
+Examples:
+  tfctl logs -f                   follow every task until the run ends
+  tfctl logs --tail 20 worker     the last 20 lines of every worker
+  tfctl logs --file g.yaml ps:0   g.yaml's ps:0 (after logs, -f is --follow)""",
+)
 @file_option(short=False)
 @click.argument("tasks", nargs=-1)
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")

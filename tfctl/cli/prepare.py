@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     pass
 
 
-@cli.command()
+@cli.command(
+    short_help="Check hosts, versions, ports and network; start nothing.",
+    epilog="""\b
+Examples:
+  tfctl check                          everything `up` checks before starting
+  tfctl check --no-network             without the reachability probes
+  tfctl check --accept-new-host-keys   pin SSH host keys seen the first time""",
+)
 @file_option()
 @click.option(
     "--network/--no-network",
@@ -87,7 +94,14 @@ def check(
     return 1 if report.busy else 0
 
 
-@cli.command()
+@cli.command(
+    short_help="Write a cluster file and a training script from a template.",
+    epilog="""\b
+Examples:
+  tfctl init                           between-graph-async, in this directory
+  tfctl init -t parameter-server psj   that template, in ./psj
+  tfctl init --list                    the templates""",
+)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
 @click.option("-t", "--template", default=None, help="Template to use (default: between-graph-async).")
 @click.option("--list", "list_only", is_flag=True, help="List the templates and exit.")

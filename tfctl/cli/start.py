@@ -26,7 +26,14 @@ if TYPE_CHECKING:
     from tfctl.runs import RunStore
 
 
-@cli.command()
+@cli.command(
+    short_help="Start the cluster and follow it to its end (or -d).",
+    epilog="""\b
+Examples:
+  tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
+  tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
+  tfctl up --dry-run         print each task's command and TF_CONFIG only""",
+)
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
 @click.option("--dry-run", is_flag=True, help="Print each task's host, command and TF_CONFIG; start nothing.")

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     pass
 
 
-@cli.command()
+@cli.command(
+    short_help="Stop every process of a run and prove nothing remains.",
+    epilog="""\b
+Examples:
+  tfctl down                 stop the newest run of ./cluster.yaml
+  tfctl down --run ID        stop that run (ids: tfctl runs)
+  tfctl down --all           also stop what crashed runs left on the hosts""",
+)
 @file_option()
 @click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
 @click.option(
