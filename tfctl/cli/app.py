@@ -1,7 +1,8 @@
 """Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
 
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
-compose) or after it on every verb but `logs`, where `-f` means follow.
+compose) or after it, on every verb that reads one; after `logs`, `-f` means follow (use
+`--file`). `init` takes a directory instead.
 """
 
 from __future__ import annotations
@@ -38,12 +39,11 @@ and fish.""",
     help="Append timed events (host calls, SSH channels) to FILE as JSON lines.",
 )
 @click.version_option(__version__, prog_name="tfctl")
-@click.pass_context
-def cli(ctx: click.Context, cluster_file: Path | None, trace_file: Path | None) -> None:
+def cli(cluster_file: Path | None, trace_file: Path | None) -> None:
     """Launch, watch and stop distributed TensorFlow clusters from one cluster file."""
+    # `cluster_file` is read by each verb from the parsed parameters (`common.named_file`).
     if trace_file is not None:
         os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
-    ctx.obj = {"cluster_file": cluster_file}
 
 
 def main() -> None:

@@ -37,8 +37,14 @@ accept_new_option = click.option(
 )
 
 
+def named_file(ctx: click.Context, given: Path | None) -> Path | None:
+    """The cluster file named after the verb, else before it (`tfctl -f FILE verb`), else None.
+    Read from the parsed parameters, so shell completion (which runs no callbacks) sees it too."""
+    return given or ctx.find_root().params.get("cluster_file")
+
+
 def cluster_file_path(ctx: click.Context, given: Path | None) -> Path:
-    path = given or ctx.obj.get("cluster_file")
+    path = named_file(ctx, given)
     if path is not None:
         return path
     if not DEFAULT_FILE.exists():

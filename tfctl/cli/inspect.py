@@ -17,6 +17,7 @@ from tfctl.cli.common import (
     run_store,
     select_tasks,
 )
+from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ Examples:
   tfctl status --run ID --json  one JSON object per task""",
 )
 @file_option()
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per task.")
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @click.pass_context
@@ -81,10 +82,10 @@ Examples:
   tfctl logs --file g.yaml ps:0   g.yaml's ps:0 (after logs, -f is --follow)""",
 )
 @file_option(short=False)
-@click.argument("tasks", nargs=-1)
+@click.argument("tasks", nargs=-1, shell_complete=task_names)
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.pass_context
 def logs(
     ctx: click.Context,

@@ -14,6 +14,7 @@ from tfctl.cli.common import (
     run_record,
     run_store,
 )
+from tfctl.cli.complete import run_option
 from tfctl.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ Examples:
   tfctl down --all           also stop what crashed runs left on the hosts""",
 )
 @file_option()
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.option(
     "--all",
     "sweep",
