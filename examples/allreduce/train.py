@@ -43,10 +43,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.05, help="peak, after a one-epoch warm-up")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--checkpoint_dir", default=None,
-                   help="default /tmp/tfctl-ckpt/$TFCTL_RUN_ID (a fresh directory per run)")
+                   help="default $TFCTL_RUN_DIR/checkpoints (the run's own directory, fresh per run)")
     args = p.parse_args(argv)
-    if args.checkpoint_dir is None:
-        args.checkpoint_dir = f"/tmp/tfctl-ckpt/{os.environ.get('TFCTL_RUN_ID') or time.strftime('manual-%Y%m%d-%H%M%S')}"
+    if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
+        run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
+        args.checkpoint_dir = os.path.join(run_dir, "checkpoints")
     return args
 
 
