@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -27,6 +28,21 @@ def file_option(short: bool = True) -> Callable[[F], F]:
         default=None,
         help="Cluster file (default: ./cluster.yaml).",
     )
+
+
+class Duration(click.ParamType):
+    """`90s`, `45m`, `12h`, `30d`, `2w`, or a sum such as `1d12h`; in seconds."""
+
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", value.strip().lower())
+        if not parts or "".join(n + u for n, u in parts) != value.strip().lower():
+            self.fail(f"{value!r} is not a duration: write e.g. 30d, 12h, 45m or 1d12h", param, ctx)
+        return sum(float(n) * self.UNITS[u] for n, u in parts)
 
 
 accept_new_option = click.option(
