@@ -1,0 +1,126 @@
+"""Over real SSH, on simulated hosts: ProxyCommand, `setup:` commands, and `runs --prune`.
+
+The lab has a prefix, bridge and subnet of its own, so it runs beside the other modules' labs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import tfctl
+from netns_hosts import make_lab_fixture
+
+from tfctl.errors import HostError
+from tfctl.transport.proxy import proxy_command
+from tfctl.transport.ssh import SSHTransport
+
+lab = make_lab_fixture(3, scope="module", prefix="tfctl-p", bridge="tfctlbr5", subnet="10.77.5")
+PORT = 2222  # the same port on every host: each host is its own network namespace
+
+
+def proxied_config(lab, tmp_path: Path, proxy: str, target: int = 2) -> Path:
+    """The lab's ssh config plus `via-proxy`: host `target`, reached through `proxy`."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        lab.ssh_config.read_text()
+        + f"""
+Host via-proxy
+    HostName {lab.hosts[target].address}
+    User root
+    IdentityFile "{lab.client_key}"
+    IdentitiesOnly yes
+    UserKnownHostsFile "{lab.known_hosts}"
+    ProxyCommand {proxy}
+"""
+    )
+    return cfg
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# -- ProxyCommand ---------------------------------------------------------------------------------
+
+
+def test_proxy_command_tokens_are_filled_in_and_quoted() -> None:
+    assert proxy_command("ssh -W %h:%p -l %r jump # %n %%", "10.0.0.5", 2200, "ml", "gpu1") == (
+        "ssh -W 10.0.0.5:2200 -l ml jump # gpu1 %"
+    )
+    assert proxy_command("nc %h %p", "a;rm -rf ~", 22, "u", "x") == "nc 'a;rm -rf ~' 22"
+    with pytest.raises(ValueError, match="%C"):
+        proxy_command("connect %C", "h", 22, "u", "x")
+
+
+@pytest.mark.netns
+def test_a_connection_goes_through_the_proxy_command(lab, tmp_path: Path) -> None:
+    cfg = proxied_config(lab, tmp_path, f'ssh -F "{lab.ssh_config}" -W %h:%p tfh0')
+    t = SSHTransport("worker", destination="via-proxy", ssh_config_path=cfg)
+    try:
+        r = t.run("hostname; echo $SSH_CONNECTION")
+        name, client, _, server, port = r.stdout.split()
+        # tfh2 saw the connection come from tfh0: it went through `ssh -W` there.
+        assert (name, client, server, port) == ("tfh2", lab.hosts[0].address, lab.hosts[2].address, "22")
+        t.put(b"through a proxy", "~/proxied", 0o600)
+        assert t.run("cat ~/proxied").stdout == "through a proxy"
+        proxy = t._proxies[0].proc
+        assert proxy.poll() is None
+    finally:
+        t.close()
+    assert proxy.poll() is not None and gone(proxy.pid)  # reaped: no process outlives the connection
+    assert t.run("hostname").stdout == "tfh2\n"  # and a new connection starts a new one
+    t.close()
+
+
+@pytest.mark.netns
+def test_a_port_and_user_from_the_cluster_file_reach_the_proxy_command(lab, tmp_path: Path) -> None:
+    """%p and %r are what tfctl connects with, not only what the ssh config says."""
+    log = tmp_path / "proxy.log"
+    cfg = proxied_config(
+        lab, tmp_path, f'sh -c \'echo "$0 $1" > {log}; exec ssh -F "{lab.ssh_config}" -W %h:22 tfh0\' %p %r'
+    )
+    t = SSHTransport("worker", destination="via-proxy", ssh_config_path=cfg, port=2200, user="root")
+    try:
+        with pytest.raises(HostError, match="unknown host key"):  # known for port 22 only; tokens matter here
+            t.run("true", timeout=20)
+    finally:
+        t.close()
+    assert log.read_text().split() == ["2200", "root"]
+
+
+@pytest.mark.netns
+def test_a_failing_proxy_command_says_what_it_said(lab, tmp_path: Path) -> None:
+    cfg = proxied_config(lab, tmp_path, "sh -c 'echo no route to the bastion >&2; exit 7'")
+    t = SSHTransport("worker", destination="via-proxy", ssh_config_path=cfg, connect_timeout=5)
+    began = time.monotonic()
+    with pytest.raises(HostError) as err:
+        t.run("true")
+    assert time.monotonic() - began < 5  # the command's end is noticed, not waited out
+    assert "exited with code 7: no route to the bastion" in err.value.message
+    assert "ProxyCommand=" in (err.value.hint or "")
+    assert all(p.proc.poll() is not None for p in t._proxies)
+    t.close()
+
+
+@pytest.mark.netns
+def test_check_reaches_a_cluster_host_through_a_proxy_command(lab, tmp_path: Path, home: Path) -> None:
+    cfg = proxied_config(lab, tmp_path, f'ssh -F "{lab.ssh_config}" -W %h:%p tfh1')
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: proxied\npython: {sys.executable}\ncommand: sleep 1\n"
+        f"ssh: {{config: {cfg}, connect_timeout: 5}}\nhosts:\n  tfh2: {{ssh: via-proxy}}\n"
+        f"jobs:\n  worker: [tfh0:{PORT}, tfh2:{PORT}]\n"
+    )
+    check = tfctl("-f", str(cluster), "check", "--json", home=home)
+    assert check.returncode == 0, check.stderr
+    hosts = {h["host"]: h["hostname"] for h in json.loads(check.stdout)["hosts"]}
+    assert hosts == {"tfh0": "tfh0", "tfh2": "tfh2"}
