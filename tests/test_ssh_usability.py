@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import tfctl
-from netns_hosts import make_lab_fixture
+from netns_hosts import TestHost, make_lab_fixture
 
 from tfctl.errors import HostError
 from tfctl.transport.proxy import proxy_command
@@ -124,3 +124,71 @@ def test_check_reaches_a_cluster_host_through_a_proxy_command(lab, tmp_path: Pat
     assert check.returncode == 0, check.stderr
     hosts = {h["host"]: h["hostname"] for h in json.loads(check.stdout)["hosts"]}
     assert hosts == {"tfh0": "tfh0", "tfh2": "tfh2"}
+
+
+# -- runs --prune over SSH --------------------------------------------------------------------------
+
+
+def cluster_file(tmp_path: Path, lab, name: str, command: str, jobs: str, extra: str = "") -> Path:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text("print('training')\n")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nworkdir: {work}\npython: {sys.executable}\ngrace_period: 1\n"
+        f"ssh: {{config: {lab.ssh_config}, connect_timeout: 3}}\ncommand: '{command}'\n{extra}\njobs:\n{jobs}\n"
+    )
+    return path
+
+
+def remote_files(host: TestHost, run_id: str) -> list[Path]:
+    """A run's files on a host: its task state and logs, and its own directory (synced workdir,
+    checkpoints)."""
+    root = Path(host.home) / ".tfctl"
+    return [*root.glob(f"hosts/*/tasks/{run_id}"), root / "work" / run_id]
+
+
+CHECKPOINT = 'mkdir -p "$TFCTL_RUN_DIR/checkpoints" && echo saved > "$TFCTL_RUN_DIR/checkpoints/ckpt-1"'
+
+
+@pytest.mark.netns
+def test_prune_removes_runs_on_their_hosts_and_finishes_once_a_lost_host_is_back(
+    lab, tmp_path: Path, home: Path
+) -> None:
+    cluster = cluster_file(tmp_path, lab, "prune", CHECKPOINT, f"  worker: [tfh1:{PORT}, tfh2:{PORT}]")
+    h1, h2 = lab.hosts[1], lab.hosts[2]
+    runs = []
+    for _ in range(3):
+        up = tfctl("-f", str(cluster), "up", home=home)
+        assert up.returncode == 0, up.stderr
+        runs.append(json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout)[-1]["run_id"])
+    for run_id in runs:
+        for host in (h1, h2):
+            files = remote_files(host, run_id)
+            assert len(files) == 2 and all(p.is_dir() for p in files), (host.name, files)
+            assert (files[1] / "train.py").is_file() and (files[1] / "checkpoints" / "ckpt-1").is_file()
+
+    first = tfctl("-f", str(cluster), "runs", "--prune", "--keep", "2", home=home)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "removed 1 of 1 runs" in first.stderr
+    assert not any(p.exists() for host in (h1, h2) for p in remote_files(host, runs[0]))
+    assert all(p.is_dir() for run_id in runs[1:] for host in (h1, h2) for p in remote_files(host, run_id))
+
+    h2.set_link(False)
+    try:
+        lost = tfctl("-f", str(cluster), "runs", "--prune", "--keep", "0", home=home)
+        assert lost.returncode == 1
+        assert "error: tfh2 could not be reached" in lost.stderr and "removed 0 of 2 runs" in lost.stderr
+        assert lost.stdout.count("kept, tfh2 could not be reached") == 2
+        # What tfh1 held is gone; tfh2 keeps its part, and the records stay for the next prune.
+        assert not any(p.exists() for run_id in runs[1:] for p in remote_files(h1, run_id))
+        assert all(p.is_dir() for run_id in runs[1:] for p in remote_files(h2, run_id))
+        listed = json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout)
+        assert [r["run_id"] for r in listed] == runs[1:]
+    finally:
+        h2.set_link(True)
+    done = tfctl("-f", str(cluster), "runs", "--prune", "--keep", "0", home=home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed 2 of 2 runs" in done.stderr
+    assert not any(p.exists() for run_id in runs for host in (h1, h2) for p in remote_files(host, run_id))
+    assert json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout) == []
