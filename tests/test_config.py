@@ -340,6 +340,24 @@ ERRORS = {
     ),
     "merge key": ("base: &b {name: x}\n<<: *b\n", ["cluster.yaml:2:1: YAML merge keys (`<<`) are not supported"]),
     "recursive alias": ("env: &e [*e]\n", ["cluster.yaml:1:6: env[0]: a YAML alias refers to the value containing it"]),
+    "setup is one string": (
+        with_jobs("  worker: [a:1]\n") + "setup: pip install -r requirements.txt\n",
+        [
+            "cluster.yaml:5:8: setup: expected a list of shell commands, found a string",
+            'fix: make it a list: `setup: ["pip install -r requirements.txt"]`',
+        ],
+    ),
+    "setup command is a number": (
+        with_jobs("  worker: [a:1]\n") + "setup: [make, 42]\n",
+        ["cluster.yaml:5:15: setup[1]: expected a string, found a number (42)", "fix: quote it"],
+    ),
+    "setup with a placeholder": (
+        with_jobs("  worker: [a:1]\n") + "setup: ['{python} -m pip install -r requirements.txt']\n",
+        [
+            "cluster.yaml:5:9: setup[0]: `{python}` is not filled in: setup commands run as written",
+            "fix: write the value itself",
+        ],
+    ),
 }
 
 
@@ -437,6 +455,12 @@ def test_options_are_converted() -> None:
     assert config.grace_period == 3.0 and isinstance(config.grace_period, float)
     assert config.startup_timeout == 0.5
     assert config.success_policy == "all_workers"
+
+
+def test_setup_commands_are_kept_as_written() -> None:
+    config = valid(SMALLEST + "setup:\n  - . .venv/bin/activate\n  - 'pip install -r req.txt && echo ${HOME}'\n")
+    assert config.setup == (". .venv/bin/activate", "pip install -r req.txt && echo ${HOME}")
+    assert valid(SMALLEST).setup == ()
 
 
 def test_literal_braces_are_not_placeholders() -> None:

@@ -16,11 +16,13 @@ from conftest import tfctl
 from netns_hosts import TestHost, make_lab_fixture
 
 from tfctl.errors import HostError
+from tfctl.supervisor.procfs import proc_env_markers
 from tfctl.transport.proxy import proxy_command
 from tfctl.transport.ssh import SSHTransport
 
 lab = make_lab_fixture(3, scope="module", prefix="tfctl-p", bridge="tfctlbr5", subnet="10.77.5")
 PORT = 2222  # the same port on every host: each host is its own network namespace
+WORKERS = f"  worker: [tfh1:{PORT}, tfh2:{PORT}]"
 
 
 def proxied_config(lab, tmp_path: Path, proxy: str, target: int = 2) -> Path:
@@ -155,7 +157,7 @@ CHECKPOINT = 'mkdir -p "$TFCTL_RUN_DIR/checkpoints" && echo saved > "$TFCTL_RUN_
 def test_prune_removes_runs_on_their_hosts_and_finishes_once_a_lost_host_is_back(
     lab, tmp_path: Path, home: Path
 ) -> None:
-    cluster = cluster_file(tmp_path, lab, "prune", CHECKPOINT, f"  worker: [tfh1:{PORT}, tfh2:{PORT}]")
+    cluster = cluster_file(tmp_path, lab, "prune", CHECKPOINT, WORKERS)
     h1, h2 = lab.hosts[1], lab.hosts[2]
     runs = []
     for _ in range(3):
@@ -192,3 +194,44 @@ def test_prune_removes_runs_on_their_hosts_and_finishes_once_a_lost_host_is_back
     assert "removed 2 of 2 runs" in done.stderr
     assert not any(p.exists() for run_id in runs for host in (h1, h2) for p in remote_files(host, run_id))
     assert json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout) == []
+
+
+# -- setup over SSH -------------------------------------------------------------------------------
+
+
+def run_pids(lab, run_id: str) -> dict[str, list[int]]:
+    """Processes of a run on each lab host (their PID namespaces nest in ours)."""
+    found = {h.name: [p for p in h.pids() if proc_env_markers(p)[0] == run_id] for h in lab.hosts}
+    return {name: pids for name, pids in found.items() if pids}
+
+
+@pytest.mark.netns
+def test_setup_runs_on_every_host_in_the_synced_workdir_before_the_tasks(lab, tmp_path: Path, home: Path) -> None:
+    setup = 'setup:\n  - test -f train.py && echo "ready on $(hostname) in $(pwd)"\n  - python3 --version\n'
+    cluster = cluster_file(tmp_path, lab, "sshsetup", "python3 train.py", WORKERS, setup)
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout)[-1]["run_id"]
+    for host in lab.hosts[1:]:
+        work = Path(host.home) / ".tfctl" / "work" / run_id
+        assert f"] {host.name}         ready on {host.name} in {work}\n" in up.stderr
+        assert f"] {host.name}         $ python3 --version\n" in up.stderr
+        assert f"] {host.name}         setup done\n" in up.stderr
+    assert up.stderr.index("setup done") < up.stderr.index("worker:0     starting")
+    assert "[worker:0] training" in up.stdout and "[worker:1] training" in up.stdout
+
+
+@pytest.mark.netns
+def test_a_setup_failing_on_one_host_stops_the_others_and_starts_nothing(lab, tmp_path: Path, home: Path) -> None:
+    fails_on_tfh2 = 'if [ "$(hostname)" = tfh2 ]; then echo no such package >&2; exit 5; fi; sleep 60'
+    setup = f"setup:\n  - echo starting\n  - '{fails_on_tfh2}'\n"
+    cluster = cluster_file(tmp_path, lab, "sshfail", "python3 train.py", WORKERS, setup)
+    began = time.monotonic()
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 1
+    assert time.monotonic() - began < 40  # tfh1's 60 s sleep was cut short
+    assert f"error: setup failed on tfh2: `{fails_on_tfh2}` exited with code 5" in up.stderr
+    assert "last 2 lines:\n    starting\n    no such package\n" in up.stderr
+    assert "worker:0     starting" not in up.stderr and up.stdout == ""
+    run_id = json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_pids(lab, run_id) == {}

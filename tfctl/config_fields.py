@@ -388,6 +388,26 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
     return RestartPolicy(policy, count, backoff)
 
 
+def _setup(doc: Doc, path: str, value: Any) -> Any:
+    """Shell commands as written: tfctl fills in no placeholders there, so one that looks like a
+    placeholder is a mistake."""
+    example = "setup: [python3 -m venv .venv, .venv/bin/pip install -r requirements.txt]"
+    if not isinstance(value, list):
+        raw = doc.raw(path)
+        fix = f'make it a list: `setup: ["{raw}"]`' if isinstance(value, str) else f"e.g. `{example}`"
+        return type_error(doc, path, "a list of shell commands", value, fix)
+    commands = [_string(doc, f"{path}[{i}]", item, example) for i, item in enumerate(value)]
+    for i, command in enumerate(commands):
+        used = [name for name in PLACEHOLDERS if command is not INVALID and "{" + name + "}" in command]
+        if used:
+            commands[i] = doc.problem(
+                f"{path}[{i}]",
+                f"`{{{used[0]}}}` is not filled in: setup commands run as written, with no placeholders",
+                "write the value itself (e.g. the interpreter's path instead of `{python}`)",
+            )
+    return INVALID if any(c is INVALID for c in commands) else tuple(commands)
+
+
 def _exclude(doc: Doc, path: str, value: Any) -> Any:
     """Glob patterns matched against each path component and each relative path."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -403,6 +423,7 @@ TOP_KEYS: dict[str, Validator] = {
     "python": _python,
     "workdir": _workdir,
     "env": _env,
+    "setup": _setup,
     "grace_period": _seconds(DEFAULT_GRACE_PERIOD),
     "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
     "success_policy": _success_policy,

@@ -136,6 +136,8 @@ class ClusterConfig:
     idle_ps_timeout: float = DEFAULT_IDLE_PS_TIMEOUT
     # A host that answers nothing for this long fails the run.
     host_timeout: float = DEFAULT_HOST_TIMEOUT
+    # Shell commands run once per host, in the run's workdir there, before any task starts.
+    setup: tuple[str, ...] = ()
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
