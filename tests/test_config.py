@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -517,3 +518,26 @@ def test_import_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_shows_what_tfctl_prints_for_its_broken_file(tmp_path: Path) -> None:
+    """The README's config-error example is a real run's output, and stays one."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+    def block(marker: str) -> str:
+        after = readme.split(f"<!-- {marker} -->\n", 1)[1]
+        return after.split("\n", 1)[1].split("```\n", 1)[0]
+
+    (tmp_path / "cluster.yaml").write_text(block("config-error-file"))
+    shown = block("config-error-output")
+    assert shown.startswith("$ tfctl up\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tfctl", "up"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TFCTL_HOME": str(tmp_path / "home"), "NO_COLOR": "1", "COLUMNS": "1000"},
+    )
+    assert result.returncode == 2
+    assert result.stderr == shown.split("\n", 1)[1]
