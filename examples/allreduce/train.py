@@ -199,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     step = int(step_var.numpy())
 
-    checksum = float(sum(tf.reduce_sum(tf.abs(v)).numpy() for v in model.trainable_variables))
-    log(f"worker {index}: weight checksum {checksum:.6f}")  # identical on every worker
+    # Summed in float64 by numpy, in one fixed order: the same weights give the same digits on any
+    # machine. Identical on every worker of a run (the all-reduce keeps the copies in step); from
+    # run to run, only close on other machines (TF's CPU kernels round as their threads split sums).
+    checksum = sum(float(np.abs(v.numpy()).sum(dtype=np.float64)) for v in model.trainable_variables)
+    log(f"worker {index}: weight checksum {checksum:.6f}")
 
     # Every worker takes part in saving; only worker 0 keeps its copy.
     save_dir = args.checkpoint_dir if is_chief else os.path.join(args.checkpoint_dir, f"tmp-worker-{index}")
