@@ -134,3 +134,29 @@ def test_dry_run_lists_setup_and_the_warnings_up_would_print(tmp_path: Path, hom
     )
     assert "warning: TF servers are unauthenticated" in dry.stderr and "8.8.8.8:2224" in dry.stderr
     assert not (home / "runs").exists()
+
+
+def test_a_second_up_is_refused_while_the_first_is_in_setup(tmp_path: Path, home: Path) -> None:
+    cluster = write_cluster(tmp_path, ["sleep 60"])
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    try:
+        deadline = time.monotonic() + 20
+        assert first.stderr is not None
+        while time.monotonic() < deadline and "$ sleep 60" not in (first.stderr.readline() or ""):
+            pass
+        second = tfctl("-f", str(cluster), "up", home=home)
+        assert second.returncode == 2
+        assert f"is starting (syncing, setup or starting tasks; its `tfctl up` is pid {first.pid})" in second.stderr
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 130
+    assert run_processes(last_run(home, cluster)["run_id"]) == []

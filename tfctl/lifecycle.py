@@ -58,6 +58,12 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     record = store.latest(config.path)
     if record is None:
         return
+    if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
+        raise UsageError(
+            f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
+            f"its `tfctl up` is pid {record.watcher['pid']})",
+            hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
+        )
     with Cluster(record) as cluster:
         statuses, _ = cluster.status()
     alive = [s for s in statuses if s.state.may_be_alive]
