@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 Examples:
   tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
   tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
-  tfctl up --dry-run         print each task's command and TF_CONFIG only""",
+  tfctl up --dry-run         print setup and each task's command, TF_CONFIG""",
 )
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
