@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.hosts import HostSpec
+from tfctl.runs import RunRecord, RunStore, TaskSpec
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
+from tfctl.supervisor.protocol import RunState
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
@@ -79,7 +82,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "tfctl-home"
     monkeypatch.setenv("TFCTL_HOME", str(path))
     yield path
-    from tfctl.runs import RunStore
     from tfctl.supervisor.procfs import is_same_process
 
     stray = []
@@ -147,3 +149,23 @@ def read_rest(proc: subprocess.Popen, timeout: float) -> str:
     finally:
         killer.cancel()
     return out
+
+
+def add_run(home: Path, run_id: str, cluster_file: Path, created_at: float, jobs: dict[str, int]) -> RunRecord:
+    """A finished run in the store at `home`, with no process anywhere: for what reads the store only."""
+    tasks = tuple(
+        TaskSpec(job, i, "localhost", 2222 + n, "true", {}, None)
+        for n, (job, i) in enumerate((job, i) for job, count in jobs.items() for i in range(count))
+    )
+    record = RunRecord(
+        run_id=run_id,
+        cluster_name=run_id.split("-")[0],
+        cluster_file=str(cluster_file.resolve()),
+        created_at=created_at,
+        tasks=tasks,
+        hosts=(HostSpec("localhost", None, str(home), {"kind": "local"}),),
+        grace_period=1.0,
+        state=RunState.SUCCEEDED,
+    )
+    RunStore(home).create(record)
+    return record

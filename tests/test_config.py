@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -340,6 +341,24 @@ ERRORS = {
     ),
     "merge key": ("base: &b {name: x}\n<<: *b\n", ["cluster.yaml:2:1: YAML merge keys (`<<`) are not supported"]),
     "recursive alias": ("env: &e [*e]\n", ["cluster.yaml:1:6: env[0]: a YAML alias refers to the value containing it"]),
+    "setup is one string": (
+        with_jobs("  worker: [a:1]\n") + "setup: pip install -r requirements.txt\n",
+        [
+            "cluster.yaml:5:8: setup: expected a list of shell commands, found a string",
+            'fix: make it a list: `setup: ["pip install -r requirements.txt"]`',
+        ],
+    ),
+    "setup command is a number": (
+        with_jobs("  worker: [a:1]\n") + "setup: [make, 42]\n",
+        ["cluster.yaml:5:15: setup[1]: expected a string, found a number (42)", "fix: quote it"],
+    ),
+    "setup with a placeholder": (
+        with_jobs("  worker: [a:1]\n") + "setup: ['{python} -m pip install -r requirements.txt']\n",
+        [
+            "cluster.yaml:5:9: setup[0]: `{python}` is not filled in: setup commands run as written",
+            "fix: write the value itself",
+        ],
+    ),
 }
 
 
@@ -439,6 +458,12 @@ def test_options_are_converted() -> None:
     assert config.success_policy == "all_workers"
 
 
+def test_setup_commands_are_kept_as_written() -> None:
+    config = valid(SMALLEST + "setup:\n  - . .venv/bin/activate\n  - 'pip install -r req.txt && echo ${HOME}'\n")
+    assert config.setup == (". .venv/bin/activate", "pip install -r req.txt && echo ${HOME}")
+    assert valid(SMALLEST).setup == ()
+
+
 def test_literal_braces_are_not_placeholders() -> None:
     """`{{`/`}}` are kept verbatim; rendering turns them into single braces later."""
     config = valid("name: x\ncommand: echo ${{HOME}} {task_index}\njobs: {worker: [a:1]}\n")
@@ -493,3 +518,26 @@ def test_import_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_shows_what_tfctl_prints_for_its_broken_file(tmp_path: Path) -> None:
+    """The README's config-error example is a real run's output, and stays one."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+    def block(marker: str) -> str:
+        after = readme.split(f"<!-- {marker} -->\n", 1)[1]
+        return after.split("\n", 1)[1].split("```\n", 1)[0]
+
+    (tmp_path / "cluster.yaml").write_text(block("config-error-file"))
+    shown = block("config-error-output")
+    assert shown.startswith("$ tfctl up\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tfctl", "up"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TFCTL_HOME": str(tmp_path / "home"), "NO_COLOR": "1", "COLUMNS": "1000"},
+    )
+    assert result.returncode == 2
+    assert result.stderr == shown.split("\n", 1)[1]

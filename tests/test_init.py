@@ -43,3 +43,11 @@ def test_init_refuses_to_overwrite_without_force(tmp_path: Path, home: Path) -> 
 def test_unknown_template_lists_the_valid_ones(tmp_path: Path, home: Path) -> None:
     result = tfctl("init", "-t", "horovod", str(tmp_path), home=home)
     assert result.returncode == 2 and "parameter-server" in result.stderr
+
+
+def test_init_takes_a_directory_not_a_cluster_file(tmp_path: Path, home: Path) -> None:
+    result = tfctl("-f", str(tmp_path / "proj" / "cluster.yaml"), "init", home=home)
+    assert result.returncode == 2 and "takes no cluster file" in result.stderr
+    assert f"tfctl init {tmp_path / 'proj'}" in result.stderr
+    assert not (tmp_path / "proj").exists()
+    assert tfctl("init", "-f", "x.yaml", home=home).returncode == 2  # no such option after the verb

@@ -93,6 +93,17 @@ def test_task_runs_detached_with_marker_and_log(agent: HostAgent) -> None:
     assert os.getsid(0) != info.pid
 
 
+def test_every_task_gets_the_run_s_own_directory(agent: HostAgent) -> None:
+    start(agent, "r1d", "worker:0", pycmd("import os; print(os.environ['TFCTL_RUN_DIR'])"))
+    start(agent, "r1d", "worker:1", "echo $TFCTL_RUN_DIR")
+    wait_state(agent, "r1d", "worker:0", (TaskState.SUCCEEDED,))
+    wait_state(agent, "r1d", "worker:1", (TaskState.SUCCEEDED,))
+    expected = os.path.join(agent.root, "work", "r1d")
+    assert os.path.isdir(expected) and os.stat(expected).st_mode & 0o777 == 0o700
+    for task in ("worker:0", "worker:1"):
+        assert status(agent, "r1d", {task: 0})[task].last_line == expected
+
+
 def test_nonzero_exit_is_failed_with_code(agent: HostAgent) -> None:
     start(agent, "r2", "worker:1", pycmd("import sys; print('boom'); sys.exit(3)"))
     info = wait_state(agent, "r2", "worker:1", (TaskState.FAILED,))

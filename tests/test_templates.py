@@ -39,7 +39,7 @@ FINAL = re.compile(
 
 
 def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> Path:
-    """The template as a user's project: fresh ports, checkpoints under tmp_path, fewer steps."""
+    """The template as a user's project: fresh ports, fewer steps."""
     dst = tmp_path / name
     shutil.copytree(TEMPLATES / name, dst)
     cluster = dst / "cluster.yaml"
@@ -48,8 +48,7 @@ def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> 
     assert old and all(2222 <= int(p) <= 2229 for p in old), old
     mapping = dict(zip(old, map(str, free_ports(len(old)))))
     text = re.sub(r"localhost:(\d+)", lambda m: f"localhost:{mapping[m.group(1)]}", text)
-    assert "/tmp/tfctl-ckpt/{run_id}" in text
-    text = text.replace("/tmp/tfctl-ckpt/{run_id}", f"{tmp_path}/ckpt/{{run_id}}")
+    assert "--checkpoint_dir=$TFCTL_RUN_DIR/checkpoints" in text  # under the test's TFCTL_HOME
     if train_steps is not None:
         text, n = re.subn(r"--train_steps=\d+", f"--train_steps={train_steps}", text)
         assert n == 1
@@ -83,6 +82,7 @@ def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8, overshoo
     assert float(final.group(4)) >= min_accuracy
     assert float(final.group(6)) > 0
     ckpt = Path(final.group(7))
+    assert ckpt.name == "checkpoints" and ckpt.parent.parent.name == "work"  # $TFCTL_RUN_DIR/checkpoints
     assert ckpt.is_dir() and (ckpt / "checkpoint").is_file(), f"no checkpoint in {ckpt}"
     return final
 

@@ -431,6 +431,8 @@ class Cluster:
         record = self.record
         if not record.idle_timeout or not record.decisive or task.name in record.decisive:
             return None
+        if task not in record.tasks:  # a setup shell: the run has not started yet
+            return None
         watch = {name: record.task(name).address for name in record.decisive}
         return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
 

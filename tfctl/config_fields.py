@@ -1,24 +1,35 @@
-"""The cluster file's keys, one validator each, and the parse state they report problems into.
+"""The cluster file's keys, one validator each (those of `ssh` and `hosts` in `config_hosts.py`).
 
 A validator takes (doc, key path, value) and returns the converted value, or INVALID after
-recording a problem in `doc`; `config.py` reads the YAML and runs `TOP_KEYS` over it.
+recording a problem in `doc` (`config_base.py`); `config.py` reads the YAML and runs `TOP_KEYS`
+over it.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
-import math
 import re
 import string
-from datetime import date
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
-import yaml
-
-from tfctl.errors import ConfigProblem
+from tfctl.config_base import (
+    INVALID,
+    Doc,
+    Validator,
+    _boolean,
+    _found,
+    _leaf,
+    _python,
+    _seconds,
+    _section,
+    _string,
+    _suggest,
+    type_error,
+    unknown_key,
+)
+from tfctl.config_hosts import _hosts, _ssh
 from tfctl.model import (
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
@@ -36,15 +47,13 @@ from tfctl.model import (
     START_ORDERS,
     SUCCESS_POLICIES,
     Address,
-    HostConfig,
     Job,
     ProgressSettings,
     RestartPolicy,
-    SSHSettings,
     frozen_env,
 )
 
-RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK")
+RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK", "TFCTL_RUN_DIR")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -61,100 +70,6 @@ _MAX_TASKS = {
     "chief": (1, "keep one address under `chief` and move the others to `worker`"),
     "evaluator": (1, "keep one address under `evaluator`; TF runs a single evaluator task"),
 }
-# Stands for a value whose problem is already recorded, so callers skip it instead of re-reporting.
-INVALID: Any = object()
-
-
-class Doc:
-    """State of one parse: the file, each key path's YAML node (for positions), the problems."""
-
-    def __init__(self, file: Path) -> None:
-        self.file = file
-        self.nodes: dict[str, yaml.Node] = {}
-        self.key_nodes: dict[str, yaml.Node] = {}
-        self.addresses: dict[Address, str] = {}  # first key path of each host:port, for duplicates
-        self.problems: list[ConfigProblem] = []
-        self.scalars = yaml.constructor.SafeConstructor()
-
-    def problem(self, path: str, message: str, fix: str | None, *, at: yaml.Node | yaml.Mark | None = None) -> Any:
-        """Record a problem located at `at` (a node or mark), else at the value of `path`; returns INVALID."""
-        where = at if at is not None else self.nodes.get(path)
-        mark = where.start_mark if isinstance(where, yaml.Node) else where
-        line = mark.line + 1 if mark is not None else None
-        column = mark.column + 1 if mark is not None else None
-        self.problems.append(ConfigProblem(self.file, line, column, path, message, fix))
-        return INVALID
-
-    def raw(self, path: str) -> str | None:
-        """The scalar text as written (`0.10`, not 0.1), for values that end up as strings."""
-        node = self.nodes.get(path)
-        return node.value if isinstance(node, yaml.ScalarNode) else None
-
-
-# (doc, key path, value) -> converted value, or INVALID after recording a problem.
-Validator = Callable[[Doc, str, Any], Any]
-
-
-def _found(value: Any, raw: str | None) -> str:
-    """What YAML made of a value, in the user's terms; `raw` is the text as written, if a scalar."""
-    if value is None:
-        return "an empty value"
-    if isinstance(value, bool):
-        return f"a boolean (`{raw}`: YAML reads yes/no/on/off/true/false as booleans)"
-    if isinstance(value, (int, float)):
-        return f"a number ({raw})"
-    if isinstance(value, str):
-        return f"a string (`{value}`)" if len(value) <= 40 else "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, date):
-        return "a date"
-    return f"a YAML {type(value).__name__}"
-
-
-def type_error(doc: Doc, path: str, expected: str, value: Any, fix: str) -> Any:
-    return doc.problem(path, f"expected {expected}, found {_found(value, doc.raw(path))}", fix)
-
-
-def _leaf(path: str) -> str:
-    return path.rsplit(".", 1)[-1]
-
-
-def _suggest(word: str, choices: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> str | None:
-    """Closest valid name: a known alias, a near spelling, or the one choice it abbreviates."""
-    if aliases and word in aliases:
-        return aliases[word]
-    lowered = word.lower()
-    close = difflib.get_close_matches(lowered, choices, n=1, cutoff=0.6)
-    if close:
-        return close[0]
-    prefixed = [choice for choice in choices if lowered and (choice.startswith(lowered) or lowered.startswith(choice))]
-    return prefixed[0] if len(prefixed) == 1 else None
-
-
-def unknown_key(
-    doc: Doc, path: str, key: str, kind: str, allowed: tuple[str, ...], aliases: Mapping[str, str] | None = None
-) -> Any:
-    hint = _suggest(key, allowed, aliases)
-    listing = f"allowed {kind}s: {', '.join(allowed)}"
-    fix = f"did you mean `{hint}`? {listing}" if hint else f"remove or rename it; {listing}"
-    return doc.problem(path, f"unknown {kind} `{key}`", fix, at=doc.key_nodes.get(path))
-
-
-def _string(doc: Doc, path: str, value: Any, example: str) -> Any:
-    """A non-empty string; a number or boolean gets the fix to quote it."""
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, str):
-        return doc.problem(path, "is empty", f"give a value, e.g. `{example}`")
-    raw = doc.raw(path)
-    if value is not None and raw is not None:
-        fix = f'quote it so YAML keeps it as text: `{_leaf(path)}: "{raw}"`'
-    else:
-        fix = f"e.g. `{example}`"
-    return type_error(doc, path, "a string", value, fix)
 
 
 def _name(doc: Doc, path: str, value: Any) -> Any:
@@ -220,10 +135,6 @@ def _placeholders(doc: Doc, path: str, text: str, allowed: tuple[str, ...], exam
     return text if valid else INVALID
 
 
-def _python(doc: Doc, path: str, value: Any) -> Any:
-    return _string(doc, path, value, "python: python3")
-
-
 def _workdir(doc: Doc, path: str, value: Any) -> Any:
     """An existing directory; relative to the cluster file, so the file works from any cwd."""
     text = _string(doc, path, value, "workdir: .")
@@ -287,26 +198,6 @@ def _env(doc: Doc, path: str, value: Any) -> Any:
         else:
             valid = False
     return frozen_env(env) if valid else INVALID
-
-
-def _seconds(default: float, zero_means: str | None = None) -> Validator:
-    """Validator for a positive, finite duration in seconds; with `zero_means`, 0 is allowed too
-    (and the hint says what it does)."""
-
-    def validate(doc: Doc, path: str, value: Any) -> Any:
-        example = f"`{path}: {default:g}`" + (f", or `{path}: 0` {zero_means}" if zero_means else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return type_error(doc, path, "a number of seconds", value, f"write a plain number, e.g. {example}")
-        try:
-            seconds = float(value)
-        except OverflowError:
-            seconds = math.inf
-        if not (0 <= seconds if zero_means else 0 < seconds) or seconds == math.inf:
-            least = "0 or more" if zero_means else "greater than 0"
-            return doc.problem(path, f"must be a number of seconds {least}, found {value}", f"e.g. {example}")
-        return seconds
-
-    return validate
 
 
 def _start_order(doc: Doc, path: str, value: Any) -> Any:
@@ -498,12 +389,6 @@ def _valid_ipv6(host: str) -> bool:
     return True
 
 
-def _boolean(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    return type_error(doc, path, "true or false", value, f"write `{_leaf(path)}: true` or `{_leaf(path)}: false`")
-
-
 def _restart(doc: Doc, path: str, value: Any) -> Any:
     """`{policy: never | on-failure | exit-code, max_restarts: N, backoff: seconds}`."""
     example = "e.g. `restart: {policy: on-failure, max_restarts: 3, backoff: 10}`"
@@ -527,12 +412,24 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
     return RestartPolicy(policy, count, backoff)
 
 
-def _port(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
-        return value
-    return doc.problem(
-        path, f"expected a port number (1-65535), found {_found(value, doc.raw(path))}", f"e.g. `{_leaf(path)}: 22`"
-    )
+def _setup(doc: Doc, path: str, value: Any) -> Any:
+    """Shell commands as written: tfctl fills in no placeholders there, so one that looks like a
+    placeholder is a mistake."""
+    example = "setup: [python3 -m venv .venv, .venv/bin/pip install -r requirements.txt]"
+    if not isinstance(value, list):
+        raw = doc.raw(path)
+        fix = f'make it a list: `setup: ["{raw}"]`' if isinstance(value, str) else f"e.g. `{example}`"
+        return type_error(doc, path, "a list of shell commands", value, fix)
+    commands = [_string(doc, f"{path}[{i}]", item, example) for i, item in enumerate(value)]
+    for i, command in enumerate(commands):
+        used = [name for name in PLACEHOLDERS if command is not INVALID and "{" + name + "}" in command]
+        if used:
+            commands[i] = doc.problem(
+                f"{path}[{i}]",
+                f"`{{{used[0]}}}` is not filled in: setup commands run as written, with no placeholders",
+                "write the value itself (e.g. the interpreter's path instead of `{python}`)",
+            )
+    return INVALID if any(c is INVALID for c in commands) else tuple(commands)
 
 
 def _exclude(doc: Doc, path: str, value: Any) -> Any:
@@ -540,71 +437,6 @@ def _exclude(doc: Doc, path: str, value: Any) -> Any:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         return type_error(doc, path, "a list of glob patterns", value, 'e.g. `exclude: [data, "*.ckpt"]`')
     return tuple(value)
-
-
-def _section(fields: Mapping[str, Validator], build: Callable[..., Any], example: str) -> Validator:
-    """Validator for a mapping of known keys, each with its own validator, built into `build`."""
-
-    def validate(doc: Doc, path: str, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return type_error(doc, path, "a mapping", value, f"e.g. `{example}`")
-        out, valid = {}, True
-        for key, item in value.items():
-            child = f"{path}.{key}"
-            validator = fields.get(key)
-            if validator is None:
-                unknown_key(doc, child, key, "key", tuple(fields))
-                valid = False
-            elif item is INVALID:
-                valid = False
-            else:
-                out[key] = validator(doc, child, item)
-                valid = valid and out[key] is not INVALID
-        return build(**out) if valid else INVALID
-
-    return validate
-
-
-_SSH_KEYS: dict[str, Validator] = {
-    "user": lambda doc, path, value: _string(doc, path, value, "user: ubuntu"),
-    "port": _port,
-    "identity_file": lambda doc, path, value: _string(doc, path, value, "identity_file: ~/.ssh/id_ed25519"),
-    "config": lambda doc, path, value: _string(doc, path, value, "config: ~/.ssh/config"),
-    "connect_timeout": _seconds(10),
-    "keepalive": _seconds(15),
-}
-_ssh = _section(_SSH_KEYS, SSHSettings, "ssh: {user: ubuntu, connect_timeout: 10}")
-
-
-def _host_entry(name: str) -> Validator:
-    def build(python: str | None = None, local: bool | None = None, **ssh: Any) -> HostConfig:
-        if "ssh" in ssh:
-            ssh["destination"] = ssh.pop("ssh")
-        return HostConfig(name=name, ssh=SSHSettings(**ssh), python=python, local=local)
-
-    keys = {
-        "ssh": lambda doc, path, value: _string(doc, path, value, "ssh: gpu1-via-bastion"),
-        "python": _python,
-        "local": _boolean,
-        **{k: v for k, v in _SSH_KEYS.items() if k not in ("config", "connect_timeout", "keepalive")},
-    }
-    return _section(keys, build, f"{name}: {{ssh: {name}.example.com, user: ubuntu}}")
-
-
-def _hosts(doc: Doc, path: str, value: Any) -> Any:
-    """Host name (as written in `jobs`) -> how to reach it."""
-    if not isinstance(value, dict):
-        return type_error(
-            doc,
-            path,
-            "a mapping of host names to settings",
-            value,
-            "e.g. `hosts: {gpu1: {ssh: gpu1-via-bastion, user: ubuntu}}`",
-        )
-    hosts = {name: _host_entry(name)(doc, f"{path}.{name}", item) for name, item in value.items()}
-    if any(h is INVALID for h in hosts.values()):
-        return INVALID
-    return MappingProxyType(hosts)
 
 
 def _progress_regex(doc: Doc, path: str, value: Any) -> Any:
@@ -642,6 +474,7 @@ TOP_KEYS: dict[str, Validator] = {
     "python": _python,
     "workdir": _workdir,
     "env": _env,
+    "setup": _setup,
     "grace_period": _seconds(DEFAULT_GRACE_PERIOD),
     "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
     "success_policy": _success_policy,

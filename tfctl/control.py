@@ -80,13 +80,19 @@ def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: P
                     sorted({t.host for t in later}), [cluster.record.task(n).address for n in listening], progress
                 )
     except BaseException:
-        progress("", "stopping what was started")
-        report = cluster.stop()
-        for host, why in sorted(report.unreachable.items()):
-            progress(host, f"could not be checked: {why}; run `tfctl down` once it answers")
-        for host, pids in sorted(report.remaining.items()):
-            progress(host, f"still running: pids {', '.join(map(str, pids))}; run `tfctl down`")
+        stop_after_failure(cluster, progress)
         raise
+
+
+def stop_after_failure(cluster: Cluster, progress: Progress) -> None:
+    """A start that failed (or was interrupted) stops whatever of the run it started, and says
+    what it could not."""
+    progress("", "stopping what was started")
+    report = cluster.stop()
+    for host, why in sorted(report.unreachable.items()):
+        progress(host, f"could not be checked: {why}; run `tfctl down` once it answers")
+    for host, pids in sorted(report.remaining.items()):
+        progress(host, f"still running: pids {', '.join(map(str, pids))}; run `tfctl down`")
 
 
 def wait_listening(

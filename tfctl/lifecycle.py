@@ -29,6 +29,7 @@ from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir
 from tfctl.runs import RunRecord, RunStore, new_run_id
+from tfctl.setup import run_setup
 from tfctl.supervisor.files import host_key
 from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
@@ -57,6 +58,12 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     record = store.latest(config.path)
     if record is None:
         return
+    if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
+        raise UsageError(
+            f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
+            f"its `tfctl up` is pid {record.watcher['pid']})",
+            hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
+        )
     with Cluster(record) as cluster:
         statuses, _ = cluster.status()
     alive = [s for s in statuses if s.state.may_be_alive]
@@ -87,7 +94,8 @@ def security_warnings(config: ClusterConfig) -> list[str]:
 def launch(
     store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False, detach: bool = False
 ) -> Cluster:
-    """Preflight every host, check ports, sync code, record the run and start it phase by phase.
+    """Preflight every host, check ports, record the run, sync code, run `setup`, and start the
+    tasks phase by phase.
 
     Nothing is started anywhere until every host has answered; any failure after that stops
     whatever was started before the error is raised. The caller closes the returned cluster.
@@ -114,11 +122,13 @@ def launch(
                 hint="stop what holds them (`tfctl down --all` if it is an old run), "
                 "or change the ports in the cluster file",
             )
-        if plan.sync_dir is not None:
-            sync_code(cluster, plan, progress)
         with store.lock():
-            store.create(record)
+            store.create(record)  # first: whatever follows leaves files on the hosts, for `prune`
         try:
+            if plan.sync_dir is not None:
+                sync_code(cluster, plan, progress)
+            if plan.setup is not None:
+                run_setup(cluster, plan.setup, progress)
             control.start(cluster, plan.phases, plan.startup_timeout, progress)
         except KeyboardInterrupt:
             store.end(record.run_id, RunState.STOPPED, "interrupted during start")

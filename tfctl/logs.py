@@ -12,6 +12,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterator, Sequence
 
+from tfctl import console
 from tfctl.errors import TfctlError
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import FollowRequest, LogChunk, TaskEnded
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from tfctl.cluster import Cluster
 
 RECONNECT_DELAY = 1.0
-
-PALETTE = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 
 
 class LogFollower:
@@ -222,14 +221,16 @@ def utc(moment: float) -> str:
 
 
 class Prefixer:
-    """`[worker:1] ` prefixes, one colour per task, aligned; plain when colour is off."""
+    """`[worker:1] ` prefixes, one colour per task, aligned; plain when colour is off (as
+    `console.color_enabled` decides for the stream the lines go to)."""
 
     def __init__(self, names: Sequence[str], color: bool) -> None:
         width = max((len(n) for n in names), default=0) + 2
         self._prefix = {}
         for i, name in enumerate(names):
             text = f"[{name}]".ljust(width)
-            self._prefix[name] = f"\x1b[{PALETTE[i % len(PALETTE)]}m{text}\x1b[0m " if color else f"{text} "
+            colour = console.PALETTE[i % len(console.PALETTE)]
+            self._prefix[name] = (console.paint(text, colour) if color else text) + " "
 
     def __call__(self, task: str, line: str) -> str:
         return self._prefix.get(task, f"[{task}] ") + line

@@ -155,6 +155,8 @@ class ClusterConfig:
     start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
+    # Shell commands run once per host, in the run's workdir there, before any task starts.
+    setup: tuple[str, ...] = ()
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

@@ -12,6 +12,7 @@ from tfctl.hostagent import REMOTE_ROOT, interpreter
 from tfctl.hosts import HostSpec, tfctl_home
 from tfctl.model import ClusterConfig, HostConfig, SSHSettings
 from tfctl.runs import RunRecord
+from tfctl.setup import Setup, plan_setup
 from tfctl.tf import cluster as tf_cluster
 from tfctl.transport import is_local_name
 
@@ -23,6 +24,7 @@ class Plan:
     startup_timeout: float
     sync_dir: Path | None = None  # copied to remote hosts before start, when set
     exclude: tuple[str, ...] = ()
+    setup: Setup | None = None  # run on every host after sync, before any task
 
 
 def host_spec(config: ClusterConfig, host: str) -> HostSpec:
@@ -89,10 +91,15 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         logdir=config.logdir_for(run_id),
     )
     remote = any(h.transport["kind"] != "local" for h in hosts)
+    setup = None
+    if config.setup:  # the tasks' environment, less what only a TF task has (TF_CONFIG)
+        env = {**tf_cluster.DEFAULT_ENV, **config.env}
+        setup = plan_setup(config.setup, [h.name for h in hosts], cwd_for, env)
     return Plan(
         record,
         tuple(tf_cluster.start_phases(tasks, config.start_order)),
         config.startup_timeout,
         Path(local_dir) if remote and config.sync else None,
         config.exclude,
+        setup,
     )

@@ -43,10 +43,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.05, help="peak, after a one-epoch warm-up")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--checkpoint_dir", default=None,
-                   help="default /tmp/tfctl-ckpt/$TFCTL_RUN_ID (a fresh directory per run)")
+                   help="default $TFCTL_RUN_DIR/checkpoints (the run's own directory, fresh per run)")
     args = p.parse_args(argv)
-    if args.checkpoint_dir is None:
-        args.checkpoint_dir = f"/tmp/tfctl-ckpt/{os.environ.get('TFCTL_RUN_ID') or time.strftime('manual-%Y%m%d-%H%M%S')}"
+    if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
+        run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
+        args.checkpoint_dir = os.path.join(run_dir, "checkpoints")
     return args
 
 
@@ -198,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     step = int(step_var.numpy())
 
-    checksum = float(sum(tf.reduce_sum(tf.abs(v)).numpy() for v in model.trainable_variables))
-    log(f"worker {index}: weight checksum {checksum:.6f}")  # identical on every worker
+    # Summed in float64 by numpy, in one fixed order: the same weights give the same digits on any
+    # machine. Identical on every worker of a run (the all-reduce keeps the copies in step); from
+    # run to run, only close on other machines (TF's CPU kernels round as their threads split sums).
+    checksum = sum(float(np.abs(v.numpy()).sum(dtype=np.float64)) for v in model.trainable_variables)
+    log(f"worker {index}: weight checksum {checksum:.6f}")
 
     # Every worker takes part in saving; only worker 0 keeps its copy.
     save_dir = args.checkpoint_dir if is_chief else os.path.join(args.checkpoint_dir, f"tmp-worker-{index}")

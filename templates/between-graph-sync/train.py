@@ -17,7 +17,7 @@ Where the cluster comes from: the classic flags `--job_name --task_index --ps_ho
 
 Output (flushed at once, so tfctl's logs are live):
     step 250 loss 0.2913 steps/s 40.4 worker 0 accuracy 0.9400
-    final step 300 loss 0.1412 accuracy 0.9611 time 7.1s steps/s 41.7 checkpoint /tmp/tfctl-ckpt/...
+    final step 300 loss 0.1412 accuracy 0.9611 time 7.1s steps/s 41.7 checkpoint /home/me/.tfctl/work/.../checkpoints
 
 How the run ends (and why it always ends):
 - The chief's StopAtStepHook stops it at --train_steps. Closing its MonitoredTrainingSession
@@ -94,14 +94,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data_dir", default=None, help="directory holding a Keras-style mnist.npz")
     p.add_argument("--checkpoint_dir", default=None,
                    help="where the chief saves (and resumes from) checkpoints; default "
-                        "/tmp/tfctl-ckpt/$TFCTL_RUN_ID, so a new run never resumes an old one")
+                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run never resumes an old one")
     p.add_argument("--ready_timeout", type=float, default=120.0,
                    help="seconds a non-chief waits for the chief to initialise the variables")
     args = p.parse_args(argv)
     fill_from_tf_config(args)
-    if args.checkpoint_dir is None:
-        run = os.environ.get("TFCTL_RUN_ID") or time.strftime("manual-%Y%m%d-%H%M%S")
-        args.checkpoint_dir = f"/tmp/tfctl-ckpt/{run}"
+    if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
+        run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
+        args.checkpoint_dir = os.path.join(run_dir, "checkpoints")
     return args
 
 

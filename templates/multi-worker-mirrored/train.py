@@ -15,7 +15,7 @@ MultiWorkerMirroredStrategy. The model is a plain `tf.Module` with `tf.Variable`
 
 Output (flushed at once, so tfctl's logs are live):
     step 100 loss 0.4123 steps/s 85.2
-    final step 300 loss 0.1530 accuracy 0.9582 time 4.2s steps/s 71.1 checkpoint /tmp/tfctl-ckpt/...
+    final step 300 loss 0.1530 accuracy 0.9582 time 4.2s steps/s 71.1 checkpoint /home/me/.tfctl/work/.../checkpoints
 
 What TF 2.21 does when a worker is missing or dies (no timeouts, so know the signs):
 - a worker that never comes up: the others log "Waiting for 1/2 tasks to connect" and
@@ -61,11 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--checkpoint_dir", default=None,
                    help="where worker 0 saves (and every worker resumes from) checkpoints; default "
-                        "/tmp/tfctl-ckpt/$TFCTL_RUN_ID, so a new run never resumes an old one")
+                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run never resumes an old one")
     args = p.parse_args(argv)
-    if args.checkpoint_dir is None:
-        run = os.environ.get("TFCTL_RUN_ID") or time.strftime("manual-%Y%m%d-%H%M%S")
-        args.checkpoint_dir = f"/tmp/tfctl-ckpt/{run}"
+    if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
+        run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
+        args.checkpoint_dir = os.path.join(run_dir, "checkpoints")
     return args
 
 

@@ -2,7 +2,8 @@
 
 One module per group of verbs; importing them registers them on the `cli` group.
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
-compose) or after it on every verb but `logs`, where `-f` means follow.
+compose) or after it, on every verb that reads one; after `logs`, `-f` means follow (use
+`--file`). `init` takes a directory instead.
 """
 
 from tfctl.cli import history, inspect, prepare, reach, start, stop

@@ -1,7 +1,8 @@
 """Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
 
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
-compose) or after it on every verb but `logs`, where `-f` means follow.
+compose) or after it, on every verb that reads one; after `logs`, `-f` means follow (use
+`--file`). `init` takes a directory instead.
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from tfctl.cli.common import file_option
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Examples:
+  tfctl init && tfctl up        write a localhost cluster and run it
+  tfctl -f gpu.yaml up -d       start detached; prints the run id
+  tfctl -f gpu.yaml logs -f     follow every task's output
+  tfctl -f gpu.yaml down        stop it and prove nothing remains
+
+Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the README for zsh
+and fish.""",
+)
 @file_option()
 @click.option(
     "--trace",
@@ -27,18 +39,19 @@ from tfctl.errors import EXIT_INTERRUPTED, TfctlError
     help="Append timed events (host calls, SSH channels) to FILE as JSON lines.",
 )
 @click.version_option(__version__, prog_name="tfctl")
-@click.pass_context
-def cli(ctx: click.Context, cluster_file: Path | None, trace_file: Path | None) -> None:
+def cli(cluster_file: Path | None, trace_file: Path | None) -> None:
     """Launch, watch and stop distributed TensorFlow clusters from one cluster file."""
+    # `cluster_file` is read by each verb from the parsed parameters (`common.named_file`).
     if trace_file is not None:
         os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
-    ctx.obj = {"cluster_file": cluster_file}
 
 
 def main() -> None:
     """Entry point: the one place that maps errors to exit codes."""
     try:
-        code = cli.main(standalone_mode=False)
+        # One program name however tfctl was started (`python -m tfctl` too): the usage lines and
+        # the shell-completion variable (_TFCTL_COMPLETE) depend on it.
+        code = cli.main(prog_name="tfctl", standalone_mode=False)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except click.exceptions.Abort:

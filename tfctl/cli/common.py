@@ -20,10 +20,10 @@ DEFAULT_FILE = Path("cluster.yaml")
 
 
 class Duration(click.ParamType):
-    """`90`, `90s`, `5m`, `2h`, `1h30m`, `1d` -> seconds, as `docker logs --since` takes them."""
+    """`90`, `90s`, `5m`, `2h`, `1h30m`, `30d`, `2w` -> seconds, as `docker logs --since` takes them."""
 
     name = "duration"
-    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
@@ -31,7 +31,7 @@ class Duration(click.ParamType):
         text = str(value).strip().lower()
         if re.fullmatch(r"\d+(\.\d+)?", text):
             return float(text)
-        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", text)
         if not parts or "".join(n + u for n, u in parts) != text:
             self.fail(f"{value!r} is not a duration: write e.g. 90s, 5m, 2h or 1h30m", param, ctx)
         return sum(float(n) * self.UNITS[u] for n, u in parts)
@@ -56,8 +56,14 @@ accept_new_option = click.option(
 )
 
 
+def named_file(ctx: click.Context, given: Path | None) -> Path | None:
+    """The cluster file named after the verb, else before it (`tfctl -f FILE verb`), else None.
+    Read from the parsed parameters, so shell completion (which runs no callbacks) sees it too."""
+    return given or ctx.find_root().params.get("cluster_file")
+
+
 def cluster_file_path(ctx: click.Context, given: Path | None) -> Path:
-    path = given or ctx.obj.get("cluster_file")
+    path = named_file(ctx, given)
     if path is not None:
         return path
     if not DEFAULT_FILE.exists():

@@ -11,12 +11,20 @@ import click
 
 from tfctl.cli.app import cli
 from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
+from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 
-@cli.command()
+@cli.command(
+    short_help="Show each task's state, pid, exit code and last line.",
+    epilog="""\b
+Examples:
+  tfctl status                  the newest run of ./cluster.yaml
+  tfctl status --watch          refresh every second
+  tfctl status --run ID --json  one JSON object per task""",
+)
 @file_option()
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"run": {...}, "tasks": [...]}.')
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @click.pass_context
@@ -41,14 +49,21 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
                 live.update(render.status_table(cluster, console.out().width), refresh=True)
 
 
-@cli.command()
+@cli.command(
+    short_help="Print task output, merged and prefixed; -f follows.",
+    epilog="""\b
+Examples:
+  tfctl logs -f                   follow every task until the run ends
+  tfctl logs --tail 20 worker     the last 20 lines of every worker
+  tfctl logs --file g.yaml ps:0   g.yaml's ps:0 (after logs, -f is --follow)""",
+)
 @file_option(short=False)
-@click.argument("tasks", nargs=-1)
+@click.argument("tasks", nargs=-1, shell_complete=task_names)
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming; ends by itself when the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
 @click.option("--since", type=Duration(), default=None, help="Only lines written in the last DURATION (90s, 5m, 2h).")
 @click.option("-t", "--timestamps", is_flag=True, help="Begin each line with when it was written (UTC).")
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.pass_context
 def logs(
     ctx: click.Context,

@@ -13,12 +13,22 @@ from tfctl.cli.common import (
     accept_new_option,
     cluster_file_path,
     file_option,
+    named_file,
     run_store,
     stamp,
 )
+from tfctl.cli.complete import template_names
+from tfctl.errors import UsageError
 
 
-@cli.command()
+@cli.command(
+    short_help="Check hosts, versions, ports and network; start nothing.",
+    epilog="""\b
+Examples:
+  tfctl check                          everything `up` checks before starting
+  tfctl check --no-network             without the reachability probes
+  tfctl check --accept-new-host-keys   pin SSH host keys seen the first time""",
+)
 @file_option()
 @click.option(
     "--network/--no-network",
@@ -83,14 +93,37 @@ def check(
     return 1 if report.busy else 0
 
 
-@cli.command()
+@cli.command(
+    short_help="Write a cluster file and a training script from a template.",
+    epilog="""\b
+Examples:
+  tfctl init                           between-graph-async, in this directory
+  tfctl init -t parameter-server psj   that template, in ./psj
+  tfctl init --list                    the templates""",
+)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("-t", "--template", default=None, help="Template to use (default: between-graph-async).")
+@click.option(
+    "-t",
+    "--template",
+    default=None,
+    shell_complete=template_names,
+    help="Template to use (default: between-graph-async).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the templates and exit.")
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
-def init(directory: Path, template: str | None, list_only: bool, force: bool) -> int:
-    """Write a cluster file and a training script that run as generated on this machine."""
+@click.pass_context
+def init(ctx: click.Context, directory: Path, template: str | None, list_only: bool, force: bool) -> int:
+    """Write a cluster file and a training script that run as generated on this machine.
+
+    DIRECTORY (default: the current one) receives cluster.yaml, train.py and a README."""
     from tfctl import console, templates
+
+    named = named_file(ctx, None)
+    if named is not None:
+        raise UsageError(
+            f"`init` writes cluster.yaml into a directory; it takes no cluster file (-f {named})",
+            hint=f"tfctl init {named.parent}" if named.parent != Path(".") else "tfctl init [DIRECTORY]",
+        )
 
     if list_only:
         for name, title in templates.available().items():

@@ -23,13 +23,26 @@ from tfctl.errors import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
     from tfctl.cluster import Cluster
+    from tfctl.plan import Plan
     from tfctl.runs import RunStore
 
 
-@cli.command()
+@cli.command(
+    short_help="Start the cluster and follow it to its end (or -d).",
+    epilog="""\b
+Examples:
+  tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
+  tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
+  tfctl up --dry-run         print setup and each task's command, TF_CONFIG""",
+)
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
-@click.option("--dry-run", is_flag=True, help="Print each task's host, command and TF_CONFIG; start nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the setup commands, then each task's host, command and TF_CONFIG, and the warnings `up` "
+    "would print; start nothing and connect to no host.",
+)
 @accept_new_option
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
@@ -43,17 +56,13 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     config = load_config(path)
     store = run_store()
     plan = lifecycle.plan_run(config, store)
-    if dry_run:
-        for task in plan.record.tasks:
-            console.out().print(f"[bold]{task.name}[/bold]  {task.address}")
-            console.out().print(f"  command:   {task.command}", markup=False)
-            console.out().print(f"  cwd:       {task.cwd}", markup=False)
-            console.out().print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
-        return 0
-    lifecycle.ensure_no_live_run(store, config)
     err = console.err()
     for warning in lifecycle.security_warnings(config):
         err.print(Text("warning: ", style="bold yellow") + Text(warning))
+    if dry_run:
+        _print_plan(plan)
+        return 0
+    lifecycle.ensure_no_live_run(store, config)
     record = plan.record
     err.print(
         f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
@@ -83,6 +92,23 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
     console.out().print(record.run_id, markup=False)
     return 0
+
+
+def _print_plan(plan: Plan) -> None:
+    """What `up` would run, where, in which order: setup, then each task."""
+    from tfctl import console
+
+    out = console.out()
+    if plan.setup is not None:
+        hosts = ", ".join(t.host for t in plan.setup.tasks)
+        out.print(f"[bold]setup[/bold]  once on each host ({hosts}), in its workdir, before any task")
+        for command in plan.setup.commands:
+            out.print(f"  $ {command}", markup=False)
+    for task in plan.record.tasks:
+        out.print(f"[bold]{task.name}[/bold]  {task.address}")
+        out.print(f"  command:   {task.command}", markup=False)
+        out.print(f"  cwd:       {task.cwd}", markup=False)
+        out.print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
 
 
 def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:

@@ -13,12 +13,20 @@ from tfctl.cli.common import (
     run_record,
     run_store,
 )
+from tfctl.cli.complete import run_option
 from tfctl.errors import UsageError
 
 
-@cli.command()
+@cli.command(
+    short_help="Stop every process of a run and prove nothing remains.",
+    epilog="""\b
+Examples:
+  tfctl down                 stop the newest run of ./cluster.yaml
+  tfctl down --run ID        stop that run (ids: tfctl runs)
+  tfctl down --all           also stop what crashed runs left on the hosts""",
+)
 @file_option()
-@click.option("--run", "run_id", help="Run id (default: the newest run of the cluster file).")
+@run_option
 @click.option(
     "--all",
     "sweep",

@@ -4,7 +4,8 @@ Hosts often share one home directory (NFS on lab and HPC clusters), so everythin
 for itself lives under a directory named after the host, and every temporary name carries the
 host too. Layout under <root>/hosts/<hostname>-<machine id>/: tasks/<run_id>/<job>-<index>/
 {spec.json, proc.json, exit.json, stop.json, output.log, monitor.log}, and requests/, the journal
-of requests that must not run twice.
+of requests that must not run twice. A run's own files, shared by hosts that share <root>, are
+under <root>/work/<run_id>/.
 """
 
 from __future__ import annotations
@@ -70,3 +71,13 @@ def run_dir(root: str, run_id: str) -> str:
 
 def task_dir(root: str, run_id: str, task: str) -> str:
     return os.path.join(run_dir(root, run_id), task.replace(":", "-"))
+
+
+RUN_DIR_ENV = "TFCTL_RUN_DIR"
+
+
+def work_dir(root: str, run_id: str) -> str:
+    """The run's own directory on this host, given to its tasks as $TFCTL_RUN_DIR (checkpoints):
+    the synced workdir's copy on a remote host, an empty one where tasks run in place. Removed
+    with the rest of the run's files by `tfctl runs --prune` only, never when the run ends."""
+    return os.path.join(os.path.expanduser(root), "work", run_id)

@@ -473,6 +473,24 @@ class SyncApplyRequest(Request[SyncApplyAnswer]):
     blobs: Dict[str, str]
 
 
+@record
+class PruneAnswer(Wire):
+    paths: Dict[str, List[str]]  # run -> its files here, removed (or, in a dry run, to remove)
+    sizes: Dict[str, int]  # run -> bytes in them
+    kept: Dict[str, str]  # run -> why none of its files were touched (something of it still runs)
+
+
+@record
+class PruneRequest(Request[PruneAnswer]):
+    """Remove the files of ended runs on this host: task state, logs and the run's directory."""
+
+    VERB: ClassVar[str] = "prune"
+    ANSWER: ClassVar[Type[Wire]] = PruneAnswer
+
+    runs: List[str]
+    dry_run: bool = False
+
+
 VERBS: Dict[str, Type[Request[Any]]] = {
     cls.VERB: cls
     for cls in (
@@ -487,6 +505,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         TailRequest,
         SyncPlanRequest,
         SyncApplyRequest,
+        PruneRequest,
     )
 }
 

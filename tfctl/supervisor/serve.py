@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, journal, logs, monitor, sync, tasks
+from . import checks, journal, logs, monitor, prune, sync, tasks
 from .errors import AgentError
 from .protocol import Envelope, FollowRequest, Request, answer_to_wire, follow_event_to_wire
 
@@ -31,6 +31,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "tail": logs.tail,
     "sync_plan": sync.sync_plan,
     "sync_apply": sync.sync_apply,
+    "prune": prune.prune,
 }
 DEFERRED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 

@@ -2,7 +2,8 @@
 their orphans.
 
 Every task process carries TFCTL_RUN_ID and TFCTL_TASK in its environment, so stragglers that
-left the task's process group (daemons, `setsid` children) are still found by `stop`/`sweep`.
+left the task's process group (daemons, `setsid` children) are still found by `stop`/`sweep`,
+and TFCTL_RUN_DIR, the run's own directory on its host (`files.work_dir`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Dict, List, Optional, Set
 from . import guard, procfs
 from .checks import port_owners
 from .errors import AgentError
-from .files import read_json, run_dir, task_dir, write_json
+from .files import RUN_DIR_ENV, read_json, run_dir, task_dir, work_dir, write_json
 from .logs import last_line, output_log
 from .marks import recent_marks
 from .protocol import (
@@ -55,7 +56,10 @@ def start(root: str, request: StartRequest) -> StartAnswer:
     if request.lease > 0:
         guard.start_lease(root, run_id, request.lease)
     started: Dict[str, str] = {}
+    work = work_dir(root, run_id)
+    os.makedirs(work, mode=0o700, exist_ok=True)
     for launch in request.tasks:
+        launch = launch.replace(env={**launch.env, RUN_DIR_ENV: work})
         d = task_dir(root, run_id, launch.task)
         if os.path.exists(os.path.join(d, "spec.json")):
             raise AgentError("task %s of run %s was already started on this host" % (launch.task, run_id))

@@ -3,8 +3,9 @@
 One authenticated connection per host carries every command as its own exec channel, so a
 cluster of N hosts costs N handshakes, not one per call. Host keys are tfctl's decision, not
 paramiko's: strict by default, `accept-new` on request (pinned in tfctl's own known_hosts), and a
-changed key is always fatal, on every hop of a ProxyJump chain. This is the only module that
-imports paramiko; `tfctl.transport.connect` imports it lazily.
+changed key is always fatal, on every hop of a ProxyJump chain. A ProxyCommand runs as OpenSSH
+runs it (`/bin/sh -c "exec COMMAND"`, its %-tokens filled in), talking SSH over a socket pair.
+This is the only module that imports paramiko; `tfctl.transport.connect` imports it lazily.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tfctl.errors import HostError
 from tfctl.hosts import tfctl_home
 from tfctl.transport import terminal
 from tfctl.transport.base import Result, Stream, Transport, Tunnel, shell_path
+from tfctl.transport.proxy import Proxy, proxy_command
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -54,6 +56,7 @@ class _Endpoint:
     key_files: tuple[str, ...]
     use_agent: bool
     known_hosts: tuple[Path, ...]
+    proxy_command: str | None = None  # tokens filled in; the connection goes through it
 
     @property
     def known_name(self) -> str:
@@ -63,6 +66,14 @@ class _Endpoint:
     def __str__(self) -> str:
         addr = self.hostname if self.port == 22 else f"{self.hostname}:{self.port}"
         return addr if addr == self.alias else f"{self.alias} ({addr})"
+
+
+class _SSHConfig(paramiko.SSHConfig):
+    """paramiko's parser, but ProxyCommand's %-tokens are left for `proxy_command`: paramiko
+    fills them from the ssh config alone, so %p and %r would miss a port or user the cluster file
+    sets."""
+
+    TOKENS_BY_CONFIG_KEY = {**paramiko.SSHConfig.TOKENS_BY_CONFIG_KEY, "proxycommand": []}
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -190,6 +201,7 @@ class SSHTransport(Transport):
         self._stderr_sink = stderr_sink
         self._lock = threading.Lock()
         self._clients: list[paramiko.SSHClient] = []  # jump hops first, the host itself last
+        self._proxies: list[Proxy] = []  # the ProxyCommand the first of them goes through
 
     @property
     def is_local(self) -> bool:
@@ -335,12 +347,15 @@ class SSHTransport(Transport):
         for client in reversed(self._clients):
             client.close()
         self._clients = []
+        for proxy in self._proxies:
+            proxy.end()
+        self._proxies = []
 
     def _ssh_config(self) -> paramiko.SSHConfig:
         if not self._ssh_config_path.exists():
-            return paramiko.SSHConfig()
+            return _SSHConfig()
         try:
-            return paramiko.SSHConfig.from_path(str(self._ssh_config_path))
+            return _SSHConfig.from_path(str(self._ssh_config_path))
         except (OSError, paramiko.SSHException, ValueError) as e:
             raise HostError(self.host, f"cannot read {self._ssh_config_path}: {e}") from e
 
@@ -356,15 +371,10 @@ class SSHTransport(Transport):
     ) -> list[_Endpoint]:
         """The servers to connect through, in order, ending with `alias` itself.
 
-        Like OpenSSH, the first hop of a ProxyJump follows its own ProxyJump; later hops do not.
+        Like OpenSSH, the first hop of a ProxyJump follows its own ProxyJump (or ProxyCommand);
+        later hops do not. A ProxyJump wins over a ProxyCommand.
         """
         cfg = config.lookup(alias)
-        if cfg.get("proxycommand") and "proxyjump" not in cfg:
-            raise HostError(
-                self.host,
-                f"ProxyCommand (for {alias} in {self._ssh_config_path}) is not supported",
-                hint="use ProxyJump instead",
-            )
         try:
             port = int(port or cfg.get("port") or 22)
         except ValueError:
@@ -375,16 +385,28 @@ class SSHTransport(Transport):
             if self._known_hosts is not None
             else tuple(Path(p).expanduser() for p in shlex.split(cfg.get("userknownhostsfile", DEFAULT_KNOWN_HOSTS)))
         )
+        user = user or cfg.get("user") or getpass.getuser()
+        jump = cfg.get("proxyjump", "none")
+        proxy = cfg.get("proxycommand") if follow_jump and jump.lower() == "none" else None
+        if proxy is not None:
+            try:
+                proxy = proxy_command(proxy, cfg["hostname"], port, user, alias)
+            except ValueError as e:
+                raise HostError(
+                    self.host,
+                    f"ProxyCommand for {alias} in {self._ssh_config_path} uses {e}, which tfctl does not fill in",
+                    hint="use %h (host name), %p (port), %r (user), %n (the name as written) or %% (a %)",
+                ) from None
         endpoint = _Endpoint(
             alias,
             cfg["hostname"],
             port,
-            user or cfg.get("user") or getpass.getuser(),
+            user,
             key_files,
             cfg.get("identitiesonly", "no").lower() != "yes",
             known_hosts,
+            proxy,
         )
-        jump = cfg.get("proxyjump", "none")
         if not follow_jump or jump.lower() == "none":
             return [endpoint]
         if depth >= MAX_JUMP_DEPTH:
@@ -448,6 +470,12 @@ class SSHTransport(Transport):
                 raise self._changed_key(ep, e) from None
             if isinstance(e, paramiko.AuthenticationException):
                 raise self._auth_failed(ep, e, where) from None
+            if isinstance(e, (paramiko.SSHException, OSError, EOFError)) and ep.proxy_command and via is None:
+                raise HostError(
+                    self.host,
+                    f"{where}SSH handshake with {ep} failed: {self._proxies[-1].failure()}",
+                    hint=f"try the command yourself: ssh -o ProxyCommand='{ep.proxy_command}' {ep.alias} true",
+                ) from e
             if isinstance(e, (paramiko.SSHException, OSError, EOFError)):
                 raise HostError(
                     self.host,
@@ -460,6 +488,12 @@ class SSHTransport(Transport):
         return client
 
     def _socket(self, ep: _Endpoint) -> socket.socket:
+        if ep.proxy_command:
+            try:
+                self._proxies.append(Proxy(ep.proxy_command))
+            except OSError as e:
+                raise HostError(self.host, f"cannot start the ProxyCommand for {ep.alias}: {e}") from e
+            return self._proxies[-1].sock
         reach = f"cannot reach {ep}"
         try:
             sock = socket.create_connection((ep.hostname, ep.port), timeout=self._connect_timeout)
