@@ -257,9 +257,7 @@ def test_logs_dash_f_with_a_cluster_file_says_it_means_follow(tmp_path: Path, ho
     assert "tfctl logs --file cluster.yaml -f" in result.stderr
 
 
-@pytest.mark.parametrize(
-    "value, seconds", [("90", 90.0), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("2d", 172800.0)]
-)
+@pytest.mark.parametrize("value, seconds", [("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("2d", 172800.0)])
 def test_durations_read_as_docker_writes_them(value: str, seconds: float) -> None:
     from tfctl.cli.common import Duration
 

@@ -20,7 +20,7 @@ DEFAULT_FILE = Path("cluster.yaml")
 
 
 class Duration(click.ParamType):
-    """`90`, `90s`, `5m`, `2h`, `1h30m`, `30d`, `2w` -> seconds, as `docker logs --since` takes them."""
+    """`90s`, `5m`, `2h`, `1h30m`, `30d`, `2w` -> seconds, as `docker logs --since` takes them."""
 
     name = "duration"
     UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -28,9 +28,7 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
-        text = str(value).strip().lower()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            return float(text)
+        text = str(value).strip().lower()  # a bare number is refused: seconds? days?
         parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", text)
         if not parts or "".join(n + u for n, u in parts) != text:
             self.fail(f"{value!r} is not a duration: write e.g. 90s, 5m, 2h or 1h30m", param, ctx)

@@ -16,7 +16,7 @@ from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 
 @cli.command(
-    short_help="Show each task's state, pid, exit code and last line.",
+    short_help="Show each task's state, progress, exit code, last line.",
     epilog="""\b
 Examples:
   tfctl status                  the newest run of ./cluster.yaml
@@ -29,7 +29,7 @@ Examples:
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
-    """Show every task: state, pid, exit code, uptime, listening, last log line."""
+    """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
     from tfctl import console, render
     from tfctl.cluster import Cluster
 

@@ -8,15 +8,20 @@ import click
 
 from tfctl.cli.app import cli
 from tfctl.cli.common import file_option, run_record, run_store, select_task
+from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import UsageError
 
-RUN_HELP = "Run id (default: the newest run of the cluster file)."
 
-
-@cli.command()
+@cli.command(
+    short_help="Open a shell where a task runs, with its environment.",
+    epilog="""\b
+Examples:
+  tfctl ssh worker:1           a shell on worker:1's host, in its workdir
+  tfctl ssh chief --run ID     the chief of an earlier run""",
+)
 @file_option()
-@click.option("--run", "run_id", help=RUN_HELP)
-@click.argument("task")
+@run_option
+@click.argument("task", shell_complete=task_names)
 @click.pass_context
 def ssh(ctx: click.Context, cluster_file: Path | None, run_id: str | None, task: str) -> int:
     """Open a shell on TASK's host, in its working directory, with its environment.
@@ -30,20 +35,24 @@ def ssh(ctx: click.Context, cluster_file: Path | None, run_id: str | None, task:
     return reach.attach(record, select_task(record, task), None)
 
 
-@cli.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(
+    name="exec",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    short_help="Run a command where a task runs; its exit code is tfctl's.",
+    epilog="""\b
+Examples:
+  tfctl exec worker:1 -- nvidia-smi
+  tfctl exec ps -- sh -c 'echo "$TF_CONFIG"'""",
+)
 @file_option()
-@click.option("--run", "run_id", help=RUN_HELP)
-@click.argument("task")
+@run_option
+@click.argument("task", shell_complete=task_names)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def exec_command(
     ctx: click.Context, cluster_file: Path | None, run_id: str | None, task: str, command: tuple[str, ...]
 ) -> int:
     """Run COMMAND on TASK's host, in its working directory, with its environment.
-
-    \b
-    tfctl exec worker:1 -- nvidia-smi
-    tfctl exec worker:1 -- sh -c 'echo "$TF_CONFIG"'
 
     Options go before TASK; TASK is `job:index`, or `job` when that job has one task. Each
     word of COMMAND reaches the host as one word, exactly as written (use `sh -c '...'` for
@@ -59,9 +68,15 @@ def exec_command(
     return reach.attach(record, select_task(record, task), argv)
 
 
-@cli.command()
+@cli.command(
+    short_help="Serve the run's logdir with TensorBoard, forwarded here.",
+    epilog="""\b
+Examples:
+  tfctl tensorboard             the newest run, on http://127.0.0.1:6006/
+  tfctl tensorboard --port 8080 --run ID""",
+)
 @file_option()
-@click.option("--run", "run_id", help=RUN_HELP)
+@run_option
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
