@@ -61,7 +61,7 @@ Attempt = tuple[float | None, float | None, bool]  # seconds to the first step, 
 
 
 def prepared(name: str, work: Path) -> Path:
-    """The program's cluster file, in a copy of its directory: free ports, files under `work`."""
+    """The program's cluster file, in a copy of its directory under `work`, on free ports."""
     source = REPO / PROGRAMS[name]
     if source.name == "cluster.yaml.example":  # the embedded default runs examples/mnist in place
         cluster = work / "cluster.yaml"
@@ -74,7 +74,7 @@ def prepared(name: str, work: Path) -> Path:
     old = sorted(set(re.findall(r"localhost:(\d+)", text)))
     mapping = dict(zip(old, map(str, free_ports(len(old)))))
     text = re.sub(r"localhost:(\d+)", lambda m: f"localhost:{mapping[m.group(1)]}", text)
-    cluster.write_text(text.replace("/tmp/tfctl-ckpt/", f"{work}/ckpt/"))
+    cluster.write_text(text)
     return cluster
 
 

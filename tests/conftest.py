@@ -169,3 +169,11 @@ def add_run(home: Path, run_id: str, cluster_file: Path, created_at: float, jobs
     )
     RunStore(home).create(record)
     return record
+
+
+def no_warnings(stderr: str) -> None:
+    """An attached `up` of a healthy run says nothing but progress: no note, no warning."""
+    noise = [
+        line for line in stderr.splitlines() if "fix:" in line or "warning" in line.lower() or "never logged" in line
+    ]
+    assert not noise, "\n".join(noise)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, tfctl
+from conftest import REPO, free_ports, no_warnings, tfctl
 
 from tfctl.supervisor.procfs import live_pids, proc_env_markers
 
@@ -60,6 +60,7 @@ def run_up(cluster: Path, home: Path, timeout: float = 240):
     up = tfctl("-f", str(cluster), "up", home=home, timeout=timeout)
     assert up.returncode == 0, up.stderr[-3000:] + up.stdout[-5000:]
     assert "job succeeded" in up.stderr
+    no_warnings(up.stderr)
     return up
 
 

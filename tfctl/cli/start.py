@@ -162,7 +162,11 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 @click.option("--run", "run_id", required=True)
 def watch_command(run_id: str) -> int:
     """Detached watcher started by `up -d`: ends the run when the job is done."""
+    import os
+
     from tfctl import lifecycle, render
+
+    os.nice(10)  # it mostly waits; the tasks starting beside it on this machine come first
 
     ending = lifecycle.watch(run_store(), run_id)
     if ending is not None:
