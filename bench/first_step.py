@@ -126,7 +126,9 @@ def run_bash(cluster: Path, work: Path) -> Attempt:
     logs = {t.name: work / f"bash-{t.name.replace(':', '-')}.log" for t in record.tasks}
     lines = ["#!/bin/bash"]
     for t in record.tasks:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in t.env.items())
+        # What tfctl's host gives every task besides its env: the run's own directory.
+        task_env = {**t.env, "TFCTL_RUN_DIR": str(work / "run-dir")}
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in task_env.items())
         lines.append(
             f"(cd {shlex.quote(t.cwd or '.')} && exec env {env} sh -c {shlex.quote(t.command)}) > {logs[t.name]} 2>&1 &"
         )
