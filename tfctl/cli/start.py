@@ -46,7 +46,7 @@ Examples:
 @accept_new_option
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
-    """Start the cluster: ps first, then chief and workers; follow it to its end unless -d."""
+    """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
     from rich.text import Text
 
     from tfctl import console, lifecycle
