@@ -232,7 +232,8 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
                 assert (synced / "fake_task.py").is_file() and not (synced / "__pycache__").exists()
         else:
             assert "synced:" not in up.stderr
-            assert not any((root / "work").exists() for root in distinct_roots(lab))
+            # the run's own directory ($TFCTL_RUN_DIR) exists, but nothing was copied into it
+            assert not any((root / "work" / run_id / "fake_task.py").exists() for root in distinct_roots(lab))
 
         # status: every task runs, on its own host
         tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
