@@ -19,7 +19,7 @@ from .timeline import Timeline
 BLOCK = 64 * 1024
 ENOUGH_CONTEXT = 512 * 1024  # read this far back once the window is covered, for rare lines
 MAX_SCAN = 4 * 1024 * 1024
-NEWEST_KEPT = 8  # of each kind of line, the newest few are all kept; older ones one per bucket
+NEWEST_KEPT = 8  # of each kind of line, the newest few are all kept; older ones the oldest per bucket
 BUCKETS = 16  # per window
 MAX_TEXT = 200
 MAX_LINE = 4 * BLOCK  # a longer line is no progress line: skipped
@@ -45,6 +45,7 @@ def recent_marks(log_path: str, rule: ProgressRule, now: float) -> Tuple[List[Ma
         kept: List[Tuple[int, bytes, float]] = []
         newest: Dict[str, int] = {}
         last_bucket: Dict[str, int] = {}
+        bucket_mark: Dict[str, int] = {}  # kind -> index in `kept` of its current bucket's mark (-1: none to replace)
         horizon = now - rule.window
         covered_at: Optional[int] = None
         pos, carry = end, b""
@@ -65,10 +66,17 @@ def recent_marks(log_path: str, rule: ProgressRule, now: float) -> Tuple[List[Ma
                 written = date(pos + m.end() - 1)
                 seen = newest.get(kind, 0)
                 bucket = int(written // (rule.window / BUCKETS)) if rule.window > 0 else 0
+                mark = (pos + m.start(), text[:MAX_TEXT], written)
                 if seen < NEWEST_KEPT or last_bucket.get(kind) != bucket:
-                    kept.append((pos + m.start(), text[:MAX_TEXT], written))
+                    kept.append(mark)
                     newest[kind] = seen + 1
                     last_bucket[kind] = bucket
+                    bucket_mark[kind] = len(kept) - 1 if seen >= NEWEST_KEPT else -1
+                elif bucket_mark.get(kind, -1) >= 0:
+                    kept[bucket_mark[kind]] = mark  # a bucket keeps its oldest mark: rates start there
+                else:  # the bucket of the newest marks: one more, its oldest
+                    kept.append(mark)
+                    bucket_mark[kind] = len(kept) - 1
                 if written < horizon and covered_at is None:
                     covered_at = pos
             if covered_at is not None and covered_at - pos >= ENOUGH_CONTEXT:

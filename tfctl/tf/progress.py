@@ -113,13 +113,15 @@ class ProgressReader:
                 start = i
         recent = samples[start:]
         anchor = max((i for i, (t, _) in enumerate(recent) if t <= horizon), default=0)
-        first, last = recent[anchor] if recent else (0.0, 0), recent[-1] if recent else (0.0, 0)
-        if len(recent) < 2 or last[0] - first[0] < MIN_SPAN:
+        if len(recent) - anchor < 2:
             return None
+        first, last = recent[anchor], recent[-1]
         # A task that stopped stepping a while ago (more than twice its usual gap) has been slow
         # since: the window's rate counts that quiet time too.
         gap = (last[0] - first[0]) / (len(recent) - anchor - 1)
         end = last[0] if now - last[0] <= max(2 * gap, MIN_SPAN) else now
+        if end - first[0] < MIN_SPAN:
+            return None
         return (last[1] - first[1]) / (end - first[0])
 
 
