@@ -34,7 +34,7 @@ def write_log(tmp_path: Path, chunks: list[tuple[float, bytes]]) -> str:
 
 def progress_of(log: str, reader: ProgressReader | None = None, now: float = NOW) -> Progress:
     reader = reader or ProgressReader()
-    marks, _ = recent_marks(log, reader.rule(), now)
+    marks = recent_marks(log, reader.rule(), now)
     return reader.read(marks, now, uptime=100.0, running=True)
 
 
@@ -112,7 +112,7 @@ def test_a_long_chatty_log_is_read_only_as_far_as_needed(tmp_path: Path) -> None
     noise = b"x" * 120 + b"\n"
     chunks = [(NOW - 3600 + s, b"step %d\n" % s + noise * 100) for s in range(3600)]  # 43 MB
     reader = ProgressReader()
-    marks, _ = recent_marks(write_log(tmp_path, chunks), reader.rule(), NOW)
+    marks = recent_marks(write_log(tmp_path, chunks), reader.rule(), NOW)
     assert 2 <= len(marks) <= 200
     p = reader.read(marks, NOW, 3600.0, True)
     assert p.step == 3599

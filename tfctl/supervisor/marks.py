@@ -28,18 +28,17 @@ LINE_END = re.compile(rb"[\r\n]")
 TERMINAL_CODES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x08")  # colours (Keras 3 writes them to files too)
 
 
-def recent_marks(log_path: str, rule: ProgressRule, now: float) -> Tuple[List[Mark], Optional[float]]:
-    """Marks oldest first, and when the task last wrote anything (None: never)."""
+def recent_marks(log_path: str, rule: ProgressRule, now: float) -> List[Mark]:
+    """Marks oldest first."""
     try:
         f = open(log_path, "rb")
     except OSError:
-        return [], None
+        return []
     pattern = re.compile(rule.pattern.encode("utf-8"))
     with f, Timeline(log_path) as timeline:
-        st = os.fstat(f.fileno())
-        end = st.st_size
+        end = os.fstat(f.fileno()).st_size
         if end == 0:
-            return [], None
+            return []
         start = max(0, end - MAX_SCAN)
         date = timeline.dater(start, end)
         kept: List[Tuple[int, bytes, float]] = []
@@ -81,8 +80,7 @@ def recent_marks(log_path: str, rule: ProgressRule, now: float) -> Tuple[List[Ma
                     covered_at = pos
             if covered_at is not None and covered_at - pos >= ENOUGH_CONTEXT:
                 break
-        marks = [Mark(written, text.decode("utf-8", "replace").strip()) for _, text, written in reversed(kept)]
-        return marks, st.st_mtime
+        return [Mark(written, text.decode("utf-8", "replace").strip()) for _, text, written in reversed(kept)]
 
 
 def _first_line_end(block: bytes) -> int:

@@ -175,7 +175,6 @@ class TaskInfo(Wire):
     restarts: int = 0
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
-    output_at: Optional[float] = None  # when the task last wrote output, when progress was asked for
 
 
 @record

@@ -109,8 +109,7 @@ def status(root: str, request: StatusRequest) -> StatusAnswer:
         log = output_log(root, run_id, task)
         info = info.replace(listening=listens, last_line=last_line(log), uptime=uptime)
         if request.progress is not None:
-            marks, output_at = recent_marks(log, request.progress, now)
-            info = info.replace(marks=marks, output_at=output_at)
+            info = info.replace(marks=recent_marks(log, request.progress, now))
         out[task] = info
     return StatusAnswer(out, now)
 
