@@ -172,15 +172,15 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
         )
     notes = [finding_text(task, f) for task, f in found.findings.items()]
-    notes += untrained_notes(shot)
+    notes += untrained_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
 
 
-def untrained_notes(shot: Snapshot) -> list[Text]:
+def untrained_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
     return [
         Text(f"{task}: ", style="bold yellow")
         + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")
-        for task, peers in never_stepped(shot.statuses, shot.progress).items()
+        for task, peers in never_stepped(statuses, progress).items()
     ]
 
 

@@ -118,6 +118,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl import console, lifecycle, render
     from tfctl.logs import Prefixer
     from tfctl.tf.doctor import LiveNotes, diagnose_run
+    from tfctl.tf.progress import RunProgress
 
     err = console.err()
     record = cluster.record
@@ -142,7 +143,10 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
                 f"tfctl {hint_file}down --run {record.run_id}"
             )
         return EXIT_INTERRUPTED
-    for note in render.untrained_notes(render.snapshot(cluster)):
+    # One last look at every task: which never trained and, if the run failed, why.
+    run_progress = RunProgress(record.progress)
+    statuses, _ = cluster.status(progress=run_progress.rule())
+    for note in render.untrained_notes(statuses, run_progress.assess(statuses)):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
@@ -150,7 +154,6 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
         culprit = ending.outcome.culprit
         if culprit:
-            statuses, _ = cluster.status()
             finding = diagnose_run(cluster, statuses).findings.get(culprit)
             if finding is not None:
                 err.print(render.finding_text(culprit, finding))
