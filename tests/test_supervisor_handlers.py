@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.supervisor import checks, journal, logs, procfs, serve, state, sync
+from tfctl.supervisor import checks, files, journal, logs, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -205,3 +206,27 @@ def test_state_is_kept_per_host_under_a_shared_root(tmp_path: Path) -> None:
     assert files.host_key().startswith(socket.gethostname().replace(" ", "_"))
     assert files.task_dir(str(tmp_path), "r", "ps:0").startswith(own + os.sep)
     assert files.host_key() in files.unique_temp(str(tmp_path / "x.json"))
+
+
+def test_hosts_sharing_a_home_leave_the_runs_directory_to_the_last_of_them(tmp_path: Path) -> None:
+    """Each host forgets its own task state; the run's directory (synced code, checkpoints), one
+    for all of them on a shared home, goes only once no other host keeps state of the run."""
+    run = "t-20260101-100000-0001"
+    mine = Path(files.run_dir(str(tmp_path), run))
+    other = tmp_path / "hosts" / "!other-host" / "tasks" / run  # its key sorts before any host key
+    shared = Path(files.work_dir(str(tmp_path), run))
+    for d in (mine / "worker-0", other / "worker-1", shared):
+        d.mkdir(parents=True)
+    (shared / "ckpt").write_bytes(b"x" * 100)
+
+    # A dry run while both hosts keep state: the run's directory is reported by one of them only.
+    dry = prune.prune(str(tmp_path), p.PruneRequest([run], dry_run=True))
+    assert dry.paths[run] == [str(mine), str(shared)] and dry.sizes[run] == 100
+
+    first = prune.prune(str(tmp_path), p.PruneRequest([run]))
+    assert first.paths[run] == [str(mine)] and not mine.exists()
+    assert shared.is_dir() and other.is_dir()  # the other host still holds the run
+
+    shutil.rmtree(other)  # the other host forgets the run too (as its own prune would)
+    last = prune.prune(str(tmp_path), p.PruneRequest([run]))
+    assert last.paths[run] == [str(shared)] and last.sizes[run] == 100 and not shared.exists()

@@ -2,18 +2,22 @@
 (the synced workdir and the checkpoints under $TFCTL_RUN_DIR).
 
 Nothing of a run is touched while any process of it runs here (its marker is in the environment
-of every process it started), whatever the controller's records say.
+of every process it started), whatever the controller's records say. Hosts that share a home
+(NFS) share the run's directory: each removes its own task state, and the last of them to
+forget the run, under a lock on the shared home, removes the run's directory too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 from . import procfs
-from .files import run_dir, work_dir
+from .files import host_key, run_dir, work_dir
 from .protocol import PruneAnswer, PruneRequest
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # as tfctl makes them: never a path
@@ -37,13 +41,40 @@ def prune(root: str, request: PruneRequest) -> PruneAnswer:
             pids = ", ".join(map(str, sorted(running[run])))
             kept[run] = "processes of the run still run here (pids %s)" % pids
             continue
-        found = [d for d in (run_dir(root, run), work_dir(root, run)) if os.path.isdir(d)]
-        paths[run] = found
-        sizes[run] = sum(_size(d) for d in found)
-        if not request.dry_run:
-            for d in found:
-                shutil.rmtree(d)
+        with _home_lock(root):
+            mine = [run_dir(root, run)] + ([work_dir(root, run)] if _last_holder(root, run, request.dry_run) else [])
+            found = [d for d in mine if os.path.isdir(d)]
+            paths[run] = found
+            sizes[run] = sum(_size(d) for d in found)
+            if not request.dry_run:
+                for d in found:
+                    shutil.rmtree(d)
     return PruneAnswer(paths, sizes, kept)
+
+
+@contextlib.contextmanager
+def _home_lock(root: str) -> Iterator[None]:
+    """Held by one host at a time of those that share this home."""
+    home = os.path.expanduser(root)
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    with open(os.path.join(home, "prune.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        yield
+
+
+def _last_holder(root: str, run: str, dry_run: bool) -> bool:
+    """Whether this host removes the run's directory: no other host sharing this home still
+    keeps task state of the run. In a dry run, where this host's state is still there, the one
+    host of them whose key sorts last reports it."""
+    base = os.path.join(os.path.expanduser(root), "hosts")
+    try:
+        keys = os.listdir(base)
+    except OSError:
+        keys = []
+    holders = sorted(k for k in keys if os.path.isdir(os.path.join(base, k, "tasks", run)))
+    me = host_key()
+    others = [k for k in holders if k != me]
+    return not others or (dry_run and me in holders and holders[-1] == me)
 
 
 def _size(top: str) -> int:
