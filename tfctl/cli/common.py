@@ -34,6 +34,14 @@ class Duration(click.ParamType):
             self.fail(f"{value!r} is not a duration: write e.g. 90s, 5m, 2h or 1h30m", param, ctx)
         return sum(float(n) * self.UNITS[u] for n, u in parts)
 
+    @classmethod
+    def text(cls, seconds: float) -> str:
+        """Seconds as written on the command line: 2592000 -> `30d` (the largest whole unit)."""
+        for unit, size in sorted(cls.UNITS.items(), key=lambda item: -item[1]):
+            if seconds >= size and seconds % size == 0:
+                return f"{seconds / size:g}{unit}"
+        return f"{seconds:g}s"
+
 
 def file_option(short: bool = True) -> Callable[[F], F]:
     names = ("-f", "--file") if short else ("--file",)

@@ -108,7 +108,7 @@ def _prune(records: list[RunRecord], keep: int | None, older_than: float | None,
     keep = pruning.DEFAULT_KEEP if keep is None else keep
     chosen = pruning.candidates(records, keep, older_than, time.time())
     rule = f"beyond the newest {keep} ended runs of their cluster file" + (
-        f", ended over {_duration(older_than)} ago" if older_than is not None else ""
+        f", ended over {Duration.text(older_than)} ago" if older_than is not None else ""
     )
     if not chosen:
         if as_json:
@@ -163,10 +163,3 @@ def _size(n: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
