@@ -110,17 +110,16 @@ class LogFollower:
                 bar = ""
                 if "\r" in rest:
                     bar, rest = rest.rsplit("\r", 1)
+                shown, bar_state = [redrawn(line) for line in lines], redrawn(bar)
                 if event.stamps is not None:
                     start = event.offset - len(event.data.encode()) - len(held.encode())
                     times = line_times([*lines, bar], start, event.stamps)
-                    lines = [f"{utc(t)} {redrawn(line)}" for line, t in zip(lines, times)]
-                    bar = f"{utc(times[-1])} {redrawn(bar)}" if redrawn(bar) else ""
-                else:
-                    lines, bar = [redrawn(line) for line in lines], redrawn(bar)
-                for line in lines:
+                    shown = [f"{utc(t)} {line}" for line, t in zip(shown, times)]
+                    bar_state = f"{utc(times[-1])} {bar_state}" if bar_state else ""
+                for line in shown:
                     self._queue.put((task, line))
-                if bar:
-                    self._queue.put((task, bar))  # the bar's latest state, while its line goes on
+                if bar_state:
+                    self._queue.put((task, bar_state))  # the bar's latest state, while its line goes on
                 if rest:
                     partial[task] = rest
                 self.offsets[task] = event.offset - event.partial

@@ -51,6 +51,11 @@ def tail_offset(path: str, lines: int) -> int:
         return 0
 
 
+def _last_line_end(data: bytes) -> int:
+    """Index of the last \\n or \\r (-1: none): a progress bar's states end at \\r."""
+    return max(data.rfind(b"\n"), data.rfind(b"\r"))
+
+
 def since_offset(path: str, moment: float) -> int:
     """Where the first line written after `moment` begins."""
     with Timeline(path) as timeline:
@@ -144,7 +149,7 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
                     # over, the read is a full chunk (more follows), or the line is absurdly long.
                     # A progress bar redrawn in place ends its states with \r: those go out as
                     # they come, so the bar moves live instead of appearing once its line ends.
-                    cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                    cut = _last_line_end(data) + 1
                     complete = final or not request.follow
                     if cut and (len(data) == CHUNK or not complete):
                         data = data[:cut]
@@ -155,7 +160,7 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
                     offsets[task] += len(data)
                     # `partial`: bytes after the last newline, so a reader that holds the partial
                     # line back knows the exact offset where that line starts.
-                    partial = len(data) - max(data.rfind(b"\n"), data.rfind(b"\r")) - 1
+                    partial = len(data) - _last_line_end(data) - 1
                     stamps = None
                     if request.times:
                         with Timeline(output_log(root, run_id, task)) as timeline:
