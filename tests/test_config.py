@@ -359,6 +359,14 @@ ERRORS = {
             "fix: write the value itself",
         ],
     ),
+    "gpus not a count": (
+        with_jobs("  worker: {hosts: [a:1], gpus: two}\n"),
+        ["cluster.yaml:4:32: jobs.worker.gpus: must be a whole number of GPUs per task", "fix: e.g. `gpus: 1`"],
+    ),
+    "negative cpus": (
+        with_jobs("  worker: {hosts: [a:1], cpus: -2}\n"),
+        ["jobs.worker.cpus: must be a whole number of CPU cores per task, 0 or more", "fix: e.g. `cpus: 1`"],
+    ),
 }
 
 
@@ -428,6 +436,12 @@ def test_mapping_jobs_with_own_command_and_env() -> None:
     assert config.env_for("worker") == {"A": "top", "B": "top"}
     with pytest.raises(TypeError):
         config.jobs["ps"].env["B"] = "changed"  # type: ignore[index]
+
+
+def test_devices_per_task_are_kept_per_job() -> None:
+    config = valid(with_jobs("  ps: {hosts: [a:1], gpus: 0}\n  worker: {hosts: [a:2], gpus: 2, cpus: 4}\n"))
+    assert (config.jobs["ps"].gpus, config.jobs["ps"].cpus) == (0, None)
+    assert (config.jobs["worker"].gpus, config.jobs["worker"].cpus) == (2, 4)
 
 
 def test_ipv6_and_ip_addresses() -> None:

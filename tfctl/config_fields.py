@@ -284,6 +284,8 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         command=fields.get("command"),
         env=fields.get("env", frozen_env()),
         restart=fields.get("restart"),
+        gpus=fields.get("gpus"),
+        cpus=fields.get("cpus"),
     )
 
 
@@ -412,6 +414,21 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
     return RestartPolicy(policy, count, backoff)
 
 
+def _per_task(unit: str) -> Validator:
+    """A count of devices each task of the job gets for itself (0 allowed: none)."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return doc.problem(
+                path,
+                f"must be a whole number of {unit} per task, 0 or more, found {_found(value, doc.raw(path))}",
+                f"e.g. `{_leaf(path)}: 1`",
+            )
+        return value
+
+    return validate
+
+
 def _setup(doc: Doc, path: str, value: Any) -> Any:
     """Shell commands as written: tfctl fills in no placeholders there, so one that looks like a
     placeholder is a mistake."""
@@ -496,4 +513,11 @@ REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",
     "jobs": f"add `jobs:` with the tasks' addresses, e.g. `jobs: {{worker: [localhost:{PORT}]}}`",
 }
-_JOB_KEYS: dict[str, Validator] = {"hosts": _addresses, "command": _command, "env": _env, "restart": _restart}
+_JOB_KEYS: dict[str, Validator] = {
+    "hosts": _addresses,
+    "command": _command,
+    "env": _env,
+    "restart": _restart,
+    "gpus": _per_task("GPUs"),
+    "cpus": _per_task("CPU cores"),
+}

@@ -100,6 +100,8 @@ class Job:
     command: str | None = None
     env: Mapping[str, str] = field(default_factory=frozen_env)
     restart: RestartPolicy | None = None
+    gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
+    cpus: int | None = None  # CPU cores per task; None: no affinity set
 
 
 @dataclass(frozen=True)
