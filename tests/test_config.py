@@ -363,6 +363,22 @@ ERRORS = {
         with_jobs("  worker: {hosts: [a:1], gpus: two}\n"),
         ["cluster.yaml:4:32: jobs.worker.gpus: must be a whole number of GPUs per task", "fix: e.g. `gpus: 1`"],
     ),
+    "count without backend slurm": (
+        with_jobs("  worker: {count: 2}\n"),
+        ["jobs.worker.count: `count` is for `backend: slurm`", "fix: add `backend: slurm`, or list the tasks"],
+    ),
+    "slurm job with hosts": (
+        with_jobs("  worker: {hosts: [a:1], count: 2}\n") + "backend: slurm\n",
+        ["jobs.worker.hosts: lists hosts, but Slurm picks the nodes", "fix: remove `hosts:`; keep `count:`"],
+    ),
+    "slurm job without count": (
+        with_jobs("  worker: [a:1]\n") + "backend: slurm\n",
+        ["jobs.worker: has no `count`: on Slurm a job says how many tasks", "fix: e.g. `jobs: {ps: {count: 1"],
+    ),
+    "slurm section on ssh": (
+        with_jobs("  worker: [a:1]\n") + "slurm: {time: 1h}\n",
+        ["slurm: is set, but the backend is ssh", "slurm.time: is not a Slurm time limit: '1h'"],
+    ),
     "negative cpus": (
         with_jobs("  worker: {hosts: [a:1], cpus: -2}\n"),
         ["jobs.worker.cpus: must be a whole number of CPU cores per task, 0 or more", "fix: e.g. `cpus: 1`"],

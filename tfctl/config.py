@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfctl.config_fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, TOP_KEYS, Doc, type_error, unknown_key
+from tfctl.config_slurm import check_backend
 from tfctl.errors import ConfigError, ConfigProblem
 from tfctl.model import JOB_NAMES, ClusterConfig
 
@@ -190,6 +191,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
         if key not in root:
             doc.problem(key, f"missing required key `{key}`", fix, at=doc.nodes[""])
     _check_commands(doc, root)
+    check_backend(doc, root)
     _check_logdir(doc, values)
     _check_host_names(doc, values)
     if doc.problems:

@@ -30,6 +30,8 @@ from tfctl.config_base import (
     unknown_key,
 )
 from tfctl.config_hosts import _hosts, _ssh
+from tfctl.config_slurm import JOB_KEYS as SLURM_JOB_KEYS
+from tfctl.config_slurm import _backend, slurm_section
 from tfctl.model import (
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
@@ -261,7 +263,7 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
                 fields[key] = unknown_key(doc, f"{path}.{key}", key, "key", tuple(_JOB_KEYS))
             else:
                 fields[key] = value if value is INVALID else validator(doc, f"{path}.{key}", value)
-        if "hosts" not in spec:
+        if "hosts" not in spec and "count" not in spec:  # with `count`, `check_backend` says what is wrong
             fields["hosts"] = doc.problem(
                 hosts_path,
                 "missing required key `hosts`",
@@ -276,16 +278,21 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         return doc.problem(
             f"{hosts_path}[{limit}]", f"a cluster has at most {limit} `{name}` task, found {len(raw_hosts)}", fix
         )
+    count = fields.get("count")
+    if name in _MAX_TASKS and isinstance(count, int) and count > _MAX_TASKS[name][0]:
+        return doc.problem(f"{path}.count", f"a cluster has at most 1 `{name}` task, found {count}", "write `count: 1`")
     if any(value is INVALID for value in fields.values()):
         return INVALID
     return Job(
         name=name,
-        addresses=fields["hosts"],
+        addresses=fields.get("hosts", ()),
         command=fields.get("command"),
         env=fields.get("env", frozen_env()),
         restart=fields.get("restart"),
         gpus=fields.get("gpus"),
         cpus=fields.get("cpus"),
+        count=fields.get("count"),
+        port=fields.get("port"),
     )
 
 
@@ -508,6 +515,8 @@ TOP_KEYS: dict[str, Validator] = {
     "progress": _progress,
     "start_order": _start_order,
     "logdir": _logdir,
+    "backend": _backend,
+    "slurm": slurm_section,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",
@@ -520,4 +529,5 @@ _JOB_KEYS: dict[str, Validator] = {
     "restart": _restart,
     "gpus": _per_task("GPUs"),
     "cpus": _per_task("CPU cores"),
+    **SLURM_JOB_KEYS,
 }

@@ -31,6 +31,7 @@ PLACEHOLDERS = (
 LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 START_ORDERS = ("together", "ordered")
+BACKENDS = ("ssh", "slurm")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = 10.0
@@ -102,6 +103,8 @@ class Job:
     restart: RestartPolicy | None = None
     gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
     cpus: int | None = None  # CPU cores per task; None: no affinity set
+    count: int | None = None  # backend slurm: how many tasks; `addresses` come from the allocation
+    port: int | None = None  # backend slurm: the port its tasks listen on (another if a node has two)
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,19 @@ class SSHSettings:
     config: str | None = None  # ssh config file (default ~/.ssh/config)
     connect_timeout: float | None = None
     keepalive: float | None = None
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The `slurm:` section: what `up` asks Slurm for; unset fields are Slurm's defaults."""
+
+    partition: str | None = None
+    time: str | None = None  # Slurm's time format, e.g. "01:00:00"
+    account: str | None = None
+    qos: str | None = None
+    nodes: int | None = None  # None: one node per task
+    extra: tuple[str, ...] = ()  # more sbatch arguments, as written
+    job_id: str | None = None  # the allocation's id once granted (never from the file)
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,8 @@ class ClusterConfig:
     logdir: str | None = None
     # Shell commands run once per host, in the run's workdir there, before any task starts.
     setup: tuple[str, ...] = ()
+    backend: str = "ssh"  # BACKENDS: hosts listed per job, or nodes from a Slurm allocation
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
