@@ -603,9 +603,14 @@ def public(cls: type) -> set[str]:
     return {name for name in dir(cls) if not name.startswith("_")}
 
 
-def test_ssh_transport_has_exactly_the_transport_interface():
-    assert public(SSHTransport) == public(Transport)
-    assert public(SSHStream) == public(Stream)
+def test_every_transport_has_exactly_the_transport_interface():
+    from tfctl.transport.local import LocalStream, LocalTransport
+    from tfctl.transport.slurm import SlurmTransport
+
+    for transport in (SSHTransport, LocalTransport, SlurmTransport):
+        assert public(transport) == public(Transport), transport
+    for stream in (SSHStream, LocalStream):
+        assert public(stream) == public(Stream), stream
 
 
 def test_only_ssh_module_imports_paramiko_and_only_when_used():

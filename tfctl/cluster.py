@@ -45,6 +45,10 @@ STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long c
 T = TypeVar("T")
 
 
+STEP_START_PATIENCE = 15.0  # how long a Slurm step may take to report its task running
+STARTING_STATES = (TaskState.PENDING, TaskState.STARTING)
+
+
 def quiet(_who: str, _msg: str) -> None:
     """Progress sink for callers that render nothing."""
 
@@ -397,6 +401,7 @@ class Cluster:
         grouped = self.by_host(tasks)
         record = self.record
         lease = record.lease_timeout if self.holds_lease else 0.0
+        steps = {h.name for h in record.hosts if h.transport.get("kind") == "slurm" and h.name in grouped}
         started = self.fan_out(
             grouped,
             lambda a: a.call(
@@ -417,13 +422,39 @@ class Cluster:
                         for t in grouped[a.host]
                     ],
                     lease,
+                    spawn=a.host not in steps,
                 )
             ),
         )
         if lease:
             self._keep_lease(started.succeeded)
         started.raise_if_failed("starting tasks")
+        if steps:
+            return self._start_steps({h: grouped[h] for h in steps})
         return {name: info for answer in started.succeeded.values() for name, info in answer.tasks.items()}
+
+    def _start_steps(self, grouped: dict[str, list[TaskSpec]]) -> dict[str, TaskInfo]:
+        """Start prepared tasks as Slurm job steps; their states once each runs or has failed to."""
+        from tfctl.slurm.backend import launch_monitors
+
+        record = self.record
+        assert record.allocation is not None
+        for host, tasks in grouped.items():
+            agent = self.agents[host]
+            named = [(t.name, 0) for t in tasks]
+            launch_monitors(
+                record.allocation["job_id"], host, agent.python, agent.artifact_path(), agent.root, record.run_id, named
+            )
+        deadline = time.monotonic() + STEP_START_PATIENCE
+        while True:
+            answers = self.fan_out(
+                grouped, lambda a: a.call(StatusRequest(record.run_id, {t.name: t.port for t in grouped[a.host]}))
+            )
+            answers.raise_if_failed("starting tasks")
+            infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
+            if time.monotonic() > deadline or all(i.state not in STARTING_STATES for i in infos.values()):
+                return infos
+            time.sleep(0.1)
 
     def _idle_rule(self, task: TaskSpec) -> IdleRule | None:
         """The idle rule for a task that never ends by itself: every task the success policy

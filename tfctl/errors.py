@@ -78,3 +78,7 @@ class HostError(TfctlError):
 
 class StartupError(TfctlError):
     """The cluster could not be brought up; whatever had started has already been stopped."""
+
+
+class SlurmError(TfctlError):
+    """Slurm refused, lost or ended the run's allocation."""

@@ -144,20 +144,20 @@ class HostAgent:
 
     # -- the zipapp on the host
 
-    def _artifact_path(self) -> str:
+    def artifact_path(self) -> str:
         digest, _ = bundle.artifact()
         return posixpath.join(self.root, f"supervisor-{digest}.pyz")
 
     def _ship(self) -> None:
         with trace.span("agent.ship", host=self.host):
             _, data = bundle.artifact()
-            self.transport.put(data, self._artifact_path(), 0o600)
+            self.transport.put(data, self.artifact_path(), 0o600)
 
     def _serve_command(self) -> str:
         """`serve`, started only if the zipapp is there, so no separate round trip checks for it.
         -I -S: the supervisor is stdlib-only, so skipping site-packages and PYTHON* variables
         halves its start-up on every host (and a broken site-packages cannot break it)."""
-        pyz = shell_path(self._artifact_path())
+        pyz = shell_path(self.artifact_path())
         serve = f"{shell_path(self.python)} -I -S {pyz} serve"
         return f"if [ -f {pyz} ]; then exec {serve}; else echo '{json.dumps(MISSING)}'; fi"
 
@@ -234,7 +234,7 @@ class HostAgent:
     def _still_missing(self) -> HostError:
         return HostError(
             self.host,
-            f"the supervisor is still missing after it was written to {self._artifact_path()}",
+            f"the supervisor is still missing after it was written to {self.artifact_path()}",
             hint=f"is {self.root} on {self.host} writable and not cleaned up meanwhile?",
         )
 

@@ -31,6 +31,8 @@ def host_spec(config: ClusterConfig, host: str) -> HostSpec:
     """How to reach `host`: the local transport for this machine, SSH with merged settings else."""
     own = config.hosts.get(host) or HostConfig(host)
     python = own.python or config.python
+    if config.backend == "slurm":  # a node of the allocation, sharing this machine's files
+        return HostSpec(host, python, str(tfctl_home()), {"kind": "slurm", "job_id": config.slurm.job_id})
     local = own.local if own.local is not None else is_local_name(host)
     if local:
         return HostSpec(host, python, str(tfctl_home()), {"kind": "local"})
@@ -62,15 +64,17 @@ def host_specs(config: ClusterConfig) -> tuple[HostSpec, ...]:
     return tuple(host_spec(config, h) for h in sorted({a.host for _, _, a in config.tasks()}))
 
 
+def shares_files(host: HostSpec) -> bool:
+    """This machine, or a Slurm node (Slurm clusters share the filesystem with the login node)."""
+    return host.transport["kind"] in ("local", "slurm")
+
+
 def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     hosts = host_specs(config)
-    python_for = {h.name: interpreter(h.python, h.transport["kind"] == "local") for h in hosts}
+    python_for = {h.name: interpreter(h.python, shares_files(h)) for h in hosts}
     local_dir = str(config.workdir or config.path.resolve().parent)
     # Remote tasks run in the synced copy, or in the same path when the filesystem is shared.
-    cwd_for = {
-        h.name: local_dir if h.transport["kind"] == "local" or not config.sync else remote_workdir(run_id)
-        for h in hosts
-    }
+    cwd_for = {h.name: local_dir if shares_files(h) or not config.sync else remote_workdir(run_id) for h in hosts}
     tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
     record = RunRecord(
         run_id=run_id,
@@ -90,7 +94,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         progress=dataclasses.asdict(config.progress),
         logdir=config.logdir_for(run_id),
     )
-    remote = any(h.transport["kind"] != "local" for h in hosts)
+    remote = not all(shares_files(h) for h in hosts)
     setup = None
     if config.setup:  # the tasks' environment, less what only a TF task has (TF_CONFIG)
         env = {**tf_cluster.DEFAULT_ENV, **config.env}

@@ -76,6 +76,7 @@ class RunRecord:
     watcher: dict[str, Any] | None = None
     progress: dict[str, Any] = field(default_factory=dict)  # model.ProgressSettings's fields
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
+    allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller

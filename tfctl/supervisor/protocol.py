@@ -274,6 +274,7 @@ class StartRequest(Request[StartAnswer]):
     run_id: str
     tasks: List[TaskLaunch]
     lease: float = 0.0  # seconds without renewal before the run's tasks here stop; 0: no lease
+    spawn: bool = True  # False: only prepare; the controller starts each monitor (as a Slurm job step)
 
 
 @record

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List
 
 from . import checks, journal, logs, monitor, prune, sync, tasks
 from .errors import AgentError
+from .files import task_dir
 from .protocol import Envelope, FollowRequest, Request, answer_to_wire, follow_event_to_wire
 
 HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
@@ -103,6 +104,12 @@ def main(argv: List[str]) -> int:
     if len(argv) == 4 and argv[1] == "_monitor":
         monitor.monitor(argv[2], argv[3])
         return 0
+    if len(argv) == 5 and argv[1] == "_step":  # a Slurm job step: the task's directory is this node's
+        d = task_dir(argv[2], argv[3], argv[4])
+        with open(os.path.join(d, "monitor.log"), "ab") as log:
+            os.dup2(log.fileno(), sys.stderr.fileno())
+        monitor.monitor(d, argv[3])
+        return 0
     if len(argv) == 2 and argv[1] == "serve":
         try:
             serve()
@@ -110,5 +117,8 @@ def main(argv: List[str]) -> int:
             # The controller went away; what ran is recorded. Quiet the flush at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    sys.stderr.write("usage: %s {serve | _monitor TASK_DIR RUN_ID}  (requests: JSON lines on stdin)\n" % argv[0])
+    sys.stderr.write(
+        "usage: %s {serve | _monitor TASK_DIR RUN_ID | _step ROOT RUN_ID TASK}  (requests: JSON lines on stdin)\n"
+        % argv[0]
+    )
     return 2

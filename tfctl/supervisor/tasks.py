@@ -65,6 +65,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
             raise AgentError("task %s of run %s was already started on this host" % (launch.task, run_id))
         os.makedirs(d, mode=0o700, exist_ok=True)
         write_json(os.path.join(d, "spec.json"), launch.to_wire())
+        if not request.spawn:
+            continue
         with open(os.path.join(d, "monitor.log"), "ab") as mlog:
             subprocess.Popen(
                 [sys.executable, "-I", "-S", artifact, "_monitor", d, run_id],
@@ -76,6 +78,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
                 cwd="/",
             )
         started[launch.task] = d
+    if not request.spawn:
+        return StartAnswer({launch.task: TaskInfo(launch.task) for launch in request.tasks})
     deadline = time.monotonic() + START_PATIENCE
     result = {}
     for task, d in started.items():

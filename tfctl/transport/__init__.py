@@ -28,4 +28,8 @@ def connect(spec: HostSpec, accept_new_host_keys: bool = False) -> Transport:
         from tfctl.transport.ssh import SSHTransport
 
         return SSHTransport(spec.name, accept_new_host_keys=accept_new_host_keys, **options)
+    if kind == "slurm":
+        from tfctl.transport.slurm import SlurmTransport
+
+        return SlurmTransport(spec.name, **options)
     raise UsageError(f"host {spec.name}: unknown transport {kind!r}")

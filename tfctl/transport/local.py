@@ -122,13 +122,20 @@ class LocalTransport(Transport):
     def is_local(self) -> bool:
         return True
 
+    # Where a stream's stderr goes: ours, as a remote shell's would over SSH.
+    _stream_stderr: int | None = None
+
+    def _argv(self, command: str, tty: bool = False) -> list[str]:
+        """How this machine runs a command line (another transport may run it elsewhere)."""
+        return ["/bin/sh", "-c", command]
+
     def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> Result:
         with trace.span("transport.run", self.host, command=command):
             return self._run(command, stdin, timeout)
 
     def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> Result:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
+            self._argv(command),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -145,7 +152,11 @@ class LocalTransport(Transport):
     def stream(self, command: str, *, stdin: bytes | None = None) -> Stream:
         with trace.span("transport.stream", self.host, command=command):
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+                self._argv(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stream_stderr,
+                start_new_session=True,
             )
         if stdin is not None:
             assert proc.stdin is not None
@@ -162,7 +173,7 @@ class LocalTransport(Transport):
         and a shell's job control works; a death by signal comes back as 128 + its number."""
         with trace.span("transport.attach", self.host, command=command), _leaving_signals_to_the_child():
             keys = not tty and os.isatty(0)  # keystrokes for a program without a terminal: none
-            proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL if keys else None)
+            proc = subprocess.Popen(self._argv(command, tty), stdin=subprocess.DEVNULL if keys else None)
             code = proc.wait()
         return 128 - code if code < 0 else code
 

@@ -1,0 +1,48 @@
+"""Commands on a node of a Slurm allocation, each as a job step (`srun --overlap` into the job).
+
+Slurm clusters share the filesystem between the login node and the compute nodes, so files are
+this machine's files (`put` writes them here, `is_local` is True) while every command runs on the
+node. A step that shares the allocation's resources (`--overlap`) starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from tfctl.errors import HostError
+from tfctl.transport.base import Tunnel
+from tfctl.transport.local import LocalTransport
+
+
+def step_argv(job_id: str, node: str, *, name: str = "tfctl", extra: tuple[str, ...] = ()) -> list[str]:
+    """`srun` placing one task on `node` of job `job_id`, beside whatever steps already run there."""
+    return [
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        f"--job-name={name}",
+        "--quiet",
+        *extra,
+    ]
+
+
+class SlurmTransport(LocalTransport):
+    """The transport for a node of the run's allocation."""
+
+    # srun reports every stream tfctl ends (its conversations) as a cancelled step: not news.
+    _stream_stderr = subprocess.DEVNULL
+
+    def __init__(self, host: str, job_id: str) -> None:
+        super().__init__(host)
+        self.job_id = job_id
+
+    def _argv(self, command: str, tty: bool = False) -> list[str]:
+        return [*step_argv(self.job_id, self.host, extra=("--pty",) if tty else ()), "/bin/sh", "-c", command]
+
+    def tunnel(self, port: int) -> Tunnel:
+        raise HostError(
+            self.host, f"cannot forward port {port} from a Slurm node; reach {self.host}:{port} from the login node"
+        )
