@@ -339,7 +339,8 @@ def test_down_records_the_run_as_stopped_and_reports_each_host(
     record = stored(store, cluster.record)
     running(cluster)
     with_fakes(monkeypatch, hosts)
-    report = lifecycle.down(store, record, grace=0.5)
+    report, allocation_end = lifecycle.down(store, record, grace=0.5)
+    assert allocation_end is None
     assert report.processes == 3 and report.clean and report.ports == [2222, 2223, 2224]
     after = store.load(record.run_id)
     assert after.state is RunState.STOPPED and after.reason == "tfctl down"

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from tfctl import control
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
-from tfctl.control import Outcome
+from tfctl.control import Judge, Outcome
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
@@ -56,7 +56,7 @@ def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunR
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide."""
     record = store.latest(config.path)
-    if record is None:
+    if record is None or (record.allocation is not None and allocation_ended(record.allocation)):
         return
     if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
         raise UsageError(
@@ -75,9 +75,37 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
         )
 
 
-def plan_run(config: ClusterConfig, store: RunStore) -> Plan:
-    plan = make_plan(config, new_run_id(config.name))
-    return dataclasses.replace(plan, record=dataclasses.replace(plan.record, store=store.store_id))
+def plan_run(
+    config: ClusterConfig, store: RunStore, run_id: str | None = None, allocation: dict[str, Any] | None = None
+) -> Plan:
+    plan = make_plan(config, run_id or new_run_id(config.name))
+    record = dataclasses.replace(plan.record, store=store.store_id, allocation=allocation)
+    return dataclasses.replace(plan, record=record)
+
+
+def allocate(store: RunStore, config: ClusterConfig, progress: Progress) -> Plan:
+    """Backend slurm: the plan of a run placed on an allocation that Slurm has granted."""
+    from tfctl.slurm.backend import allocate as allocate_nodes
+
+    run_id = new_run_id(config.name)
+    placed, allocation = allocate_nodes(config, run_id, progress)
+    return plan_run(placed, store, run_id, allocation)
+
+
+def allocation_ended(allocation: dict[str, Any]) -> bool:
+    """Slurm ended the run's allocation: nothing of the run can still be running."""
+    from tfctl.slurm.allocation import job_state
+
+    return job_state(allocation["job_id"]).ended
+
+
+def release(record: RunRecord) -> str | None:
+    """End the Slurm allocation the run asked for, if any; how Slurm says it ended."""
+    if record.allocation is None:
+        return None
+    from tfctl.slurm.backend import release as release_allocation
+
+    return release_allocation(record.allocation)
 
 
 def security_warnings(config: ClusterConfig) -> list[str]:
@@ -138,6 +166,7 @@ def launch(
             raise
     except BaseException:
         cluster.close()
+        release(record)
         raise
     cluster.record = store.update(record.run_id, state=RunState.RUNNING)
     return cluster
@@ -190,6 +219,7 @@ class Ending:
 def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
     """Stop whatever still runs (the ps above all) and record how the run ended."""
     report = cluster.stop()
+    release(cluster.record)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     return Ending(outcome, report, record)
 
@@ -210,7 +240,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                     cluster,
                     host_patience=cluster.record.host_timeout,
                     cancelled=quit_watching.is_set,
-                    judge=hang_judge(cluster),
+                    judge=run_judge(cluster),
                     on_unreachable=note_unreachable(store, cluster.record.run_id),
                 )
             )
@@ -249,14 +279,23 @@ def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]
     return note
 
 
-def hang_judge(cluster: Cluster) -> HangJudge | None:
+def run_judge(cluster: Cluster) -> Judge | None:
+    """What ends a run beyond its tasks' states: a task hung for good, Slurm ending the allocation."""
     limit = cluster.record.hang_timeout
-    return HangJudge(cluster, limit) if limit else None
+    judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
+    if cluster.record.allocation is not None:
+        from tfctl.slurm.backend import allocation_judge
+
+        judges.insert(0, allocation_judge(cluster.record.allocation))
+    if not judges:
+        return None
+    return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
 
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
     report = cluster.stop()
+    release(cluster.record)
     store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
     return report
 
@@ -332,7 +371,7 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
             cluster,
             host_patience=record.host_timeout,
             cancelled=stopping.is_set,
-            judge=hang_judge(cluster),
+            judge=run_judge(cluster),
             on_unreachable=note_unreachable(store, run_id),
         )
         if stopping.is_set():
@@ -355,13 +394,16 @@ def stop_watcher(record: RunRecord) -> None:
         os.kill(w["pid"], signal.SIGKILL)
 
 
-def down(store: RunStore, record: RunRecord, grace: float | None) -> StopReport:
+def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, str | None]:
+    """Stop every task, then end the run's Slurm allocation; the report, and how Slurm says the
+    allocation ended (None: the run has none of its own)."""
     stop_watcher(record)
     with Cluster(record) as cluster:
         report = cluster.stop(grace)
+    ended = release(record)
     if record.active:
         store.end(record.run_id, RunState.STOPPED, "tfctl down")
-    return report
+    return report, ended
 
 
 def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:

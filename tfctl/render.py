@@ -18,6 +18,7 @@ from tfctl.cluster import Cluster, StopReport, TaskStatus
 from tfctl.hosts import host_port
 from tfctl.logs import Prefixer
 from tfctl.runs import RunRecord
+from tfctl.slurm.allocation import JobState, describe, job_state
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import LiveNotes, RunDiagnosis, diagnose_run, finding_json
@@ -85,6 +86,7 @@ class Snapshot:
     unreachable: dict[str, Exception]
     diagnosis: RunDiagnosis
     progress: dict[str, TaskProgress]
+    allocation: JobState | None = None  # backend slurm: what Slurm says of the run's job
 
     def to_json(self, record: RunRecord) -> dict[str, Any]:
         run = {
@@ -97,6 +99,8 @@ class Snapshot:
             "ended_at": record.ended_at,
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
         }
+        if record.allocation is not None and self.allocation is not None:
+            run["slurm"] = {**record.allocation, "state": self.allocation.state, "reason": self.allocation.reason}
         tasks = []
         for s in self.statuses:
             p = self.progress[s.task]
@@ -117,7 +121,10 @@ def snapshot(cluster: Cluster) -> Snapshot:
     statuses, unreachable = cluster.status(progress=progress.rule())
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
-    return Snapshot(statuses, unreachable, found, progress.assess(statuses))
+    allocation = None
+    if cluster.record.allocation is not None:
+        allocation = job_state(cluster.record.allocation["job_id"])
+    return Snapshot(statuses, unreachable, found, progress.assess(statuses), allocation)
 
 
 def rate_text(rate: float | None) -> str:
@@ -133,6 +140,8 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
     statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
     record = cluster.record
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
+    if record.allocation is not None and shot.allocation is not None:
+        title += f"  slurm job {record.allocation['job_id']}: {describe(shot.allocation)}"
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     rows = []

@@ -55,24 +55,36 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
     store = run_store()
-    plan = lifecycle.plan_run(config, store)
     err = console.err()
+    on_slurm = config.backend == "slurm"
     for warning in lifecycle.security_warnings(config):
         err.print(Text("warning: ", style="bold yellow") + Text(warning))
     if dry_run:
-        _print_plan(plan)
+        if on_slurm:
+            from tfctl.slurm.placement import place, task_count
+
+            stand_ins = tuple(f"node{i}" for i in range(1, min(config.slurm.nodes or 10**6, task_count(config)) + 1))
+            err.print(f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(stand_ins)}")
+            config = place(config, stand_ins, "(job)")
+        _print_plan(lifecycle.plan_run(config, store))
         return 0
     lifecycle.ensure_no_live_run(store, config)
-    record = plan.record
-    err.print(
-        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
-        f"host{'s' if len(record.hosts) != 1 else ''}"
-    )
     start = time.monotonic()
 
     def progress(who: str, message: str) -> None:
         err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
 
+    try:
+        with err.status("waiting for Slurm…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+            plan = lifecycle.allocate(store, config, progress) if on_slurm else lifecycle.plan_run(config, store)
+    except KeyboardInterrupt:
+        err.print("interrupted: no allocation is left behind")
+        return EXIT_INTERRUPTED
+    record = plan.record
+    err.print(
+        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
+        f"{'node' if on_slurm else 'host'}{'s' if len(record.hosts) != 1 else ''}"
+    )
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
             cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
