@@ -1,0 +1,197 @@
+"""A real Slurm on simulated hosts: slurmctld on this machine, one slurmd in each lab host.
+
+Built on `netns_hosts.TestHostLab` (each host its own network, hostname, pid and mount
+namespace; all hosts share one home, as Slurm clusters share /home). What makes Slurm run there,
+in a VM without systemd:
+
+* `ip netns exec` remounts /sys, hiding the machine's cgroup mounts, so each host mounts the
+  cgroup v1 hierarchies itself (a tmpfs on /sys/fs/cgroup, then one `cgroup` mount per
+  controller); `ProctrackType=proctrack/linuxproc`, `TaskPlugin=task/none`.
+* `SlurmctldHost` is this machine's hostname with the bridge address in parentheses, so the
+  hosts reach slurmctld by address.
+* One munged serves every host: its socket is a path, and paths are shared across network
+  namespaces.
+
+Client commands (sbatch, srun, squeue) find this Slurm through `env()` (SLURM_CONF). Every
+process the lab starts is stopped by pid when it closes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from netns_hosts import LabError, TestHost, TestHostLab
+
+BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "munged")
+CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer")
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in BINARIES if shutil.which(name) is None and not os.path.exists(f"/usr/sbin/{name}")]
+
+
+class SlurmLab:
+    """`n` Slurm nodes named like the lab's hosts (tfh0...), partition `debug`; a context manager."""
+
+    __test__ = False
+
+    def __init__(self, workdir: Path, n: int = 3, **lab_kwargs: object) -> None:
+        self.workdir = workdir
+        self.lab = TestHostLab(n, workdir=workdir / "hosts", shared_home=True, **lab_kwargs)  # type: ignore[arg-type]
+        self.conf = workdir / "slurm.conf"
+        self._procs: list[subprocess.Popen] = []
+
+    @property
+    def hosts(self) -> list[TestHost]:
+        return self.lab.hosts
+
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.conf)}
+
+    def __enter__(self) -> SlurmLab:
+        self.lab.start()
+        try:
+            self._start_munge()
+            self._write_conf()
+            self._start_daemons()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _spawn(self, argv: list[str], log: str, host: TestHost | None = None) -> subprocess.Popen:
+        out = open(self.workdir / log, "ab")
+        env = {**os.environ, **self.env()}
+        if host is None:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        else:
+            proc = host.popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+        self._procs.append(proc)
+        return proc
+
+    def _start_munge(self) -> None:
+        munge = self.workdir / "munge"
+        munge.mkdir()
+        key = munge / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self.munge_socket = munge / "munge.socket"
+        self._spawn(
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--log-file={munge / 'munged.log'}",
+                f"--seed-file={munge / 'seed'}",
+            ],
+            "munged.out",
+        )
+        self._wait(lambda: self.munge_socket.exists(), "munged to create its socket")
+
+    def _write_conf(self) -> None:
+        w = self.workdir
+        (w / "state").mkdir()
+        nodes = "\n".join(
+            f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs=2 RealMemory=1000 State=UNKNOWN"
+            for h in self.hosts
+        )
+        self.conf.write_text(
+            f"""ClusterName=tfctltest
+SlurmctldHost={socket.gethostname()}({self.lab.gateway})
+SlurmctldPort=16817
+SlurmdPort=16818
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={w}/state
+SlurmdSpoolDir={w}/spool/%n
+SlurmctldPidFile={w}/slurmctld.pid
+SlurmdPidFile={w}/slurmd.%n.pid
+SlurmctldLogFile={w}/slurmctld.log
+SlurmdLogFile={w}/slurmd.%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+SlurmdTimeout=30
+{nodes}
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+        )
+        (w / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\n")
+
+    def _start_daemons(self) -> None:
+        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
+        mounts = " && ".join(
+            f"mkdir -p /sys/fs/cgroup/{c} && mount -t cgroup -o {c} none /sys/fs/cgroup/{c}" for c in CONTROLLERS
+        )
+        for host in self.hosts:
+            done = host.exec(f"mount -t tmpfs none /sys/fs/cgroup && {mounts}")
+            if done.returncode != 0:
+                raise LabError(f"{host.name}: cannot mount cgroups: {done.stderr.strip()}")
+            (self.workdir / "spool" / host.name).mkdir(parents=True)
+            self._spawn(["slurmd", "-D", "-N", host.name, "-f", str(self.conf)], f"slurmd.{host.name}.out", host)
+        self._wait(self._nodes_idle, "every slurmd to register", timeout=60)
+
+    def _nodes_idle(self) -> bool:
+        out = self.run(["sinfo", "--noheader", "--format=%t"]).stdout.split()
+        return out == ["idle"]
+
+    def run(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **self.env()}, **kw)  # type: ignore[call-overload]
+
+    def jobs(self) -> list[str]:
+        """Ids of every job Slurm still runs or queues."""
+        return self.run(["squeue", "--noheader", "--format=%i"]).stdout.split()
+
+    def steps(self) -> list[str]:
+        return self.run(["squeue", "--steps", "--noheader", "--format=%i"]).stdout.split()
+
+    def _wait(self, ready, what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            dead = [p for p in self._procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
+                raise LabError(f"waiting for {what} failed (exited: {[p.args[0] for p in dead]})\n{logs}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for job in self.jobs() if self.conf.exists() and self._procs else []:
+            self.run(["scancel", job])
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._procs.clear()
+        self.lab.close()

@@ -1,0 +1,238 @@
+"""`backend: slurm`: decisions with a fake Slurm, then whole runs on a real one (`slurm_lab.py`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
+from netns_hosts import require_netns
+from slurm_lab import SlurmLab, missing_binaries
+
+from tfctl.config import parse_config
+from tfctl.errors import SlurmError
+from tfctl.slurm.allocation import sbatch_argv, submit, wait_running
+from tfctl.slurm.placement import place
+
+SLURM_FILE = """\
+name: fake
+backend: slurm
+slurm: {partition: debug, time: "00:10:00"}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --lines 5 --sleep %(sleep)s"
+grace_period: 2
+jobs:
+  ps: {count: 1, port: 2222, command: "{python} %(task)s --name ps --port -1 --sleep -1"}
+  worker: {count: 2, port: 2222}
+"""
+
+
+def fake_file(sleep: float = 0) -> str:
+    return SLURM_FILE % {"task": FAKE_TASK, "sleep": sleep}
+
+
+# -- decisions, without a Slurm ----------------------------------------------------------------
+
+
+def test_sbatch_asks_for_one_node_per_task_unless_told():
+    config = parse_config(fake_file(), Path("c.yaml"))
+    argv = sbatch_argv(config.slurm, "tfctl-run", 3, 0)
+    assert "--nodes=3" in argv and "--ntasks=3" in argv
+    assert "--partition=debug" in argv and "--time=00:10:00" in argv
+    capped = parse_config(fake_file().replace("partition: debug,", "nodes: 2, extra: [--exclusive],"), Path("c.yaml"))
+    argv = sbatch_argv(capped.slurm, "tfctl-run", 3, 4)
+    assert "--nodes=2" in argv and "--gpus=4" in argv and argv[-1] == "--exclusive"
+
+
+def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports():
+    text = fake_file().replace("ps: {count: 1,", "ps: {count: 2,").replace("worker: {count: 2,", "worker: {count: 3,")
+    placed = place(parse_config(text, Path("c.yaml")), ("n1", "n2"), "42")
+    assert [str(a) for a in placed.jobs["ps"].addresses] == ["n1:2222", "n2:2222"]
+    assert [str(a) for a in placed.jobs["worker"].addresses] == ["n1:2223", "n2:2223", "n1:2224"]
+    assert placed.slurm.job_id == "42"
+
+
+def fake_slurm(answers: dict[str, list[str]]):
+    """A runner answering each command (by its first word) from a script of outputs."""
+    calls = []
+
+    def run(argv, stdin):
+        calls.append(argv)
+        outputs = answers[argv[0]]
+        out = outputs.pop(0) if len(outputs) > 1 else outputs[0]
+        code = 1 if out.startswith("!") else 0
+        return subprocess.CompletedProcess(argv, code, "" if code else out, out[1:] if code else "")
+
+    return run, calls
+
+
+def test_waiting_says_why_slurm_keeps_the_job_pending_and_returns_its_nodes():
+    run, _ = fake_slurm(
+        {
+            "squeue": ["PENDING|Priority|", "PENDING|Priority|", "PENDING|Resources|", "RUNNING|None|n[1-2]"],
+            "scontrol": ["n1\nn2"],
+        }
+    )
+    said = []
+    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0)
+    assert nodes == ("n1", "n2")
+    assert said == [
+        "job 5 pending: waiting for resources: Priority (other jobs come first)",
+        "job 5 pending: waiting for resources (nodes are busy)",
+    ]
+
+
+def test_a_refused_allocation_is_an_error_in_slurms_words():
+    run, _ = fake_slurm({"sbatch": ["!sbatch: error: invalid partition specified: gpu"]})
+    config = parse_config(fake_file(), Path("c.yaml"))
+    with pytest.raises(SlurmError) as caught:
+        submit(config.slurm, "x", 3, 0, run)
+    assert "Slurm refused the allocation: invalid partition specified: gpu" in caught.value.message
+
+
+def test_a_job_that_ends_while_queued_is_reported():
+    run, _ = fake_slurm({"squeue": [""], "scontrol": ["JobId=7 JobState=CANCELLED Reason=None"]})
+    with pytest.raises(SlurmError) as caught:
+        wait_running("7", lambda *_: None, run, poll=0)
+    assert "ended before it started: CANCELLED" in caught.value.message
+
+
+# -- whole runs on a real Slurm ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    require_netns()
+    missing = missing_binaries()
+    if missing:
+        if os.environ.get("TFCTL_REQUIRE_NETNS", "") not in ("", "0"):
+            pytest.fail(f"Slurm is required here but missing: {', '.join(missing)}", pytrace=False)
+        pytest.skip(f"Slurm is not installed (apt install slurm-wlm munge): missing {', '.join(missing)}")
+    with SlurmLab(tmp_path_factory.mktemp("slurm"), prefix="tfctl-sl", bridge="tfctlbr4", subnet="10.77.4") as lab:
+        yield lab
+
+
+def on_slurm(slurm: SlurmLab, home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return tfctl(*args, home=home, timeout=timeout, env=slurm.env())
+
+
+def run_processes(slurm: SlurmLab, run_id: str) -> list[int]:
+    """Processes of the run on any node (every task and monitor carries TFCTL_RUN_ID)."""
+    return [pid for pid, (_, run) in marked_processes().items() if run == run_id]
+
+
+def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, tmp_path, home):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=60))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    assert "running on tfh0, tfh1, tfh2" in up.stderr
+    no_warnings(up.stderr)
+    (job,) = slurm.jobs()
+    steps = slurm.steps()
+    assert len([s for s in steps if s.startswith(f"{job}.") and s != f"{job}.batch"]) >= 3  # a step per task
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+    assert shown["run"]["slurm"] == {"job_id": job, "owned": True, "state": "RUNNING", "reason": ""}
+    hosts = {t["task"]: f"{t['host']}:{t['port']}" for t in shown["tasks"]}
+    assert hosts == {"ps:0": "tfh0:2222", "worker:0": "tfh1:2222", "worker:1": "tfh2:2222"}
+    assert all(t["state"] == "running" and t["listening"] for t in shown["tasks"])
+    logs = on_slurm(slurm, home, "-f", str(cluster), "logs")
+    assert "[worker:1] worker1 line 4" in logs.stdout
+    assert run_processes(slurm, run_id)
+    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    assert down.returncode == 0, down.stderr
+    assert f"slurm job {job}: CANCELLED" in down.stderr and "0 remain" in down.stderr
+    assert slurm.jobs() == [] and slurm.steps() == []
+    assert run_processes(slurm, run_id) == []
+
+
+def test_attached_run_succeeds_and_releases_its_allocation(slurm, tmp_path, home):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=1))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up")
+    assert up.returncode == 0, up.stderr
+    assert "job succeeded: worker:0 finished successfully" in up.stderr
+    no_warnings(up.stderr)
+    assert "[worker:0] worker0 line 4" in up.stdout
+    assert slurm.jobs() == []
+    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert run_processes(slurm, run_id) == []
+
+
+def test_slurm_ending_the_job_fails_the_run_with_slurms_reason(slurm, tmp_path, home):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=300))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    (job,) = slurm.jobs()
+    slurm.run(["scancel", job])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        run = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"]
+        if run["state"] != "running":
+            break
+        time.sleep(0.5)
+    assert run["state"] == "failed"
+    assert run["reason"] == f"Slurm ended job {job}: CANCELLED"
+    assert slurm.jobs() == []
+    deadline = time.monotonic() + 10
+    while run_processes(slurm, run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run_processes(slurm, run_id) == []
+
+
+def test_inside_an_allocation_the_run_uses_it_and_leaves_it_to_its_owner(slurm, tmp_path, home):
+    holder = slurm.run(
+        ["sbatch", "--parsable", "--nodes=3", "--ntasks=3", "--output=/dev/null"],
+        input="#!/bin/sh\nexec sleep 600\n",
+    )
+    job = holder.stdout.strip()
+    try:
+        deadline = time.monotonic() + 20
+        while slurm.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, "the holder job never started"
+            time.sleep(0.2)
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(fake_file(sleep=0))
+        up = tfctl("-f", str(cluster), "up", home=home, timeout=120, env={**slurm.env(), "SLURM_JOB_ID": job})
+        assert up.returncode == 0, up.stderr
+        assert f"inside allocation {job} (SLURM_JOB_ID)" in up.stderr
+        assert slurm.jobs() == [job]  # still there: not tfctl's to end
+    finally:
+        slurm.run(["scancel", job])
+
+
+tf_needed = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+
+
+@pytest.mark.tf
+@tf_needed
+def test_mnist_trains_on_three_slurm_nodes(slurm, tmp_path, home):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: mnist-slurm
+backend: slurm
+workdir: {REPO / "examples" / "mnist"}
+command: >-
+  {{python}} train.py --job_name={{job_name}} --task_index={{task_index}}
+  --ps_hosts={{ps_hosts}} --worker_hosts={{worker_hosts}} --train_steps 3000
+grace_period: 5
+jobs:
+  ps: {{count: 1, port: 2222}}
+  worker: {{count: 2, port: 2222}}
+""")
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", timeout=300)
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    assert "job succeeded: worker:0 finished successfully" in up.stderr
+    no_warnings(up.stderr)
+    accuracy = float(up.stdout.split("final test accuracy ")[1].split()[0])
+    assert accuracy > 0.8
+    assert "[ps:0]" in up.stdout and "Started server with target: grpc://tfh0:2222" in up.stdout
+    assert slurm.jobs() == []
+    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert run_processes(slurm, run_id) == []
