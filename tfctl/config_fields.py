@@ -30,6 +30,7 @@ from tfctl.config_base import (
     unknown_key,
 )
 from tfctl.config_hosts import _hosts, _ssh
+from tfctl.config_kubernetes import _kubernetes
 from tfctl.model import (
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
@@ -508,6 +509,7 @@ TOP_KEYS: dict[str, Validator] = {
     "progress": _progress,
     "start_order": _start_order,
     "logdir": _logdir,
+    "kubernetes": _kubernetes,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",
