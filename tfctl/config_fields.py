@@ -30,6 +30,7 @@ from tfctl.config_base import (
     unknown_key,
 )
 from tfctl.config_hosts import _hosts, _ssh
+from tfctl.config_kubernetes import _kubernetes
 from tfctl.config_slurm import JOB_KEYS as SLURM_JOB_KEYS
 from tfctl.config_slurm import _backend, slurm_section
 from tfctl.model import (
@@ -517,6 +518,7 @@ TOP_KEYS: dict[str, Validator] = {
     "logdir": _logdir,
     "backend": _backend,
     "slurm": slurm_section,
+    "kubernetes": _kubernetes,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

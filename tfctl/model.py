@@ -56,6 +56,7 @@ DEFAULT_IDLE_PS_TIMEOUT = 120.0
 DEFAULT_HOST_TIMEOUT = 120.0
 DEFAULT_STALL_TIMEOUT = 120.0
 DEFAULT_PROGRESS_WINDOW = 60.0
+IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # as Kubernetes spells them
 
 
 def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -90,6 +91,17 @@ class ProgressSettings:
     regex: str | None = None  # replaces the built-in shapes; has a (?P<step>...) or (?P<rate>...) group
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
     window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """The pods of `tfctl export tfjob`; `up` ignores them, so `image` is only required there."""
+
+    image: str | None = None
+    namespace: str = "default"
+    image_pull_policy: str | None = None  # IMAGE_PULL_POLICIES
+    service_account: str | None = None
+    workdir: str | None = None  # the container's working directory
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,7 @@ class ClusterConfig:
     setup: tuple[str, ...] = ()
     backend: str = "ssh"  # BACKENDS: hosts listed per job, or nodes from a Slurm allocation
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

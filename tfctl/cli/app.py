@@ -26,6 +26,7 @@ Examples:
   tfctl -f gpu.yaml up -d       start detached; prints the run id
   tfctl -f gpu.yaml logs -f     follow every task's output
   tfctl -f gpu.yaml down        stop it and prove nothing remains
+  tfctl export tfjob            the same cluster as a Kubeflow TFJob
 
 Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the README for zsh
 and fish.""",
