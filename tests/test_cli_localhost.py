@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -394,3 +395,114 @@ jobs:
     assert up.returncode == 0, up.stderr
     assert f"first on PATH: {venv_bin}" in up.stdout
     assert f"ok: python {sys.version.split()[0]} ({venv_bin / 'python3'})" in up.stderr
+
+
+# --- GPUs and cores per task ---------------------------------------------------------------------
+
+
+def device_cluster(dirpath: Path, worker_keys: str, ps_keys: str = "") -> Path:
+    """A ps and two workers that print their devices, then run until stopped."""
+    ports = free_ports(3)
+    show = fake("--name {job_name}{task_index} --devices --port -1 --sleep -1")
+    path = dirpath / "cluster.yaml"
+    path.write_text(f"""name: dev
+grace_period: 2
+startup_timeout: 20
+command: "{show}"
+env: {{ENV_GPUS: "{{gpus}}"}}
+jobs:
+  ps: {{hosts: [localhost:{ports[0]}]{ps_keys}}}
+  worker: {{hosts: [localhost:{ports[1]}, localhost:{ports[2]}]{worker_keys}}}
+""")
+    return path
+
+
+def with_gpus(dirpath: Path, count: int) -> dict[str, str]:
+    """The environment of a tfctl whose localhost has `count` GPUs, as a stand-in nvidia-smi lists them."""
+    bin_dir = dirpath / "gpu-bin"
+    bin_dir.mkdir()
+    listing = "".join(f"{i}, GPU-{i:08x}-stand-in\\n" for i in range(count))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def devices_seen(cluster: Path, home: Path) -> dict[str, dict]:
+    """task -> what it printed about its devices, once all three did (read with `tfctl logs`)."""
+    seen: dict[str, dict] = {}
+    deadline = time.monotonic() + 20
+    while len(seen) < 3 and time.monotonic() < deadline:
+        for line in tfctl("-f", str(cluster), "logs", home=home).stdout.splitlines():
+            task, _, text = line.partition(" ")
+            if text.strip().startswith("devices "):
+                seen[task.strip("[]")] = json.loads(text.strip().split(" ", 1)[1])
+        time.sleep(0.2)
+    return seen
+
+
+def test_each_worker_gets_its_own_gpus_and_the_ps_none(tmp_path: Path, home: Path) -> None:
+    cluster = device_cluster(tmp_path, ", gpus: 2")
+    env = with_gpus(tmp_path, 4)
+    dry = tfctl("-f", str(cluster), "up", "--dry-run", home=home, env=env)
+    assert "gpus:      CUDA_VISIBLE_DEVICES='2,3'" in dry.stdout
+    up = tfctl("-f", str(cluster), "up", "-d", home=home, env=env)
+    assert up.returncode == 0, up.stderr
+    assert "4 GPUs" in up.stderr
+    try:
+        seen = devices_seen(cluster, home)
+        assert {task: (s["cuda"], s["env_gpus"]) for task, s in seen.items()} == {
+            "ps:0": ("", ""),
+            "worker:0": ("0,1", "0,1"),
+            "worker:1": ("2,3", "2,3"),
+        }
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
+        assert [(t["task"], t["gpus"], t["cpus"]) for t in tasks] == [
+            ("ps:0", [], None),
+            ("worker:0", [0, 1], None),
+            ("worker:1", [2, 3], None),
+        ]
+        table = tfctl("-f", str(cluster), "status", home=home, env={"COLUMNS": "200"}).stdout.splitlines()
+        assert "GPUS" in table[1] and "CPUS" not in table[1]
+        assert table[2].split()[table[1].split().index("GPUS")] == "none"
+        assert table[4].split()[table[1].split().index("GPUS")] == "2,3"
+    finally:
+        assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_each_worker_runs_on_its_own_cores(tmp_path: Path, home: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip(f"pinning two workers to a core each needs 2 cores; this process may use only {allowed}")
+    cluster = device_cluster(tmp_path, ", cpus: 1")
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    try:
+        seen = devices_seen(cluster, home)
+        assert [seen[t]["cores"] for t in ("worker:0", "worker:1")] == [str(allowed[0]), str(allowed[1])]
+        assert seen["ps:0"]["cuda"] is None  # no task asked for GPUs: nothing is hidden
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
+        assert [t["cpus"] for t in tasks] == [None, [allowed[0]], [allowed[1]]]
+    finally:
+        assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_asking_for_more_gpus_than_a_host_has_starts_nothing(tmp_path: Path, home: Path) -> None:
+    cluster = device_cluster(tmp_path, ", gpus: 3", ps_keys=", gpus: 0")
+    up = tfctl("-f", str(cluster), "up", home=home, env=with_gpus(tmp_path, 4), timeout=30)
+    assert up.returncode == 2, up.stderr
+    assert "error: localhost has 4 GPUs; its tasks ask for 6: worker:0 3, worker:1 3" in up.stderr
+    assert "hint: lower `gpus` of job worker, or move some of those tasks to another host" in up.stderr
+    assert "Traceback" not in up.stderr and "starting on" not in up.stderr
+    assert json.loads(tfctl("runs", "--json", home=home).stdout) == []
+    assert not marked_processes()
+
+
+def test_a_host_without_nvidia_smi_has_no_gpu_to_give(tmp_path: Path, home: Path) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an nvidia-smi; the test needs a host without one")
+    cluster = device_cluster(tmp_path, ", gpus: 1")
+    up = tfctl("-f", str(cluster), "up", home=home, timeout=30)
+    assert up.returncode == 2, up.stderr
+    assert "localhost has 0 GPUs (nvidia-smi not found on PATH); its tasks ask for 2" in up.stderr
+    assert "install the NVIDIA driver on localhost" in up.stderr and "starting on" not in up.stderr
+    assert json.loads(tfctl("runs", "--json", home=home).stdout) == []

@@ -359,6 +359,35 @@ ERRORS = {
             "fix: write the value itself",
         ],
     ),
+    "env unknown placeholder": (
+        "env:\n  SHARD: 'part-{task_idx}'\n" + with_jobs("  worker: [a:1]\n"),
+        [
+            "cluster.yaml:2:10: env.SHARD: unknown placeholder `{task_idx}`",
+            "fix: did you mean `{task_index}`? in `env`, placeholders are {job_name}, {task_index}",
+            "{logdir}, {gpus}; write `{{` and `}}` for literal braces",
+        ],
+    ),
+    "env malformed braces": (
+        "env:\n  JSON: '{\"a\": 1}'\n" + with_jobs("  worker: [a:1]\n"),
+        ['cluster.yaml:2:9: env.JSON: unknown placeholder `{"a"', "write `{{` and `}}` for literal braces"],
+    ),
+    "job env placeholder with format spec": (
+        with_jobs("  worker:\n    hosts: [a:1]\n    env: {GPUS: '{gpus:>3}'}\n"),
+        ["jobs.worker.env.GPUS: placeholder `{gpus:>3}` has a format spec", "fix: write `{gpus}`"],
+    ),
+    "env logdir without logdir": (
+        "env:\n  OUT: '{logdir}/x'\n" + with_jobs("  worker: [a:1]\n"),
+        ["env.OUT: uses `{logdir}`, but the file has no `logdir`"],
+    ),
+    "CUDA_VISIBLE_DEVICES beside gpus": (
+        "env: {CUDA_VISIBLE_DEVICES: '0'}\n"
+        + with_jobs("  worker:\n    hosts: [a:1]\n    gpus: 1\n    env: {CUDA_VISIBLE_DEVICES: '1'}\n"),
+        [
+            "cluster.yaml:1:7: env.CUDA_VISIBLE_DEVICES: tfctl sets it for the tasks of worker, which have `gpus`",
+            "fix: remove it; to hide the GPUs from a job, give it `gpus: 0`",
+            "cluster.yaml:8:11: jobs.worker.env.CUDA_VISIBLE_DEVICES: job `worker` has `gpus`, so tfctl sets this",
+        ],
+    ),
     "gpus not a count": (
         with_jobs("  worker: {hosts: [a:1], gpus: two}\n"),
         ["cluster.yaml:4:32: jobs.worker.gpus: must be a whole number of GPUs per task", "fix: e.g. `gpus: 1`"],
@@ -458,6 +487,12 @@ def test_devices_per_task_are_kept_per_job() -> None:
     config = valid(with_jobs("  ps: {hosts: [a:1], gpus: 0}\n  worker: {hosts: [a:2], gpus: 2, cpus: 4}\n"))
     assert (config.jobs["ps"].gpus, config.jobs["ps"].cpus) == (0, None)
     assert (config.jobs["worker"].gpus, config.jobs["worker"].cpus) == (2, 4)
+
+
+def test_env_values_keep_braces_for_each_task_to_fill() -> None:
+    env = "env:\n  A: 'w{task_index} on {gpus}'\n  B: '${{HOME}}'\n  C: plain\n"
+    config = valid(env + with_jobs("  worker: [a:1]\n"))
+    assert dict(config.env) == {"A": "w{task_index} on {gpus}", "B": "${{HOME}}", "C": "plain"}
 
 
 def test_ipv6_and_ip_addresses() -> None:

@@ -17,7 +17,7 @@ from slurm_lab import SlurmLab, missing_binaries
 from tfctl.config import parse_config
 from tfctl.errors import SlurmError
 from tfctl.slurm.allocation import sbatch_argv, submit, wait_running
-from tfctl.slurm.placement import place
+from tfctl.slurm.placement import place, step_options
 
 SLURM_FILE = """\
 name: fake
@@ -44,8 +44,18 @@ def test_sbatch_asks_for_one_node_per_task_unless_told():
     assert "--nodes=3" in argv and "--ntasks=3" in argv
     assert "--partition=debug" in argv and "--time=00:10:00" in argv
     capped = parse_config(fake_file().replace("partition: debug,", "nodes: 2, extra: [--exclusive],"), Path("c.yaml"))
-    argv = sbatch_argv(capped.slurm, "tfctl-run", 3, 4)
-    assert "--nodes=2" in argv and "--gpus=4" in argv and argv[-1] == "--exclusive"
+    argv = sbatch_argv(capped.slurm, "tfctl-run", 3, 4, 2)
+    assert "--nodes=2" in argv and "--gpus=4" in argv and "--cpus-per-task=2" in argv and argv[-1] == "--exclusive"
+
+
+def test_each_task_step_asks_slurm_for_its_own_gpus_and_cores():
+    text = fake_file().replace("worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, gpus: 2, cpus: 4}")
+    config = parse_config(text, Path("c.yaml"))
+    assert step_options(config) == {
+        "ps:0": [],
+        "worker:0": ["--gpus=2", "--cpus-per-task=4"],
+        "worker:1": ["--gpus=2", "--cpus-per-task=4"],
+    }
 
 
 def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports():
@@ -90,7 +100,7 @@ def test_a_refused_allocation_is_an_error_in_slurms_words():
     run, _ = fake_slurm({"sbatch": ["!sbatch: error: invalid partition specified: gpu"]})
     config = parse_config(fake_file(), Path("c.yaml"))
     with pytest.raises(SlurmError) as caught:
-        submit(config.slurm, "x", 3, 0, run)
+        submit(config.slurm, "x", 3, 0, 0, run)
     assert "Slurm refused the allocation: invalid partition specified: gpu" in caught.value.message
 
 
@@ -137,7 +147,8 @@ def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, t
     steps = slurm.steps()
     assert len([s for s in steps if s.startswith(f"{job}.") and s != f"{job}.batch"]) >= 3  # a step per task
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
-    assert shown["run"]["slurm"] == {"job_id": job, "owned": True, "state": "RUNNING", "reason": ""}
+    slurm_part = shown["run"]["slurm"]
+    assert slurm_part == {**slurm_part, "job_id": job, "owned": True, "state": "RUNNING", "reason": ""}
     hosts = {t["task"]: f"{t['host']}:{t['port']}" for t in shown["tasks"]}
     assert hosts == {"ps:0": "tfh0:2222", "worker:0": "tfh1:2222", "worker:1": "tfh2:2222"}
     assert all(t["state"] == "running" and t["listening"] for t in shown["tasks"])

@@ -384,7 +384,7 @@ def test_plan_tf_config_is_tfctls_even_if_env_names_it() -> None:
     from dataclasses import replace
     from types import MappingProxyType
 
-    cfg = replace(cfg, env=MappingProxyType({"TF_CONFIG": "{}"}))
+    cfg = replace(cfg, env=MappingProxyType({"TF_CONFIG": "{{}}"}))
     for t in plan(cfg):
         assert json.loads(t.env["TF_CONFIG"])["task"]["type"] == t.job
 

@@ -13,8 +13,9 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
+from tfctl.devices import HostDevices
 from tfctl.errors import HostError, StartupError
 from tfctl.group import GroupResult, fan_out
 from tfctl.hostagent import HostAgent
@@ -116,6 +117,8 @@ class TaskStatus:
     unreachable_since: float | None = None  # epoch, as the run's controller last recorded it
     marks: tuple[Mark, ...] = ()  # recent progress lines, when asked for
     observed_at: float | None = None  # the host's clock when it answered (marks use that clock)
+    gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
+    cpus: tuple[int, ...] | None = None
 
     @classmethod
     def of(
@@ -135,6 +138,8 @@ class TaskStatus:
                 spec.port,
                 TaskState.UNREACHABLE,
                 unreachable_since=unreachable_since,
+                gpus=spec.gpus,
+                cpus=spec.cpus,
             )
         return cls(
             spec.name,
@@ -156,6 +161,8 @@ class TaskStatus:
             tuple(info.earlier_ends),
             marks=tuple(info.marks),
             observed_at=observed_at,
+            gpus=spec.gpus,
+            cpus=spec.cpus,
         )
 
     @property
@@ -186,6 +193,8 @@ class TaskStatus:
             "stop_reason": self.stop_reason,
             "restarts": self.restarts,
             "unreachable_since": self.unreachable_since,
+            "gpus": None if self.gpus is None else list(self.gpus),
+            "cpus": None if self.cpus is None else list(self.cpus),
         }
 
 
@@ -225,6 +234,7 @@ class HostInfo:
     python: str | None
     tensorflow: str | None
     error: str | None = None
+    devices: HostDevices = field(default_factory=HostDevices)
 
 
 @dataclass
@@ -351,19 +361,22 @@ class Cluster:
             return None
         return answer.results[address].ok
 
-    def preflight(self, progress: Progress = quiet) -> list[HostInfo]:
-        """Reach every host (auth, host keys) and learn its Python and TensorFlow, in parallel."""
+    def preflight(self, progress: Progress = quiet, gpu_hosts: Collection[str] = ()) -> list[HostInfo]:
+        """Reach every host (auth, host keys) and learn its Python, TensorFlow and cores, and the
+        GPUs of `gpu_hosts`, in parallel."""
         hosts = sorted(self.agents)
         for host in hosts:
             progress(host, "connecting")
-        answers = self.fan_out(hosts, lambda a: a.call(InfoRequest(a.python), timeout=60))
+        answers = self.fan_out(hosts, lambda a: a.call(InfoRequest(a.python, a.host in gpu_hosts), timeout=60))
         answers.raise_if_failed("connecting to hosts")
         infos = []
         for host in hosts:
             a = answers.succeeded[host]
-            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error))
+            devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
+            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices))
             where = f" ({a.python_executable})" if a.python_executable else ""
-            progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}")
+            gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
+            progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}{gpus}")
         return infos
 
     def check_reachable(
@@ -418,6 +431,7 @@ class Cluster:
                             self._idle_rule(t),
                             RestartRule.from_wire(t.restart) if t.restart else None,
                             bin_dir(self.agents[a.host].python),
+                            None if t.cpus is None else list(t.cpus),
                         )
                         for t in grouped[a.host]
                     ],
@@ -441,7 +455,7 @@ class Cluster:
         assert record.allocation is not None
         for host, tasks in grouped.items():
             agent = self.agents[host]
-            named = [(t.name, 0) for t in tasks]
+            named = [(t.name, record.allocation.get("steps", {}).get(t.name, [])) for t in tasks]
             launch_monitors(
                 record.allocation["job_id"], host, agent.python, agent.artifact_path(), agent.root, record.run_id, named
             )

@@ -193,6 +193,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_commands(doc, root)
     check_backend(doc, root)
     _check_logdir(doc, values)
+    _check_device_env(doc, values)
     _check_host_names(doc, values)
     if doc.problems:
         return None
@@ -217,13 +218,16 @@ def _check_commands(doc: Doc, root: dict[str, Any]) -> None:
 
 
 def _check_logdir(doc: Doc, values: dict[str, Any]) -> None:
-    """`{logdir}` in a command needs a `logdir` to fill it with."""
+    """`{logdir}` in a command or an env value needs a `logdir` to fill it with."""
     if "logdir" in values:
         return
     jobs = values.get("jobs")
     commands = {"command": values.get("command")}
+    if isinstance(values.get("env"), Mapping):
+        commands.update({f"env.{name}": text for name, text in values["env"].items()})
     if isinstance(jobs, Mapping):
         commands.update({f"jobs.{name}.command": job.command for name, job in jobs.items()})
+        commands.update({f"jobs.{name}.env.{key}": text for name, job in jobs.items() for key, text in job.env.items()})
     for path, command in commands.items():
         if isinstance(command, str) and "logdir" in {f[1] for f in string.Formatter().parse(command)}:
             doc.problem(
@@ -231,6 +235,25 @@ def _check_logdir(doc: Doc, values: dict[str, Any]) -> None:
                 "uses `{logdir}`, but the file has no `logdir`",
                 "add a top-level `logdir: logs/{run_id}` (relative paths start at each task's workdir)",
             )
+
+
+def _check_device_env(doc: Doc, values: dict[str, Any]) -> None:
+    """A job placed on GPUs gets its CUDA_VISIBLE_DEVICES from tfctl; one in its env would undo that."""
+    jobs = values.get("jobs")
+    if not isinstance(jobs, Mapping):
+        return
+    placed = [name for name, job in jobs.items() if job.gpus is not None]
+    for name in placed:
+        if "CUDA_VISIBLE_DEVICES" in jobs[name].env:
+            path = f"jobs.{name}.env.CUDA_VISIBLE_DEVICES"
+            doc.problem(path, f"job `{name}` has `gpus`, so tfctl sets this", "remove it", at=doc.key_nodes[path])
+    if placed and isinstance(values.get("env"), Mapping) and "CUDA_VISIBLE_DEVICES" in values["env"]:
+        doc.problem(
+            "env.CUDA_VISIBLE_DEVICES",
+            f"tfctl sets it for the tasks of {', '.join(placed)}, which have `gpus`",
+            "remove it; to hide the GPUs from a job, give it `gpus: 0`",
+            at=doc.key_nodes["env.CUDA_VISIBLE_DEVICES"],
+        )
 
 
 def _check_host_names(doc: Doc, values: dict[str, Any]) -> None:

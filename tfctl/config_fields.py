@@ -43,6 +43,7 @@ from tfctl.model import (
     DEFAULT_PROGRESS_WINDOW,
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_STARTUP_TIMEOUT,
+    ENV_PLACEHOLDERS,
     JOB_NAMES,
     LOGDIR_PLACEHOLDERS,
     PLACEHOLDERS,
@@ -65,6 +66,7 @@ _DIGITS_RE = re.compile(r"[0-9]+")
 PORT = 2222
 COMMAND_EXAMPLE = "command: python train.py --job_name={job_name} --task_index={task_index}"
 _PLACEHOLDER_LIST = ", ".join("{" + name + "}" for name in PLACEHOLDERS)
+_ENV_PLACEHOLDER_LIST = ", ".join("{" + name + "}" for name in ENV_PLACEHOLDERS)
 _BRACES_FIX = "write `{{` and `}}` for literal braces (e.g. `${{HOME}}` for the shell's ${HOME})"
 _IPV6_FIX = 'write IPv6 in brackets and quoted, so YAML keeps them: `"[::1]:2222"`'
 _JOB_ALIASES = {"master": "chief", "parameter_server": "ps", "parameter_servers": "ps"}
@@ -161,7 +163,8 @@ def _workdir(doc: Doc, path: str, value: Any) -> Any:
 
 
 def _env(doc: Doc, path: str, value: Any) -> Any:
-    """Variable name -> text; booleans are refused because YAML turns `yes` into true."""
+    """Variable name -> text, whose `{placeholders}` each task fills in; booleans are refused
+    because YAML turns `yes` into true."""
     if not isinstance(value, dict):
         return type_error(
             doc, path, "a mapping of variable names to values", value, 'e.g. `env: {OMP_NUM_THREADS: "4"}`'
@@ -187,6 +190,9 @@ def _env(doc: Doc, path: str, value: Any) -> Any:
             )
             valid = False
         if isinstance(item, str):
+            listing = f"in `env`, placeholders are {_ENV_PLACEHOLDER_LIST}"
+            if _placeholders(doc, child, item, ENV_PLACEHOLDERS, "task_index", listing) is INVALID:
+                valid = False
             env[key] = item
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
             env[key] = doc.raw(child) or str(item)  # as written: `0.10` stays "0.10"

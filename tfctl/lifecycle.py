@@ -21,13 +21,14 @@ from typing import Any, Callable
 from tfctl import control
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
 from tfctl.control import Judge, Outcome
+from tfctl.devices import gpu_hosts, place
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
 from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
-from tfctl.plan import Plan, make_plan, remote_workdir
+from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
 from tfctl.runs import RunRecord, RunStore, new_run_id
 from tfctl.setup import run_setup
 from tfctl.supervisor.files import host_key
@@ -122,8 +123,8 @@ def security_warnings(config: ClusterConfig) -> list[str]:
 def launch(
     store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False, detach: bool = False
 ) -> Cluster:
-    """Preflight every host, check ports, record the run, sync code, run `setup`, and start the
-    tasks phase by phase.
+    """Preflight every host, place the tasks on its GPUs and cores, check ports, record the run,
+    sync code, run `setup`, and start the tasks phase by phase.
 
     Nothing is started anywhere until every host has answered; any failure after that stops
     whatever was started before the error is raised. The caller closes the returned cluster.
@@ -136,8 +137,13 @@ def launch(
         record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
     try:
-        for warning in version_warnings(cluster.preflight(progress)):
+        on_slurm = plan.config.backend == "slurm"  # there each task's step asks Slurm for its devices
+        infos = cluster.preflight(progress, set() if on_slurm else gpu_hosts(plan.config.device_asks()))
+        for warning in version_warnings(infos):
             progress("warning", warning)
+        if not on_slurm:
+            plan = with_devices(plan, {i.host: i.devices for i in infos})
+            record = cluster.record = dataclasses.replace(record, tasks=plan.record.tasks)
         busy = cluster.busy_ports(list(record.tasks))
         if busy:
             lines = [
@@ -431,7 +437,9 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
     all-reduce) are held open by throw-away listeners and probed from every other host.
     """
     with Cluster(plan.record, accept_new_host_keys=accept_new_host_keys) as cluster:
-        infos = cluster.preflight(progress)
+        asks = plan.config.device_asks()
+        infos = cluster.preflight(progress, gpu_hosts(asks))
+        place(asks, {i.host: i.devices for i in infos})  # raises if tasks ask a host for more than it has
         busy = cluster.busy_ports(list(plan.record.tasks))
         summary = None
         if network and not busy:

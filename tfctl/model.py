@@ -11,6 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from tfctl.devices import DeviceAsk
 from tfctl.hosts import host_port
 
 # Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
@@ -27,6 +28,8 @@ PLACEHOLDERS = (
     "run_id",
     "logdir",
 )
+# The placeholders an `env` value may use: a command's, and the task's GPU indices.
+ENV_PLACEHOLDERS = (*PLACEHOLDERS, "gpus")
 # The placeholders `logdir` itself may use.
 LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
@@ -114,7 +117,7 @@ class Job:
     env: Mapping[str, str] = field(default_factory=frozen_env)
     restart: RestartPolicy | None = None
     gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
-    cpus: int | None = None  # CPU cores per task; None: no affinity set
+    cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
     count: int | None = None  # backend slurm: how many tasks; `addresses` come from the allocation
     port: int | None = None  # backend slurm: the port its tasks listen on (another if a node has two)
 
@@ -203,6 +206,13 @@ class ClusterConfig:
     def logdir_for(self, run_id: str) -> str | None:
         """`logdir` with `{run_id}` filled in (validation allows no other placeholder)."""
         return None if self.logdir is None else self.logdir.format(run_id=run_id)
+
+    def device_asks(self) -> list[DeviceAsk]:
+        """What every task asks its host for, in task order: the order devices are handed out."""
+        return [
+            DeviceAsk(f"{name}:{index}", address.host, self.jobs[name].gpus, self.jobs[name].cpus)
+            for name, index, address in self.tasks()
+        ]
 
     def tasks(self) -> list[tuple[str, int, Address]]:
         """Every task as (job, index, address), in JOB_NAMES order."""

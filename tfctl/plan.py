@@ -6,8 +6,10 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from tfctl.control import Phase
+from tfctl.devices import HostDevices
 from tfctl.hostagent import REMOTE_ROOT, interpreter
 from tfctl.hosts import HostSpec, tfctl_home
 from tfctl.model import ClusterConfig, HostConfig, SSHSettings
@@ -19,6 +21,7 @@ from tfctl.transport import is_local_name
 
 @dataclass(frozen=True)
 class Plan:
+    config: ClusterConfig  # what the plan was made from; devices are placed from it again (`with_devices`)
     record: RunRecord
     phases: tuple[Phase, ...]
     startup_timeout: float
@@ -69,12 +72,26 @@ def shares_files(host: HostSpec) -> bool:
     return host.transport["kind"] in ("local", "slurm")
 
 
-def make_plan(config: ClusterConfig, run_id: str) -> Plan:
-    hosts = host_specs(config)
+def local_workdir(config: ClusterConfig) -> str:
+    return str(config.workdir or config.path.resolve().parent)
+
+
+def _python_and_cwd(
+    config: ClusterConfig, run_id: str, hosts: tuple[HostSpec, ...]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """host -> the tasks' interpreter, and host -> the directory they run in."""
     python_for = {h.name: interpreter(h.python, shares_files(h)) for h in hosts}
-    local_dir = str(config.workdir or config.path.resolve().parent)
+    local_dir = local_workdir(config)
     # Remote tasks run in the synced copy, or in the same path when the filesystem is shared.
     cwd_for = {h.name: local_dir if shares_files(h) or not config.sync else remote_workdir(run_id) for h in hosts}
+    return python_for, cwd_for
+
+
+def make_plan(config: ClusterConfig, run_id: str) -> Plan:
+    """The run as it would start on hosts with the devices its tasks ask for (`with_devices`
+    places them on what the hosts have)."""
+    hosts = host_specs(config)
+    python_for, cwd_for = _python_and_cwd(config, run_id, hosts)
     tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
     record = RunRecord(
         run_id=run_id,
@@ -96,14 +113,27 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
     )
     remote = not all(shares_files(h) for h in hosts)
     setup = None
-    if config.setup:  # the tasks' environment, less what only a TF task has (TF_CONFIG)
-        env = {**tf_cluster.DEFAULT_ENV, **config.env}
-        setup = plan_setup(config.setup, [h.name for h in hosts], cwd_for, env)
+    if config.setup:
+        setup = plan_setup(config.setup, [h.name for h in hosts], cwd_for, tf_cluster.setup_env(config, run_id))
     return Plan(
+        config,
         record,
         tuple(tf_cluster.start_phases(tasks, config.start_order)),
         config.startup_timeout,
-        Path(local_dir) if remote and config.sync else None,
+        Path(local_workdir(config)) if remote and config.sync else None,
         config.exclude,
         setup,
+    )
+
+
+def with_devices(plan: Plan, devices: Mapping[str, HostDevices]) -> Plan:
+    """The plan with every task placed on the GPUs and cores its host has, as preflight found
+    them. Raises DeviceError when tasks ask a host for more than it has."""
+    record = plan.record
+    python_for, cwd_for = _python_and_cwd(plan.config, record.run_id, record.hosts)
+    tasks = tf_cluster.plan_tasks(plan.config, record.run_id, python_for, cwd_for, devices)
+    return dataclasses.replace(
+        plan,
+        record=dataclasses.replace(record, tasks=tuple(tasks)),
+        phases=tuple(tf_cluster.start_phases(tasks, plan.config.start_order)),
     )

@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Group
 from rich.text import Text
 
 from tfctl import console
 from tfctl.cluster import Cluster, StopReport, TaskStatus
+from tfctl.devices import cores_text
 from tfctl.hosts import host_port
 from tfctl.logs import Prefixer
 from tfctl.runs import RunRecord
@@ -127,6 +128,13 @@ def snapshot(cluster: Cluster) -> Snapshot:
     return Snapshot(statuses, unreachable, found, progress.assess(statuses), allocation)
 
 
+def gpus_text(status: TaskStatus) -> str:
+    """A task's GPUs as CUDA_VISIBLE_DEVICES names them; `none` when they are hidden from it."""
+    if status.gpus is None:
+        return "-"
+    return ",".join(map(str, status.gpus)) or "none"
+
+
 def rate_text(rate: float | None) -> str:
     if rate is None:
         return "-"
@@ -144,6 +152,12 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
         title += f"  slurm job {record.allocation['job_id']}: {describe(shot.allocation)}"
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    # Device columns only for runs that place devices: (heading, a task's cell).
+    device_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
+    if any(s.gpus is not None for s in statuses):
+        device_columns.append(("GPUS", gpus_text))
+    if any(s.cpus is not None for s in statuses):
+        device_columns.append(("CPUS", lambda s: cores_text(s.cpus) if s.cpus else "-"))
     rows = []
     for s in statuses:
         exit_text = (
@@ -165,17 +179,24 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
                 listen,
                 "-" if p.step is None else str(p.step),
                 rate_text(p.steps_per_sec),
+                *(cell(s) for _, cell in device_columns),
                 s.last_line[:300],
             ]
         )
-    columns = ("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "STEP", "STEPS/S", "LAST LINE")
+    columns = (
+        *("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "STEP", "STEPS/S"),
+        *(heading for heading, _ in device_columns),
+        "LAST LINE",
+    )
     widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
     # Every column keeps its full width; only the last line is cut to what the screen has left.
     widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
     for col, width in zip(columns, widths):
         table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
     for row in rows:
-        table.add_row(*row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:9], Text(row[9]))
+        table.add_row(
+            *row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:-1], Text(row[-1])
+        )
     if unreachable:
         table.caption = "\n".join(
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())

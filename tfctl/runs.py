@@ -42,6 +42,13 @@ class TaskSpec:
     env: dict[str, str]
     cwd: str | None
     restart: dict[str, Any] | None = None  # model.RestartPolicy's fields, when the job restarts its tasks
+    gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES as placed (`devices.Placement`)
+    cpus: tuple[int, ...] | None = None  # the cores it runs on; None: any
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "cpus"):  # JSON gives lists back
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def name(self) -> str:

@@ -6,7 +6,8 @@ Flags: --port P (listen like a server; 0 = no listening; -1 = its own address in
 `step N loss ...` R times a second, like a training loop; --steps-for S: only for the first S
 seconds, then run on silently), --exit C (exit code), --ignore-term (ignore SIGTERM like an MWMS
 worker), --fork K (start K children that sleep in the same group), --setsid-child (start one
-child in its own session, escaping the process group).
+child in its own session, escaping the process group), --devices (print what a GPU and CPU
+placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on).
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ def main() -> int:
     p.add_argument("--tick", type=float, default=0)
     p.add_argument("--steps-per-sec", type=float, default=0)
     p.add_argument("--steps-for", type=float, default=-1)
+    p.add_argument("--devices", action="store_true")
     a = p.parse_args()
+    if a.devices:
+        with open("/proc/self/status") as f:
+            cores = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list:"))
+        shown = {"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "env_gpus": os.environ.get("ENV_GPUS")}
+        print("devices " + json.dumps({**shown, "cores": cores}), flush=True)
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(a.fork)]

@@ -46,8 +46,15 @@ def check(
 
     from tfctl import console, lifecycle
     from tfctl.config import load_config
+    from tfctl.errors import UsageError
 
-    plan = lifecycle.plan_run(load_config(cluster_file_path(ctx, cluster_file)), run_store())
+    config = load_config(cluster_file_path(ctx, cluster_file))
+    if config.backend == "slurm":
+        raise UsageError(
+            "`check` needs the hosts, and on Slurm they are known only once the allocation is granted",
+            hint="`tfctl up --dry-run` shows how tasks are placed; `tfctl up` checks the nodes before starting any",
+        )
+    plan = lifecycle.plan_run(config, run_store())
     start = time.monotonic()
     report = lifecycle.check(
         plan,

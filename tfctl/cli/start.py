@@ -33,15 +33,15 @@ if TYPE_CHECKING:
 Examples:
   tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
   tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
-  tfctl up --dry-run         print setup and each task's command, TF_CONFIG""",
+  tfctl up --dry-run         print setup, each task's command, TF_CONFIG, GPUs""",
 )
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the setup commands, then each task's host, command and TF_CONFIG, and the warnings `up` "
-    "would print; start nothing and connect to no host.",
+    help="Print the setup commands, then each task's host, command, TF_CONFIG and GPUs and cores, and the "
+    "warnings `up` would print; start nothing and connect to no host.",
 )
 @accept_new_option
 @click.pass_context
@@ -109,6 +109,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task."""
     from tfctl import console
+    from tfctl.devices import cores_text
 
     out = console.out()
     if plan.setup is not None:
@@ -116,11 +117,18 @@ def _print_plan(plan: Plan) -> None:
         out.print(f"[bold]setup[/bold]  once on each host ({hosts}), in its workdir, before any task")
         for command in plan.setup.commands:
             out.print(f"  $ {command}", markup=False)
+    if any(t.gpus is not None or t.cpus is not None for t in plan.record.tasks):
+        out.print("devices as placed on hosts with just the GPUs and cores their tasks ask for, numbered from 0;")
+        out.print("`up` places them on what each host has (and fails if it has too few)")
     for task in plan.record.tasks:
         out.print(f"[bold]{task.name}[/bold]  {task.address}")
         out.print(f"  command:   {task.command}", markup=False)
         out.print(f"  cwd:       {task.cwd}", markup=False)
         out.print(f"  TF_CONFIG: {task.env['TF_CONFIG']}", markup=False)
+        if task.gpus is not None:
+            out.print(f"  gpus:      CUDA_VISIBLE_DEVICES={task.env['CUDA_VISIBLE_DEVICES']!r}", markup=False)
+        if task.cpus is not None:
+            out.print(f"  cpus:      cores {cores_text(task.cpus)}", markup=False)
 
 
 def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:

@@ -60,8 +60,9 @@ class JobState:
         return not self.state or self.state.split()[0] in ENDED
 
 
-def sbatch_argv(settings: SlurmSettings, name: str, tasks: int, gpus: int) -> list[str]:
-    """sbatch for an allocation of `tasks` tasks on `settings.nodes` nodes (one per task unset)."""
+def sbatch_argv(settings: SlurmSettings, name: str, tasks: int, gpus: int, cpus: int = 0) -> list[str]:
+    """sbatch for an allocation of `tasks` tasks on `settings.nodes` nodes (one per task unset),
+    `gpus` in all, and `cpus` cores for every task (the most any task asks for)."""
     nodes = min(settings.nodes or tasks, tasks)
     argv = ["sbatch", "--parsable", f"--job-name={name}", f"--nodes={nodes}", f"--ntasks={tasks}", "--output=/dev/null"]
     for flag, value in (("partition", settings.partition), ("time", settings.time)):
@@ -72,12 +73,14 @@ def sbatch_argv(settings: SlurmSettings, name: str, tasks: int, gpus: int) -> li
             argv.append(f"--{flag}={value}")
     if gpus:
         argv.append(f"--gpus={gpus}")
+    if cpus:
+        argv.append(f"--cpus-per-task={cpus}")
     return [*argv, *settings.extra]
 
 
-def submit(settings: SlurmSettings, name: str, tasks: int, gpus: int, run: Runner = run_slurm) -> str:
+def submit(settings: SlurmSettings, name: str, tasks: int, gpus: int, cpus: int, run: Runner = run_slurm) -> str:
     """Ask Slurm for the allocation; its job id. Slurm's own refusal is the message."""
-    result = run(sbatch_argv(settings, name, tasks, gpus), HOLDER)
+    result = run(sbatch_argv(settings, name, tasks, gpus, cpus), HOLDER)
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip().replace("sbatch: error: ", "")
         raise SlurmError(

@@ -24,7 +24,7 @@ from tfctl.slurm.allocation import (
     submit,
     wait_running,
 )
-from tfctl.slurm.placement import place, task_count
+from tfctl.slurm.placement import place, step_options, task_count
 from tfctl.supervisor.protocol import RunState
 from tfctl.transport.slurm import step_argv
 
@@ -40,7 +40,8 @@ def allocate(
     owned = job_id is None
     if job_id is None:
         gpus = sum((job.gpus or 0) * (job.count or 0) for job in config.jobs.values())
-        job_id = submit(config.slurm, f"tfctl-{run_id}", tasks, gpus, run)
+        cpus = max((job.cpus or 0) for job in config.jobs.values())
+        job_id = submit(config.slurm, f"tfctl-{run_id}", tasks, gpus, cpus, run)
         progress("slurm", f"asked for {tasks} tasks: job {job_id}")
     else:
         progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
@@ -51,7 +52,7 @@ def allocate(
             cancel(job_id, run)
         raise
     progress("slurm", f"job {job_id} running on {', '.join(nodes)}")
-    return place(config, nodes, job_id), {"job_id": job_id, "owned": owned}
+    return place(config, nodes, job_id), {"job_id": job_id, "owned": owned, "steps": step_options(config)}
 
 
 def release(allocation: dict[str, Any] | None, run: Runner = run_slurm) -> str | None:
@@ -62,7 +63,7 @@ def release(allocation: dict[str, Any] | None, run: Runner = run_slurm) -> str |
 
 
 def launch_monitors(
-    job_id: str, node: str, python: str, artifact: str, root: str, run_id: str, tasks: Sequence[tuple[str, int]]
+    job_id: str, node: str, python: str, artifact: str, root: str, run_id: str, tasks: Sequence[tuple[str, list[str]]]
 ) -> None:
     """Start each task's monitor as a job step of its own on `node`.
 
@@ -70,9 +71,8 @@ def launch_monitors(
     job. Its `srun` runs here, detached: a step ends when its srun does, so srun must outlive the
     `up` that started it (and is a child of nobody a terminal's Ctrl-C reaches).
     """
-    for task, gpus in tasks:
-        extra = (f"--gpus={gpus}",) if gpus else ()
-        argv = step_argv(job_id, node, name=f"{run_id}:{task}", extra=extra)
+    for task, asks in tasks:
+        argv = step_argv(job_id, node, name=f"{run_id}:{task}", extra=tuple(asks))
         subprocess.Popen(
             [*argv, python, "-I", "-S", artifact, "_step", root, run_id, task],
             stdin=subprocess.DEVNULL,

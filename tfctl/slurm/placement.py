@@ -40,3 +40,13 @@ def place(config: ClusterConfig, nodes: tuple[str, ...], job_id: str) -> Cluster
     jobs = {name: dataclasses.replace(job, addresses=tuple(placed[name])) for name, job in config.jobs.items()}
     slurm = dataclasses.replace(config.slurm, job_id=job_id)
     return dataclasses.replace(config, jobs=MappingProxyType(jobs), slurm=slurm)
+
+
+def step_options(config: ClusterConfig) -> dict[str, list[str]]:
+    """task -> what its job step asks Slurm for beyond one task: its GPUs and cores."""
+    options = {}
+    for name, job in config.jobs.items():
+        asks = ([f"--gpus={job.gpus}"] if job.gpus else []) + ([f"--cpus-per-task={job.cpus}"] if job.cpus else [])
+        for index in range(job.count or 0):
+            options[f"{name}:{index}"] = asks
+    return options

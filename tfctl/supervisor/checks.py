@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence, Set
 
+from . import devices
 from .errors import AgentError
 from .procfs import RUN_ENV, STORE_ENV, listening_sockets, proc_cmdline, socket_owners
 from .protocol import (
@@ -119,9 +120,16 @@ def package_version(names: Sequence[str]) -> Optional[str]:
 
 
 def info(root: str, request: InfoRequest) -> InfoAnswer:
-    """What preflight compares across hosts: who we are and which Python and TensorFlow run tasks."""
+    """What preflight compares across hosts and places tasks on: who we are, which Python and
+    TensorFlow run tasks, the cores and (when asked) the GPUs."""
+    found, error = devices.gpus() if request.gpus else ([], None)
+    return python_info(request.python).replace(cpus=devices.cpu_cores(), gpus=found, gpu_error=error)
+
+
+def python_info(asked: Optional[str]) -> InfoAnswer:
+    """Who we are and which Python and TensorFlow the interpreter `asked` (default: ours) has."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
-    asked = request.python or sys.executable
+    asked = asked or sys.executable
     python = shutil.which(asked) or asked
     if same_interpreter(python, sys.executable):
         return InfoAnswer(

@@ -3,11 +3,12 @@ records how it ended.
 
 It lives in its own session, detached from the controller, so a task survives the controller
 or its SSH channel going away. It records pid, process group and the kernel start time (so a
-reused pid is never taken for the task); while the task runs it applies the host's own rules
-(`guard`: the lease, the idle rule); when the task ends it either starts it again (`restart`
-policy, after `backoff` seconds) or records the exit in exit.json and kills whatever the task
-left behind in its group. Files: proc.json (the current process), restarts.json (how earlier
-runs ended, and whether a restart is pending), exit.json (the end), stop.json (who stopped it).
+reused pid is never taken for the task) and pins the task to the cores it was placed on, if
+any; while the task runs it applies the host's own rules (`guard`: the lease, the idle rule);
+when the task ends it either starts it again (`restart` policy, after `backoff` seconds) or
+records the exit in exit.json and kills whatever the task left behind in its group. Files:
+proc.json (the current process), restarts.json (how earlier runs ended, and whether a restart is
+pending), exit.json (the end), stop.json (who stopped it).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import shlex
 import signal
 import subprocess
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, BinaryIO, Dict, List, Optional
 
-from . import guard, procfs
+from . import devices, guard, procfs
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
 from .timeline import TimeNotes
@@ -45,6 +46,13 @@ def monitor(d: str, run_id: str) -> None:
         env[procfs.STORE_ENV] = launch.store
     log_path = os.path.join(d, "output.log")
     log = open(log_path, "ab", buffering=0)
+    if launch.cpus is not None:
+        # Pinned here, before the first start, so every run of the task inherits the cores.
+        try:
+            devices.pin(launch.cpus)
+        except (OSError, ValueError) as e:
+            _record_failed_start(d, log, "could not run on cores %s: %s" % (launch.cpus, e))
+            return
     notes = TimeNotes(log_path)
     ends: List[str] = []
     while True:
@@ -60,11 +68,7 @@ def monitor(d: str, run_id: str) -> None:
                 close_fds=True,
             )
         except OSError as e:
-            write_json(
-                os.path.join(d, "exit.json"),
-                {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": "could not start: %s" % e},
-            )
-            log.write(("tfctl: could not start task: %s\n" % e).encode())
+            _record_failed_start(d, log, "could not start: %s" % e)
             return
         proc = _record_process(d, child)
         code = _wait_guarded(child, d, run_id, launch, proc, notes)
@@ -90,6 +94,12 @@ def monitor(d: str, run_id: str) -> None:
     write_json(os.path.join(d, "exit.json"), ended)
     if ends:
         _write_restarts(d, ends, pending=False)
+
+
+def _record_failed_start(d: str, log: BinaryIO, error: str) -> None:
+    ended = {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": error}
+    write_json(os.path.join(d, "exit.json"), ended)
+    log.write(("tfctl: task %s\n" % error).encode())
 
 
 def exec_form(command: str) -> str:

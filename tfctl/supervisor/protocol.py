@@ -240,6 +240,7 @@ class TaskLaunch(Wire):
     idle: Optional[IdleRule] = None
     restart: Optional[RestartRule] = None
     path_first: Optional[str] = None  # put first on PATH, so `python` in a command is the host's python
+    cpus: Optional[List[int]] = None  # the cores the task may run on (its placement); None: any
 
 
 # ---------------------------------------------------------------- requests and answers
@@ -360,7 +361,17 @@ class PortsRequest(Request[PortsAnswer]):
 
 
 @record
+class Gpu(Wire):
+    """One GPU as nvidia-smi lists it; `index` is what CUDA_VISIBLE_DEVICES names."""
+
+    index: int
+    uuid: str
+
+
+@record
 class InfoAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"gpus": ("list", Gpu)}
+
     hostname: str
     agent_python: str
     python: Optional[str] = None
@@ -368,16 +379,21 @@ class InfoAnswer(Wire):
     python_error: Optional[str] = None
     protocol: int = PROTOCOL_VERSION
     python_executable: Optional[str] = None  # the interpreter `python` resolved to (a venv's own path)
+    cpus: List[int] = field(default_factory=list)  # the cores the supervisor, and so its tasks, may use
+    gpus: List[Gpu] = field(default_factory=list)  # when asked for
+    gpu_error: Optional[str] = None  # why none were found (no nvidia-smi, no driver), when asked for
 
 
 @record
 class InfoRequest(Request[InfoAnswer]):
-    """Who the host is and which Python and TensorFlow `python` (the tasks' interpreter) has."""
+    """Who the host is, which Python and TensorFlow `python` (the tasks' interpreter) has, its
+    cores and, with `gpus` (only where a task asks for some: nvidia-smi takes a while), its GPUs."""
 
     VERB: ClassVar[str] = "info"
     ANSWER: ClassVar[Type[Wire]] = InfoAnswer
 
     python: Optional[str] = None
+    gpus: bool = False
 
 
 @record

@@ -11,9 +11,10 @@ import json
 import shlex
 import string
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 from tfctl.control import Phase
+from tfctl.devices import HostDevices, Placement, enough_for, place
 from tfctl.model import ClusterConfig
 from tfctl.runs import TaskSpec
 from tfctl.transport.base import shell_path
@@ -25,6 +26,8 @@ SERVER_JOBS = ("chief", "ps", "worker")
 ESSENTIAL_JOBS = ("ps",)
 # How long the other workers wait for the chief's server before starting anyway.
 LEAD_WAIT = 15.0
+# The placeholders with one value for the whole run, whatever the task.
+RUN_PLACEHOLDERS = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "run_id", "logdir")
 DEFAULT_ENV = {
     # A Python task writing to a file buffers 8 KB at a time; logs must arrive as they are printed.
     "PYTHONUNBUFFERED": "1",
@@ -72,17 +75,57 @@ def render_command(template: str, values: dict[str, str]) -> str:
     return "".join(out)
 
 
-def plan_tasks(
-    config: ClusterConfig, run_id: str, python_for: dict[str, str], cwd_for: dict[str, str]
-) -> list[TaskSpec]:
-    """Every task of the cluster with its rendered command and environment.
+def render_env(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
+    """Fill the placeholders of env values as they are: no shell reads them, so no quoting."""
 
-    `python_for` and `cwd_for` map host -> interpreter and working directory on that host.
+    def fill(text: str) -> str:
+        parts = string.Formatter().parse(text)
+        return "".join(literal + (values[name] if name is not None else "") for literal, name, _, _ in parts)
+
+    return {name: fill(text) for name, text in env.items()}
+
+
+def setup_env(config: ClusterConfig, run_id: str) -> dict[str, str]:
+    """The tasks' environment as `setup` gets it, less what only a task has (TF_CONFIG, devices):
+    setup runs once per host, as no task, so a variable that needs a task's placeholder
+    (`{task_index}`, `{gpus}`, `{python}`...) is left out; the run's own ones are filled in."""
+    values = {k: v for k, v in placeholder_values(config, "", 0, "", run_id).items() if k in RUN_PLACEHOLDERS}
+    usable = {
+        name: text
+        for name, text in config.env.items()
+        if {field for _, field, _, _ in string.Formatter().parse(text) if field is not None} <= set(values)
+    }
+    return {**DEFAULT_ENV, **render_env(usable, values)}
+
+
+def device_env(placed: Placement) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for a task placed on GPUs (empty: it sees none), with indices counted
+    as nvidia-smi counts them, not fastest GPU first as CUDA would."""
+    if placed.gpus is None:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, placed.gpus)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def plan_tasks(
+    config: ClusterConfig,
+    run_id: str,
+    python_for: dict[str, str],
+    cwd_for: dict[str, str],
+    devices: Mapping[str, HostDevices] | None = None,
+) -> list[TaskSpec]:
+    """Every task of the cluster with its rendered command and environment, and its devices.
+
+    `python_for` and `cwd_for` map host -> interpreter and working directory on that host;
+    `devices` what each host has (from preflight), else just what its tasks ask for. Raises
+    DeviceError when tasks ask a host for more than it has.
     """
+    asks = config.device_asks()
+    placement = place(asks, devices if devices is not None else enough_for(asks))
     tasks = []
     for job, index, address in config.tasks():
+        placed = placement[f"{job}:{index}"]
         values = placeholder_values(config, job, index, python_for[address.host], run_id)
-        env = {**DEFAULT_ENV, **config.env_for(job), "TF_CONFIG": tf_config(config, job, index)}
+        own = render_env(config.env_for(job), {**values, "gpus": ",".join(map(str, placed.gpus or ()))})
         tasks.append(
             TaskSpec(
                 job=job,
@@ -90,9 +133,11 @@ def plan_tasks(
                 host=address.host,
                 port=address.port,
                 command=render_command(config.command_for(job), values),
-                env=env,
+                env={**DEFAULT_ENV, **device_env(placed), **own, "TF_CONFIG": tf_config(config, job, index)},
                 cwd=cwd_for[address.host],
                 restart=restart_of(config, job),
+                gpus=placed.gpus,
+                cpus=placed.cpus,
             )
         )
     return tasks
