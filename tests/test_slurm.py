@@ -135,6 +135,7 @@ def run_processes(slurm: SlurmLab, run_id: str) -> list[int]:
     return [pid for pid, (_, run) in marked_processes().items() if run == run_id]
 
 
+@pytest.mark.netns
 def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, tmp_path, home):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(fake_file(sleep=60))
@@ -162,6 +163,7 @@ def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, t
     assert run_processes(slurm, run_id) == []
 
 
+@pytest.mark.netns
 def test_attached_run_succeeds_and_releases_its_allocation(slurm, tmp_path, home):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(fake_file(sleep=1))
@@ -175,6 +177,7 @@ def test_attached_run_succeeds_and_releases_its_allocation(slurm, tmp_path, home
     assert run_processes(slurm, run_id) == []
 
 
+@pytest.mark.netns
 def test_slurm_ending_the_job_fails_the_run_with_slurms_reason(slurm, tmp_path, home):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(fake_file(sleep=300))
@@ -198,6 +201,7 @@ def test_slurm_ending_the_job_fails_the_run_with_slurms_reason(slurm, tmp_path, 
     assert run_processes(slurm, run_id) == []
 
 
+@pytest.mark.netns
 def test_inside_an_allocation_the_run_uses_it_and_leaves_it_to_its_owner(slurm, tmp_path, home):
     holder = slurm.run(
         ["sbatch", "--parsable", "--nodes=3", "--ntasks=3", "--output=/dev/null"],
@@ -223,6 +227,7 @@ tf_needed = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, r
 
 
 @pytest.mark.tf
+@pytest.mark.netns
 @tf_needed
 def test_mnist_trains_on_three_slurm_nodes(slurm, tmp_path, home):
     cluster = tmp_path / "cluster.yaml"
