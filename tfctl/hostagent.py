@@ -31,10 +31,10 @@ from tfctl.supervisor.protocol import (
     FollowEvent,
     FollowRequest,
     Request,
-    Wire,
     envelope,
     follow_event_from_wire,
 )
+from tfctl.supervisor.records import Wire
 from tfctl.transport.base import Result, Stream, Transport, shell_path
 
 A = TypeVar("A", bound=Wire)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar, Union
 
-from .records import Record, field, record
+from .records import Record, Wire, field, record
 
 PROTOCOL_VERSION = 2
 
@@ -76,61 +76,6 @@ class RunState(str, enum.Enum):
     @property
     def is_bad(self) -> bool:
         return self is RunState.FAILED
-
-
-# ---------------------------------------------------------------- wire helpers
-
-W = TypeVar("W", bound="Wire")
-
-
-class Wire(Record):
-    """A record that converts to and from plain JSON values.
-
-    `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "dict", class);
-    `ENUMS` names the fields that hold enums. Unknown keys from a newer peer are ignored.
-    """
-
-    NESTED: ClassVar[Mapping[str, Any]] = {}
-    ENUMS: ClassVar[Mapping[str, Any]] = {}
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {name: _plain(getattr(self, name)) for name in type(self).FIELDS}
-
-    @classmethod
-    def from_wire(cls: Type[W], data: Mapping[str, Any]) -> W:
-        if not isinstance(data, Mapping):
-            raise ValueError("%s: expected an object, got %r" % (cls.__name__, data))
-        names = set(cls.FIELDS)
-        values = {k: v for k, v in data.items() if k in names}
-        for name, (shape, kind) in cls.NESTED.items():
-            value = values.get(name)
-            if value is None:
-                continue
-            if shape == "one":
-                values[name] = kind.from_wire(value)
-            elif shape == "list":
-                values[name] = [kind.from_wire(v) for v in value]
-            else:
-                values[name] = {k: kind.from_wire(v) for k, v in value.items()}
-        for name, kind in cls.ENUMS.items():
-            if values.get(name) is not None:
-                values[name] = kind(values[name])
-        try:
-            return cls(**values)
-        except TypeError as e:
-            raise ValueError("%s: %s" % (cls.__name__, e)) from None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Wire):
-        return value.to_wire()
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 # ---------------------------------------------------------------- shared records

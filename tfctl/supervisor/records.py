@@ -1,4 +1,5 @@
-"""Frozen record classes that cost nothing to define: the supervisor's dataclasses.
+"""Frozen record classes that cost nothing to define: the supervisor's dataclasses, and `Wire`,
+the records that travel as JSON between the controller and a host.
 
 Every supervisor start (one per host per command, one per task monitor) imports the protocol's
 thirty-odd message classes. `dataclasses` builds each class by compiling generated methods, which
@@ -9,7 +10,8 @@ Type checkers see `@record` as a frozen dataclass (PEP 681 `dataclass_transform`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Tuple, Type, TypeVar
+import enum
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Mapping, Tuple, Type, TypeVar
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
@@ -103,3 +105,56 @@ def record(cls: Type[R]) -> Type[R]:
     cls.FIELDS = tuple(names)
     cls.DEFAULTS = defaults
     return cls
+
+
+W = TypeVar("W", bound="Wire")
+
+
+class Wire(Record):
+    """A record that converts to and from plain JSON values.
+
+    `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "dict", class);
+    `ENUMS` names the fields that hold enums. Unknown keys from a newer peer are ignored.
+    """
+
+    NESTED: ClassVar[Mapping[str, Any]] = {}
+    ENUMS: ClassVar[Mapping[str, Any]] = {}
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {name: _plain(getattr(self, name)) for name in type(self).FIELDS}
+
+    @classmethod
+    def from_wire(cls: Type[W], data: Mapping[str, Any]) -> W:
+        if not isinstance(data, Mapping):
+            raise ValueError("%s: expected an object, got %r" % (cls.__name__, data))
+        names = set(cls.FIELDS)
+        values = {k: v for k, v in data.items() if k in names}
+        for name, (shape, kind) in cls.NESTED.items():
+            value = values.get(name)
+            if value is None:
+                continue
+            if shape == "one":
+                values[name] = kind.from_wire(value)
+            elif shape == "list":
+                values[name] = [kind.from_wire(v) for v in value]
+            else:
+                values[name] = {k: kind.from_wire(v) for k, v in value.items()}
+        for name, kind in cls.ENUMS.items():
+            if values.get(name) is not None:
+                values[name] = kind(values[name])
+        try:
+            return cls(**values)
+        except TypeError as e:
+            raise ValueError("%s: %s" % (cls.__name__, e)) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Wire):
+        return value.to_wire()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
