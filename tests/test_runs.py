@@ -131,6 +131,8 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
         "env": {"TF_CONFIG": '{"a":1}', "PYTHONUNBUFFERED": "1"},
         "cwd": "/srv/a",
         "restart": None,
+        "gpus": None,
+        "cpus": None,
     }
     assert data["decisive"] == ["worker:0"]
 
