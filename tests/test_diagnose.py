@@ -25,6 +25,7 @@ from tfctl.tf.diagnose import (
     match_line,
     tf_task_name,
 )
+from tfctl.tf.doctor import diagnose_run
 from tfctl.tf.explain import PeerInfo, explain
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
@@ -208,6 +209,16 @@ CASES = [
     ),
     ("healthy_chief_worker0.log", "worker:0", [], None, [], [], None),
     ("healthy_worker1.log", "worker:1", [], None, [], [], None),
+    (
+        "hogwild_worker1_vars_on_own_task.log",
+        "worker:1",
+        ["waiting_for_model"],
+        None,
+        ["chief to initialise the variables", "w, global_step"],
+        ["start the chief"],
+        "Waiting for model to be ready",
+    ),
+    ("hogwild_chief_trains.log", "worker:0", [], None, [], [], None),
     ("keras_fit_progress_bar.log", "worker:0", [], None, [], [], None),
 ]
 
@@ -569,6 +580,37 @@ def test_explain_waiting_for_model(utc, chief, words) -> None:
     assert e.peer == "worker:0"
     for w in words:
         assert w in e.cause, (w, e.cause)
+
+
+class CapturedCluster:
+    """The run of the Hogwild captures, as diagnose_run sees it: each task's tail is its capture."""
+
+    class record:
+        progress: dict = {}
+
+    def tails(self, names, count):
+        files = {"worker:0": "hogwild_chief_trains.log", "worker:1": "hogwild_worker1_vars_on_own_task.log"}
+        return {name: load(files[name])[-count:] for name in names if name in files}
+
+    def reachable(self, source, address):
+        return True
+
+
+def test_a_worker_whose_variables_live_on_its_own_task_gets_that_advice_while_the_chief_trains() -> None:
+    statuses = [
+        TaskStatus("ps:0", "ps", 0, "localhost", 25222, TaskState.RUNNING, listening=True),
+        TaskStatus("worker:0", "worker", 0, "localhost", 25223, TaskState.RUNNING, listening=True),
+        TaskStatus("worker:1", "worker", 1, "localhost", 25224, TaskState.RUNNING, listening=True),
+    ]
+    found = diagnose_run(CapturedCluster(), statuses).findings["worker:1"]  # type: ignore[arg-type]
+    assert found.kind == "waiting_for_model" and found.peer == "worker:0"
+    assert "the chief worker:0 trains" in found.cause and "this worker's own task" in found.cause
+    assert "replica_device_setter" in found.fix
+    # A chief that is not training yet gets the other advice: read its log.
+    quiet = explain(
+        waiting_for_model(), cluster(**{"worker:0": PeerInfo("worker:0", "h", 1, TaskState.RUNNING)}), never
+    )
+    assert "has not initialised the variables yet" in quiet.cause
 
 
 def test_explain_waiting_for_model_prefers_chief_job_and_catches_a_non_chief_chief() -> None:

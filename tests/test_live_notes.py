@@ -27,7 +27,10 @@ class Clock:
 class QuietCluster:
     """Just enough of a Cluster for explanations: no statuses, reachability unknown."""
 
-    def status(self) -> tuple[list, dict]:
+    class record:
+        progress: dict = {}
+
+    def status(self, progress=None) -> tuple[list, dict]:
         return [], {}
 
     def reachable(self, source: str, address: str) -> None:

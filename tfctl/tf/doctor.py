@@ -8,8 +8,9 @@ print when a known pattern appears.
 from __future__ import annotations
 
 import collections
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from tfctl.cluster import Cluster, TaskStatus
@@ -17,6 +18,7 @@ from tfctl.control import Outcome
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, diagnose, last_meaningful, match_line
 from tfctl.tf.explain import PeerInfo, explain
+from tfctl.tf.progress import RunProgress
 
 TAIL_LINES = 200
 HANGS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")  # kinds that fail a run once they last
@@ -32,6 +34,12 @@ def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
     return {s.task: PeerInfo.from_status(s) for s in statuses}
 
 
+def peers_now(cluster: Cluster) -> dict[str, PeerInfo]:
+    """Every task as it is now, with whether it trains (its recent progress lines)."""
+    statuses, _ = cluster.status(progress=RunProgress(cluster.record.progress).rule())
+    return peers(statuses)
+
+
 @dataclass(frozen=True)
 class RunDiagnosis:
     findings: dict[str, Finding]  # task -> its most important finding, explained
@@ -42,7 +50,11 @@ def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnos
     """Findings for every task that runs or ended badly, and each task's last meaningful line."""
     names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNREACHABLE)]
     tails = cluster.tails(names, TAIL_LINES) if names else {}
-    known = peers(statuses)
+    trains = re.compile(RunProgress(cluster.record.progress).rule().pattern, re.MULTILINE)
+    known = {
+        task: replace(p, trains=p.trains or any(trains.search(line) for line in tails.get(task, ())))
+        for task, p in peers(statuses).items()
+    }
     findings = {}
     for s in statuses:
         if (s.state is TaskState.RUNNING or s.state.is_bad) and tails.get(s.task):
@@ -82,7 +94,7 @@ class HangJudge:
         self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
         for key, since in self._first_seen.items():
             if now - since >= self.limit:
-                finding = explain(waiting[key], peers(statuses), self.cluster.reachable)
+                finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
                 return Outcome(
                     RunState.FAILED,
                     f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} (fix: {finding.fix})",
@@ -125,8 +137,7 @@ class LiveNotes:
             if not found:
                 continue  # later lines ended it
             self._noted[(task, kind)] = now
-            statuses, _ = self.cluster.status()
-            out.append((task, explain(found[0], peers(statuses), self.cluster.reachable)))
+            out.append((task, explain(found[0], peers_now(self.cluster), self.cluster.reachable)))
         return out
 
 

@@ -34,6 +34,7 @@ class PeerInfo:
     ended_at: float | None = None  # epoch seconds
     listening: bool = False
     error: str | None = None  # why it could not start, when the supervisor knows
+    trains: bool = False  # its recent output shows training steps
 
     @property
     def address(self) -> str:
@@ -52,6 +53,7 @@ class PeerInfo:
             status.ended_at if ended_at is None else ended_at,
             status.listening,
             status.error,
+            bool(status.marks),
         )
 
 
@@ -199,6 +201,17 @@ def _explain_model(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
     elif p.state is TaskState.UNREACHABLE:
         cause = f"the chief {chief}'s state is unknown: its host {p.host} is unreachable"
         fix = f"check the connection to {p.host}"
+    elif p.trains:
+        cause = (
+            f"the chief {chief} trains, so it initialised its variables, yet the ones this worker reads "
+            "are not: they live where the chief's init op never runs, typically on this worker's own "
+            "task (a tf.device of /job:worker/task:N) instead of the ps; this worker waits forever"
+        )
+        fix = (
+            "place shared variables on the ps with tf.compat.v1.train.replica_device_setter(cluster=...); "
+            "a variable only this worker uses belongs in tf.compat.v1.local_variables (each worker "
+            "initialises its own)"
+        )
     else:
         cause = (
             f"the chief {chief} is running but has not initialised the variables yet: its log says why "
