@@ -161,6 +161,13 @@ def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, t
     assert f"slurm job {job}: CANCELLED" in down.stderr and "0 remain" in down.stderr
     assert slurm.jobs() == [] and slurm.steps() == []
     assert run_processes(slurm, run_id) == []
+    # The nodes kept their task state under the shared home; pruning reaches it from here.
+    states = list(home.glob(f"hosts/*/tasks/{run_id}"))
+    assert len(states) == 3
+    pruned = on_slurm(slurm, home, "runs", "--prune", "--keep", "0", "--json")
+    assert pruned.returncode == 0, pruned.stderr
+    assert [r["removed"] for r in json.loads(pruned.stdout)["runs"]] == [True]
+    assert not any(p.exists() for p in states) and not (home / "work" / run_id).exists()
 
 
 @pytest.mark.netns

@@ -230,3 +230,18 @@ def test_hosts_sharing_a_home_leave_the_runs_directory_to_the_last_of_them(tmp_p
     shutil.rmtree(other)  # the other host forgets the run too (as its own prune would)
     last = prune.prune(str(tmp_path), p.PruneRequest([run]))
     assert last.paths[run] == [str(shared)] and last.sizes[run] == 100 and not shared.exists()
+
+
+def test_a_slurm_runs_state_of_every_node_is_pruned_from_one_place(tmp_path: Path) -> None:
+    """The nodes of an allocation that is over keep their state under the shared root: the
+    machine that prunes removes every node's state of the run, and the run's directory."""
+    run, kept_run = "t-20260101-100000-0001", "t-20260101-110000-0002"
+    nodes = [tmp_path / "hosts" / key / "tasks" for key in ("node-a", "node-b")]
+    for d in [n / run / "ps-0" for n in nodes] + [nodes[0] / kept_run / "worker-0"]:
+        d.mkdir(parents=True)
+    shared = Path(files.work_dir(str(tmp_path), run))
+    shared.mkdir(parents=True)
+    answer = prune.prune(str(tmp_path), p.PruneRequest([run], every_host=True))
+    assert answer.paths[run] == [str(n / run) for n in nodes] + [str(shared)]
+    assert not any((n / run).exists() for n in nodes) and not shared.exists()
+    assert (nodes[0] / kept_run).is_dir()  # another run's state is not touched

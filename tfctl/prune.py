@@ -23,6 +23,7 @@ from tfctl.supervisor.protocol import PruneAnswer, PruneRequest
 from tfctl.transport import connect
 
 DEFAULT_KEEP = 10
+SLURM_NODES = "slurm nodes"  # the label of a Slurm run's nodes, pruned from here
 PRUNE_TIMEOUT = 600.0  # removing a large checkpoint directory takes a while
 
 
@@ -93,7 +94,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
     hosts: dict[str, tuple[HostSpec, list[str]]] = {}  # label -> (how to reach it, its runs)
     labels: dict[str, str] = {}  # the spec as JSON -> its label
     for r in records:
-        for spec in r.hosts:
+        for spec in _holders(r):
             key = json.dumps(asdict(spec), sort_keys=True)
             if key not in labels:
                 label = spec.name
@@ -111,19 +112,31 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
         answers = fan_out(
             list(hosts),
             lambda label: label,
-            lambda label: agents[label].call(PruneRequest(hosts[label][1], dry_run), timeout=PRUNE_TIMEOUT),
+            lambda label: agents[label].call(
+                PruneRequest(hosts[label][1], dry_run, every_host=hosts[label][0].name == SLURM_NODES),
+                timeout=PRUNE_TIMEOUT,
+            ),
         )
     unreachable = {  # without the host's name in front: the report names it
         label: str(getattr(e, "message", e)).removeprefix(f"{hosts[label][0].name}: ")
         for label, e in answers.failed.items()
     }
     for run in result:
-        for spec in run.record.hosts:
+        for spec in _holders(run.record):
             label = labels[json.dumps(asdict(spec), sort_keys=True)]
             _note(run, label, answers.succeeded.get(label))
         if run.complete and not dry_run:
             _forget(store, run.record.run_id)
     return PruneReport(result, unreachable, dry_run)
+
+
+def _holders(record: RunRecord) -> tuple[HostSpec, ...]:
+    """Where a run's files are removed from: its hosts; for a Slurm run, this machine, which
+    shares the nodes' files (their allocation is over, and srun cannot reach them any more)."""
+    if record.allocation is None or not record.hosts:
+        return record.hosts
+    node = record.hosts[0]
+    return (HostSpec(SLURM_NODES, node.python, node.root, {"kind": "local"}),)
 
 
 def _note(run: RunPruned, host: str, answer: PruneAnswer | None) -> None:

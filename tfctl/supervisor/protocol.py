@@ -450,6 +450,9 @@ class PruneRequest(Request[PruneAnswer]):
 
     runs: List[str]
     dry_run: bool = False
+    # Slurm runs: their nodes keep their state under this very root, and their allocation is over,
+    # so nothing of them can run anywhere: remove every node's state of the runs from here.
+    every_host: bool = False
 
 
 VERBS: Dict[str, Type[Request[Any]]] = {

@@ -42,7 +42,11 @@ def prune(root: str, request: PruneRequest) -> PruneAnswer:
             kept[run] = "processes of the run still run here (pids %s)" % pids
             continue
         with _home_lock(root):
-            mine = [run_dir(root, run)] + ([work_dir(root, run)] if _last_holder(root, run, request.dry_run) else [])
+            if request.every_host:
+                mine = _state_of_every_host(root, run) + [work_dir(root, run)]
+            else:
+                last = _last_holder(root, run, request.dry_run)
+                mine = [run_dir(root, run)] + ([work_dir(root, run)] if last else [])
             found = [d for d in mine if os.path.isdir(d)]
             paths[run] = found
             sizes[run] = sum(_size(d) for d in found)
@@ -60,6 +64,15 @@ def _home_lock(root: str) -> Iterator[None]:
     with open(os.path.join(home, "prune.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
         yield
+
+
+def _state_of_every_host(root: str, run: str) -> List[str]:
+    base = os.path.join(os.path.expanduser(root), "hosts")
+    try:
+        keys = sorted(os.listdir(base))
+    except OSError:
+        keys = []
+    return [os.path.join(base, key, "tasks", run) for key in keys]
 
 
 def _last_holder(root: str, run: str, dry_run: bool) -> bool:
