@@ -228,6 +228,16 @@ def test_resources_ports_and_restart_policies_follow_the_jobs() -> None:
     assert "ports" not in container(doc, "Chief")  # the operator's default, 2222
 
 
+def test_a_slurm_file_exports_one_pod_per_counted_task() -> None:
+    config = small("  ps: {count: 1, port: 2230}\n  worker: {count: 3, port: 2230, gpus: 1}\n", top="backend: slurm\n")
+    doc = manifest(config)
+    assert schema_errors(SCHEMA, doc) == []
+    replicas = doc["spec"]["tfReplicaSpecs"]
+    assert (replicas["PS"]["replicas"], replicas["Worker"]["replicas"]) == (1, 3)
+    assert container(doc, "Worker")["ports"] == [{"name": "tfjob-port", "containerPort": 2230}]
+    assert container(doc, "Worker")["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
 def test_mixed_ports_keep_the_operator_default() -> None:
     doc = manifest(small("  ps: [a:2222]\n  worker: [a:2223, a:2224]\n"))
     assert "ports" not in container(doc, "Worker") and "successPolicy" not in doc["spec"]

@@ -19,6 +19,7 @@ import yaml
 
 from tfctl.errors import ConfigError, ConfigProblem, UsageError
 from tfctl.model import ClusterConfig
+from tfctl.slurm.placement import place, task_count
 from tfctl.tf.cluster import DEFAULT_ENV
 from tfctl.transport.base import shell_path
 
@@ -81,6 +82,8 @@ def manifest(config: ClusterConfig) -> dict[str, Any]:
                 )
             ]
         )
+    if config.backend == "slurm":  # counts, not hosts: one pod per task, each on the job's port
+        config = place(config, tuple(f"task{i}" for i in range(task_count(config))), "")
     name = tfjob_name(config)
     spec: dict[str, Any] = {
         "tfReplicaSpecs": {REPLICA_TYPES[job]: _replica(config, job, name) for job in config.jobs},
