@@ -139,6 +139,35 @@ def _seconds(default: float, zero_means: str | None = None) -> Validator:
     return validate
 
 
+def _choice(choices: tuple[str, ...], fix: str) -> Validator:
+    """One of `choices`, spelled exactly; a near miss (another case, a typo) gets a `did you mean`."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        if isinstance(value, str) and value in choices:
+            return value
+        hint = None
+        if isinstance(value, str):
+            same = [choice for choice in choices if choice.lower() == value.lower()]
+            hint = same[0] if same else _suggest(value, choices)
+        guess = f"did you mean `{hint}`? " if hint else ""
+        found = _found(value, doc.raw(path))
+        return doc.problem(path, f"expected one of {', '.join(choices)}, found {found}", guess + fix)
+
+    return validate
+
+
+def _whole_number(what: str, least: int, example: str) -> Validator:
+    """A whole number of `what`, at least `least`."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            found = _found(value, doc.raw(path))
+            return doc.problem(path, f"must be a whole number of {what}, {least} or more, found {found}", example)
+        return value
+
+    return validate
+
+
 def _boolean(doc: Doc, path: str, value: Any) -> Any:
     if isinstance(value, bool):
         return value

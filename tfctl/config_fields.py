@@ -19,21 +19,23 @@ from tfctl.config_base import (
     Doc,
     Validator,
     _boolean,
-    _found,
+    _choice,
     _leaf,
     _python,
     _seconds,
     _section,
     _string,
     _suggest,
+    _whole_number,
     type_error,
     unknown_key,
 )
 from tfctl.config_hosts import _hosts, _ssh
 from tfctl.config_kubernetes import _kubernetes
 from tfctl.config_slurm import JOB_KEYS as SLURM_JOB_KEYS
-from tfctl.config_slurm import _backend, slurm_section
+from tfctl.config_slurm import slurm_section
 from tfctl.model import (
+    BACKENDS,
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST_TIMEOUT,
@@ -207,28 +209,6 @@ def _env(doc: Doc, path: str, value: Any) -> Any:
         else:
             valid = False
     return frozen_env(env) if valid else INVALID
-
-
-def _start_order(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, str) and value in START_ORDERS:
-        return value
-    return doc.problem(
-        path,
-        f"must be one of {', '.join(START_ORDERS)}, found {value!r}",
-        "`together` starts every task at once (as by hand); `ordered` starts the ps first, then worker 0",
-    )
-
-
-def _success_policy(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, str) and value in SUCCESS_POLICIES:
-        return value
-    hint = _suggest(value, SUCCESS_POLICIES) if isinstance(value, str) else None
-    guess = f"did you mean `{hint}`? " if hint else ""
-    return doc.problem(
-        path,
-        f"expected one of {', '.join(SUCCESS_POLICIES)}, found {_found(value, doc.raw(path))}",
-        f"{guess}write `success_policy: chief` (the default) or `success_policy: all_workers`",
-    )
 
 
 def _jobs(doc: Doc, path: str, value: Any) -> Any:
@@ -428,21 +408,6 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
     return RestartPolicy(policy, count, backoff)
 
 
-def _per_task(unit: str) -> Validator:
-    """A count of devices each task of the job gets for itself (0 allowed: none)."""
-
-    def validate(doc: Doc, path: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return doc.problem(
-                path,
-                f"must be a whole number of {unit} per task, 0 or more, found {_found(value, doc.raw(path))}",
-                f"e.g. `{_leaf(path)}: 1`",
-            )
-        return value
-
-    return validate
-
-
 def _setup(doc: Doc, path: str, value: Any) -> Any:
     """Shell commands as written: tfctl fills in no placeholders there, so one that looks like a
     placeholder is a mistake."""
@@ -508,7 +473,9 @@ TOP_KEYS: dict[str, Validator] = {
     "setup": _setup,
     "grace_period": _seconds(DEFAULT_GRACE_PERIOD),
     "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
-    "success_policy": _success_policy,
+    "success_policy": _choice(
+        SUCCESS_POLICIES, "write `success_policy: chief` (the default) or `success_policy: all_workers`"
+    ),
     "jobs": _jobs,
     "ssh": _ssh,
     "hosts": _hosts,
@@ -520,9 +487,13 @@ TOP_KEYS: dict[str, Validator] = {
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
     "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
     "progress": _progress,
-    "start_order": _start_order,
+    "start_order": _choice(
+        START_ORDERS, "`together` starts every task at once (as by hand); `ordered` starts the ps first, then worker 0"
+    ),
     "logdir": _logdir,
-    "backend": _backend,
+    "backend": _choice(
+        BACKENDS, "`ssh` (the default) runs on the hosts listed under each job; `slurm` on nodes Slurm allocates"
+    ),
     "slurm": slurm_section,
     "kubernetes": _kubernetes,
 }
@@ -535,7 +506,7 @@ _JOB_KEYS: dict[str, Validator] = {
     "command": _command,
     "env": _env,
     "restart": _restart,
-    "gpus": _per_task("GPUs"),
-    "cpus": _per_task("CPU cores"),
+    "gpus": _whole_number("GPUs per task", 0, "e.g. `gpus: 1`"),
+    "cpus": _whole_number("CPU cores per task", 0, "e.g. `cpus: 1`"),
     **SLURM_JOB_KEYS,
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tfctl.config_base import INVALID, Doc, Validator, _found, _section, _string, _suggest
+from tfctl.config_base import INVALID, Doc, Validator, _choice, _section, _string
 from tfctl.model import IMAGE_PULL_POLICIES, KubernetesSettings
 
 # RFC 1123 label and subdomain, as Kubernetes validates namespaces and service accounts.
@@ -45,21 +45,6 @@ def _k8s_name(pattern: re.Pattern[str], limit: int, kind: str, example: str) -> 
     return validate
 
 
-def _pull_policy(doc: Doc, path: str, value: Any) -> Any:
-    if value in IMAGE_PULL_POLICIES:
-        return value
-    hint = None
-    if isinstance(value, str):
-        same = [p for p in IMAGE_PULL_POLICIES if p.lower() == value.lower()]
-        hint = same[0] if same else _suggest(value, IMAGE_PULL_POLICIES)
-    guess = f"did you mean `{hint}`? " if hint else ""
-    return doc.problem(
-        path,
-        f"expected one of {', '.join(IMAGE_PULL_POLICIES)}, found {_found(value, doc.raw(path))}",
-        f"{guess}Kubernetes spells them exactly so, e.g. `image_pull_policy: IfNotPresent`",
-    )
-
-
 def _container_dir(doc: Doc, path: str, value: Any) -> Any:
     """An absolute path: inside the image there is no cluster-file directory to be relative to."""
     text = _string(doc, path, value, "workdir: /app")
@@ -74,7 +59,9 @@ _kubernetes = _section(
     {
         "image": _image,
         "namespace": _k8s_name(_LABEL_RE, 63, "namespace", "namespace: ml-team"),
-        "image_pull_policy": _pull_policy,
+        "image_pull_policy": _choice(
+            IMAGE_PULL_POLICIES, "Kubernetes spells them exactly so, e.g. `image_pull_policy: IfNotPresent`"
+        ),
         "service_account": _k8s_name(_SUBDOMAIN_RE, 253, "service account name", "service_account: trainer"),
         "workdir": _container_dir,
     },

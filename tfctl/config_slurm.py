@@ -10,34 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from tfctl.config_base import INVALID, Doc, Validator, _found, _leaf, _section, _string, type_error
-from tfctl.model import BACKENDS, JOB_NAMES, SlurmSettings
+from tfctl.config_base import INVALID, Doc, Validator, _found, _leaf, _section, _string, _whole_number, type_error
+from tfctl.model import JOB_NAMES, SlurmSettings
 
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 _EXAMPLE = "jobs: {ps: {count: 1, port: 2222}, worker: {count: 2, port: 2222}}"
-
-
-def _backend(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, str) and value in BACKENDS:
-        return value
-    return doc.problem(
-        path,
-        f"must be one of {', '.join(BACKENDS)}, found {_found(value, doc.raw(path))}",
-        "`ssh` (the default) runs on the hosts listed under each job; `slurm` on nodes Slurm allocates",
-    )
-
-
-def positive(what: str, example: str) -> Validator:
-    """A whole number of at least 1."""
-
-    def validate(doc: Doc, path: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return doc.problem(
-                path, f"must be a whole number of {what}, 1 or more, found {_found(value, doc.raw(path))}", example
-            )
-        return value
-
-    return validate
 
 
 def _port(doc: Doc, path: str, value: Any) -> Any:
@@ -82,7 +59,7 @@ slurm_section = _section(
         "time": _time,
         "account": _text("account", "myproject"),
         "qos": _text("qos", "normal"),
-        "nodes": positive("nodes", "e.g. `nodes: 2`; leave it out for one node per task"),
+        "nodes": _whole_number("nodes", 1, "e.g. `nodes: 2`; leave it out for one node per task"),
         "extra": _extra,
     },
     SlurmSettings,
@@ -90,7 +67,7 @@ slurm_section = _section(
 )
 
 JOB_KEYS: dict[str, Validator] = {
-    "count": positive("tasks", "e.g. `count: 2`"),
+    "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
     "port": _port,
 }
 
