@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
-from tfctl.render import port_ranges
+from tfctl.render import number_ranges
 
 
 def write_cluster(dirpath: Path, ports: list[int], ps: str, worker: str, name: str = "t", extra: str = "") -> Path:
@@ -102,7 +102,7 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     assert len(run_processes(run_id)) == 5
     down = tfctl("down", "-f", str(cluster), home=home)
     assert down.returncode == 0, down.stderr
-    assert f"5 processes stopped on 1 host; 0 remain; ports {port_ranges(ports)} free" in down.stderr
+    assert f"5 processes stopped on 1 host; 0 remain; ports {number_ranges(ports)} free" in down.stderr
     assert run_processes(run_id) == []
     assert not any(port_listening(p) for p in ports)
     states = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)["tasks"]

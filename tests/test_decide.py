@@ -1,4 +1,4 @@
-"""control.decide: a run's outcome from its tasks' states; and render.port_ranges."""
+"""control.decide: a run's outcome from its tasks' states; and render.number_ranges."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from tfctl.cluster import TaskStatus
 from tfctl.control import Outcome, decide
-from tfctl.render import port_ranges
+from tfctl.render import number_ranges
 from tfctl.supervisor.protocol import RunState, TaskState
 
 CHIEF = ["chief:0"]
@@ -184,7 +184,7 @@ def test_only_final_states_end_the_job() -> None:
         assert (out is not None) == TaskState(state).is_final, state
 
 
-# --- render.port_ranges ----------------------------------------------------------------------------
+# --- render.number_ranges ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -202,11 +202,15 @@ def test_only_final_states_end_the_job() -> None:
         ([65535, 65534, 1], "1, 65534-65535"),
     ],
 )
-def testport_ranges(ports: list[int], expected: str) -> None:
-    assert port_ranges(ports) == expected
+def test_number_ranges(ports: list[int], expected: str) -> None:
+    assert number_ranges(ports) == expected
 
 
-def test_port_ranges_does_not_modify_its_argument() -> None:
+def test_cores_are_written_as_taskset_writes_them() -> None:
+    assert number_ranges([6, 0, 1, 2, 3], ",") == "0-3,6"
+
+
+def test_number_ranges_does_not_modify_its_argument() -> None:
     ports = [2224, 2222, 2223]
-    port_ranges(ports)
+    number_ranges(ports)
     assert ports == [2224, 2222, 2223]

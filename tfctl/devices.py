@@ -120,14 +120,3 @@ def _fix(host: str, key: str, asked: Mapping[str, int], why: str | None) -> str:
 
 def _count(number: int, kind: str) -> str:
     return f"{number} {kind}{'s' if number != 1 else ''}"
-
-
-def cores_text(cores: Sequence[int]) -> str:
-    """0, 1, 2, 3, 6 -> `0-3,6`, as /proc's Cpus_allowed_list and taskset write core lists."""
-    spans: list[list[int]] = []
-    for core in sorted(cores):
-        if spans and core == spans[-1][1] + 1:
-            spans[-1][1] = core
-        else:
-            spans.append([core, core])
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)

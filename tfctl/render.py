@@ -8,14 +8,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rich.console import Group
 from rich.text import Text
 
 from tfctl import console
 from tfctl.cluster import Cluster, StopReport, TaskStatus
-from tfctl.devices import cores_text
 from tfctl.hosts import host_port
 from tfctl.logs import Prefixer
 from tfctl.runs import RunRecord
@@ -26,15 +25,16 @@ from tfctl.tf.doctor import LiveNotes, RunDiagnosis, diagnose_run, finding_json
 from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped
 
 
-def port_ranges(ports: list[int]) -> str:
-    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'."""
+def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
+    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'; cores with separator "," -> `0-3,6`, as
+    /proc's Cpus_allowed_list and taskset write them."""
     spans: list[list[int]] = []
-    for p in sorted(set(ports)):
-        if spans and p == spans[-1][1] + 1:
-            spans[-1][1] = p
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
         else:
-            spans.append([p, p])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+            spans.append([n, n])
+    return separator.join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def stop_summary(report: StopReport) -> str:
@@ -43,7 +43,7 @@ def stop_summary(report: StopReport) -> str:
     text = f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain"
     if report.ports:
         word = "port" if len(report.ports) == 1 else "ports"
-        text += f"; {word} {port_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
+        text += f"; {word} {number_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
     return text
 
 
@@ -157,7 +157,7 @@ def status_table(cluster: Cluster, console_width: int) -> Any:
     if any(s.gpus is not None for s in statuses):
         device_columns.append(("GPUS", gpus_text))
     if any(s.cpus is not None for s in statuses):
-        device_columns.append(("CPUS", lambda s: cores_text(s.cpus) if s.cpus else "-"))
+        device_columns.append(("CPUS", lambda s: number_ranges(s.cpus, ",") if s.cpus else "-"))
     rows = []
     for s in statuses:
         exit_text = (

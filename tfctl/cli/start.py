@@ -109,7 +109,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task."""
     from tfctl import console
-    from tfctl.devices import cores_text
+    from tfctl.render import number_ranges
 
     out = console.out()
     if plan.setup is not None:
@@ -128,7 +128,7 @@ def _print_plan(plan: Plan) -> None:
         if task.gpus is not None:
             out.print(f"  gpus:      CUDA_VISIBLE_DEVICES={task.env['CUDA_VISIBLE_DEVICES']!r}", markup=False)
         if task.cpus is not None:
-            out.print(f"  cpus:      cores {cores_text(task.cpus)}", markup=False)
+            out.print(f"  cpus:      cores {number_ranges(task.cpus, ',')}", markup=False)
 
 
 def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
