@@ -42,10 +42,11 @@ def prune(root: str, request: PruneRequest) -> PruneAnswer:
             kept[run] = "processes of the run still run here (pids %s)" % pids
             continue
         with _home_lock(root):
+            holders = _holders(root, run)
             if request.every_host:
-                mine = _state_of_every_host(root, run) + [work_dir(root, run)]
+                mine = [*holders.values(), work_dir(root, run)]
             else:
-                last = _last_holder(root, run, request.dry_run)
+                last = _last_holder(list(holders), request.dry_run)
                 mine = [run_dir(root, run)] + ([work_dir(root, run)] if last else [])
             found = [d for d in mine if os.path.isdir(d)]
             paths[run] = found
@@ -66,25 +67,21 @@ def _home_lock(root: str) -> Iterator[None]:
         yield
 
 
-def _state_of_every_host(root: str, run: str) -> List[str]:
+def _holders(root: str, run: str) -> Dict[str, str]:
+    """Key -> task state of the run, of every host that keeps some under this (shared) home."""
     base = os.path.join(os.path.expanduser(root), "hosts")
     try:
         keys = sorted(os.listdir(base))
     except OSError:
         keys = []
-    return [os.path.join(base, key, "tasks", run) for key in keys]
+    states = {key: os.path.join(base, key, "tasks", run) for key in keys}
+    return {key: state for key, state in states.items() if os.path.isdir(state)}
 
 
-def _last_holder(root: str, run: str, dry_run: bool) -> bool:
+def _last_holder(holders: List[str], dry_run: bool) -> bool:
     """Whether this host removes the run's directory: no other host sharing this home still
     keeps task state of the run. In a dry run, where this host's state is still there, the one
     host of them whose key sorts last reports it."""
-    base = os.path.join(os.path.expanduser(root), "hosts")
-    try:
-        keys = os.listdir(base)
-    except OSError:
-        keys = []
-    holders = sorted(k for k in keys if os.path.isdir(os.path.join(base, k, "tasks", run)))
     me = host_key()
     others = [k for k in holders if k != me]
     return not others or (dry_run and me in holders and holders[-1] == me)
