@@ -16,6 +16,7 @@ from tfctl import console
 from tfctl.errors import TfctlError
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import FollowRequest, LogChunk, TaskEnded
+from tfctl.supervisor.timeline import dated
 from tfctl.transport.base import Stream
 
 if TYPE_CHECKING:
@@ -202,15 +203,13 @@ def redrawn(line: str) -> str:
 
 
 def line_times(lines: list[str], start: int, stamps: list[list[float]]) -> list[float]:
-    """When each line (the first begins at byte `start`) was written: the time of the first
-    [size, time] stamp whose size is past the line's end."""
+    """When each line (the first begins at byte `start`) was written, by the host's [size, time]
+    stamps (the last of them covers every line)."""
+    time_of = dated(stamps, stamps[-1][1])
     out = []
-    i = 0
     for line in lines:
         end = start + len(line.encode())
-        while i < len(stamps) - 1 and stamps[i][0] <= end:
-            i += 1
-        out.append(stamps[i][1])
+        out.append(time_of(end))
         start = end + 1
     return out
 

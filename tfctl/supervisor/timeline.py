@@ -13,7 +13,7 @@ import bisect
 import os
 import struct
 import time
-from typing import BinaryIO, Callable, List, Optional, Tuple
+from typing import BinaryIO, Callable, List, Optional, Sequence, Tuple
 
 RECORD = struct.Struct("<dQ")  # epoch seconds, log size in bytes
 
@@ -58,6 +58,18 @@ def _read(f: BinaryIO, i: int) -> Tuple[float, int]:
     f.seek(i * RECORD.size)
     stamp, size = RECORD.unpack(f.read(RECORD.size))
     return stamp, size
+
+
+def dated(stamps: Sequence[Sequence[float]], after_last: float) -> Callable[[int], float]:
+    """When the byte before an offset was written, from (size, time) stamps in order: the time of
+    the first stamp whose size is past the offset (`after_last` when none is)."""
+    sizes = [stamp[0] for stamp in stamps]
+
+    def time_of(offset: int) -> float:
+        i = bisect.bisect_right(sizes, offset)
+        return stamps[i][1] if i < len(stamps) else after_last
+
+    return time_of
 
 
 class Timeline:
@@ -116,14 +128,8 @@ class Timeline:
     def dater(self, start: int, end: int) -> Callable[[int], float]:
         """`time_of` for many offsets in (start, end], from the records read once."""
         records = self.records(start, end)
-        sizes = [size for size, _ in records]
-        after_last = self.time_of(end) if not records or sizes[-1] <= end else records[-1][1]
-
-        def time_of(offset: int) -> float:
-            i = bisect.bisect_right(sizes, offset)
-            return records[i][1] if i < len(records) else after_last
-
-        return time_of
+        after_last = self.time_of(end) if not records or records[-1][0] <= end else records[-1][1]
+        return dated(records, after_last)
 
     def stamps(self, start: int, end: int) -> List[Tuple[int, float]]:
         """`records(start, end)`, ending with one that covers `end` (the log's modification time
