@@ -40,11 +40,13 @@ def fake_file(sleep: float = 0) -> str:
 
 def test_sbatch_asks_for_one_node_per_task_unless_told():
     config = parse_config(fake_file(), Path("c.yaml"))
-    argv = sbatch_argv(config.slurm, "tfctl-run", 3, 0)
+    argv = sbatch_argv(config, "tfctl-run")
     assert "--nodes=3" in argv and "--ntasks=3" in argv
     assert "--partition=debug" in argv and "--time=00:10:00" in argv
-    capped = parse_config(fake_file().replace("partition: debug,", "nodes: 2, extra: [--exclusive],"), Path("c.yaml"))
-    argv = sbatch_argv(capped.slurm, "tfctl-run", 3, 4, 2)
+    text = fake_file().replace("partition: debug,", "nodes: 2, extra: [--exclusive],")
+    text = text.replace("worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, gpus: 2, cpus: 2}")
+    capped = parse_config(text, Path("c.yaml"))
+    argv = sbatch_argv(capped, "tfctl-run")
     assert "--nodes=2" in argv and "--gpus=4" in argv and "--cpus-per-task=2" in argv and argv[-1] == "--exclusive"
 
 
@@ -100,7 +102,7 @@ def test_a_refused_allocation_is_an_error_in_slurms_words():
     run, _ = fake_slurm({"sbatch": ["!sbatch: error: invalid partition specified: gpu"]})
     config = parse_config(fake_file(), Path("c.yaml"))
     with pytest.raises(SlurmError) as caught:
-        submit(config.slurm, "x", 3, 0, 0, run)
+        submit(config, "x", run)
     assert "Slurm refused the allocation: invalid partition specified: gpu" in caught.value.message
 
 
@@ -130,6 +132,17 @@ def on_slurm(slurm: SlurmLab, home: Path, *args: str, timeout: float = 120) -> s
     return tfctl(*args, home=home, timeout=timeout, env=slurm.env())
 
 
+def start_detached(
+    slurm: SlurmLab, tmp_path: Path, home: Path, sleep: float
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """`up -d` of the stand-in cluster, whose workers run `sleep` seconds; its file and the result."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=sleep))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    return cluster, up
+
+
 def run_processes(slurm: SlurmLab, run_id: str) -> list[int]:
     """Processes of the run on any node (every task and monitor carries TFCTL_RUN_ID)."""
     return [pid for pid, (_, run) in marked_processes().items() if run == run_id]
@@ -137,10 +150,7 @@ def run_processes(slurm: SlurmLab, run_id: str) -> list[int]:
 
 @pytest.mark.netns
 def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, tmp_path, home):
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(fake_file(sleep=60))
-    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
-    assert up.returncode == 0, up.stderr
+    cluster, up = start_detached(slurm, tmp_path, home, sleep=60)
     run_id = up.stdout.strip()
     assert "running on tfh0, tfh1, tfh2" in up.stderr
     no_warnings(up.stderr)
@@ -186,10 +196,7 @@ def test_attached_run_succeeds_and_releases_its_allocation(slurm, tmp_path, home
 
 @pytest.mark.netns
 def test_slurm_ending_the_job_fails_the_run_with_slurms_reason(slurm, tmp_path, home):
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(fake_file(sleep=300))
-    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
-    assert up.returncode == 0, up.stderr
+    cluster, up = start_detached(slurm, tmp_path, home, sleep=300)
     run_id = up.stdout.strip()
     (job,) = slurm.jobs()
     slurm.run(["scancel", job])

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfctl import control
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
@@ -39,6 +39,9 @@ from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
 from tfctl.trace import traced
 from tfctl.transport import connect
+
+if TYPE_CHECKING:
+    from tfctl.slurm.allocation import JobState
 
 LOG_DRAIN_SECONDS = 10.0
 
@@ -100,8 +103,8 @@ def allocation_ended(allocation: dict[str, Any]) -> bool:
     return job_state(allocation["job_id"]).ended
 
 
-def release(record: RunRecord) -> str | None:
-    """End the Slurm allocation the run asked for, if any; how Slurm says it ended."""
+def release(record: RunRecord) -> JobState | None:
+    """End the Slurm allocation the run asked for, if any; its state once Slurm says it ended."""
     if record.allocation is None:
         return None
     from tfctl.slurm.backend import release as release_allocation
@@ -222,10 +225,15 @@ class Ending:
     record: RunRecord
 
 
+def stop_run(cluster: Cluster, grace: float | None = None) -> tuple[StopReport, JobState | None]:
+    """Stop every task of the run, then end the Slurm allocation it asked for, if any."""
+    report = cluster.stop(grace)
+    return report, release(cluster.record)
+
+
 def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
     """Stop whatever still runs (the ps above all) and record how the run ended."""
-    report = cluster.stop()
-    release(cluster.record)
+    report, _ = stop_run(cluster)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     return Ending(outcome, report, record)
 
@@ -300,8 +308,7 @@ def run_judge(cluster: Cluster) -> Judge | None:
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
-    report = cluster.stop()
-    release(cluster.record)
+    report, _ = stop_run(cluster)
     store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
     return report
 
@@ -400,16 +407,15 @@ def stop_watcher(record: RunRecord) -> None:
         os.kill(w["pid"], signal.SIGKILL)
 
 
-def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, str | None]:
-    """Stop every task, then end the run's Slurm allocation; the report, and how Slurm says the
-    allocation ended (None: the run has none of its own)."""
+def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, JobState | None]:
+    """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
+    state once ended (None: the run has none of its own)."""
     stop_watcher(record)
     with Cluster(record) as cluster:
-        report = cluster.stop(grace)
-    ended = release(record)
+        report, allocation = stop_run(cluster, grace)
     if record.active:
         store.end(record.run_id, RunState.STOPPED, "tfctl down")
-    return report, ended
+    return report, allocation
 
 
 def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:

@@ -61,9 +61,9 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         err.print(Text("warning: ", style="bold yellow") + Text(warning))
     if dry_run:
         if on_slurm:
-            from tfctl.slurm.placement import place, task_count
+            from tfctl.slurm.placement import node_count, place
 
-            stand_ins = tuple(f"node{i}" for i in range(1, min(config.slurm.nodes or 10**6, task_count(config)) + 1))
+            stand_ins = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
             err.print(f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(stand_ins)}")
             config = place(config, stand_ins, "(job)")
         _print_plan(lifecycle.plan_run(config, store))

@@ -53,14 +53,15 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         record = None
     clean = True
     if record is not None:
-        report, allocation_end = lifecycle.down(store, record, grace)
+        report, allocation = lifecycle.down(store, record, grace)
         console.err().print(f"run {record.run_id}:", markup=False)
         render.render_stop(report)
         clean = report.clean
-        if allocation_end is not None and record.allocation is not None:
-            job = record.allocation["job_id"]
-            console.err().print(f"slurm job {job}: {allocation_end}", markup=False)
-            clean = clean and not allocation_end.startswith("RUNNING")
+        if allocation is not None and record.allocation is not None:
+            from tfctl.slurm.allocation import describe
+
+            console.err().print(f"slurm job {record.allocation['job_id']}: {describe(allocation)}", markup=False)
+            clean = clean and allocation.ended
     if sweep:
         from tfctl.config import load_config
         from tfctl.plan import host_specs

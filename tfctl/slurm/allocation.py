@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tfctl.errors import SlurmError
-from tfctl.model import SlurmSettings
+from tfctl.model import ClusterConfig
+from tfctl.slurm.placement import node_count, task_count
 
 Runner = Callable[[list[str], "str | None"], "subprocess.CompletedProcess[str]"]
 Progress = Callable[[str, str], None]
@@ -60,17 +61,22 @@ class JobState:
         return not self.state or self.state.split()[0] in ENDED
 
 
-def sbatch_argv(settings: SlurmSettings, name: str, tasks: int, gpus: int, cpus: int = 0) -> list[str]:
-    """sbatch for an allocation of `tasks` tasks on `settings.nodes` nodes (one per task unset),
-    `gpus` in all, and `cpus` cores for every task (the most any task asks for)."""
-    nodes = min(settings.nodes or tasks, tasks)
-    argv = ["sbatch", "--parsable", f"--job-name={name}", f"--nodes={nodes}", f"--ntasks={tasks}", "--output=/dev/null"]
+def sbatch_argv(config: ClusterConfig, name: str) -> list[str]:
+    """sbatch for the allocation of all the cluster's tasks: the GPUs of all of them, and for
+    every task the cores of the one that asks for the most."""
+    settings = config.slurm
+    argv = [
+        *("sbatch", "--parsable", f"--job-name={name}", f"--nodes={node_count(config)}"),
+        *(f"--ntasks={task_count(config)}", "--output=/dev/null"),
+    ]
     for flag, value in (("partition", settings.partition), ("time", settings.time)):
         if value:
             argv.append(f"--{flag}={value}")
     for flag, value in (("account", settings.account), ("qos", settings.qos)):
         if value:
             argv.append(f"--{flag}={value}")
+    gpus = sum((job.gpus or 0) * (job.count or 0) for job in config.jobs.values())
+    cpus = max((job.cpus or 0) for job in config.jobs.values())
     if gpus:
         argv.append(f"--gpus={gpus}")
     if cpus:
@@ -78,9 +84,9 @@ def sbatch_argv(settings: SlurmSettings, name: str, tasks: int, gpus: int, cpus:
     return [*argv, *settings.extra]
 
 
-def submit(settings: SlurmSettings, name: str, tasks: int, gpus: int, cpus: int, run: Runner = run_slurm) -> str:
+def submit(config: ClusterConfig, name: str, run: Runner = run_slurm) -> str:
     """Ask Slurm for the allocation; its job id. Slurm's own refusal is the message."""
-    result = run(sbatch_argv(settings, name, tasks, gpus, cpus), HOLDER)
+    result = run(sbatch_argv(config, name), HOLDER)
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip().replace("sbatch: error: ", "")
         raise SlurmError(
@@ -96,20 +102,24 @@ def job_state(job_id: str, run: Runner = run_slurm) -> JobState:
     if not line:
         return _ended_state(job_id, run)
     state, reason, nodelist = (line.split("|") + ["", ""])[:3]
-    return JobState(state, "" if reason in ("None", "(null)") else reason, expand_nodes(nodelist, run))
+    return JobState(state, _said(reason), expand_nodes(nodelist, run))
 
 
 def _ended_state(job_id: str, run: Runner) -> JobState:
     """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge)."""
     result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
     fields = dict(word.split("=", 1) for word in result.stdout.split() if "=" in word)
-    reason = fields.get("Reason", "")
-    return JobState(fields.get("JobState", ""), "" if reason in ("None", "(null)") else reason, ())
+    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")), ())
+
+
+def _said(value: str) -> str:
+    """A field as Slurm prints it, "" where Slurm prints that there is none."""
+    return "" if value in ("None", "(null)") else value
 
 
 def expand_nodes(nodelist: str, run: Runner = run_slurm) -> tuple[str, ...]:
     """`tfh[0-2]` -> (tfh0, tfh1, tfh2), as Slurm itself expands it."""
-    if not nodelist or nodelist in ("(null)", "None"):
+    if not _said(nodelist):
         return ()
     result = run(["scontrol", "show", "hostnames", nodelist], None)
     return tuple(result.stdout.split())

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from tfctl.control import Outcome
 from tfctl.model import ClusterConfig
 from tfctl.slurm.allocation import (
+    JobState,
     Progress,
     Runner,
     cancel,
@@ -39,9 +40,7 @@ def allocate(
     job_id = current_job()
     owned = job_id is None
     if job_id is None:
-        gpus = sum((job.gpus or 0) * (job.count or 0) for job in config.jobs.values())
-        cpus = max((job.cpus or 0) for job in config.jobs.values())
-        job_id = submit(config.slurm, f"tfctl-{run_id}", tasks, gpus, cpus, run)
+        job_id = submit(config, f"tfctl-{run_id}", run)
         progress("slurm", f"asked for {tasks} tasks: job {job_id}")
     else:
         progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
@@ -55,11 +54,11 @@ def allocate(
     return place(config, nodes, job_id), {"job_id": job_id, "owned": owned, "steps": step_options(config)}
 
 
-def release(allocation: dict[str, Any] | None, run: Runner = run_slurm) -> str | None:
-    """End an allocation tfctl asked for; how Slurm says it ended (None: nothing to end)."""
+def release(allocation: dict[str, Any] | None, run: Runner = run_slurm) -> JobState | None:
+    """End an allocation tfctl asked for; its state once Slurm says it ended (None: nothing to end)."""
     if not allocation or not allocation.get("owned"):
         return None
-    return describe(cancel(allocation["job_id"], run))
+    return cancel(allocation["job_id"], run)
 
 
 def launch_monitors(

@@ -19,6 +19,12 @@ def task_count(config: ClusterConfig) -> int:
     return sum(job.count or 0 for job in config.jobs.values())
 
 
+def node_count(config: ClusterConfig) -> int:
+    """How many nodes the allocation asks for: one per task, unless `slurm.nodes` caps it."""
+    tasks = task_count(config)
+    return min(config.slurm.nodes or tasks, tasks)
+
+
 def place(config: ClusterConfig, nodes: tuple[str, ...], job_id: str) -> ClusterConfig:
     """The same cluster with every job's addresses on `nodes`, and the allocation's id kept."""
     used: dict[str, set[int]] = {node: set() for node in nodes}
