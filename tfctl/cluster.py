@@ -32,6 +32,7 @@ from tfctl.supervisor.protocol import (
     ProgressRule,
     RestartRule,
     StartRequest,
+    StatusAnswer,
     StatusRequest,
     StopRequest,
     TailRequest,
@@ -313,20 +314,24 @@ class Cluster:
         """Every task's status (with its recent progress lines, given the `progress` rule), plus
         the hosts that could not be asked (their tasks: `unreachable`)."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
-        grouped = self.by_host(tasks)
-        answers = self.fan_out(
-            grouped,
-            lambda a: a.call(
-                StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}, progress=progress),
-                timeout=STATUS_TIMEOUT,
-            ),
-        )
+        answers = self._ask_status(tasks, progress)
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
         since = self.record.unreachable
         return [
             TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host)) for t in tasks
         ], answers.failed
+
+    def _ask_status(self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None) -> GroupResult[StatusAnswer]:
+        """Each host's answer about its tasks among `tasks`, one request per host."""
+        grouped = self.by_host(tasks)
+        return self.fan_out(
+            grouped,
+            lambda a: a.call(
+                StatusRequest(self.record.run_id, {t.name: t.port for t in grouped[a.host]}, progress=progress),
+                timeout=STATUS_TIMEOUT,
+            ),
+        )
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
         """address -> who listens there, for every task port something already listens on."""
@@ -461,9 +466,7 @@ class Cluster:
             )
         deadline = time.monotonic() + STEP_START_PATIENCE
         while True:
-            answers = self.fan_out(
-                grouped, lambda a: a.call(StatusRequest(record.run_id, {t.name: t.port for t in grouped[a.host]}))
-            )
+            answers = self._ask_status([t for tasks in grouped.values() for t in tasks])
             answers.raise_if_failed("starting tasks")
             infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
             if time.monotonic() > deadline or all(i.state not in STARTING_STATES for i in infos.values()):
