@@ -305,6 +305,30 @@ def test_attached_run_over_ssh_ends_and_leaves_nothing(tmp_path, home, lab, no_l
     assert run_pids(lab, run_id) == {}
 
 
+@homes(OWN, SHARED)
+def test_setup_runs_once_per_workdir_so_hosts_sharing_a_home_never_install_at_once(
+    tmp_path, home, lab, home_mode, no_leftovers
+):
+    """On a shared home the synced workdir is one directory: its setup (a virtualenv, say) runs
+    once, from one host; with a home per host, every host sets up its own copy."""
+    setup = 'setup: ["hostname >> setup-ran", "sleep 1"]'
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 1 --sleep 0"
+    cluster = write_cluster(tmp_path, lab, "  worker: [tfh0:2222, tfh1:2222, tfh2:2222]", command, extra=setup)
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    ran = {root: (root / "work" / run_id / "setup-ran").read_text().split() for root in distinct_roots(lab)}
+    if home_mode == SHARED:
+        assert list(ran.values()) == [["tfh0"]]
+        for other in ("tfh1", "tfh2"):
+            assert f"{other}         shares its workdir with tfh0: set up there, once" in up.stderr
+    else:
+        assert sorted(ran.values()) == [["tfh0"], ["tfh1"], ["tfh2"]]
+        assert "shares its workdir" not in up.stderr
+    assert up.stderr.count("setup done") == len(ran)
+    assert run_pids(lab, run_id) == {}
+
+
 def wait_until(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -236,6 +236,7 @@ class HostInfo:
     tensorflow: str | None
     error: str | None = None
     devices: HostDevices = field(default_factory=HostDevices)
+    filesystem: str = ""  # the same on hosts that share a home (`supervisor.sync.filesystem_token`)
 
 
 @dataclass
@@ -378,7 +379,7 @@ class Cluster:
         for host in hosts:
             a = answers.succeeded[host]
             devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
-            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices))
+            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices, a.filesystem))
             where = f" ({a.python_executable})" if a.python_executable else ""
             gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
             progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}{gpus}")

@@ -29,3 +29,8 @@ class HostSpec:
     python: str | None
     root: str
     transport: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shares_files(self) -> bool:
+        """This machine, or a Slurm node (Slurm clusters share the filesystem with the login node)."""
+        return self.transport.get("kind") in ("local", "slurm")

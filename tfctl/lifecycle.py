@@ -30,7 +30,7 @@ from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
 from tfctl.runs import RunRecord, RunStore, new_run_id
-from tfctl.setup import run_setup
+from tfctl.setup import once_per_workdir, run_setup
 from tfctl.supervisor.files import host_key
 from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
@@ -165,7 +165,11 @@ def launch(
             if plan.sync_dir is not None:
                 sync_code(cluster, plan, progress)
             if plan.setup is not None:
-                run_setup(cluster, plan.setup, progress)
+                setup, sharing = once_per_workdir(plan.setup, record.hosts, {i.host: i.filesystem for i in infos})
+                for host, others in sorted(sharing.items()):
+                    for other in others:
+                        progress(other, f"shares its workdir with {host}: set up there, once")
+                run_setup(cluster, setup, progress)
             control.start(cluster, plan.phases, plan.startup_timeout, progress)
         except KeyboardInterrupt:
             store.end(record.run_id, RunState.STOPPED, "interrupted during start")

@@ -188,7 +188,7 @@ class ClusterConfig:
     start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
-    # Shell commands run once per host, in the run's workdir there, before any task starts.
+    # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.
     setup: tuple[str, ...] = ()
     backend: str = "ssh"  # BACKENDS: hosts listed per job, or nodes from a Slurm allocation
     slurm: SlurmSettings = field(default_factory=SlurmSettings)

@@ -67,11 +67,6 @@ def host_specs(config: ClusterConfig) -> tuple[HostSpec, ...]:
     return tuple(host_spec(config, h) for h in sorted({a.host for _, _, a in config.tasks()}))
 
 
-def shares_files(host: HostSpec) -> bool:
-    """This machine, or a Slurm node (Slurm clusters share the filesystem with the login node)."""
-    return host.transport["kind"] in ("local", "slurm")
-
-
 def local_workdir(config: ClusterConfig) -> str:
     return str(config.workdir or config.path.resolve().parent)
 
@@ -80,10 +75,10 @@ def _python_and_cwd(
     config: ClusterConfig, run_id: str, hosts: tuple[HostSpec, ...]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """host -> the tasks' interpreter, and host -> the directory they run in."""
-    python_for = {h.name: interpreter(h.python, shares_files(h)) for h in hosts}
+    python_for = {h.name: interpreter(h.python, h.shares_files) for h in hosts}
     local_dir = local_workdir(config)
     # Remote tasks run in the synced copy, or in the same path when the filesystem is shared.
-    cwd_for = {h.name: local_dir if shares_files(h) or not config.sync else remote_workdir(run_id) for h in hosts}
+    cwd_for = {h.name: local_dir if h.shares_files or not config.sync else remote_workdir(run_id) for h in hosts}
     return python_for, cwd_for
 
 
@@ -111,7 +106,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         progress=dataclasses.asdict(config.progress),
         logdir=config.logdir_for(run_id),
     )
-    remote = not all(shares_files(h) for h in hosts)
+    remote = not all(h.shares_files for h in hosts)
     setup = None
     if config.setup:
         setup = plan_setup(config.setup, [h.name for h in hosts], cwd_for, tf_cluster.setup_env(config, run_id))

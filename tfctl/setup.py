@@ -1,4 +1,5 @@
-"""`setup:` commands: run once per host, after sync and before any task, in the run's workdir there.
+"""`setup:` commands: run once per workdir (once per host, or once for hosts that share it), after
+sync and before any task, in the run's workdir there.
 
 On each host the commands run in one `/bin/sh`, one after the other, so what one does for the
 next (`cd`, `. .venv/bin/activate`, `export`) carries over; the first that fails ends that host's
@@ -13,12 +14,13 @@ import collections
 import secrets
 import shlex
 import time
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 from tfctl.cluster import Cluster, Progress, TaskStatus
 from tfctl.control import stop_after_failure
 from tfctl.errors import StartupError
+from tfctl.hosts import HostSpec
 from tfctl.logs import LogFollower
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import TaskState
@@ -48,6 +50,27 @@ def plan_setup(commands: Sequence[str], hosts: Sequence[str], cwd_for: dict[str,
     script = "\n".join(lines)
     tasks = tuple(TaskSpec(JOB, i, host, 0, script, dict(env), cwd_for[host]) for i, host in enumerate(sorted(hosts)))
     return Setup(tuple(commands), tasks, mark)
+
+
+def once_per_workdir(
+    setup: Setup, hosts: Sequence[HostSpec], filesystems: Mapping[str, str]
+) -> tuple[Setup, dict[str, list[str]]]:
+    """The setup with one task per workdir, and setup host -> the hosts that share its workdir.
+
+    Hosts that see one workdir (the synced copy on a shared home, a Slurm cluster's shared
+    filesystem) set it up once: installs into one virtualenv from several hosts at a time
+    clash. `filesystems` has each host's root token (`HostInfo.filesystem`); a workdir outside
+    the root of a host that does not share this machine's files may be its own, so it gets its own.
+    """
+    spec = {h.name: h for h in hosts}
+    groups: dict[tuple[str, str], list[TaskSpec]] = {}
+    for t in setup.tasks:
+        host = spec[t.host]
+        shared = host.shares_files or (t.cwd or "").startswith(host.root.rstrip("/") + "/")
+        key = (filesystems.get(t.host) or f"host:{t.host}", t.cwd or "") if shared else (f"host:{t.host}", "")
+        groups.setdefault(key, []).append(t)
+    tasks = [group[0] for group in groups.values()]
+    return replace(setup, tasks=tuple(tasks)), {g[0].host: [t.host for t in g[1:]] for g in groups.values()}
 
 
 def run_setup(cluster: Cluster, setup: Setup, progress: Progress) -> None:

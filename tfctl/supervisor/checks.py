@@ -25,6 +25,7 @@ from .protocol import (
     ProbeResult,
 )
 from .records import Record, record
+from .sync import filesystem_token
 
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
 
@@ -121,9 +122,11 @@ def package_version(names: Sequence[str]) -> Optional[str]:
 
 def info(root: str, request: InfoRequest) -> InfoAnswer:
     """What preflight compares across hosts and places tasks on: who we are, which Python and
-    TensorFlow run tasks, the cores and (when asked) the GPUs."""
+    TensorFlow run tasks, the cores and (when asked) the GPUs, and which hosts share our home."""
     found, error = devices.gpus() if request.gpus else ([], None)
-    return python_info(request.python).replace(cpus=devices.cpu_cores(), gpus=found, gpu_error=error)
+    return python_info(request.python).replace(
+        cpus=devices.cpu_cores(), gpus=found, gpu_error=error, filesystem=filesystem_token(root)
+    )
 
 
 def python_info(asked: Optional[str]) -> InfoAnswer:

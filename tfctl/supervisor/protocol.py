@@ -327,6 +327,7 @@ class InfoAnswer(Wire):
     cpus: List[int] = field(default_factory=list)  # the cores the supervisor, and so its tasks, may use
     gpus: List[Gpu] = field(default_factory=list)  # when asked for
     gpu_error: Optional[str] = None  # why none were found (no nvidia-smi, no driver), when asked for
+    filesystem: str = ""  # the root's filesystem token: the same on hosts that share a home
 
 
 @record
