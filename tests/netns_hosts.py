@@ -736,6 +736,10 @@ class TestHostLab:
                 "    StrictHostKeyChecking yes",
                 "    BatchMode yes",
                 "    ConnectTimeout 5",
+                # The key exchange paramiko (tfctl) negotiates with this sshd. OpenSSH 9's default,
+                # sntrup761x25519, costs the client ~0.1 CPU-second per connection: with it, pdsh
+                # on 16 hosts sharing 2 cores takes ~1.5 s instead of ~0.55 s.
+                "    KexAlgorithms curve25519-sha256,curve25519-sha256@libssh.org",
                 "    LogLevel ERROR",
                 "",
             ]

@@ -7,13 +7,18 @@ rich is imported on first use only, so `tfctl --help` stays fast.
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import sys
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, Mapping, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+# Piped output is read by scripts and pagers: don't cut it to an imaginary 80-column screen.
+OUT_PIPE_WIDTH = 200
 
 # One colour per task prefix, in this order; rich colour names, rendered as ANSI's 16 colours.
 PALETTE = (
@@ -55,11 +60,13 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, width: i
     Whether it is a terminal (spinners, live tables) follows the stream alone, so FORCE_COLOR
     colours piped output without animating it; forced colour uses the 16 ANSI colours, which
     every terminal and pager (`less -R`) shows."""
+    target = stream or (sys.stderr if stderr else sys.stdout)
+    return _console(stream, stderr, width, _is_tty(target), color_enabled(target))
+
+
+def _console(stream: TextIO | None, stderr: bool, width: int | None, tty: bool, color: bool) -> Console:
     from rich.console import Console
 
-    target = stream or (sys.stderr if stderr else sys.stdout)
-    tty = _is_tty(target)
-    color = color_enabled(target)
     system: Literal["auto", "standard"] | None = None
     if color:
         system = "auto" if tty and os.environ.get("TERM") != "dumb" else "standard"
@@ -75,11 +82,27 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, width: i
     )
 
 
+def stdout_traits() -> dict[str, Any]:
+    """What `out()` would make of stdout, for another process to render exactly as it would."""
+    tty = _is_tty(sys.stdout)
+    return {
+        "tty": tty,
+        "color": color_enabled(sys.stdout),
+        "width": shutil.get_terminal_size().columns if tty else OUT_PIPE_WIDTH,
+    }
+
+
+def rendered(renderable: Any, traits: Mapping[str, Any]) -> str:
+    """`renderable` as a console with these `stdout_traits` would print it."""
+    buffer = io.StringIO()
+    _console(buffer, False, int(traits["width"]), bool(traits["tty"]), bool(traits["color"])).print(renderable)
+    return buffer.getvalue()
+
+
 @lru_cache(maxsize=None)
 def out() -> Console:
     """stdout: tables, JSON, log lines."""
-    # Piped output is read by scripts and pagers: don't cut it to an imaginary 80-column screen.
-    return make_console(width=None if _is_tty(sys.stdout) else 200)
+    return make_console(width=None if _is_tty(sys.stdout) else OUT_PIPE_WIDTH)
 
 
 @lru_cache(maxsize=None)

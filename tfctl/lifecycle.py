@@ -16,9 +16,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from tfctl import control
+from tfctl import control, live
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
 from tfctl.control import Judge, Outcome
 from tfctl.devices import gpu_hosts, place
@@ -26,6 +26,7 @@ from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
+from tfctl.live import ControllerDoor, socket_path
 from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
@@ -265,8 +266,16 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
+    def on_down(grace: float | None) -> tuple[StopReport, JobState | None]:
+        stopped = stop_run(cluster, grace)
+        if store.load(cluster.record.run_id).active:
+            store.end(cluster.record.run_id, RunState.STOPPED, "tfctl down")
+        return stopped  # the supervision thread sees the tasks stopped and ends the run as it would
+
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    door = controller_door(store, cluster, on_down)
+    door.open()
     try:
         for batch in follower.batches():
             on_lines(batch)
@@ -284,6 +293,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                 finishing = False
         return ending
     finally:
+        door.close()
         quit_watching.set()
         follower.close()
 
@@ -377,13 +387,15 @@ def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
 
 
 def watch(store: RunStore, run_id: str) -> Ending | None:
-    """Body of the detached watcher: supervise until decided, then stop the run."""
+    """Body of the detached watcher: supervise until decided, then stop the run. SIGTERM ends it
+    without stopping anything; a `down` through its door stops the run with its connections."""
     record = store.load(run_id)
     if not record.active:
         return None
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    with Cluster(record) as cluster:
+    handover = DownHandover(stopping)
+    with Cluster(record) as cluster, controller_door(store, cluster, handover.ask):
         outcome = control.supervise(
             cluster,
             host_patience=record.host_timeout,
@@ -391,9 +403,68 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
             judge=run_judge(cluster),
             on_unreachable=note_unreachable(store, run_id),
         )
-        if stopping.is_set():
+        if not stopping.is_set():
+            ending = finish(store, cluster, outcome)
+            handover.answer(ending.stop, None)  # a `down` arriving meanwhile hears what was stopped
+            return ending
+        if handover.grace is None:
+            handover.answer(None, None)
             return None
-        return finish(store, cluster, outcome)
+        report, job = stop_run(cluster, handover.grace.value)
+        if store.load(run_id).active:
+            store.end(run_id, RunState.STOPPED, "tfctl down")
+        handover.answer(report, job)
+        return None
+
+
+@dataclass(frozen=True)
+class _Grace:
+    value: float | None
+
+
+class DownHandover:
+    """A `down` that reached the detached watcher through its door. The door's thread waits while
+    the watcher's own thread ends supervision and then stops the run, so the two never race."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+        self.grace: _Grace | None = None
+        self._done = threading.Event()
+        self._result: tuple[StopReport | None, JobState | None] = (None, None)
+
+    def ask(self, grace: float | None) -> tuple[StopReport | None, JobState | None]:
+        if not self._done.is_set():
+            self.grace = _Grace(grace)
+            self._stopping.set()
+            self._done.wait()
+        return self._result
+
+    def answer(self, report: StopReport | None, job: JobState | None) -> None:
+        """What was stopped (None: the watcher ends without stopping anything)."""
+        self._result = (report, job)
+        self._done.set()
+
+
+def controller_door(
+    store: RunStore,
+    cluster: Cluster,
+    on_down: Callable[[float | None], tuple[StopReport | None, JobState | None]],
+) -> ControllerDoor:
+    """This controller's socket: `status` and `down` from other terminals use its connections."""
+
+    def status(args: Mapping[str, Any]) -> Mapping[str, Any]:
+        from tfctl.render import status_answer
+
+        return status_answer(cluster, store.load(cluster.record.run_id), args)
+
+    def down(args: Mapping[str, Any]) -> Mapping[str, Any]:
+        report, job = on_down(args.get("grace"))
+        return {
+            "stop": None if report is None else dataclasses.asdict(report),
+            "allocation": None if job is None else dataclasses.asdict(job),
+        }
+
+    return ControllerDoor(socket_path(store.run_dir(cluster.record.run_id)), {"status": status, "down": down})
 
 
 @traced("lifecycle.stop_watcher")
@@ -404,16 +475,41 @@ def stop_watcher(record: RunRecord) -> None:
     if not w or w.get("attached") or w.get("host", host_key()) != host_key() or not is_same_process(w):
         return
     os.kill(w["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + 5
+    wait_gone(record)
+
+
+def wait_gone(record: RunRecord, patience: float = 5.0) -> None:
+    """Wait for the detached watcher to end; after `patience` seconds, kill it."""
+    w = record.watcher
+    if not w or w.get("attached") or w.get("host", host_key()) != host_key():
+        return
+    deadline = time.monotonic() + patience
     while is_same_process(w) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     if is_same_process(w):
         os.kill(w["pid"], signal.SIGKILL)
 
 
+def _down_patience(record: RunRecord, grace: float | None) -> float:
+    """How long a live controller may take to stop the run: the grace period, and some."""
+    return (record.grace_period if grace is None else grace) + 60.0
+
+
+def _job_state(fields: dict[str, Any]) -> JobState:
+    from tfctl.slurm.allocation import JobState
+
+    return JobState(fields["state"], fields["reason"], tuple(fields["nodes"]))
+
+
 def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, JobState | None]:
     """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
-    state once ended (None: the run has none of its own)."""
+    state once ended (None: the run has none of its own). A live controller on this machine does
+    it with the connections it holds; else this process connects to every host."""
+    answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
+    if answer is not None and answer["stop"] is not None:
+        wait_gone(record)  # a detached watcher ends once it has answered
+        job = answer["allocation"]
+        return StopReport(**answer["stop"]), None if job is None else _job_state(job)
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, allocation = stop_run(cluster, grace)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -141,12 +141,20 @@ def rate_text(rate: float | None) -> str:
     return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
 
 
-def status_table(cluster: Cluster, console_width: int) -> Any:
+def status_answer(cluster: Cluster, record: RunRecord, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`status` asked of the run's live controller from another terminal (see `live`): the JSON,
+    or the table as that terminal's console would print it (`console.stdout_traits`)."""
+    shot = snapshot(cluster)
+    if args.get("json"):
+        return {"json": shot.to_json(record)}
+    traits = args["console"]
+    return {"text": console.rendered(status_table(shot, record, int(traits["width"])), traits)}
+
+
+def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
     from rich.table import Table
 
-    shot = snapshot(cluster)
     statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
-    record = cluster.record
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
     if record.allocation is not None and shot.allocation is not None:
         title += f"  slurm job {record.allocation['job_id']}: {describe(shot.allocation)}"

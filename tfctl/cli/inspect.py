@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +14,9 @@ from tfctl.cli.app import cli
 from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
 from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
+
+# How long `status` waits for the run's live controller before asking the hosts itself.
+STATUS_PATIENCE = 15.0
 
 
 @cli.command(
@@ -30,23 +34,44 @@ Examples:
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
-    from tfctl import console, render
-    from tfctl.cluster import Cluster
+    import contextlib
 
+    from tfctl import console, live
+
+    if TYPE_CHECKING:
+        from tfctl.cluster import Cluster
     record = run_record(ctx, cluster_file, run_id)
-    with Cluster(record) as cluster:
+    run_dir = run_store().run_dir(record.run_id)
+    args: dict[str, Any] = {"json": True} if as_json else {"console": console.stdout_traits()}
+    with contextlib.ExitStack() as stack:
+        clusters: list[Cluster] = []
+
+        def ask() -> dict[str, Any]:
+            """From the run's live controller if it has one here, else from the hosts."""
+            answer = live.ask(run_dir, record, "status", args, STATUS_PATIENCE)
+            if answer is not None:
+                return answer
+            from tfctl import render  # rich, paramiko: only when this process asks the hosts itself
+            from tfctl.cluster import Cluster
+
+            if not clusters:
+                clusters.append(stack.enter_context(Cluster(record)))
+            return render.status_answer(clusters[0], record, args)
+
         if as_json:
-            console.out().print_json(json.dumps(render.snapshot(cluster).to_json(record)))
+            console.out().print_json(json.dumps(ask()["json"]))
             return 0
         if not watch:
-            console.out().print(render.status_table(cluster, console.out().width))
+            sys.stdout.write(ask()["text"])
             return 0
         from rich.live import Live
+        from rich.text import Text
 
-        with Live(render.status_table(cluster, console.out().width), console=console.out(), auto_refresh=False) as live:
+        with Live(Text.from_ansi(ask()["text"]), console=console.out(), auto_refresh=False) as screen:
             while True:
                 time.sleep(1)
-                live.update(render.status_table(cluster, console.out().width), refresh=True)
+                args["console"] = console.stdout_traits()  # the terminal may have been resized
+                screen.update(Text.from_ansi(ask()["text"]), refresh=True)
 
 
 @cli.command(

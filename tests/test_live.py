@@ -1,0 +1,203 @@
+"""The live controller's door: `status` and `down` from another terminal use the connections of
+the run's controller (detached watcher or attached `up`) instead of connecting to every host."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
+from fakes import record_of
+
+from tfctl import live
+from tfctl.errors import TfctlError, UsageError
+from tfctl.lifecycle import controller_of_this_process
+from tfctl.runs import RunStore
+from tfctl.supervisor.procfs import is_same_process
+from tfctl.supervisor.protocol import RunState
+
+
+def this_process_controls(tmp_path: Path, **changes: Any) -> Any:
+    record = record_of({"ps:0": "h0", "worker:0": "h1"})
+    return dataclasses.replace(record, watcher={**controller_of_this_process(attached=False), **changes})
+
+
+def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: Path) -> None:
+    def status(args: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"echo": args["n"] + 1}
+
+    def down(_args: Mapping[str, Any]) -> Mapping[str, Any]:
+        raise UsageError("cannot stop", hint="try later")
+
+    record = this_process_controls(tmp_path)
+    with live.ControllerDoor(live.socket_path(tmp_path), {"status": status, "down": down}):
+        assert stat.S_IMODE(os.stat(live.socket_path(tmp_path)).st_mode) == 0o600
+        assert live.ask(tmp_path, record, "status", {"n": 41}, 5) == {"echo": 42}
+        with pytest.raises(TfctlError) as e:
+            live.ask(tmp_path, record, "down", {}, 5)
+        assert (e.value.message, e.value.hint) == ("cannot stop", "try later")
+        with pytest.raises(TfctlError, match="does not serve `logs`"):
+            live.ask(tmp_path, record, "logs", {}, 5)
+    assert not live.socket_path(tmp_path).exists()  # closing removes it
+    assert live.ask(tmp_path, record, "status", {"n": 1}, 5) is None
+
+
+def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    assert len(str(live.socket_path(deep))) > 108
+    record = this_process_controls(tmp_path)
+    with live.ControllerDoor(live.socket_path(deep), {"status": lambda args: {"ok": True}}):
+        assert live.ask(deep, record, "status", {}, 5) == {"ok": True}
+
+
+def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:
+    served = []
+    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: served.append(1) or {}}):
+        elsewhere = this_process_controls(tmp_path, host="another-machine")
+        assert live.ask(tmp_path, elsewhere, "status", {}, 5) is None
+        dead = this_process_controls(tmp_path, starttime=1)  # this pid, but another process's start
+        assert live.ask(tmp_path, dead, "status", {}, 5) is None
+        ended = dataclasses.replace(this_process_controls(tmp_path), state=RunState.SUCCEEDED)
+        assert live.ask(tmp_path, ended, "status", {}, 5) is None
+    assert served == []
+    # A socket file nobody listens on (its controller was SIGKILLed): no answer, no error.
+    import socket
+
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(live.socket_path(tmp_path)))
+    stale.close()
+    assert live.ask(tmp_path, this_process_controls(tmp_path), "status", {}, 5) is None
+
+
+def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
+    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: time.sleep(3) or {}}):
+        began = time.monotonic()
+        assert live.ask(tmp_path, this_process_controls(tmp_path), "status", {}, 0.5) is None
+        assert time.monotonic() - began < 2
+
+
+# ------------------------------------------------------------------ end to end, on localhost
+
+
+def spans(trace_file: Path) -> list[str]:
+    return [json.loads(line)["event"] for line in trace_file.read_text().splitlines()]
+
+
+def sleeper_cluster(dirpath: Path) -> tuple[Path, list[int]]:
+    ports = free_ports(3)
+    path = dirpath / "cluster.yaml"
+    task = f"{{python}} {FAKE_TASK} --name {{job_name}}{{task_index}} --sleep -1 --port"
+    path.write_text(f"""name: door
+grace_period: 2
+jobs:
+  ps:
+    hosts: [localhost:{ports[0]}]
+    command: "{task} {ports[0]}"
+  worker:
+    hosts: [localhost:{ports[1]}, localhost:{ports[2]}]
+    command: "{task} $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]}))"
+""")
+    return path, ports
+
+
+def wait_listening(cluster: Path, home: Path) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while True:
+        shown = tfctl("-f", str(cluster), "status", "--json", home=home)  # fails until the run is recorded
+        tasks = json.loads(shown.stdout)["tasks"] if shown.returncode == 0 else []
+        if (tasks and all(t["listening"] for t in tasks)) or time.monotonic() > deadline:
+            return tasks
+        time.sleep(0.2)
+
+
+def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: Path) -> None:
+    cluster, ports = sleeper_cluster(tmp_path)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    record = RunStore(home).load(run_id)
+    assert all(t["listening"] for t in wait_listening(cluster, home))
+
+    traced = tmp_path / "status.trace"
+    shown = tfctl("--trace", str(traced), "-f", str(cluster), "status", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert run_id in shown.stdout and shown.stdout.count("  running  ") == 3
+    assert "live.ask" in spans(traced)
+    assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]  # no host contacted
+
+    traced = tmp_path / "down.trace"
+    down = tfctl("--trace", str(traced), "-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert "5 processes stopped on 1 host; 0 remain" in down.stderr
+    assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]
+    assert not is_same_process(record.watcher)  # the watcher ended once it had answered
+    assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
+    assert not any(port_listening(p) for p in ports)
+    assert not live.socket_path(RunStore(home).run_dir(run_id)).exists()
+    ended = RunStore(home).load(run_id)
+    assert (ended.state.value, ended.reason) == ("stopped", "tfctl down")
+
+
+def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Path, home: Path) -> None:
+    cluster, ports = sleeper_cluster(tmp_path)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    wait_listening(cluster, home)
+    watcher = RunStore(home).load(run_id).watcher
+    assert watcher is not None
+    os.kill(watcher["pid"], signal.SIGKILL)
+    while is_same_process(watcher):
+        time.sleep(0.02)
+    assert live.socket_path(RunStore(home).run_dir(run_id)).exists()  # left behind by the kill
+
+    traced = tmp_path / "status.trace"
+    shown = tfctl("--trace", str(traced), "-f", str(cluster), "status", "--json", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert [t["state"] for t in json.loads(shown.stdout)["tasks"]] == ["running"] * 3
+    assert "is gone; a new watcher" in shown.stderr
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
+    assert not any(port_listening(p) for p in ports)
+
+
+def test_status_and_down_go_through_an_attached_up(tmp_path: Path, home: Path) -> None:
+    cluster, ports = sleeper_cluster(tmp_path)
+    attached = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    try:
+        tasks = wait_listening(cluster, home)
+        assert all(t["listening"] for t in tasks)
+        traced = tmp_path / "status.trace"
+        shown = tfctl("--trace", str(traced), "-f", str(cluster), "status", "--json", home=home)
+        assert [t["state"] for t in json.loads(shown.stdout)["tasks"]] == ["running"] * 3
+        assert "live.ask" in spans(traced)
+        assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]
+        down = tfctl("-f", str(cluster), "down", home=home)
+        assert down.returncode == 0, down.stderr
+        assert "processes stopped on 1 host; 0 remain" in down.stderr
+        _, err = attached.communicate(timeout=30)
+    finally:
+        if attached.poll() is None:
+            attached.kill()
+            attached.wait()
+    assert "stopped" in err
+    run_id = RunStore(home).all()[-1].run_id
+    assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
+    assert not any(port_listening(p) for p in ports)
