@@ -20,10 +20,10 @@ from fakes import record_of
 
 from tfctl import live
 from tfctl.errors import TfctlError, UsageError
-from tfctl.lifecycle import controller_of_this_process
 from tfctl.runs import RunStore
 from tfctl.supervisor.procfs import is_same_process
 from tfctl.supervisor.protocol import RunState
+from tfctl.watcher import controller_of_this_process
 
 
 def this_process_controls(tmp_path: Path, **changes: Any) -> Any:

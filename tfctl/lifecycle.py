@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tfctl import control, live
@@ -32,29 +28,18 @@ from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
 from tfctl.runs import RunRecord, RunStore, new_run_id
 from tfctl.setup import once_per_workdir, run_setup
-from tfctl.supervisor.files import host_key
-from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
 from tfctl.sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
 from tfctl.trace import traced
 from tfctl.transport import connect
+from tfctl.watcher import controller_gone, controller_of_this_process, stop_watcher, wait_gone
 
 if TYPE_CHECKING:
     from tfctl.slurm.allocation import JobState
 
 LOG_DRAIN_SECONDS = 10.0
-
-
-def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
-    """The run named by --run, else the newest run of the cluster file."""
-    if run_id:
-        return store.load(run_id)
-    record = store.latest(cluster_file)
-    if record is None:
-        raise UsageError(f"no run of {cluster_file} yet", hint=f"start one with `tfctl -f {cluster_file} up`")
-    return record
 
 
 @traced("lifecycle.ensure_no_live_run")
@@ -330,62 +315,6 @@ def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
 # ---------------------------------------------------------------- detached runs
 
 
-@traced("lifecycle.spawn_watcher")
-def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
-    """A detached `tfctl _watch` that ends the run when the job is done, so no ps lingers.
-
-    It runs in its own session (a closed terminal does not stop it) and logs to the run dir.
-    """
-    log = open(store.run_dir(record.run_id) / "watch.log", "ab")
-    with log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tfctl", "_watch", "--run", record.run_id],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, "TFCTL_HOME": str(store.home)},
-        )
-    return store.update(record.run_id, watcher=controller_of(proc.pid, attached=False))
-
-
-def controller_of(pid: int, attached: bool) -> dict[str, Any]:
-    """What identifies a run's controller process later: pid, kernel start time and machine
-    (a run store on a shared home is read from other machines, where that pid means nothing)."""
-    st = proc_stat(pid) or {}
-    return {"pid": pid, "starttime": st.get("starttime"), "host": host_key(), "attached": attached}
-
-
-def controller_of_this_process(attached: bool) -> dict[str, Any]:
-    return controller_of(os.getpid(), attached)
-
-
-def controller_gone(record: RunRecord) -> bool:
-    """An active run whose controller (attached `up` or detached watcher) has died on this
-    machine. False when it lives, when it ran elsewhere, or when the run is over."""
-    w = record.watcher
-    if not record.active or not w or w.get("host", host_key()) != host_key():
-        return False
-    return not is_same_process(w)
-
-
-def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
-    """A run whose controller died gets a new watcher, so it still ends when its job does;
-    the sentence to tell the user, or None when nothing was amiss."""
-    if not controller_gone(record):
-        return None
-    w = record.watcher or {}
-    was = f"the `tfctl up` that started it (pid {w['pid']})" if w.get("attached") else f"its watcher (pid {w['pid']})"
-    fresh = spawn_watcher(store, record)
-    lease = (
-        f"; its tasks stop on their hosts {record.lease_timeout:g}s after their controller (lease_timeout)"
-        if w.get("attached") and record.lease_timeout
-        else ""
-    )
-    pid = (fresh.watcher or {}).get("pid")
-    return f"run {record.run_id}: {was} is gone; a new watcher (pid {pid}) supervises it{lease}"
-
-
 def watch(store: RunStore, run_id: str) -> Ending | None:
     """Body of the detached watcher: supervise until decided, then stop the run. SIGTERM ends it
     without stopping anything; a `down` through its door stops the run with its connections."""
@@ -465,29 +394,6 @@ def controller_door(
         }
 
     return ControllerDoor(socket_path(store.run_dir(cluster.record.run_id)), {"status": status, "down": down})
-
-
-@traced("lifecycle.stop_watcher")
-def stop_watcher(record: RunRecord) -> None:
-    """`down` takes over from the detached watcher: end it first so the two never race. An
-    attached `up` is left alone: it sees its tasks stopped and ends by itself."""
-    w = record.watcher  # see controller_of
-    if not w or w.get("attached") or w.get("host", host_key()) != host_key() or not is_same_process(w):
-        return
-    os.kill(w["pid"], signal.SIGTERM)
-    wait_gone(record)
-
-
-def wait_gone(record: RunRecord, patience: float = 5.0) -> None:
-    """Wait for the detached watcher to end; after `patience` seconds, kill it."""
-    w = record.watcher
-    if not w or w.get("attached") or w.get("host", host_key()) != host_key():
-        return
-    deadline = time.monotonic() + patience
-    while is_same_process(w) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if is_same_process(w):
-        os.kill(w["pid"], signal.SIGKILL)
 
 
 def _down_patience(record: RunRecord, grace: float | None) -> float:

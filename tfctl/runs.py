@@ -212,3 +212,13 @@ class RunStore:
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
+
+
+def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
+    """The run named by --run, else the newest run of the cluster file."""
+    if run_id:
+        return store.load(run_id)
+    record = store.latest(cluster_file)
+    if record is None:
+        raise UsageError(f"no run of {cluster_file} yet", hint=f"start one with `tfctl -f {cluster_file} up`")
+    return record

@@ -90,12 +90,13 @@ def run_store() -> RunStore:
 def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True) -> RunRecord:
     """The run the command is about. With `resume`, a live run whose controller died gets a new
     watcher first, and the user hears of it."""
-    from tfctl import console, lifecycle
+    from tfctl import console, watcher
+    from tfctl.runs import resolve_run
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()
-    record = lifecycle.resolve_run(store, path or Path("."), run_id)
-    note = lifecycle.resume_supervision(store, record) if resume else None
+    record = resolve_run(store, path or Path("."), run_id)
+    note = watcher.resume_supervision(store, record) if resume else None
     if note:
         console.err().print(f"[yellow]warning:[/yellow] {note}")
         record = store.load(record.run_id)

@@ -49,7 +49,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
     from rich.text import Text
 
-    from tfctl import console, lifecycle
+    from tfctl import console, lifecycle, watcher
     from tfctl.config import load_config
 
     path = cluster_file_path(ctx, cluster_file)
@@ -96,7 +96,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     with cluster:
         if not detach:
             return _attached(store, cluster, hint_file)
-        lifecycle.spawn_watcher(store, cluster.record)
+        watcher.spawn_watcher(store, cluster.record)
     err.print(
         f"detached. The run stops by itself when {', '.join(record.decisive)} "
         f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."
