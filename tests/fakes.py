@@ -137,7 +137,10 @@ class FakeHost:
         return info
 
     def _status(self, request: p.StatusRequest) -> p.StatusAnswer:
-        return p.StatusAnswer({name: self._advance(name) for name in request.tasks}, time.time())
+        tails = {}
+        if request.tail:
+            tails = self._tail(p.TailRequest(request.run_id, list(request.tasks), request.tail)).tails
+        return p.StatusAnswer({name: self._advance(name) for name in request.tasks}, time.time(), tails)
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0

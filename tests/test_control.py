@@ -344,3 +344,19 @@ def test_down_records_the_run_as_stopped_and_reports_each_host(
     assert report.processes == 3 and report.clean and report.ports == [2222, 2223, 2224]
     after = store.load(record.run_id)
     assert after.state is RunState.STOPPED and after.reason == "tfctl down"
+
+
+def test_status_with_its_diagnosis_is_one_request_per_host() -> None:
+    """What `status` shows (states, progress, the diagnosis from each task's tail) in one round
+    trip per host: a second `tail` call would double what status costs on every host."""
+    from tfctl.render import snapshot
+
+    waiting = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
+    cluster, _hosts, journal = make({"worker:1": TaskScript(lines=[waiting])})
+    control.start(cluster, ps_first(cluster), timeout=5)
+    journal.entries.clear()
+    shot = snapshot(cluster)
+    verbs = [verb for _host, verb, _ in journal.entries]
+    assert verbs.count("status") == 3 and "tail" not in verbs  # (a reachability probe explains the wait)
+    assert "worker:1" in shot.diagnosis.findings
+    assert shot.diagnosis.last_lines["worker:1"] == waiting

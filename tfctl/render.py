@@ -21,7 +21,7 @@ from tfctl.runs import RunRecord
 from tfctl.slurm.allocation import JobState, describe, job_state
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
-from tfctl.tf.doctor import LiveNotes, RunDiagnosis, diagnose_run, finding_json
+from tfctl.tf.doctor import TAIL_LINES, LiveNotes, RunDiagnosis, diagnose_run, finding_json
 from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped
 
 
@@ -119,7 +119,7 @@ class Snapshot:
 
 def snapshot(cluster: Cluster) -> Snapshot:
     progress = RunProgress(cluster.record.progress)
-    statuses, unreachable = cluster.status(progress=progress.rule())
+    statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     allocation = None

@@ -229,6 +229,7 @@ class StatusAnswer(Wire):
 
     tasks: Dict[str, TaskInfo]
     time: float
+    tails: Dict[str, List[str]] = field(default_factory=dict)  # when asked (`StatusRequest.tail`)
 
 
 @record
@@ -243,6 +244,7 @@ class StatusRequest(Request[StatusAnswer]):
     tasks: Dict[str, int]
     renew_lease: bool = False  # only the run's own controller renews its lease
     progress: Optional[ProgressRule] = None  # also each task's recent progress lines
+    tail: int = 0  # also the last `tail` output lines of each task, so diagnosis needs no second call
 
 
 @record

@@ -18,7 +18,7 @@ from . import guard, procfs
 from .checks import port_owners
 from .errors import AgentError
 from .files import RUN_DIR_ENV, read_json, run_dir, task_dir, work_dir, write_json
-from .logs import last_line, output_log
+from .logs import last_line, output_log, tail
 from .marks import recent_marks
 from .protocol import (
     PortInfo,
@@ -30,6 +30,7 @@ from .protocol import (
     StopRequest,
     SweepAnswer,
     SweepRequest,
+    TailRequest,
     TaskInfo,
     TaskState,
 )
@@ -115,7 +116,8 @@ def status(root: str, request: StatusRequest) -> StatusAnswer:
         if request.progress is not None:
             info = info.replace(marks=recent_marks(log, request.progress, now))
         out[task] = info
-    return StatusAnswer(out, now)
+    tails = tail(root, TailRequest(run_id, list(request.tasks), request.tail)).tails if request.tail else {}
+    return StatusAnswer(out, now, tails)
 
 
 def stop(root: str, request: StopRequest) -> StopAnswer:

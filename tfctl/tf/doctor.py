@@ -49,7 +49,10 @@ class RunDiagnosis:
 def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
     """Findings for every task that runs or ended badly, and each task's last meaningful line."""
     names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNREACHABLE)]
-    tails = cluster.tails(names, TAIL_LINES) if names else {}
+    given = {s.task: list(s.tail) for s in statuses if s.tail is not None}  # asked with the status
+    missing = [name for name in names if name not in given]
+    tails = {**given, **(cluster.tails(missing, TAIL_LINES) if missing else {})}
+    tails = {name: tails[name] for name in names if name in tails}
     trains = re.compile(RunProgress(cluster.record.progress).rule().pattern, re.MULTILINE)
     known = {
         task: replace(p, trains=p.trains or any(trains.search(line) for line in tails.get(task, ())))
