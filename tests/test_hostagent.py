@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from conftest import FAKE_TASK, marked_processes
+from conftest import FAKE_TASK, free_ports, marked_processes
 
 from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
@@ -29,6 +29,7 @@ from tfctl.supervisor.protocol import (
     InfoRequest,
     StartAnswer,
     StartRequest,
+    StatusRequest,
     StopRequest,
     TaskLaunch,
     TaskState,
@@ -449,3 +450,27 @@ def test_a_request_id_that_is_no_plain_word_is_refused_for_the_journal(root: Pat
 def host_state(root: Path | str) -> Path:
     """Where the supervisor on this machine keeps its own files under `root`."""
     return Path(state_root(str(root)))
+
+
+def test_status_waits_on_the_host_until_the_port_listens(root: Path) -> None:
+    """A start waiting for its ps asks once and hears back as soon as the port listens, rather
+    than polling from the controller; a port that never listens costs just the wait asked for."""
+    late, never = free_ports(2)
+    launches = [
+        TaskLaunch("ps:0", f"{PY} {FAKE_TASK} --sleep -1 --port {late} --delay-listen 0.6", grace=1),
+        TaskLaunch("ps:1", f"{PY} {FAKE_TASK} --sleep -1", grace=1),
+    ]
+    with HostAgent(LocalTransport(), None, str(root)) as agent:
+        agent.call(StartRequest("waits-here", launches))
+        try:
+            began = time.monotonic()
+            answer = agent.call(StatusRequest("waits-here", {"ps:0": late}, wait_listening=10))
+            assert answer.tasks["ps:0"].listening
+            assert 0.3 < time.monotonic() - began < 5
+            began = time.monotonic()
+            answer = agent.call(StatusRequest("waits-here", {"ps:1": never}, wait_listening=0.5))
+            assert not answer.tasks["ps:1"].listening
+            assert 0.5 <= time.monotonic() - began < 3
+        finally:
+            agent.call(StopRequest("waits-here", 1))
+    assert processes_of("waits-here") == []

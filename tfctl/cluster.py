@@ -320,13 +320,18 @@ class Cluster:
     # ---------------------------------------------------------------- queries
 
     def status(
-        self, tasks: Sequence[TaskSpec] | None = None, progress: ProgressRule | None = None, tail: int = 0
+        self,
+        tasks: Sequence[TaskSpec] | None = None,
+        progress: ProgressRule | None = None,
+        tail: int = 0,
+        wait_listening: float = 0.0,
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
         """Every task's status (with its recent progress lines, given the `progress` rule, and its
         last `tail` output lines), plus the hosts that could not be asked (their tasks:
-        `unreachable`). One request per host."""
+        `unreachable`). One request per host; with `wait_listening`, each host answers once its
+        tasks listen or have ended, or after that many seconds."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
-        answers = self._ask_status(tasks, progress, tail)
+        answers = self._ask_status(tasks, progress, tail, wait_listening)
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
@@ -336,7 +341,7 @@ class Cluster:
         ], answers.failed
 
     def _ask_status(
-        self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None, tail: int = 0
+        self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None, tail: int = 0, wait: float = 0.0
     ) -> GroupResult[StatusAnswer]:
         """Each host's answer about its tasks among `tasks`, one request per host."""
         grouped = self.by_host(tasks)
@@ -344,9 +349,13 @@ class Cluster:
             grouped,
             lambda a: a.call(
                 StatusRequest(
-                    self.record.run_id, {t.name: t.port for t in grouped[a.host]}, progress=progress, tail=tail
+                    self.record.run_id,
+                    {t.name: t.port for t in grouped[a.host]},
+                    progress=progress,
+                    tail=tail,
+                    wait_listening=wait,
                 ),
-                timeout=STATUS_TIMEOUT,
+                timeout=STATUS_TIMEOUT + wait,
             ),
         )
 

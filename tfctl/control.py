@@ -18,8 +18,11 @@ from tfctl.model import DEFAULT_HOST_TIMEOUT
 from tfctl.runs import TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 
-# Status polls while waiting for a port: every 0.05 s at first, then a tenth of the time waited so
-# far (at most 0.5 s), so a slow TF start is not slowed further by the polls' CPU on its host.
+# Waiting for a port, each host waits on its own ports (StatusRequest.wait_listening) for at most
+# LISTEN_WAIT seconds per request, so Ctrl-C and a lost host are noticed within that. A host that
+# answers sooner without its ports listening (it could not be asked) is asked again after a pause:
+# 0.05 s at first, then a tenth of the time waited so far (at most 0.5 s).
+LISTEN_WAIT = 1.0
 LISTEN_POLL = 0.05
 LISTEN_POLL_MAX = 0.5
 
@@ -109,7 +112,9 @@ def wait_listening(
     began = time.monotonic()
     deadline = began + timeout
     while waiting:
-        statuses, _unreachable = cluster.status([t for t in tasks if t.name in waiting])
+        asked = time.monotonic()
+        wait = max(0.0, min(LISTEN_WAIT, deadline - asked))
+        statuses, _unreachable = cluster.status([t for t in tasks if t.name in waiting], wait_listening=wait)
         for s in statuses:
             if s.listening:
                 waiting.discard(s.task)
@@ -131,7 +136,7 @@ def wait_listening(
                 + cluster.last_lines_text(name),
                 hint="raise startup_timeout in the cluster file if the task is just slow to start",
             )
-        if waiting:
+        if waiting and time.monotonic() - asked < wait:
             time.sleep(min(LISTEN_POLL_MAX, max(LISTEN_POLL, (time.monotonic() - began) / 10)))
     return listening
 

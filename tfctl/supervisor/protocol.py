@@ -245,6 +245,7 @@ class StatusRequest(Request[StatusAnswer]):
     renew_lease: bool = False  # only the run's own controller renews its lease
     progress: Optional[ProgressRule] = None  # also each task's recent progress lines
     tail: int = 0  # also the last `tail` output lines of each task, so diagnosis needs no second call
+    wait_listening: float = 0.0  # answer once every task listens or has ended, or after this long
 
 
 @record

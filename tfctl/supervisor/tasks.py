@@ -37,6 +37,7 @@ from .protocol import (
 from .state import task_state
 
 START_PATIENCE = 15.0  # how long `start` waits for each monitor to report the task running
+LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
 HERE = os.path.dirname(os.path.abspath(__file__))  # at import, before anything could change the cwd
 
@@ -97,7 +98,19 @@ def start(root: str, request: StartRequest) -> StartAnswer:
 
 def status(root: str, request: StatusRequest) -> StatusAnswer:
     """Each task's state, whether its own process listens on its port, its last line and, when
-    asked, its recent progress lines."""
+    asked, its recent progress lines and last output lines. With `wait_listening`, the answer
+    waits here (a look every 20 ms) until every task listens or has ended: a start waiting for
+    its ps costs one round trip instead of a poll from the controller every few tenths."""
+    deadline = time.monotonic() + request.wait_listening
+    while True:
+        answer = _status_now(root, request)
+        settled = all(i.listening or i.state.is_final for i in answer.tasks.values())
+        if settled or time.monotonic() >= deadline:
+            return answer
+        time.sleep(LISTEN_LOOK)
+
+
+def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
     run_id = request.run_id
     if request.renew_lease:
         guard.renew_lease(root, run_id)
