@@ -245,3 +245,61 @@ def test_a_slurm_runs_state_of_every_node_is_pruned_from_one_place(tmp_path: Pat
     assert answer.paths[run] == [str(n / run) for n in nodes] + [str(shared)]
     assert not any((n / run).exists() for n in nodes) and not shared.exists()
     assert (nodes[0] / kept_run).is_dir()  # another run's state is not touched
+
+
+def test_sock_diag_sees_the_sockets_proc_net_tcp_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The netlink answer (cheap) and /proc/net/tcp (what it replaces) agree, IPv4 and IPv6."""
+    from tfctl.supervisor import sockdiag
+
+    with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6, socket.socket() as client:
+        v4.bind(("127.0.0.1", 0))
+        v4.listen()
+        v6.bind(("::1", 0))
+        v6.listen()
+        client.connect(v4.getsockname())
+        listening = sockdiag.tcp_sockets(int(procfs.TCP_LISTEN, 16))
+        established = sockdiag.tcp_sockets(int(procfs.TCP_ESTABLISHED, 16))
+        assert listening is not None and established is not None
+        assert v4.getsockname()[1] in listening and v6.getsockname()[1] in listening
+        assert client.getsockname()[1] in established
+        monkeypatch.setattr(sockdiag, "tcp_sockets", lambda state: None)  # as where netlink is missing
+        from_proc = procfs.tcp_sockets(procfs.TCP_LISTEN)
+        for port in (v4.getsockname()[1], v6.getsockname()[1]):  # other processes' sockets come and go
+            assert from_proc[port] == listening[port]
+        port = client.getsockname()[1]
+        assert procfs.tcp_sockets(procfs.TCP_ESTABLISHED)[port] == established[port]
+
+
+def test_a_listening_task_is_found_in_its_process_tree_without_reading_every_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` runs every half second for the life of a run: finding the socket's owner among
+    the task's descendants costs a few reads, a walk through every process ~15 ms each time."""
+    import subprocess
+
+    from tfctl.supervisor import tasks
+
+    ready = tmp_path / "port"
+    child = (
+        "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); "
+        f"open({str(ready)!r},'w').write(str(s.getsockname()[1])); time.sleep(60)"
+    )
+    shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{child}"; true'])  # the listener is a child
+    try:
+        deadline = time.monotonic() + 10
+        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        port = int(ready.read_text())
+        st = procfs.proc_stat(shell.pid)
+        assert st is not None
+        proc = {"pid": shell.pid, "starttime": st["starttime"], "pgid": st["pgid"]}
+
+        def every_process(*_args: object) -> list[int]:
+            raise AssertionError("read every process")
+
+        monkeypatch.setattr(procfs, "task_processes", every_process)
+        assert tasks._owns(procfs.listening_sockets()[port], "run", "ps:0", proc)
+    finally:
+        for pid in procfs.descendants(shell.pid)[::-1]:
+            os.kill(pid, 9)
+        shell.wait()
