@@ -108,7 +108,7 @@ jobs:
 def writers(bench: Bench, hosts: list[TestHost], tasks: int, count: int, seconds: float, then: str) -> str:
     spread = ", ".join(f"{hosts[i % len(hosts)].name}:{3000 + i}" for i in range(tasks))
     cmd = f"{{python}} writer.py w{{task_index}} {count} {seconds:g} {then} {bench.app / 'cpu'}"
-    return f"  worker:\n    hosts: [{spread}]\n    command: \"{cmd}\"\n"
+    return f'  worker:\n    hosts: [{spread}]\n    command: "{cmd}"\n'
 
 
 def tfctl(bench: Bench, src: Path, home: Path, *argv: str, hosts: list[TestHost] | None = None) -> Sample:
@@ -257,7 +257,8 @@ def run_cpu(bench: Bench, args: argparse.Namespace, src: Path) -> None:
     if args.mnist:
         train = REPO / "examples" / "mnist" / "train.py"
         flags = "--job_name={job_name} --task_index={task_index} --ps_hosts={ps_hosts} --worker_hosts={worker_hosts}"
-        cmd = f"{{python}} cpu_of.py {cpu_dir}/{{job_name}}{{task_index}} {{python}} {train} {flags} --train_steps {args.mnist_steps}"
+        steps = f"--train_steps {args.mnist_steps}"
+        cmd = f"{{python}} cpu_of.py {cpu_dir}/{{job_name}}{{task_index}} {{python}} {train} {flags} {steps}"
         jobs = (
             f'  ps:\n    hosts: [{hosts[0].name}:2222]\n    command: "{cmd}"\n'
             f'  worker:\n    hosts: [{hosts[1].name}:2223, {hosts[2].name}:2223]\n    command: "{cmd}"\n'
@@ -290,18 +291,24 @@ def run_cpu(bench: Bench, args: argparse.Namespace, src: Path) -> None:
         print("\n".join(line for _, line in up.lines[-10:]))
     host_side = host_total - tasks_cpu
     print(f"  whole run: controller {up.cpu:.2f} CPU s, host side {host_side:.2f} CPU s (tasks' own {tasks_cpu:.2f})")
-    print(f"  whole run: {(up.cpu + host_side) / up.wall:.3f} core (controller {up.cpu / up.wall:.3f}, hosts {host_side / up.wall:.3f})")
+    per_s = f"controller {up.cpu / up.wall:.3f}, hosts {host_side / up.wall:.3f}"
+    print(f"  whole run: {(up.cpu + host_side) / up.wall:.3f} core ({per_s})")
     span, rates = sampler.rates(skip=min(10.0, up.wall / 4))
     shown = ", ".join(f"{k} {v:.4f}" for k, v in rates.items() if k != "task")
     tfctl_side = sum(v for k, v in rates.items() if k not in ("task", "gone"))
-    print(f"  steady {span:.0f} s in the middle: {tfctl_side:.4f} core for tfctl ({shown}; tasks {rates.get('task', 0):.3f})")
+    tasks = rates.get("task", 0.0)
+    print(f"  steady {span:.0f} s in the middle: {tfctl_side:.4f} core for tfctl ({shown}; tasks {tasks:.3f})")
 
 
 def children_of(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Children started by any thread of `pid`."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
 
 
 def main() -> int:
