@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.supervisor import checks, files, journal, logs, procfs, prune, serve, state, sync
+from tfctl.supervisor import checks, files, journal, logs, monitor, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -292,3 +293,12 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
     ]
     if inotify and logs.Changes.open() is not None:  # woken by the write, not by the next state read
         assert got[-1][0] - written < 0.5
+
+
+def test_a_monitor_waits_for_its_task_asleep_and_sees_it_end_at_once() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    with monitor._ExitWatch(child) as ended:
+        started = time.monotonic()
+        assert ended(0.1) is None
+        assert ended(10) == 0
+        assert time.monotonic() - started < 3
