@@ -203,7 +203,7 @@ class Sampler:
     def __init__(self, hosts: list[TestHost], controller: int) -> None:
         self.hosts, self.controller = hosts, controller
         self.ticks: dict[int, tuple[str, int]] = {}
-        self.marks: list[tuple[float, dict[str, int]]] = []
+        self.marks: list[tuple[float, dict[int, tuple[str, int]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -214,10 +214,7 @@ class Sampler:
                 ticks = proc_cpu_ticks(pid)
                 if ticks:
                     self.ticks[pid] = (self._kind(pid), ticks)
-            totals: dict[str, int] = {}
-            for kind, ticks in self.ticks.values():
-                totals[kind] = totals.get(kind, 0) + ticks
-            self.marks.append((time.monotonic(), totals))
+            self.marks.append((time.monotonic(), dict(self.ticks)))
 
     def _kind(self, pid: int) -> str:
         if pid == self.controller:
@@ -238,13 +235,21 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def rates(self, skip: float) -> tuple[float, dict[str, float]]:
-        """Seconds of the window and each kind's CPU in cores, leaving `skip` s out at each end."""
+    def rates(self, skip: float) -> tuple[float, dict[str, float], list[tuple[float, int, str]]]:
+        """Seconds of the window, each kind's CPU in cores and the busiest processes, leaving
+        `skip` s out at each end."""
         t_end = self.marks[-1][0] - skip
         t0, first = next((t, m) for t, m in self.marks if t >= self.marks[0][0] + skip)
         t1, last = next((t, m) for t, m in reversed(self.marks) if t <= t_end)
         span = max(t1 - t0, 1e-9)
-        return span, {k: (last.get(k, 0) - first.get(k, 0)) / TICK / span for k in sorted(last)}
+        per_pid = {
+            pid: (kind, (ticks - first.get(pid, (kind, 0))[1]) / TICK / span) for pid, (kind, ticks) in last.items()
+        }
+        kinds: dict[str, float] = {}
+        for kind, rate in per_pid.values():
+            kinds[kind] = kinds.get(kind, 0.0) + rate
+        busiest = sorted(((rate, pid, kind) for pid, (kind, rate) in per_pid.items()), reverse=True)[:6]
+        return span, dict(sorted(kinds.items())), busiest
 
 
 def run_cpu(bench: Bench, args: argparse.Namespace, src: Path) -> None:
@@ -275,7 +280,8 @@ def run_cpu(bench: Bench, args: argparse.Namespace, src: Path) -> None:
     thread.start()
     pid = 0
     while not pid and thread.is_alive():
-        pid = next((p for p in children_of(os.getpid()) if b"tfctl" in Path(f"/proc/{p}/cmdline").read_bytes()), 0)
+        tfctl_up = (p for p in children_of(os.getpid()) if b"\0-m\0tfctl\0" in Path(f"/proc/{p}/cmdline").read_bytes())
+        pid = next(tfctl_up, 0)  # not the lab's own children, whose names hold the prefix
         time.sleep(0.01)
     sampler = Sampler(hosts, pid)
     thread.join()
@@ -293,11 +299,12 @@ def run_cpu(bench: Bench, args: argparse.Namespace, src: Path) -> None:
     print(f"  whole run: controller {up.cpu:.2f} CPU s, host side {host_side:.2f} CPU s (tasks' own {tasks_cpu:.2f})")
     per_s = f"controller {up.cpu / up.wall:.3f}, hosts {host_side / up.wall:.3f}"
     print(f"  whole run: {(up.cpu + host_side) / up.wall:.3f} core ({per_s})")
-    span, rates = sampler.rates(skip=min(10.0, up.wall / 4))
+    span, rates, busiest = sampler.rates(skip=min(10.0, up.wall / 4))
     shown = ", ".join(f"{k} {v:.4f}" for k, v in rates.items() if k != "task")
     tfctl_side = sum(v for k, v in rates.items() if k not in ("task", "gone"))
     tasks = rates.get("task", 0.0)
     print(f"  steady {span:.0f} s in the middle: {tfctl_side:.4f} core for tfctl ({shown}; tasks {tasks:.3f})")
+    print("  busiest: " + ", ".join(f"{kind} {pid} {rate:.4f}" for rate, pid, kind in busiest))
 
 
 def children_of(pid: int) -> list[int]:
