@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import calendar
+import random
 import shlex
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator, cast
 
 import pytest
 
 from tfctl.cluster import Cluster
 from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
-from tfctl.logs import LogFollower, Prefixer
+from tfctl.logs import LogFollower, Prefixer, split_block
 from tfctl.runs import RunRecord, TaskSpec
 from tfctl.supervisor.files import state_root
-from tfctl.transport.local import LocalTransport
+from tfctl.supervisor.protocol import FollowRequest, LogChunk
+from tfctl.transport.local import LocalStream, LocalTransport
 
 
 def one_task_cluster(tmp_path: Path, source: str) -> Cluster:
@@ -154,3 +158,44 @@ def test_a_keras_bar_redrawn_in_place_moves_live_and_replays_as_its_last_states(
         assert [line.count("500/500") for line in replay if "/500" in line] == [1, 1, 1]
     finally:
         cluster.stop(grace=1)
+
+
+class ChunkAgent:
+    """A host whose follow stream is these events, for the reader's side alone."""
+
+    def __init__(self, events: list[LogChunk]) -> None:
+        self.events = events
+
+    def follow(self, request: FollowRequest) -> tuple[LocalStream, Iterator[LogChunk]]:
+        return cast(LocalStream, ClosedStream()), iter(self.events)
+
+
+class ClosedStream:
+    def close(self) -> None:
+        pass
+
+
+def test_blocks_cut_anywhere_give_the_same_lines_in_order(tmp_path: Path) -> None:
+    # Multi-byte characters, an empty line, a line longer than the pieces; cut at random places,
+    # many of them inside a character or between a \r and its \n.
+    lines = [f"{i} grüße 日本語 ✓ {'x' * (i % 7) * 300}" for i in range(300)] + ["", "last line €"]
+    raw = "\n".join(lines).encode() + b"\n"
+    rng = random.Random(7)
+    cuts = sorted({0, len(raw), *(rng.randrange(len(raw)) for _ in range(200))})
+    events = [LogChunk("worker:0", end, raw[start:end]) for start, end in zip(cuts, cuts[1:])]
+    task = TaskSpec("worker", 0, "h", 1, "x", {}, None)
+    record = RunRecord("blocks", "t", "x", time.time(), (task,), (HostSpec("h", None, str(tmp_path)),), 1.0)
+    cluster = SimpleNamespace(record=record, agents={"h": ChunkAgent(events)})
+    with LogFollower(cast(Cluster, cluster), [task], follow=False) as follower:
+        got = collect(follower)
+    assert got == lines
+    assert follower.offsets == {"worker:0": len(raw)}
+
+
+def test_a_bar_redrawn_across_blocks_shows_its_states_and_keeps_the_line_whole() -> None:
+    assert split_block(b"done\n1/3\r2/3\r3/") == (["done"], "2/3", b"3/")
+    assert split_block(b"a\rb\n\xe2\x82") == (["b"], "", b"\xe2\x82")  # a character cut in two waits
+    prefix = Prefixer(["ps:0", "worker:1"], False)
+    assert prefix.text([("ps:0", ["a", "b"]), ("worker:1", []), ("ps:0", ["c"])]) == (
+        "[ps:0]     a\n[ps:0]     b\n[ps:0]     c\n"
+    )

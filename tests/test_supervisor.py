@@ -224,7 +224,7 @@ def follow(agent: HostAgent, run: str, tasks: dict[str, int], **options: Any) ->
 
 
 def text_of(events: list[FollowEvent]) -> str:
-    return "".join(e.data for e in events if isinstance(e, LogChunk))
+    return b"".join(e.data for e in events if isinstance(e, LogChunk)).decode()
 
 
 def test_follow_loses_and_repeats_nothing_at_volume(agent: HostAgent) -> None:
@@ -259,8 +259,8 @@ def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
         time.sleep(0.02)
     assert log.read_bytes() == b"abc"  # the follow below starts while the line is unfinished
     chunks = [e.data for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if isinstance(e, LogChunk)]
-    assert chunks[0] == "abcdef\n"
-    assert "".join(chunks) == "abcdef\ntail-no-newline"
+    assert chunks[0] == b"abcdef\n"
+    assert b"".join(chunks) == b"abcdef\ntail-no-newline"
 
 
 def test_tail_returns_last_lines(agent: HostAgent) -> None:

@@ -11,14 +11,16 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tfctl.supervisor import checks, files, journal, logs, procfs, prune, serve, state, sync
+from tfctl.supervisor import checks, files, journal, logs, monitor, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -125,7 +127,7 @@ def test_tail_and_tail_offset(tmp_path: Path) -> None:
 def test_follow_without_follow_reads_what_is_there_including_a_partial_line(tmp_path: Path) -> None:
     write_log(tmp_path, "r", "worker:0", b"a\nb\npartial")
     events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 2})))
-    assert events == [p.LogChunk("worker:0", 11, 7, "b\npartial")]
+    assert events == [p.LogChunk("worker:0", 11, b"b\npartial")]
 
 
 def test_follow_announces_the_end_of_a_task_after_its_last_bytes(tmp_path: Path) -> None:
@@ -133,7 +135,7 @@ def test_follow_announces_the_end_of_a_task_after_its_last_bytes(tmp_path: Path)
     write_json(str(d / "proc.json"), {"pid": 1, "pgid": 1, "starttime": 0, "started_at": 1.0})
     write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": 2.0})
     events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01)))
-    assert events == [p.LogChunk("worker:0", 8, 0, "one\ntwo\n"), p.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED)]
+    assert events == [p.LogChunk("worker:0", 8, b"one\ntwo\n"), p.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED)]
 
 
 def test_task_state_from_its_files(tmp_path: Path) -> None:
@@ -303,3 +305,58 @@ def test_a_listening_task_is_found_in_its_process_tree_without_reading_every_pro
         for pid in procfs.descendants(shell.pid)[::-1]:
             os.kill(pid, 9)
         shell.wait()
+
+
+def test_a_chunk_crosses_the_wire_byte_for_byte_even_cut_inside_a_character(tmp_path: Path) -> None:
+    # A line longer than a chunk is sent in pieces; the cut falls inside a 3-byte character, and
+    # the log also holds bytes that are not UTF-8 at all.
+    line = "x" * (logs.CHUNK - 1) + "€ tail"
+    raw = line.encode() + b"\n\xff\xfe not utf-8\n"
+    write_log(tmp_path, "r", "worker:0", raw)
+    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0})))
+    assert len(events) == 2 and events[0].data == raw[: logs.CHUNK]  # cut mid-character
+    received = [p.follow_event_from_wire(json.loads(json.dumps(p.follow_event_to_wire(e)))) for e in events]
+    assert received == events
+    assert b"".join(e.data for e in received if isinstance(e, p.LogChunk)) == raw
+
+
+@pytest.mark.parametrize("inotify", [True, False])
+def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inotify: bool
+) -> None:
+    if not inotify:  # as on a host without it: polls, but reads the state only once a second
+        monkeypatch.setattr(logs.Changes, "open", staticmethod(lambda: None))
+    d = write_log(tmp_path, "r", "worker:0", b"first\n")
+    me = procfs.proc_stat(os.getpid())
+    assert me is not None
+    write_json(str(d / "proc.json"), {"pid": os.getpid(), "pgid": me["pgid"], "starttime": me["starttime"]})
+    reads: list[float] = []
+    real_state = logs.task_state
+    monkeypatch.setattr(logs, "task_state", lambda *a: reads.append(time.monotonic()) or real_state(*a))
+    events = logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
+    assert next(events) == p.LogChunk("worker:0", 6, b"first\n")
+    got: list[tuple[float, p.FollowEvent]] = []
+    reader = threading.Thread(target=lambda: got.extend((time.monotonic(), e) for e in events), daemon=True)
+    reader.start()
+    time.sleep(2.5)
+    assert len(reads) <= 5  # polling every 0.01 s would read it 250 times
+    written = time.monotonic()
+    with open(d / "output.log", "ab") as f:
+        f.write(b"second\n")
+    write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": time.time()})
+    reader.join(5)
+    assert [e for _, e in got] == [
+        p.LogChunk("worker:0", 13, b"second\n"),
+        p.TaskEnded("worker:0", 13, p.TaskState.SUCCEEDED),
+    ]
+    if inotify and logs.Changes.open() is not None:  # woken by the write, not by the next state read
+        assert got[-1][0] - written < 0.5
+
+
+def test_a_monitor_waits_for_its_task_asleep_and_sees_it_end_at_once() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    with monitor._ExitWatch(child) as ended:
+        started = time.monotonic()
+        assert ended(0.1) is None
+        assert ended(10) == 0
+        assert time.monotonic() - started < 3

@@ -7,10 +7,11 @@ it is reopened from those offsets, so no line is lost or repeated whatever the v
 from __future__ import annotations
 
 import collections
+import itertools
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from tfctl import console
 from tfctl.errors import TfctlError
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from tfctl.cluster import Cluster
 
 RECONNECT_DELAY = 1.0
+BATCH_LINES = 10000  # at most this many lines per batch handed to the caller
+QUEUED_BLOCKS = 64  # blocks read ahead of the caller, each at most one chunk of a host's
 
 
 class LogFollower:
@@ -47,8 +50,9 @@ class LogFollower:
         self.offsets = {t.name: 0 for t in self.tasks}
         self.ended: set[str] = set()
         self.errors: list[str] = []
-        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=10000)
-        self._backlog: collections.deque[tuple[str, str] | None] = collections.deque()
+        # Whole blocks (a task and its lines), not lines: one hand-over per block, not per line.
+        self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=QUEUED_BLOCKS)
+        self._backlog: collections.deque[tuple[str, list[str]] | None] = collections.deque()
         self._stopping = threading.Event()
         self._streams: dict[str, Stream] = {}
         self._threads: list[threading.Thread] = []
@@ -100,58 +104,64 @@ class LogFollower:
     def _read_stream(self, host: str, request: FollowRequest, final: bool) -> None:
         """One connection's worth of events. A partial last line is held back and its offset not
         passed, so after a reconnect it is read again whole; `final` reads flush it instead."""
-        partial: dict[str, str] = {}
+        held: dict[str, bytes] = {}
         stream, events = self.cluster.agents[host].follow(request)
         self._streams[host] = stream
         for event in events:
             if isinstance(event, LogChunk):
                 task = event.task
-                held = partial.pop(task, "")
-                *lines, rest = (held + event.data).split("\n")
-                bar = ""
-                if "\r" in rest:
-                    bar, rest = rest.rsplit("\r", 1)
-                shown, bar_state = [redrawn(line) for line in lines], redrawn(bar)
+                data = held.pop(task, b"") + event.data
+                lines, bar, rest = split_block(data)
                 if event.stamps is not None:
-                    start = event.offset - len(event.data.encode()) - len(held.encode())
-                    times = line_times([*lines, bar], start, event.stamps)
-                    shown = [f"{utc(t)} {line}" for line, t in zip(shown, times)]
-                    bar_state = f"{utc(times[-1])} {bar_state}" if bar_state else ""
-                for line in shown:
-                    self._queue.put((task, line))
-                if bar_state:
-                    self._queue.put((task, bar_state))  # the bar's latest state, while its line goes on
+                    raw = data[: len(data) - len(rest)].split(b"\n")
+                    times = line_times([len(line) for line in raw], event.offset - len(data), event.stamps)
+                    lines = [f"{utc(t)} {line}" for line, t in zip(lines, times)]
+                    bar = f"{utc(times[-1])} {bar}" if bar else ""
+                if lines:
+                    self._queue.put((task, lines))
+                if bar:
+                    self._queue.put((task, [bar]))  # the bar's latest state, while its line goes on
                 if rest:
-                    partial[task] = rest
-                self.offsets[task] = event.offset - event.partial
+                    held[task] = rest
+                self.offsets[task] = event.offset - len(rest)
             elif isinstance(event, TaskEnded):
-                final_part = partial.pop(event.task, None)
-                if final_part is not None:
-                    self._queue.put((event.task, redrawn(final_part)))
+                rest = held.pop(event.task, b"")
+                if rest:
+                    self._queue.put((event.task, [redrawn(rest.decode(errors="replace"))]))
                 self.offsets[event.task] = event.offset
                 self.ended.add(event.task)
         if final:
-            for task, rest in partial.items():
-                self._queue.put((task, redrawn(rest)))
-                self.offsets[task] += len(rest.encode())
+            for task, rest in held.items():
+                self._queue.put((task, [redrawn(rest.decode(errors="replace"))]))
+                self.offsets[task] += len(rest)
 
-    def batches(self, idle: float = 0.2) -> Iterator[list[tuple[str, str]]]:
-        """Yield lists of (task, line) as they arrive, an empty list after `idle` seconds of quiet,
-        until every reader has ended."""
+    def blocks(self, idle: float = 0.2) -> Iterator[list[tuple[str, list[str]]]]:
+        """Yield lists of (task, lines in order) as they arrive, an empty list after `idle`
+        seconds of quiet, until every reader has ended."""
         while self._running:
-            batch: list[tuple[str, str]] = []
+            blocks: list[tuple[str, list[str]]] = []
+            count = 0
             try:
                 item = self._backlog.popleft() if self._backlog else self._queue.get(timeout=idle)
                 while True:
                     if item is None:
                         self._running -= 1
                     else:
-                        batch.append(item)
-                    if len(batch) >= 500:
+                        blocks.append(item)
+                        count += len(item[1])
+                    if count >= BATCH_LINES:
                         break
                     item = self._backlog.popleft() if self._backlog else self._queue.get_nowait()
             except (queue.Empty, IndexError):
                 pass
+            yield blocks
+
+    def batches(self, idle: float = 0.2) -> Iterator[list[tuple[str, str]]]:
+        """`blocks`, as one (task, line) per line."""
+        for blocks in self.blocks(idle):
+            batch: list[tuple[str, str]] = []
+            for task, lines in blocks:
+                batch += zip(itertools.repeat(task), lines)
             yield batch
 
     def finish(self) -> None:
@@ -193,6 +203,24 @@ class LogFollower:
                 return
 
 
+def split_block(data: bytes) -> tuple[list[str], str, bytes]:
+    """A block of output as (its whole lines as shown, the state of a bar redrawn in place on
+    its unfinished last line, the bytes of that line after the bar's last redraw), with one
+    decode and one split for the whole block: the per-line work is left to C."""
+    cut = data.rfind(b"\n") + 1
+    rest = data[cut:]
+    text = data[:cut].decode(errors="replace")
+    lines = text.split("\n")
+    lines.pop()  # what follows the last newline: `rest`
+    if "\r" in text or "\b" in text:
+        lines = [redrawn(line) for line in lines]
+    bar = ""
+    redraw = rest.rfind(b"\r")
+    if redraw >= 0:
+        bar, rest = redrawn(rest[:redraw].decode(errors="replace")), rest[redraw + 1 :]
+    return lines, bar, rest
+
+
 def redrawn(line: str) -> str:
     """What a terminal would show of a line redrawn in place with \\r and backspaces: its last
     state (the raw bytes stay in the task's log)."""
@@ -202,13 +230,14 @@ def redrawn(line: str) -> str:
     return states[-1] if states else ""
 
 
-def line_times(lines: list[str], start: int, stamps: list[list[float]]) -> list[float]:
-    """When each line (the first begins at byte `start`) was written, by the host's [size, time]
-    stamps (the last of them covers every line)."""
+def line_times(lengths: list[int], start: int, stamps: list[list[float]]) -> list[float]:
+    """When each line (of these lengths in bytes, the first beginning at byte `start`, one
+    newline after each) was written, by the host's [size, time] stamps (the last of them covers
+    every line)."""
     time_of = dated(stamps, stamps[-1][1])
     out = []
-    for line in lines:
-        end = start + len(line.encode())
+    for length in lengths:
+        end = start + length
         out.append(time_of(end))
         start = end + 1
     return out
@@ -232,3 +261,12 @@ class Prefixer:
 
     def __call__(self, task: str, line: str) -> str:
         return self._prefix.get(task, f"[{task}] ") + line
+
+    def text(self, blocks: Iterable[tuple[str, list[str]]]) -> str:
+        """Blocks of lines, each line prefixed and ended, with one join per block."""
+        out = []
+        for task, lines in blocks:
+            if lines:
+                prefix = self._prefix.get(task, f"[{task}] ")
+                out.append(prefix + ("\n" + prefix).join(lines) + "\n")
+        return "".join(out)

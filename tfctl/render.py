@@ -233,10 +233,17 @@ def finding_text(task: str, finding: Finding) -> Any:
 
 def print_lines(batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None) -> None:
     """Task lines to stdout, prefixed; the explanation of a known TF pattern that lasted to stderr."""
-    for task, line in batch:
-        sys.stdout.write(prefix(task, line) + "\n")
-        if notes is not None:
-            notes.feed(task, line)
+    print_blocks([(task, [line]) for task, line in batch], prefix, notes)
+
+
+def print_blocks(blocks: list[tuple[str, list[str]]], prefix: Prefixer, notes: LiveNotes | None) -> None:
+    """`print_lines` for blocks of one task's lines (`LogFollower.blocks`): no work per line
+    but the notes' (the joins are C's)."""
+    sys.stdout.write(prefix.text(blocks))
+    if notes is not None:
+        for task, lines in blocks:
+            for line in lines:
+                notes.feed(task, line)
     sys.stdout.flush()
     for task, finding in notes.due() if notes is not None else ():
         console.err().print(finding_text(task, finding))

@@ -124,8 +124,8 @@ def logs(
     ):
         notes = LiveNotes(cluster) if follow else None
         try:
-            for batch in follower.batches():
-                render.print_lines(batch, prefix, notes)
+            for batch in follower.blocks():
+                render.print_blocks(batch, prefix, notes)
                 if follow and not batch and time.monotonic() - last_check > 2:
                     # Tasks of a run that ended before starting them never produce an end of stream.
                     last_check = time.monotonic()

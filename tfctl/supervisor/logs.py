@@ -5,17 +5,29 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import BinaryIO, Dict, Iterator, List
+from typing import BinaryIO, Dict, Iterator, List, Optional
 
 from .files import task_dir
+from .inotify import ALL, Changes
 from .marks import TERMINAL_CODES
-from .protocol import FollowEvent, FollowRequest, Heartbeat, LogChunk, TailAnswer, TailRequest, TaskEnded
+from .protocol import (
+    FollowEvent,
+    FollowRequest,
+    Heartbeat,
+    LogChunk,
+    TailAnswer,
+    TailRequest,
+    TaskEnded,
+    TaskInfo,
+)
 from .state import task_state
 from .timeline import Timeline
 
 CHUNK = 256 * 1024
 MAX_PARTIAL_LINE = 64 * 1024
 HEARTBEAT = 5.0
+STATE_EVERY = 1.0  # a task's state is read again at least this often while followed
+LOG_FILES = {"output.log", "output.times"}  # changes to these say nothing of the state
 MAX_TAIL_BYTES = 4 * 1024 * 1024
 
 
@@ -108,12 +120,49 @@ def tail(root: str, request: TailRequest) -> TailAnswer:
     return TailAnswer(tails)
 
 
+class _Source:
+    """One followed task: its log, how far it was read, and what is known of its state."""
+
+    def __init__(self, root: str, run_id: str, task: str, offset: int) -> None:
+        self.path = output_log(root, run_id, task)
+        self.offset = offset
+        self.file: Optional[BinaryIO] = None
+        self.state: Optional[TaskInfo] = None
+        self.checked = -STATE_EVERY  # when the state was last read (monotonic)
+        self.stale = True  # a state file changed since: read the state again
+        self.watched = False
+
+    def read(self) -> bytes:
+        if self.file is None:
+            try:
+                self.file = open(self.path, "rb")
+            except OSError:
+                return b""
+        self.file.seek(self.offset)
+        return self.file.read(CHUNK)
+
+
+def _whole_lines(data: bytes, complete: bool) -> bytes:
+    """What of a block to hand out: whole lines; a partial last line waits for its end unless
+    `complete` (the task is over, or this is not a follow), the block is full (more follows) or
+    the line is absurdly long. A progress bar redrawn in place ends its states with \r: those go
+    out as they come, so the bar moves live instead of appearing once its line ends."""
+    cut = _last_line_end(data) + 1
+    if cut and (len(data) == CHUNK or not complete):
+        return data[:cut]
+    if not cut and not complete and len(data) < MAX_PARTIAL_LINE:
+        return b""
+    return data
+
+
 def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
-    """Task output from byte offsets, complete lines only.
+    """Task output from byte offsets, in blocks of whole lines.
 
     Each chunk carries the byte offset it ends at, so a reader that loses the stream resumes
     exactly there: nothing is lost and nothing repeats. With `follow`, the stream goes on until
-    every task has ended and its output is drained; each task's end is announced once.
+    every task has ended and its output is drained; each task's end is announced once. Between
+    reads it sleeps until a task's directory changes (inotify), or polls where that is not to be
+    had; a task's state is read again only when its files changed, and once a STATE_EVERY.
     """
     run_id = request.run_id
     offsets = {t: int(o) for t, o in request.tasks.items()}
@@ -123,62 +172,66 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
     if request.since is not None:
         moment = time.time() - float(request.since)
         offsets = {t: max(o, since_offset(output_log(root, run_id, t), moment)) for t, o in offsets.items()}
-    files: Dict[str, BinaryIO] = {}
-    open_tasks = set(offsets)
+    sources = {t: _Source(root, run_id, t, o) for t, o in offsets.items()}
+    changes = Changes.open() if request.follow else None
     last_beat = time.monotonic()
     try:
-        while open_tasks:
+        while sources:
             progressed = False
-            for task in sorted(open_tasks):
+            for task in sorted(sources):
+                source = sources[task]
+                now = time.monotonic()
                 # Read the state before the data: output written before the task ended is then
                 # always read before its end is announced.
-                state = task_state(root, run_id, task).state
-                final = state.is_final
-                f = files.get(task)
-                if f is None:
-                    try:
-                        f = files[task] = open(output_log(root, run_id, task), "rb")
-                    except OSError:
-                        f = None
-                data = b""
-                if f is not None:
-                    f.seek(offsets[task])
-                    data = f.read(CHUNK)
+                if request.follow and (source.stale or now - source.checked >= STATE_EVERY):
+                    source.state, source.checked, source.stale = task_state(root, run_id, task), now, False
+                final = source.state is not None and source.state.state.is_final
+                data = _whole_lines(source.read(), final or not request.follow)
                 if data:
-                    # Hand out whole lines; a partial last line waits for its end unless the task is
-                    # over, the read is a full chunk (more follows), or the line is absurdly long.
-                    # A progress bar redrawn in place ends its states with \r: those go out as
-                    # they come, so the bar moves live instead of appearing once its line ends.
-                    cut = _last_line_end(data) + 1
-                    complete = final or not request.follow
-                    if cut and (len(data) == CHUNK or not complete):
-                        data = data[:cut]
-                    elif not cut and not complete and len(data) < MAX_PARTIAL_LINE:
-                        data = b""
-                if data:
-                    start = offsets[task]
-                    offsets[task] += len(data)
-                    # `partial`: bytes after the last newline, so a reader that holds the partial
-                    # line back knows the exact offset where that line starts.
-                    partial = len(data) - _last_line_end(data) - 1
+                    start, source.offset = source.offset, source.offset + len(data)
                     stamps = None
                     if request.times:
-                        with Timeline(output_log(root, run_id, task)) as timeline:
-                            stamps = [[size, at] for size, at in timeline.stamps(start, offsets[task])]
-                    yield LogChunk(task, offsets[task], partial, data.decode("utf-8", errors="replace"), stamps)
+                        with Timeline(source.path) as timeline:
+                            stamps = [[size, at] for size, at in timeline.stamps(start, source.offset)]
+                    yield LogChunk(task, source.offset, data, stamps)
                     progressed = True
                     continue
+                if request.follow and source.state is not None and final:
+                    yield TaskEnded(task, source.offset, source.state.state)
                 if not request.follow or final:
-                    if request.follow:
-                        yield TaskEnded(task, offsets[task], state)
-                    open_tasks.discard(task)
-            if not request.follow:
+                    _forget(sources.pop(task))
+            if not request.follow or progressed:
                 continue
-            if not progressed:
-                if time.monotonic() - last_beat > HEARTBEAT:
-                    yield Heartbeat(time.time())
-                    last_beat = time.monotonic()
-                time.sleep(request.poll)
+            if time.monotonic() - last_beat > HEARTBEAT:
+                yield Heartbeat(time.time())
+                last_beat = time.monotonic()
+            _wait(root, run_id, sources, changes, request.poll)
     finally:
-        for f in files.values():
-            f.close()
+        for source in sources.values():
+            _forget(source)
+        if changes is not None:
+            changes.close()
+
+
+def _forget(source: _Source) -> None:
+    if source.file is not None:
+        source.file.close()
+
+
+def _wait(root: str, run_id: str, sources: Dict[str, _Source], changes: Optional[Changes], poll: float) -> None:
+    """Until some task's files changed (at most STATE_EVERY), then `poll` more so that a task
+    printing line by line is read in blocks; only `poll` without inotify or while a task has no
+    directory yet. Marks the tasks whose state files changed."""
+    if changes is not None:
+        for task, source in sources.items():
+            if not source.watched:
+                source.watched = changes.watch(task, task_dir(root, run_id, task))
+    if changes is None or not all(s.watched for s in sources.values()):
+        time.sleep(poll)
+        return
+    changed = changes.wait(STATE_EVERY)
+    stale = set(sources) if ALL in changed else {task for task, names in changed.items() if not names <= LOG_FILES}
+    for task in stale & set(sources):
+        sources[task].stale = True
+    if changed:
+        time.sleep(poll)

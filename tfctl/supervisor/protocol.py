@@ -498,12 +498,11 @@ class FollowRequest(Wire):
 
 @record
 class LogChunk(Record):
-    """Output of one task up to byte `offset`; `partial` bytes after its last newline."""
+    """Output of one task, the bytes as written, up to byte `offset` of its log."""
 
     task: str
     offset: int
-    partial: int
-    data: str
+    data: bytes
     stamps: Optional[List[List[float]]] = None  # [log size, time] covering the chunk, when asked for
 
 
@@ -527,9 +526,11 @@ FollowEvent = Union[LogChunk, TaskEnded, Heartbeat]
 
 
 def follow_event_to_wire(event: FollowEvent) -> Dict[str, Any]:
-    """Compact keys: a follow stream may carry millions of lines."""
+    """Compact keys: a follow stream may carry millions of lines. A chunk's bytes travel as text
+    decoded with surrogateescape, so any byte (a UTF-8 character cut by a block's end, output
+    that is not UTF-8) comes back as it was, at the cost of one decode per chunk."""
     if isinstance(event, LogChunk):
-        out = {"t": event.task, "o": event.offset, "p": event.partial, "d": event.data}
+        out = {"t": event.task, "o": event.offset, "d": event.data.decode("utf-8", "surrogateescape")}
         if event.stamps is not None:
             out["w"] = event.stamps
         return out
@@ -544,7 +545,7 @@ def follow_event_from_wire(data: Mapping[str, Any]) -> FollowEvent:
     if "end" in data:
         return TaskEnded(data["t"], int(data["o"]), TaskState(data["end"]))
     if "d" in data:
-        return LogChunk(data["t"], int(data["o"]), int(data.get("p", 0)), data["d"], data.get("w"))
+        return LogChunk(data["t"], int(data["o"]), data["d"].encode("utf-8", "surrogateescape"), data.get("w"))
     raise ValueError("not a follow event: %r" % (dict(data),))
 
 
