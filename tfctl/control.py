@@ -25,6 +25,11 @@ from tfctl.supervisor.protocol import RunState, TaskState
 LISTEN_WAIT = 1.0
 LISTEN_POLL = 0.05
 LISTEN_POLL_MAX = 0.5
+# How often a run's controller asks every host how its tasks are, for the run's whole life. Each
+# ask costs the host a supervisor request and the controller an SSH round trip: at 0.5 s that was
+# a quarter of what a logging 3-host run took from training (0.014 of a core); a run's end is now
+# noticed within a second rather than half of one.
+SUPERVISE_POLL = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,7 @@ def wait_listening(
 
 def supervise(
     cluster: Cluster,
-    poll: float = 0.5,
+    poll: float = SUPERVISE_POLL,
     host_patience: float = DEFAULT_HOST_TIMEOUT,
     on_status: Callable[[list[TaskStatus]], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
