@@ -135,11 +135,31 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert "live.ask" in spans(traced)
     assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]  # no host contacted
 
+    traced = tmp_path / "logs.trace"
+    tail = tfctl("--trace", str(traced), "-f", str(cluster), "logs", "--tail", "1", "worker", home=home)
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.splitlines() == ["[worker:0] worker0 line 2", "[worker:1] worker1 line 2"]
+    assert "live.stream" in spans(traced)
+    assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f", "ps"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+
     traced = tmp_path / "down.trace"
     down = tfctl("--trace", str(traced), "-f", str(cluster), "down", home=home)
     assert down.returncode == 0, down.stderr
     assert "5 processes stopped on 1 host; 0 remain" in down.stderr
     assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]
+    out, err = follower.communicate(timeout=30)  # `logs -f` through the watcher ends with the run
+    assert follower.returncode == 0, err
+    lines = out.splitlines()
+    assert all(line.startswith("[ps:0] ") for line in lines)
+    texts = [line.split(None, 1)[1] for line in lines]
+    assert texts[0].startswith("ps0 started") and texts[1:4] == ["ps0 line 0", "ps0 line 1", "ps0 line 2"]
     assert not is_same_process(record.watcher)  # the watcher ended once it had answered
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)

@@ -12,17 +12,17 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfctl import control, live
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
 from tfctl.control import Judge, Outcome
 from tfctl.devices import gpu_hosts, place
+from tfctl.door import controller_door
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
-from tfctl.live import ControllerDoor, socket_path
 from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
@@ -372,28 +372,6 @@ class DownHandover:
         """What was stopped (None: the watcher ends without stopping anything)."""
         self._result = (report, job)
         self._done.set()
-
-
-def controller_door(
-    store: RunStore,
-    cluster: Cluster,
-    on_down: Callable[[float | None], tuple[StopReport | None, JobState | None]],
-) -> ControllerDoor:
-    """This controller's socket: `status` and `down` from other terminals use its connections."""
-
-    def status(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        from tfctl.render import status_answer
-
-        return status_answer(cluster, store.load(cluster.record.run_id), args)
-
-    def down(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        report, job = on_down(args.get("grace"))
-        return {
-            "stop": None if report is None else dataclasses.asdict(report),
-            "allocation": None if job is None else dataclasses.asdict(job),
-        }
-
-    return ControllerDoor(socket_path(store.run_dir(cluster.record.run_id)), {"status": status, "down": down})
 
 
 def _down_patience(record: RunRecord, grace: float | None) -> float:

@@ -3,7 +3,8 @@
 attached `up`) already holds, instead of opening one SSH connection per host again.
 
 One request per connection: a JSON line `{"verb": ..., "args": {...}}`, answered by one JSON
-line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`. The socket is owner-only (mode 0600, and
+line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`; a streamed verb (`logs`) first sends
+any number of `{"part": {...}}` lines. The socket is owner-only (mode 0600, and
 the peer's uid is checked), and it is only ever used on the machine whose controller made it: a
 run store on a shared home is read from other machines too.
 """
@@ -30,8 +31,11 @@ MAX_REQUEST = 64 * 1024
 # The longest path bind() takes (sun_path is 108 bytes); longer ones are reached through the
 # directory's descriptor in /proc/self/fd.
 MAX_SOCKET_PATH = 100
+CONNECT_PATIENCE = 5.0  # seconds, for a streamed answer's first exchange
 
 Handler = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+# A streamed answer: its parts, given the request and whether the asker is still there.
+StreamHandler = Callable[[Mapping[str, Any], Callable[[], bool]], Iterator[Mapping[str, Any]]]
 
 
 def socket_path(run_dir: Path) -> Path:
@@ -54,9 +58,12 @@ def _short(path: Path) -> Iterator[str]:
 class ControllerDoor:
     """Serves `handlers` (verb -> answer) on the run's socket while open. No I/O until `open`."""
 
-    def __init__(self, path: Path, handlers: Mapping[str, Handler]) -> None:
+    def __init__(
+        self, path: Path, handlers: Mapping[str, Handler], streams: Mapping[str, StreamHandler] | None = None
+    ) -> None:
         self.path = path
         self._handlers = dict(handlers)
+        self._streams = dict(streams or {})
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._busy: list[threading.Thread] = []
@@ -103,8 +110,12 @@ class ControllerDoor:
                     return
                 conn.settimeout(5)
                 request = json.loads(_read_line(conn))
-                answer = self._answer(request["verb"], request.get("args") or {})
+                verb, args = request["verb"], request.get("args") or {}
                 conn.settimeout(None)
+                if verb in self._streams:
+                    answer = self._stream(conn, verb, args)
+                else:
+                    answer = self._answer(verb, args)
                 conn.sendall(json.dumps(answer).encode() + b"\n")
             except (OSError, ValueError, KeyError, TypeError):
                 return  # the asker went away or sent nonsense: it falls back to the hosts
@@ -120,6 +131,22 @@ class ControllerDoor:
         except Exception as e:  # noqa: BLE001 - the asker reports it; the controller keeps the run
             return {"error": f"the run's controller failed to answer `{verb}`: {e!r}"}
 
+    def _stream(self, conn: socket.socket, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Send the parts as they come; the final answer, once they end (or the asker left)."""
+        parts = self._streams[verb](args, lambda: _still_there(conn))
+        try:
+            for part in parts:
+                conn.sendall(json.dumps({"part": dict(part)}).encode() + b"\n")
+        except TfctlError as e:
+            return {"error": e.message, "hint": e.hint}
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as for a single answer
+            return {"error": f"the run's controller failed to answer `{verb}`: {e!r}"}
+        finally:
+            getattr(parts, "close", lambda: None)()  # a generator's `finally` runs now, not at GC
+        return {"ok": {}}
+
     def close(self, wait: float = 30.0) -> None:
         """Stop listening; let answers being written finish (a `down` answer above all)."""
         if self._listener is None:
@@ -132,6 +159,16 @@ class ControllerDoor:
         for worker in self._busy:
             if worker is not threading.current_thread():
                 worker.join(wait)
+
+
+def _still_there(conn: socket.socket) -> bool:
+    """The asker has not closed its end (it sends nothing after its request)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -188,3 +225,36 @@ def _exchange(path: Path, verb: str, args: Mapping[str, Any], timeout: float) ->
             return _read_line(conn)
     except OSError:
         return None
+
+
+def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any]) -> Iterator[dict[str, Any]] | None:
+    """The live controller's streamed answer to `verb`, part by part; None as for `ask`. An
+    error the controller reports (before or between parts) is raised."""
+    path = socket_path(run_dir)
+    if not has_live_controller(record) or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with trace.span("live.stream", verb=verb):  # until the request is sent
+            conn.settimeout(CONNECT_PATIENCE)
+            with _short(path) as name:
+                conn.connect(name)
+            conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+        conn.settimeout(None)
+    except OSError:
+        conn.close()
+        return None
+    return _parts(conn)
+
+
+def _parts(conn: socket.socket) -> Iterator[dict[str, Any]]:
+    with conn, conn.makefile("rb") as answers:
+        for line in answers:
+            answer = json.loads(line)
+            if "part" in answer:
+                yield answer["part"]
+                continue
+            if "error" in answer:
+                raise TfctlError(answer["error"], hint=answer.get("hint"))
+            return
+    raise TfctlError("the run's controller ended before it finished answering", hint="run the command again")

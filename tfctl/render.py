@@ -223,12 +223,11 @@ def untrained_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress
 
 
 def finding_text(task: str, finding: Finding) -> Any:
-    return (
-        Text(f"{task}: ", style="bold yellow")
-        + Text(finding.cause)
-        + Text("\n  fix: ", style="bold")
-        + Text(finding.fix)
-    )
+    return note_text(task, finding.cause, finding.fix)
+
+
+def note_text(task: str, cause: str, fix: str) -> Any:
+    return Text(f"{task}: ", style="bold yellow") + Text(cause) + Text("\n  fix: ", style="bold") + Text(fix)
 
 
 def print_lines(batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None) -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import click
 
@@ -101,10 +101,7 @@ def logs(
     run_id: str | None,
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
-    from tfctl import console, render
-    from tfctl.cluster import Cluster
-    from tfctl.logs import LogFollower, Prefixer
-    from tfctl.tf.doctor import LiveNotes
+    from tfctl import console, live
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
     if files:
@@ -115,25 +112,39 @@ def logs(
         )
     record = run_record(ctx, cluster_file, run_id)
     selected = select_tasks(record, tasks)
-    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
     store = run_store()
-    last_check = time.monotonic()
-    with (
-        Cluster(record) as cluster,
-        LogFollower(cluster, selected, follow and record.active, tail, since, timestamps) as follower,
-    ):
-        notes = LiveNotes(cluster) if follow else None
-        try:
-            for batch in follower.blocks():
-                render.print_blocks(batch, prefix, notes)
-                if follow and not batch and time.monotonic() - last_check > 2:
-                    # Tasks of a run that ended before starting them never produce an end of stream.
-                    last_check = time.monotonic()
-                    if not store.load(record.run_id).active:
-                        follower.finish()
-                        follow = False
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
-    for problem in follower.errors:
+    ask = {"tasks": [t.name for t in selected], "follow": follow, "tail": tail, "since": since}
+    ask.update(timestamps=timestamps, color=console.color_enabled(sys.stdout))
+    parts = live.stream(store.run_dir(record.run_id), record, "logs", ask)
+    if parts is not None:  # the run's live controller reads them with the connections it holds
+        return _print_parts(parts)
+    from tfctl.cluster import Cluster
+    from tfctl.door import logs_parts
+
+    with Cluster(record) as cluster:
+        return _print_parts(logs_parts(store, cluster, ask, lambda: True))
+
+
+def _print_parts(parts: Iterator[Mapping[str, Any]]) -> int:
+    """Print `logs` as `door.logs_parts` makes it, here or in the run's live controller: text,
+    notes on TF patterns that last, the readers' errors."""
+    from tfctl import console
+
+    errors: list[str] = []
+    try:
+        for part in parts:
+            if "text" in part:
+                sys.stdout.write(part["text"])
+                sys.stdout.flush()
+            for task, cause, fix in part.get("notes", ()):
+                from tfctl.render import note_text
+
+                console.err().print(note_text(task, cause, fix))
+            errors += part.get("errors", ())
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        getattr(parts, "close", lambda: None)()  # stop reading now, not when collected
+    for problem in errors:
         console.err().print(f"[red]{problem}[/red]")
-    return 1 if follower.errors else 0
+    return 1 if errors else 0
