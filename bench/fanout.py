@@ -10,7 +10,7 @@ tests/netns_hosts.py) and measures, side by side, for each N in --hosts (default
           each with a fresh TFCTL_HOME.
 
 Every measurement is repeated --repeat times (after --warmup untimed rounds) and the median is
-reported, with ratios to pdsh and the targets (status <= 1.5x, up and down <= 2x pdsh at N=16).
+reported, with ratios to pdsh and the targets (status <= 1.0x, up and down <= 2x pdsh at N=16).
 Then: a per-phase breakdown of one `up` (from the `[ 1.2s] who  message` progress lines tfctl
 prints on stderr), the SSH traffic of one extra up/status/down run with TFCTL_TRACE set (handshakes,
 exec channels and supervisor calls per verb, from tfctl's own trace files), and micro-benchmarks

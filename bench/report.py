@@ -15,7 +15,7 @@ from lab import Sample
 from tracefile import Summary
 
 VERBS3 = ("up", "status", "down")
-TARGETS = {"up": 2.0, "status": 1.5, "down": 2.0}
+TARGETS = {"up": 2.0, "status": 1.0, "down": 2.0}
 TARGET_N = 16
 # tfctl progress line: "[  1.2s] worker:0     running (pid 123)" (who padded to 12 columns)
 STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)s\] (.*)$")
