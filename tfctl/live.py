@@ -23,8 +23,7 @@ from typing import Any, Callable, Iterator, Mapping
 from tfctl import trace
 from tfctl.errors import TfctlError
 from tfctl.runs import RunRecord
-from tfctl.supervisor.files import host_key
-from tfctl.supervisor.procfs import is_same_process
+from tfctl.watcher import controller_lives
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024
@@ -189,18 +188,12 @@ def _read_line(conn: socket.socket) -> bytes:
     return data
 
 
-def has_live_controller(record: RunRecord) -> bool:
-    """The run is active and its controller lives on this machine (a pid elsewhere means nothing)."""
-    w = record.watcher
-    return bool(record.active and w and w.get("host") == host_key() and is_same_process(w))
-
-
 def ask(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any], timeout: float) -> dict[str, Any] | None:
     """The live controller's answer to `verb`; None when the run has no live controller here that
     answers (none, gone, one too old to have a door, or silent for `timeout` seconds): the caller
     then connects to the hosts itself. An error the controller reports is raised."""
     path = socket_path(run_dir)
-    if not has_live_controller(record) or not path.exists():
+    if not controller_lives(record) or not path.exists():
         return None
     with trace.span("live.ask", verb=verb):
         line = _exchange(path, verb, args, timeout)
@@ -231,7 +224,7 @@ def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any])
     """The live controller's streamed answer to `verb`, part by part; None as for `ask`. An
     error the controller reports (before or between parts) is raised."""
     path = socket_path(run_dir)
-    if not has_live_controller(record) or not path.exists():
+    if not controller_lives(record) or not path.exists():
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

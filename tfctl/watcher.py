@@ -49,13 +49,25 @@ def controller_of_this_process(attached: bool) -> dict[str, Any]:
     return controller_of(os.getpid(), attached)
 
 
-def controller_gone(record: RunRecord) -> bool:
-    """An active run whose controller (attached `up` or detached watcher) has died on this
-    machine. False when it lives, when it ran elsewhere, or when the run is over."""
+def _controller_here(record: RunRecord) -> dict[str, Any] | None:
+    """The controller of an active run, if it ran on this machine (a pid elsewhere means nothing)."""
     w = record.watcher
     if not record.active or not w or w.get("host", host_key()) != host_key():
-        return False
-    return not is_same_process(w)
+        return None
+    return w
+
+
+def controller_lives(record: RunRecord) -> bool:
+    """The active run's controller (attached `up` or detached watcher) runs on this machine."""
+    w = _controller_here(record)
+    return w is not None and is_same_process(w)
+
+
+def controller_gone(record: RunRecord) -> bool:
+    """An active run whose controller has died on this machine. False when it lives, when it
+    ran elsewhere, or when the run is over."""
+    w = _controller_here(record)
+    return w is not None and not is_same_process(w)
 
 
 def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
