@@ -221,3 +221,28 @@ def test_status_and_down_go_through_an_attached_up(tmp_path: Path, home: Path) -
     run_id = RunStore(home).all()[-1].run_id
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
+
+
+def test_a_stopped_controller_is_passed_over_by_logs(tmp_path: Path, home: Path) -> None:
+    """A watcher that answers nothing (SIGSTOP, a hung machine) must not hang `logs -f`: it
+    waits a few seconds for the stream to start, then reads the hosts itself (`status` waits
+    STATUS_PATIENCE, as the unit test of `ask` shows)."""
+    cluster, _ports = sleeper_cluster(tmp_path)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    wait_listening(cluster, home)
+    watcher = RunStore(home).load(run_id).watcher
+    assert watcher is not None
+    os.kill(watcher["pid"], signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        logs = tfctl("-f", str(cluster), "logs", "--tail", "1", "ps", home=home, timeout=60)
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.split(None, 1)[1].strip() == "ps0 line 2"
+        assert time.monotonic() - began < live.CONNECT_PATIENCE + 10
+    finally:
+        os.kill(watcher["pid"], signal.SIGCONT)
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    assert not [p for p, (_, run) in marked_processes().items() if run == run_id]

@@ -3,10 +3,10 @@
 attached `up`) already holds, instead of opening one SSH connection per host again.
 
 One request per connection: a JSON line `{"verb": ..., "args": {...}}`, answered by one JSON
-line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`; a streamed verb (`logs`) first sends
-any number of `{"part": {...}}` lines. The socket is owner-only (mode 0600, and
-the peer's uid is checked), and it is only ever used on the machine whose controller made it: a
-run store on a shared home is read from other machines too.
+line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`; a streamed verb (`logs`) first says
+`{"streaming": true}` at once, then sends any number of `{"part": {...}}` lines. The socket is
+owner-only (mode 0600, and the peer's uid is checked), and it is only ever used on the machine
+whose controller made it: a run store on a shared home is read from other machines too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
 from tfctl import trace
 from tfctl.errors import TfctlError
@@ -133,6 +133,7 @@ class ControllerDoor:
     def _stream(self, conn: socket.socket, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """Send the parts as they come; the final answer, once they end (or the asker left)."""
         parts = self._streams[verb](args, lambda: _still_there(conn))
+        conn.sendall(b'{"streaming": true}\n')
         try:
             for part in parts:
                 conn.sendall(json.dumps({"part": dict(part)}).encode() + b"\n")
@@ -221,8 +222,9 @@ def _exchange(path: Path, verb: str, args: Mapping[str, Any], timeout: float) ->
 
 
 def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any]) -> Iterator[dict[str, Any]] | None:
-    """The live controller's streamed answer to `verb`, part by part; None as for `ask`. An
-    error the controller reports (before or between parts) is raised."""
+    """The live controller's streamed answer to `verb`, part by part; None as for `ask` (a
+    controller that does not start streaming within CONNECT_PATIENCE seconds counts as none).
+    An error the controller reports (before or between parts) is raised."""
     path = socket_path(run_dir)
     if not controller_lives(record) or not path.exists():
         return None
@@ -233,15 +235,27 @@ def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any])
             with _short(path) as name:
                 conn.connect(name)
             conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+            answers = conn.makefile("rb")
+            first = answers.readline()
         conn.settimeout(None)
-    except OSError:
+    except OSError:  # a timeout included: a stopped or hung controller
         conn.close()
         return None
-    return _parts(conn)
+    try:
+        started = json.loads(first)
+    except ValueError:
+        started = {}
+    if "error" in started:
+        conn.close()
+        raise TfctlError(started["error"], hint=started.get("hint"))
+    if not started.get("streaming"):
+        conn.close()
+        return None
+    return _parts(conn, answers)
 
 
-def _parts(conn: socket.socket) -> Iterator[dict[str, Any]]:
-    with conn, conn.makefile("rb") as answers:
+def _parts(conn: socket.socket, answers: BinaryIO) -> Iterator[dict[str, Any]]:
+    with conn, answers:
         for line in answers:
             answer = json.loads(line)
             if "part" in answer:
