@@ -169,11 +169,31 @@ def speed(bench: Bench, args: argparse.Namespace, trees: list[Path]) -> None:
             if time.monotonic() > deadline:
                 raise BenchError("the writers did not finish within 120 s")
             time.sleep(0.5)
+        record = json.loads((home / "runs" / run_id / "run.json").read_text())
+        watcher = record["watcher"]["pid"]
+        # The same run seen from a TFCTL_HOME whose record names no controller: `logs` there reads
+        # the hosts itself, as when the run has no live controller on this machine.
+        direct = bench.new_home(2)
+        (direct / "runs" / run_id).mkdir(parents=True)
+        (direct / "runs" / run_id / "run.json").write_text(json.dumps({**record, "watcher": None}))
+
+        def through_watcher(tree: Path) -> Sample:
+            """`logs` that the run's live watcher reads with its own connections: its CPU is the
+            command's plus the watcher's; the hosts' is not counted (their sessions stay open)."""
+            before = proc_cpu_ticks(watcher)
+            s = tfctl(bench, tree, home, "logs", "--run", run_id)
+            return Sample(s.wall, s.cpu + (proc_cpu_ticks(watcher) - before) / TICK, out=s.out, rc=s.rc)
+
         results: dict[str, list[Sample]] = {}
         for r in range(args.warmup + args.repeat):
-            for label, run in [("ssh cat", lambda: floor(bench, hosts, run_id))] + [
-                (str(t), lambda t=t: tfctl(bench, t, home, "-f", str(cluster), "logs", hosts=hosts)) for t in trees
-            ]:
+            for label, run in (
+                [("ssh cat", lambda: floor(bench, hosts, run_id))]
+                + [
+                    (f"{t} direct", lambda t=t: tfctl(bench, t, direct, "logs", "--run", run_id, hosts=hosts))
+                    for t in trees
+                ]
+                + [(f"{t} via the watcher", lambda t=t: through_watcher(t)) for t in trees[:1]]
+            ):
                 s = run()
                 total, lost, ordered = check_lines(s.out, args.tasks, args.lines)
                 if s.rc or lost or not ordered or total != want:
@@ -187,7 +207,8 @@ def speed(bench: Bench, args: argparse.Namespace, trees: list[Path]) -> None:
             wall = statistics.median(s.wall for s in samples)
             ctl = statistics.median(s.cpu for s in samples)
             host = statistics.median(s.host_cpu for s in samples)
-            print(f"{label[-44:]:44} {wall:7.2f} {want / wall:10,.0f} {ctl:10.2f} {host:11.2f}     0  kept")
+            hosts_text = "-" if host != host else f"{host:.2f}"  # NaN: not measured
+            print(f"{label[-44:]:44} {wall:7.2f} {want / wall:10,.0f} {ctl:10.2f} {hosts_text:>11}     0  kept")
     finally:
         tfctl(bench, trees[0], home, "-f", str(cluster), "down")
 
