@@ -122,7 +122,9 @@ def tfctl_cycle(bench: Bench, n: int, src: Path, settle: float, trace: bool = Fa
             for verb in VERBS3:
                 path = home / f"trace-{verb}.jsonl"
                 if verb in result and path.exists():  # the watcher appends too: keep the command's own spans
-                    spans = tracefile.read(path, pid=result[verb].pid)
+                    sample = result[verb]  # and for `up -d`, those of the watcher starting the run for it
+                    helper = watcher_pid(home, result["run_id"]) if verb == "up" and "run_id" in result else None
+                    spans = tracefile.read(path, sample.pid, helper, sample.spawned + sample.wall)
                     result["trace"][verb] = Traced(result[verb], tracefile.summarize(spans))
         if problems:
             raise BenchError("\n".join(problems))

@@ -61,13 +61,15 @@ def command_label(command: str) -> str:
     return m.group(1) if m else command[:30]
 
 
-def read(path: Path, pid: int | None = None) -> list[Span]:
+def read(path: Path, pid: int | None = None, helper: int | None = None, until: float = 0.0) -> list[Span]:
     """The spans in a trace file, of one process only if `pid` is given (a detached watcher
-    inherits TFCTL_TRACE and appends to the same file)."""
+    inherits TFCTL_TRACE and appends to the same file), plus those of process `helper` that
+    ended by `until` (epoch): what the watcher that `up -d` starts did for it, starting the run."""
     spans = []
     for line in path.read_text().splitlines():
         d = json.loads(line)
-        if pid is not None and d.get("pid") != pid:
+        helped = helper is not None and d.get("pid") == helper and d["start"] + d["seconds"] <= until
+        if pid is not None and d.get("pid") != pid and not helped:
             continue
         core = {k: d.pop(k) for k in ("event", "host", "start", "seconds", "pid", "thread")}
         spans.append(Span(**core, fields=d))

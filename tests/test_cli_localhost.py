@@ -44,6 +44,10 @@ def latest_run(home: Path) -> str:
     return json.loads(out.stdout)[-1]["run_id"]
 
 
+def latest_state(home: Path, run_id: str) -> str:
+    return str(json.loads((home / "runs" / run_id / "run.json").read_text())["state"])
+
+
 def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
     cluster = write_cluster(
@@ -111,6 +115,34 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     assert again.returncode == 0 and "0 processes stopped" in again.stderr  # idempotent
     # Logs stay readable after the run is gone.
     assert "w0 line 3" in tfctl("logs", "--run", run_id, home=home).stdout
+
+
+def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: Path, home: Path) -> None:
+    """`up -d` forks its watcher before it connects: the tasks are started and later stopped over
+    the same connections, by the recorded watcher, and no host is connected to a second time."""
+    ports = free_ports(3)
+    cluster = write_cluster(
+        tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"), fake("--name w --lines 1 --sleep 1")
+    )
+    trace = tmp_path / "trace.jsonl"
+    up = tfctl("--trace", str(trace), "-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    record = json.loads((home / "runs" / run_id / "run.json").read_text())
+    watcher = record["watcher"]
+    assert not watcher["attached"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and latest_state(home, run_id) == "running":
+        time.sleep(0.1)
+    ended = json.loads((home / "runs" / run_id / "run.json").read_text())
+    assert ended["state"] == "succeeded", ended
+    assert run_processes(run_id) == []
+    spans = [json.loads(line) for line in trace.read_text().splitlines()]
+    talked = {d["pid"] for d in spans if d["event"].startswith(("agent.", "transport."))}
+    assert talked == {watcher["pid"]}, spans
+    assert [d["event"] for d in spans if d["event"] == "agent.info"] == ["agent.info"]
+    assert {"agent.start", "agent.stop"} <= {d["event"] for d in spans}
+    assert "worker:0 finished successfully; 1 process stopped" in (home / "runs" / run_id / "watch.log").read_text()
 
 
 def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: Path) -> None:

@@ -51,7 +51,7 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
         raise UsageError(
             f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
-            f"its `tfctl up` is pid {record.watcher['pid']})",
+            f"{'its `tfctl up`' if record.watcher.get('attached') else 'its watcher'} is pid {record.watcher['pid']})",
             hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
         )
     with Cluster(record) as cluster:
@@ -110,7 +110,12 @@ def security_warnings(config: ClusterConfig) -> list[str]:
 
 
 def launch(
-    store: RunStore, plan: Plan, progress: Progress, accept_new_host_keys: bool = False, detach: bool = False
+    store: RunStore,
+    plan: Plan,
+    progress: Progress,
+    accept_new_host_keys: bool = False,
+    detach: bool = False,
+    watcher: dict[str, Any] | None = None,
 ) -> Cluster:
     """Preflight every host, place the tasks on its GPUs and cores, check ports, record the run,
     sync code, run `setup`, and start the tasks phase by phase.
@@ -118,10 +123,10 @@ def launch(
     Nothing is started anywhere until every host has answered; any failure after that stops
     whatever was started before the error is raised. The caller closes the returned cluster.
     An attached run (not `detach`) holds a lease on its hosts while the cluster is open, and
-    records this process as its controller.
+    records this process as its controller; a detached one records `watcher`, if given.
     """
     if detach:
-        record = dataclasses.replace(plan.record, lease_timeout=0.0)
+        record = dataclasses.replace(plan.record, lease_timeout=0.0, watcher=watcher)
     else:
         record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
@@ -315,16 +320,58 @@ def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
 # ---------------------------------------------------------------- detached runs
 
 
+def launch_and_watch(
+    store: RunStore, plan: Plan, accept_new_host_keys: bool, report: Callable[[dict[str, Any]], None]
+) -> Ending | None:
+    """Body of the watcher that `up -d` forks first: start the run (its progress, then
+    `running`, or the error, go to `report`, which `up -d` prints), then watch it with the same
+    connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
+    everything started is stopped."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        cluster = launch(
+            store,
+            plan,
+            lambda who, message: report({"progress": [who, message]}),
+            accept_new_host_keys,
+            detach=True,
+            watcher=controller_of_this_process(attached=False),
+        )
+    except KeyboardInterrupt:
+        report({"interrupted": True})
+        return None
+    except TfctlError as e:
+        report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code})
+        return None
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    report({"running": True})
+    with cluster:
+        return _watch(store, cluster, stopping)
+
+
 def watch(store: RunStore, run_id: str) -> Ending | None:
-    """Body of the detached watcher: supervise until decided, then stop the run. SIGTERM ends it
-    without stopping anything; a `down` through its door stops the run with its connections."""
+    """Body of a watcher started for a running run (`up -d` on Slurm, or a controller that
+    died): supervise until decided, then stop the run."""
     record = store.load(run_id)
     if not record.active:
         return None
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with Cluster(record) as cluster:
+        return _watch(store, cluster, stopping)
+
+
+def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Ending | None:
+    """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
+    stopping anything; a `down` through its door stops the run with its connections."""
+    record, run_id = cluster.record, cluster.record.run_id
     handover = DownHandover(stopping)
-    with Cluster(record) as cluster, controller_door(store, cluster, handover.ask):
+    with controller_door(store, cluster, handover.ask):
         outcome = control.supervise(
             cluster,
             host_patience=record.host_timeout,

@@ -1,22 +1,29 @@
 """The run's controller process, apart from what it does: who it is (an attached `up` or the
-detached watcher), whether it still lives, a new watcher when it died, ending the watcher.
+detached watcher), whether it still lives, forking the watcher that starts a detached run, a new
+watcher when it died, ending the watcher.
 
 Light to import on purpose: every `status`, `logs` and `down` asks these questions first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any
+import traceback
+from typing import IO, Any, Callable
 
 from tfctl.runs import RunRecord, RunStore
 from tfctl.supervisor.files import host_key
 from tfctl.supervisor.procfs import is_same_process, proc_stat
 from tfctl.trace import traced
+
+Report = Callable[[dict[str, Any]], None]
 
 
 @traced("lifecycle.spawn_watcher")
@@ -36,6 +43,65 @@ def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
             env={**os.environ, "TFCTL_HOME": str(store.home)},
         )
     return store.update(record.run_id, watcher=controller_of(proc.pid, attached=False))
+
+
+def fork_starter(body: Callable[[Report], None]) -> tuple[int, IO[str]]:
+    """Fork this process into the watcher of a detached run that `body` starts then watches
+    (`up -d`): the fork already holds tfctl's imports and the plan, so the tasks start as soon
+    as with an attached `up`, and the watcher keeps the connections it started them with.
+
+    The child runs in its own session (a closed terminal does not end it) and reports to the
+    parent on a pipe, one JSON object a line; the parent gets the child's pid and that pipe.
+    """
+    _wait_for_other_threads()  # a fork copies no thread, but it does copy the locks they hold
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, os.fdopen(read_end, encoding="utf-8")
+    os.close(read_end)
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # `up -d`'s terminal or pipes must not stay open in the run's processes
+            os.dup2(null, fd)
+        os.close(null)
+        with os.fdopen(write_end, "w", encoding="utf-8") as channel:
+
+            def report(message: dict[str, Any]) -> None:
+                with contextlib.suppress(OSError):  # `up -d` is gone (its terminal closed): go on
+                    channel.write(json.dumps(message) + "\n")
+                    channel.flush()
+
+            try:
+                body(report)
+                code = 0
+            except BaseException as e:  # noqa: BLE001 - the fork's top: it must not return into the parent's code
+                traceback.print_exc()  # to watch.log once the run is up
+                report({"error": f"the run's watcher failed: {e!r}"})
+    finally:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)  # never back into the parent's click and atexit handlers
+
+
+def _wait_for_other_threads(patience: float = 2.0) -> None:
+    deadline = time.monotonic() + patience
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def log_to_run_dir(store: RunStore, run_id: str) -> None:
+    """From here on this process's stdout and stderr go to the run's watch.log."""
+    log = os.open(store.run_dir(run_id) / "watch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
 
 
 def controller_of(pid: int, attached: bool) -> dict[str, Any]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -19,10 +20,11 @@ from tfctl.cli.common import (
     run_store,
     stamp,
 )
-from tfctl.errors import EXIT_INTERRUPTED
+from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 if TYPE_CHECKING:
     from tfctl.cluster import Cluster
+    from tfctl.lifecycle import Ending
     from tfctl.plan import Plan
     from tfctl.runs import RunStore
 
@@ -85,6 +87,13 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
         f"{'node' if on_slurm else 'host'}{'s' if len(record.hosts) != 1 else ''}"
     )
+    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    if detach and not on_slurm:  # (on Slurm, the allocation was asked for by this process)
+        code = _start_detached(store, plan, accept_new_host_keys, progress)
+        if code == 0:
+            err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
+            _print_detached(plan, hint_file)
+        return code
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
             cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
@@ -92,18 +101,77 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
     err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
-    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     with cluster:
         if not detach:
             return _attached(store, cluster, hint_file)
         watcher.spawn_watcher(store, cluster.record)
+    _print_detached(plan, hint_file)
+    return 0
+
+
+def _start_detached(
+    store: RunStore, plan: Plan, accept_new_host_keys: bool, progress: Callable[[str, str], None]
+) -> int:
+    """`up -d`: a fork of this process, the run's watcher-to-be, starts the run (and then holds
+    those connections for the run's life); this process prints its progress. Ctrl-C here stops
+    the start, as attached."""
+    import os
+    import signal
+
+    from tfctl import console, lifecycle, watcher
+
+    def start_then_watch(report: watcher.Report) -> None:
+        def relayed(message: dict[str, Any]) -> None:
+            report(message)
+            if "running" in message:
+                watcher.log_to_run_dir(store, plan.record.run_id)
+                os.nice(10)  # from here it mostly waits
+
+        _log_ending(lifecycle.launch_and_watch(store, plan, accept_new_host_keys, relayed))
+
+    err = console.err()
+    child, messages = watcher.fork_starter(start_then_watch)
+    with messages:
+        try:
+            with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+                final = _relay(messages, progress)
+        except KeyboardInterrupt:
+            os.kill(child, signal.SIGTERM)
+            final = _relay(messages, progress)
+    if "error" in final:
+        error = TfctlError(final["error"], hint=final.get("hint"))
+        error.exit_code = final.get("exit_code", error.exit_code)
+        raise error
+    if "running" not in final:
+        err.print("interrupted: everything started has been stopped")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _relay(messages: IO[str], progress: Callable[[str, str], None]) -> dict[str, Any]:
+    """Print the starting watcher's progress; its last word (`running`, `error`, `interrupted`)."""
+    for line in messages:
+        message = json.loads(line)
+        if "progress" in message:
+            progress(*message["progress"])
+            continue
+        return dict(message)
+    return {
+        "error": "the run's watcher ended before the run started",
+        "hint": "its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+    }
+
+
+def _print_detached(plan: Plan, hint_file: str) -> None:
+    from tfctl import console
+
+    err, record = console.err(), plan.record
     err.print(
         f"detached. The run stops by itself when {', '.join(record.decisive)} "
         f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."
     )
     err.print(f"  tfctl {hint_file}status      tfctl {hint_file}logs -f      tfctl {hint_file}down")
     console.out().print(record.run_id, markup=False)
-    return 0
 
 
 def _print_plan(plan: Plan) -> None:
@@ -184,14 +252,20 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 @cli.command(name="_watch", hidden=True)
 @click.option("--run", "run_id", required=True)
 def watch_command(run_id: str) -> int:
-    """Detached watcher started by `up -d`: ends the run when the job is done."""
+    """Detached watcher of a running run whose controller died (or, on Slurm, that `up -d` left):
+    ends the run when the job is done."""
     import os
 
-    from tfctl import lifecycle, render
+    from tfctl import lifecycle
 
     os.nice(10)  # it mostly waits; the tasks starting beside it on this machine come first
+    _log_ending(lifecycle.watch(run_store(), run_id))
+    return 0
 
-    ending = lifecycle.watch(run_store(), run_id)
+
+def _log_ending(ending: Ending | None) -> None:
+    """The watcher's last line in watch.log: how the run ended, what was stopped."""
+    from tfctl import render
+
     if ending is not None:
         print(f"{ending.outcome.reason}; {render.stop_summary(ending.stop)}", flush=True)
-    return 0
