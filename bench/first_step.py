@@ -16,6 +16,7 @@ then stopped (tasks killed by process group, `tfctl down`) before the next.
 
     python bench/first_step.py                 # every program, 3 attempts of each variant
     python bench/first_step.py --reps 2 --only between-graph-async,allreduce
+    python bench/first_step.py --reps 5 --variants bash,together
 """
 
 from __future__ import annotations
@@ -177,14 +178,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--only", default="", help="comma-separated program names")
+    p.add_argument("--variants", default="bash,together,ordered", help="which of bash,together,ordered (bash always)")
     a = p.parse_args()
+    variants = [v for v in ("bash", "together", "ordered") if v in a.variants.split(",")]
+    if "bash" not in variants:
+        p.error("--variants must include bash: every ratio is to it")
     names = [n for n in PROGRAMS if not a.only or n in a.only.split(",")]
     rows: list[tuple[str, dict[str, list[Attempt]]]] = []
     with tempfile.TemporaryDirectory(prefix="tfctl-first-step-") as tmp:
         for name in names:
             results: dict[str, list[Attempt]] = {}
             for rep in range(a.reps):
-                for variant in ("bash", "together", "ordered"):  # side by side, interleaved
+                for variant in variants:  # side by side, interleaved
                     work = Path(tmp) / f"{slug(name)}-{variant}-{rep}"
                     work.mkdir()
                     cluster = prepared(name, work)
