@@ -328,10 +328,14 @@ def launch_and_watch(
     connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
     everything started is stopped."""
 
-    def interrupt(*_: object) -> None:
-        raise KeyboardInterrupt
+    started, stopping = threading.Event(), threading.Event()
 
-    signal.signal(signal.SIGTERM, interrupt)
+    def on_sigterm(*_: object) -> None:  # one handler, so no SIGTERM falls between two
+        if not started.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         cluster = launch(
             store,
@@ -347,8 +351,7 @@ def launch_and_watch(
     except TfctlError as e:
         report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code})
         return None
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    started.set()
     report({"running": True})
     with cluster:
         return _watch(store, cluster, stopping)
