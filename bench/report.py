@@ -228,7 +228,11 @@ def up_breakdown(
         ("reachability ok", find(r"reachability: "), f"supervisor `probe` on {n} hosts"),
         ("worker:0 listening", find(r"^worker:0\s+listening"), "supervisor `start` + `status` polls on host 0"),
         ("all running", find(r"all \d+ tasks running"), f"supervisor `start` for the other {n - 1} workers"),
-        ("process exit", (None, wall), "spawn the detached watcher, close connections, exit"),
+        (
+            "process exit",
+            (None, wall),
+            "hand the run to the forked watcher (or, older trees: spawn one, close connections), exit",
+        ),
     ]
     out, prev = [], 0.0
     for name, (stamp, at), what in steps:

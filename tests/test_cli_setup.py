@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import fake, free_ports, marked_processes, tfctl
 
 
@@ -93,42 +94,16 @@ def test_a_failing_command_stops_up_before_any_task(tmp_path: Path, home: Path) 
     assert not (cluster.parent / "made-by-setup").exists()
 
 
-def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: Path) -> None:
-    cluster = write_cluster(tmp_path, ["echo waiting", "sleep 60"])
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
-    try:
-        deadline = time.monotonic() + 20
-        assert up.stderr is not None
-        while time.monotonic() < deadline and "$ sleep 60" not in (up.stderr.readline() or ""):
-            pass
-        run_id = last_run(home, cluster)["run_id"]
-        assert len(run_processes(run_id)) >= 1  # the setup shell's sleep
-        up.send_signal(signal.SIGINT)
-        out, err = up.communicate(timeout=30)
-    finally:
-        up.kill()
-        up.wait()
-    assert up.returncode == 130, err
-    assert "stopping what was started" in err and "interrupted: everything started has been stopped" in err
-    assert run_processes(run_id) == [] and out == ""
-    assert last_run(home, cluster)["state"] == "stopped"
-
-
-def test_ctrl_c_during_a_detached_start_stops_it_in_the_watcher_that_started_it(tmp_path: Path, home: Path) -> None:
-    """`up -d` leaves the start to the run's watcher and prints its progress; Ctrl-C there
-    still stops everything started, and the watcher ends too."""
+@pytest.mark.parametrize("detach", [False, True], ids=["attached", "detached"])
+def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: Path, detach: bool) -> None:
+    """Detached, `up -d` leaves the start to the watcher it forked and prints its progress;
+    Ctrl-C there still stops everything started, and the watcher ends too."""
     from tfctl.runs import RunStore
     from tfctl.supervisor.procfs import is_same_process
 
     cluster = write_cluster(tmp_path, ["echo waiting", "sleep 60"])
     up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "up", "-d", "-f", str(cluster)],
+        [sys.executable, "-m", "tfctl", "up", *(["-d"] if detach else []), "-f", str(cluster)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -140,8 +115,9 @@ def test_ctrl_c_during_a_detached_start_stops_it_in_the_watcher_that_started_it(
         while time.monotonic() < deadline and "$ sleep 60" not in (up.stderr.readline() or ""):
             pass
         run_id = last_run(home, cluster)["run_id"]
-        watcher = RunStore(home).load(run_id).watcher
-        assert watcher is not None and watcher["pid"] != up.pid and not watcher["attached"]
+        controller = RunStore(home).load(run_id).watcher
+        assert controller is not None and (controller["pid"] != up.pid) is detach
+        assert controller["attached"] is not detach
         assert len(run_processes(run_id)) >= 1  # the setup shell's sleep
         up.send_signal(signal.SIGINT)
         out, err = up.communicate(timeout=30)
@@ -153,9 +129,9 @@ def test_ctrl_c_during_a_detached_start_stops_it_in_the_watcher_that_started_it(
     assert run_processes(run_id) == [] and out == ""
     assert last_run(home, cluster)["state"] == "stopped"
     deadline = time.monotonic() + 10
-    while is_same_process(watcher) and time.monotonic() < deadline:
+    while is_same_process(controller) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not is_same_process(watcher)
+    assert not is_same_process(controller)
 
 
 def test_dry_run_lists_setup_and_the_warnings_up_would_print(tmp_path: Path, home: Path) -> None:
