@@ -80,7 +80,7 @@ def tfctl_cycle(bench: Bench, n: int, src: Path, settle: float, trace: bool = Fa
     """
     cluster = bench.cluster_file(n)
     hosts = bench.lab.hosts[:n]
-    home = bench.new_home(n)
+    home = bench.new_home(n, src)
     env = {**bench.env_for(src), "TFCTL_HOME": str(home)}
     result: dict = {}
     problems: list[str] = []
@@ -183,6 +183,11 @@ def parse_args() -> argparse.Namespace:
         default=2.0,
         help="seconds between `up -d` and `status`, so the detached watcher's start-up burst is "
         "over (default 2; 0 = back to back)",
+    )
+    ap.add_argument(
+        "--reuse-home",
+        action="store_true",
+        help="one TFCTL_HOME per size and tree, so each `up -d` follows a finished run (a user's second run)",
     )
     ap.add_argument("--no-trace", action="store_true", help="skip the traced extra up/status/down")
     ap.add_argument("--no-micro", action="store_true", help="skip the fixed-cost micro-benchmarks")
@@ -289,6 +294,7 @@ def main() -> int:
                 f"(created in {lab.timings['create']:.2f}s)"
             )
             bench = Bench(lab, work, SRC)
+            bench.reuse_homes = args.reuse_home
             measure(bench, args, r, say)
             report(r, [h.name for h in lab.hosts], say)
             if not args.no_micro:

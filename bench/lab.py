@@ -93,6 +93,8 @@ class Bench:
         self._base = {**base, "NO_COLOR": "1"}
         self.env = self.env_for(src)
         self.homes = 0
+        self.reuse_homes = False
+        self._kept: dict[tuple[int, Path], Path] = {}
         self.app = work / "app"
         self.app.mkdir(parents=True, exist_ok=True)
         shutil.copy(FAKE_TASK, self.app / "fake_task.py")
@@ -147,11 +149,16 @@ class Bench:
             raise BenchError(f"timed out after {timeout:g}s: {' '.join(map(str, argv))}")
         return Sample(wall, cpu, host_cpu, lines, "".join(out), rc, proc.pid, spawned)
 
-    def new_home(self, n: int) -> Path:
-        """A fresh TFCTL_HOME, so no run or pinned key carries over between cycles."""
+    def new_home(self, n: int, tree: Path) -> Path:
+        """A fresh TFCTL_HOME, so no run or pinned key carries over between cycles; with
+        `reuse_homes`, one per size and tree, so each `up` follows the run before it, as a
+        user's second run does."""
+        if self.reuse_homes and (n, tree) in self._kept:
+            return self._kept[n, tree]
         self.homes += 1
         home = self.work / f"home-{n}-{self.homes}"
         home.mkdir(mode=0o700)
+        self._kept[n, tree] = home
         return home
 
     def cluster_file(self, n: int) -> Path:

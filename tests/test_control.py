@@ -332,6 +332,35 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     assert all(h.closed for h in hosts.values())
 
 
+def test_up_after_a_run_whose_stop_left_nothing_asks_no_host(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, hosts, _journal = make()
+    stored(store, cluster.record)
+    running(cluster)
+    with_fakes(monkeypatch, hosts)
+    lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    assert store.load(cluster.record.run_id).left_nothing
+    for host in hosts.values():
+        host.down = True  # asking any of them now would count its tasks as alive
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+
+
+def test_up_after_a_stop_that_missed_a_host_asks_the_hosts_again(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, hosts, _journal = make()
+    stored(store, cluster.record)
+    running(cluster)
+    with_fakes(monkeypatch, hosts)
+    hosts["h1"].down = True
+    lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    record = store.load(cluster.record.run_id)
+    assert not record.active and not record.left_nothing
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    with pytest.raises(UsageError, match="still running"):
+        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+
+
 def test_down_records_the_run_as_stopped_and_reports_each_host(
     store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

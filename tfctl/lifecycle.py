@@ -46,7 +46,9 @@ LOG_DRAIN_SECONDS = 10.0
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide."""
     record = store.latest(config.path)
-    if record is None or (record.allocation is not None and allocation_ended(record.allocation)):
+    if record is None or (not record.active and record.left_nothing):
+        return  # its stop proved nothing of it left on any host: no need to ask them again
+    if record.allocation is not None and allocation_ended(record.allocation):
         return
     if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
         raise UsageError(
@@ -220,15 +222,17 @@ class Ending:
     record: RunRecord
 
 
-def stop_run(cluster: Cluster, grace: float | None = None) -> tuple[StopReport, JobState | None]:
-    """Stop every task of the run, then end the Slurm allocation it asked for, if any."""
+def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> tuple[StopReport, JobState | None]:
+    """Stop every task of the run, then end the Slurm allocation it asked for, if any. The record
+    keeps whether the stop proved nothing left, so the next `up` need not ask the hosts again."""
     report = cluster.stop(grace)
+    store.update(cluster.record.run_id, left_nothing=report.clean)
     return report, release(cluster.record)
 
 
 def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
     """Stop whatever still runs (the ps above all) and record how the run ended."""
-    report, _ = stop_run(cluster)
+    report, _ = stop_run(store, cluster)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     return Ending(outcome, report, record)
 
@@ -257,7 +261,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
             decided.append(Outcome(RunState.FAILED, e.message))
 
     def on_down(grace: float | None) -> tuple[StopReport, JobState | None]:
-        stopped = stop_run(cluster, grace)
+        stopped = stop_run(store, cluster, grace)
         if store.load(cluster.record.run_id).active:
             store.end(cluster.record.run_id, RunState.STOPPED, "tfctl down")
         return stopped  # the supervision thread sees the tasks stopped and ends the run as it would
@@ -312,7 +316,7 @@ def run_judge(cluster: Cluster) -> Judge | None:
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
-    report, _ = stop_run(cluster)
+    report, _ = stop_run(store, cluster)
     store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
     return report
 
@@ -389,7 +393,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
         if handover.grace is None:
             handover.answer(None, None)
             return None
-        report, job = stop_run(cluster, handover.grace.value)
+        report, job = stop_run(store, cluster, handover.grace.value)
         if store.load(run_id).active:
             store.end(run_id, RunState.STOPPED, "tfctl down")
         handover.answer(report, job)
@@ -446,7 +450,7 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
         return StopReport(**answer["stop"]), None if job is None else _job_state(job)
     stop_watcher(record)
     with Cluster(record) as cluster:
-        report, allocation = stop_run(cluster, grace)
+        report, allocation = stop_run(store, cluster, grace)
     if record.active:
         store.end(record.run_id, RunState.STOPPED, "tfctl down")
     return report, allocation

@@ -84,6 +84,7 @@ class RunRecord:
     progress: dict[str, Any] = field(default_factory=dict)  # model.ProgressSettings's fields
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
     allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
+    left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller
