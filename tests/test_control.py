@@ -332,33 +332,37 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     assert all(h.closed for h in hosts.values())
 
 
-def test_up_after_a_run_whose_stop_left_nothing_asks_no_host(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def finished_run(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, unreachable: tuple[str, ...] = ()
+) -> tuple[RunRecord, dict[str, FakeHost], Any]:
+    """A run of fake hosts that succeeded and was stopped while `unreachable` were down; its
+    record, its hosts, and the config of its cluster file, for `ensure_no_live_run`."""
     cluster, hosts, _journal = make()
     stored(store, cluster.record)
     running(cluster)
     with_fakes(monkeypatch, hosts)
+    for name in unreachable:
+        hosts[name].down = True
     lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
-    assert store.load(cluster.record.run_id).left_nothing
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    return store.load(cluster.record.run_id), hosts, config
+
+
+def test_up_after_a_run_whose_stop_left_nothing_asks_no_host(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    record, hosts, config = finished_run(store, monkeypatch)
+    assert record.left_nothing
     for host in hosts.values():
         host.down = True  # asking any of them now would count its tasks as alive
-    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
-    lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    lifecycle.ensure_no_live_run(store, config)
 
 
 def test_up_after_a_stop_that_missed_a_host_asks_the_hosts_again(
     store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster, hosts, _journal = make()
-    stored(store, cluster.record)
-    running(cluster)
-    with_fakes(monkeypatch, hosts)
-    hosts["h1"].down = True
-    lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
-    record = store.load(cluster.record.run_id)
+    record, _hosts, config = finished_run(store, monkeypatch, unreachable=("h1",))
     assert not record.active and not record.left_nothing
-    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
     with pytest.raises(UsageError, match="still running"):
-        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+        lifecycle.ensure_no_live_run(store, config)
 
 
 def test_down_records_the_run_as_stopped_and_reports_each_host(
