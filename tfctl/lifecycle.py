@@ -34,7 +34,7 @@ from tfctl.tf.cluster import exposed_addresses
 from tfctl.tf.doctor import HangJudge
 from tfctl.trace import traced
 from tfctl.transport import connect
-from tfctl.watcher import controller_gone, controller_of_this_process, stop_watcher, wait_gone
+from tfctl.watcher import Report, controller_gone, controller_of_this_process, stop_watcher, wait_gone
 
 if TYPE_CHECKING:
     from tfctl.slurm.allocation import JobState
@@ -324,9 +324,7 @@ def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
 # ---------------------------------------------------------------- detached runs
 
 
-def launch_and_watch(
-    store: RunStore, plan: Plan, accept_new_host_keys: bool, report: Callable[[dict[str, Any]], None]
-) -> Ending | None:
+def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, report: Report) -> Ending | None:
     """Body of the watcher that `up -d` forks first: start the run (its progress, then
     `running`, or the error, go to `report`, which `up -d` prints), then watch it with the same
     connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
