@@ -410,9 +410,10 @@ def test_new_run_id_format() -> None:
 
 
 def test_new_run_id_of_a_name_with_dots_and_dashes_now() -> None:
-    before = time.strftime("%Y%m%d-%H%M%S")
+    # time.strftime() alone reads C's time(), a coarse clock that can lag time.time() by a tick
+    before = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time()))
     run_id = new_run_id("my.cluster-1")
-    after = time.strftime("%Y%m%d-%H%M%S")
+    after = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time()))
     m = re.fullmatch(r"my\.cluster-1-(\d{8}-\d{6})-([0-9a-f]{4})", run_id)
     assert m, run_id
     assert before <= m.group(1) <= after
