@@ -242,11 +242,12 @@ class Sampler:
             return "controller"
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            comm = Path(f"/proc/{pid}/comm").read_bytes().strip()
         except OSError:
             return "gone"
         if cmd[0].endswith(b"sshd") or cmd[0].startswith(b"sshd"):
             return "sshd"
-        if b"_monitor" in cmd:
+        if comm == b"tfctl-monitor":  # forked from the supervisor, whose cmdline it keeps
             return "monitor"
         if b"serve" in cmd:
             return "supervisor"

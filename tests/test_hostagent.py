@@ -23,7 +23,7 @@ from tfctl.errors import HostError
 from tfctl.hostagent import HostAgent
 from tfctl.supervisor import bundle
 from tfctl.supervisor.files import state_root
-from tfctl.supervisor.procfs import live_pids, proc_cmdline
+from tfctl.supervisor.procfs import live_pids
 from tfctl.supervisor.protocol import (
     FollowRequest,
     InfoRequest,
@@ -35,6 +35,7 @@ from tfctl.supervisor.protocol import (
     TaskState,
     envelope,
 )
+from tfctl.supervisor.tasks import MONITOR_NAME
 from tfctl.transport.base import Result, Stream, Transport, Tunnel
 from tfctl.transport.local import LocalTransport
 
@@ -48,7 +49,19 @@ def root(tmp_path: Path) -> Path:
 
 
 def monitors_of(task_dir: Path) -> list[int]:
-    return [pid for pid in live_pids() if f"_monitor {task_dir} " in proc_cmdline(pid) + " "]
+    """Monitors (by their name) holding the task's log open: forked, their cmdline is the supervisor's."""
+    log = str(task_dir / "output.log")
+    found = []
+    for pid in live_pids():
+        try:
+            if Path(f"/proc/{pid}/comm").read_bytes().strip() != MONITOR_NAME:
+                continue
+            fds = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        if log in fds:
+            found.append(pid)
+    return found
 
 
 def processes_of(run_id: str) -> list[int]:
@@ -130,6 +143,25 @@ def test_a_start_whose_answer_was_lost_runs_once_and_its_replay_gets_the_first_a
             assert processes_of("lost") == [answer.tasks["worker:0"].pid]
         finally:
             agent.call(StopRequest("lost", 1))
+
+
+def test_a_forked_monitor_holds_nothing_of_the_supervisors_conversation(root: Path) -> None:
+    """Holding the channel's stdin or stdout would keep every ssh session of `up` open for the run's life."""
+    with HostAgent(LocalTransport(), None, str(root)) as agent:
+        agent.call(StartRequest("fds", [TaskLaunch("worker:0", f"{PY} {FAKE_TASK} --sleep -1", grace=1)]))
+        try:
+            task_dir = host_state(root) / "tasks" / "fds" / "worker-0"
+            [pid] = monitors_of(task_dir)
+            held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+            assert held <= {
+                os.devnull,
+                str(task_dir / "monitor.log"),
+                str(task_dir / "output.log"),
+                "anon_inode:[pidfd]",
+            }
+            assert Path(f"/proc/{pid}/cwd").resolve() == Path("/")
+        finally:
+            agent.call(StopRequest("fds", 1))
 
 
 def serve_pyz(root: Path) -> list[str]:
@@ -386,7 +418,7 @@ def test_the_zipapp_runs_isolated_on_other_interpreters(root: Path, python: str)
         assert agent.call(StopRequest("other", 1)).tasks["worker:0"].state is TaskState.SUCCEEDED
 
 
-def test_the_first_run_unpacks_the_zipapp_and_monitors_run_from_the_copy(root: Path) -> None:
+def test_the_first_run_unpacks_the_zipapp_and_runs_from_the_copy(root: Path) -> None:
     digest, _data = bundle.artifact()
     unpacked = root / f"supervisor-{digest}.d"
     with HostAgent(LocalTransport(), None, str(root)) as agent:
@@ -396,8 +428,10 @@ def test_the_first_run_unpacks_the_zipapp_and_monitors_run_from_the_copy(root: P
         assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
         answer = agent.call(StartRequest("unpacked", [TaskLaunch("worker:0", f"{PY} {FAKE_TASK} --sleep -1", grace=1)]))
         proc = json.loads((host_state(root) / "tasks" / "unpacked" / "worker-0" / "proc.json").read_text())
-        monitor = Path(f"/proc/{proc['monitor']['pid']}/cmdline").read_bytes().split(b"\0")
-        assert str(unpacked).encode() in monitor and b"_monitor" in monitor
+        monitor = f"/proc/{proc['monitor']['pid']}"
+        # forked from the supervisor (which runs the copy: its __pycache__ above), not a new interpreter
+        assert Path(f"{monitor}/cmdline").read_bytes().split(b"\0")[-2:] == [b"serve", b""]
+        assert Path(f"{monitor}/comm").read_bytes().strip() == MONITOR_NAME
         assert answer.tasks["worker:0"].state is TaskState.RUNNING
         assert agent.call(StopRequest("unpacked", 1)).remaining == []
 

@@ -32,8 +32,10 @@ BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was st
 SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
 
 
-def monitor(d: str, run_id: str) -> None:
-    """Run one task to its end (through its restarts), record how it ended, clean up after it."""
+def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
+    """Run one task to its end (through its restarts), record how it ended, clean up after it.
+    `started_fd` is closed once the first start is recorded: the supervisor's `start` waits for
+    that (or for this process's end, which closes it too)."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
@@ -72,6 +74,9 @@ def monitor(d: str, run_id: str) -> None:
             _record_failed_start(d, log, "could not start: %s" % e)
             return
         proc = _record_process(d, child)
+        if started_fd is not None:
+            os.close(started_fd)
+            started_fd = None
         code = _wait_guarded(child, d, run_id, launch, proc, notes)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)

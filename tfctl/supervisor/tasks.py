@@ -9,12 +9,14 @@ and TFCTL_RUN_DIR, the run's own directory on its host (`files.work_dir`).
 from __future__ import annotations
 
 import os
-import subprocess
+import select
+import signal
 import sys
 import time
-from typing import Dict, List, Optional, Set
+import traceback
+from typing import Dict, List, NoReturn, Optional, Set
 
-from . import guard, procfs
+from . import guard, monitor, procfs
 from .checks import port_owners
 from .errors import AgentError
 from .files import RUN_DIR_ENV, read_json, run_dir, task_dir, work_dir, write_json
@@ -39,25 +41,15 @@ from .state import task_state
 START_PATIENCE = 15.0  # how long `start` waits for each monitor to report the task running
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
-HERE = os.path.dirname(os.path.abspath(__file__))  # at import, before anything could change the cwd
-
-
-def supervisor_artifact() -> str:
-    """The zipapp this code was loaded from, or its unpacked copy (the parent of this package in
-    either), so a monitor runs the very same supervisor."""
-    archive = os.path.dirname(HERE)
-    if not os.path.isfile(archive) and not os.path.isfile(os.path.join(archive, "__main__.py")):
-        raise AgentError("tasks can be started only by the supervisor's zipapp, not from %s" % HERE)
-    return archive
+MONITOR_NAME = b"tfctl-monitor"  # a monitor's name in ps -e, top and pgrep (its cmdline is the supervisor's)
 
 
 def start(root: str, request: StartRequest) -> StartAnswer:
     """Start each task under its own monitor; return once every task runs or has failed to."""
     run_id = request.run_id
-    artifact = supervisor_artifact()
     if request.lease > 0:
         guard.start_lease(root, run_id, request.lease)
-    started: Dict[str, str] = {}
+    started: List[int] = []  # each monitor's pipe, which ends once it recorded its task's start
     work = work_dir(root, run_id)
     os.makedirs(work, mode=0o700, exist_ok=True)
     for launch in request.tasks:
@@ -69,31 +61,77 @@ def start(root: str, request: StartRequest) -> StartAnswer:
         write_json(os.path.join(d, "spec.json"), launch.to_wire())
         if not request.spawn:
             continue
-        with open(os.path.join(d, "monitor.log"), "ab") as mlog:
-            subprocess.Popen(
-                [sys.executable, "-I", "-S", artifact, "_monitor", d, run_id],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=mlog,
-                start_new_session=True,
-                close_fds=True,
-                cwd="/",
-            )
-        started[launch.task] = d
+        started.append(spawn_monitor(d, run_id))
     if not request.spawn:
         return StartAnswer({launch.task: TaskInfo(launch.task) for launch in request.tasks})
-    deadline = time.monotonic() + START_PATIENCE
+    _wait_ended(started, START_PATIENCE)
     result = {}
-    for task, d in started.items():
-        while time.monotonic() < deadline:
-            if os.path.exists(os.path.join(d, "proc.json")) or os.path.exists(os.path.join(d, "exit.json")):
-                break
-            time.sleep(procfs.POLL)
-        info = task_state(root, run_id, task)
+    for launch in request.tasks:
+        info = task_state(root, run_id, launch.task)
         if info.state is TaskState.PENDING:
             info = info.replace(state=TaskState.STARTING)
-        result[task] = info
+        result[launch.task] = info
     return StartAnswer(result)
+
+
+def spawn_monitor(d: str, run_id: str) -> int:
+    """Fork the task's monitor from this supervisor, whose code is loaded already: a new
+    interpreter would put its start-up before every task's. Forked twice, so the monitor is not
+    this process's child: it outlives it and leaves no zombie. Returns the read end of a pipe
+    that ends once the monitor has recorded its task's start, or has failed or died."""
+    mlog = os.open(os.path.join(d, "monitor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    started, started_w = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _become_monitor(d, run_id, mlog, started_w)
+        os.waitpid(pid, 0)
+    finally:
+        os.close(mlog)
+        os.close(started_w)
+    return started
+
+
+def _become_monitor(d: str, run_id: str, mlog: int, started: int) -> NoReturn:
+    """In the forked child: a session of its own, nothing of the supervisor's conversation held
+    open (its stdin and stdout are the controller's channel), then the monitor, then exit without
+    running anything of the supervisor's at exit."""
+    code = 1
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the supervisor's deferring handlers
+            signal.signal(sig, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(mlog, 2)
+        os.dup2(started, 3)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        os.chdir("/")
+        with open("/proc/self/comm", "wb") as comm:
+            comm.write(MONITOR_NAME)
+        monitor.monitor(d, run_id, started_fd=3)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the monitor's last word, in its monitor.log
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait_ended(pipes: List[int], patience: float) -> None:
+    """Wait, asleep, until every pipe has ended or `patience` seconds have passed; close them."""
+    deadline = time.monotonic() + patience
+    waiting = set(pipes)
+    try:
+        while waiting and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(waiting), [], [], deadline - time.monotonic())
+            waiting.difference_update(fd for fd in ready if not os.read(fd, 1))
+    finally:
+        for fd in pipes:
+            os.close(fd)
 
 
 def status(root: str, request: StatusRequest) -> StatusAnswer:
