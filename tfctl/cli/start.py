@@ -25,8 +25,9 @@ from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 if TYPE_CHECKING:
     from tfctl.cluster import Cluster
     from tfctl.lifecycle import Ending
+    from tfctl.model import ClusterConfig
     from tfctl.plan import Plan
-    from tfctl.runs import RunStore
+    from tfctl.runs import RunRecord, RunStore
 
 
 @cli.command(
@@ -49,18 +50,19 @@ Examples:
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
-    from rich.text import Text
-
     from tfctl import console, lifecycle, watcher
     from tfctl.config import load_config
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
     store = run_store()
-    err = console.err()
     on_slurm = config.backend == "slurm"
-    for warning in lifecycle.security_warnings(config):
-        err.print(Text("warning: ", style="bold yellow") + Text(warning))
+    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    if detach and not dry_run and not on_slurm:  # (on Slurm, this process asks for the allocation)
+        lifecycle.ensure_no_live_run(store, config)
+        return _up_detached(store, config, accept_new_host_keys, hint_file)
+    err = console.err()
+    _print_warnings(config)
     if dry_run:
         if on_slurm:
             from tfctl.slurm.placement import node_count, place
@@ -83,17 +85,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         err.print("interrupted: no allocation is left behind")
         return EXIT_INTERRUPTED
     record = plan.record
-    err.print(
-        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
-        f"{'node' if on_slurm else 'host'}{'s' if len(record.hosts) != 1 else ''}"
-    )
-    hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
-    if detach and not on_slurm:  # (on Slurm, the allocation was asked for by this process)
-        code = _start_detached(store, plan, accept_new_host_keys, progress)
-        if code == 0:
-            err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
-            _print_detached(plan, hint_file)
-        return code
+    _print_run(record, "node" if on_slurm else "host")
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
             cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
@@ -109,16 +101,36 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     return 0
 
 
-def _start_detached(
-    store: RunStore, plan: Plan, accept_new_host_keys: bool, progress: Callable[[str, str], None]
-) -> int:
-    """`up -d`: a fork of this process, the run's watcher-to-be, starts the run (and then holds
-    those connections for the run's life); this process prints its progress. Ctrl-C here stops
-    the start, as attached."""
+def _print_warnings(config: ClusterConfig) -> None:
+    from rich.text import Text
+
+    from tfctl import console, lifecycle
+
+    for warning in lifecycle.security_warnings(config):
+        console.err().print(Text("warning: ", style="bold yellow") + Text(warning))
+
+
+def _print_run(record: RunRecord, place: str) -> None:
+    from tfctl import console
+
+    console.err().print(
+        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
+        f"{place}{'s' if len(record.hosts) != 1 else ''}"
+    )
+
+
+def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: bool, hint_file: str) -> int:
+    """`up -d` (not on Slurm): a fork of this process, the run's watcher-to-be, starts the run
+    (and then holds those connections for the run's life); this process prints its progress.
+    Forked as soon as the run is planned, so what printing needs loads while the tasks start.
+    Ctrl-C here stops the start, as attached."""
     import os
     import signal
 
     from tfctl import console, lifecycle, watcher
+
+    plan = lifecycle.plan_run(config, store)
+    start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
         def relayed(message: dict[str, Any]) -> None:
@@ -129,8 +141,14 @@ def _start_detached(
 
         _log_ending(lifecycle.launch_and_watch(store, plan, accept_new_host_keys, relayed))
 
-    err = console.err()
     child, messages = watcher.fork_starter(start_then_watch)
+    err = console.err()
+
+    def progress(who: str, message: str) -> None:
+        err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
+
+    _print_warnings(config)
+    _print_run(plan.record, "host")
     with messages:
         try:
             with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
@@ -145,6 +163,8 @@ def _start_detached(
     if "running" not in final:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
+    err.print(f"{stamp(start)} all {len(plan.record.tasks)} tasks running")
+    _print_detached(plan, hint_file)
     return 0
 
 
