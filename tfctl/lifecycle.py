@@ -2,6 +2,9 @@
 
 The CLI parses arguments and renders; this module decides. Progress is reported through
 callbacks so the same code serves an attached `up`, a detached watcher and the tests.
+
+What only a started run needs (log following, the door, the doctor) is imported where it is
+used: `up -d` forks as soon as the run is planned, and none of it should load before the tasks.
 """
 
 from __future__ import annotations
@@ -14,16 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from tfctl import control, live
+from tfctl import control
 from tfctl.cluster import Cluster, HostInfo, Progress, StopReport
 from tfctl.control import Judge, Outcome
 from tfctl.devices import gpu_hosts, place
-from tfctl.door import controller_door
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.group import fan_out
 from tfctl.hostagent import HostAgent
 from tfctl.hosts import HostSpec
-from tfctl.logs import LogFollower
 from tfctl.model import ClusterConfig
 from tfctl.plan import Plan, make_plan, remote_workdir, with_devices
 from tfctl.runs import RunRecord, RunStore, new_run_id
@@ -31,7 +32,6 @@ from tfctl.setup import once_per_workdir, run_setup
 from tfctl.supervisor.protocol import PortInfo, RunState, SweepAnswer, SweepRequest
 from tfctl.sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.tf.cluster import exposed_addresses
-from tfctl.tf.doctor import HangJudge
 from tfctl.trace import traced
 from tfctl.transport import connect
 from tfctl.watcher import Report, controller_gone, controller_of_this_process, stop_watcher, wait_gone
@@ -242,6 +242,9 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
 
     KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
     """
+    from tfctl.door import controller_door
+    from tfctl.logs import LogFollower
+
     follower = LogFollower(cluster, cluster.record.tasks, follow=True)
     decided: list[Outcome] = []
     quit_watching = threading.Event()
@@ -303,6 +306,8 @@ def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]
 
 def run_judge(cluster: Cluster) -> Judge | None:
     """What ends a run beyond its tasks' states: a task hung for good, Slurm ending the allocation."""
+    from tfctl.tf.doctor import HangJudge
+
     limit = cluster.record.hang_timeout
     judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
     if cluster.record.allocation is not None:
@@ -374,6 +379,8 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
 def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Ending | None:
     """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
     stopping anything; a `down` through its door stops the run with its connections."""
+    from tfctl.door import controller_door
+
     record, run_id = cluster.record, cluster.record.run_id
     handover = DownHandover(stopping)
     with controller_door(store, cluster, handover.ask):
@@ -441,6 +448,8 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
     state once ended (None: the run has none of its own). A live controller on this machine does
     it with the connections it holds; else this process connects to every host."""
+    from tfctl import live
+
     answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
     if answer is not None and answer["stop"] is not None:
         wait_gone(record)  # a detached watcher ends once it has answered
