@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.supervisor import checks, files, journal, logs, monitor, procfs, prune, serve, state, sync
+from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -177,6 +177,29 @@ def test_info_names_this_interpreter(tmp_path: Path) -> None:
     assert answer.python == sys.version.split()[0] and answer.python_error is None
     broken = checks.info(str(tmp_path), p.InfoRequest(str(tmp_path / "no-python")))
     assert broken.python is None and broken.python_error
+
+
+def test_dist_version_agrees_with_importlib_metadata_on_every_installed_distribution() -> None:
+    from importlib import metadata
+
+    names = {d.metadata["Name"] for d in metadata.distributions()}
+    assert len(names) > 10  # this environment's packages: tensorflow, click, PyYAML, ...
+    for name in sorted(names):
+        assert distinfo.dist_version([name], sys.path) == f"{name} {metadata.version(name)}", name
+
+
+def test_dist_version_takes_names_then_paths_in_order_and_reads_each_kind(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "tensorflow_cpu-2.1.0.dist-info").mkdir(parents=True)
+    (first / "tensorflow_cpu-2.1.0.dist-info" / "METADATA").write_text("Name: tensorflow-cpu\nVersion: 2.1.0\n")
+    (second / "tensorflow-2.2.0.egg-info").mkdir(parents=True)
+    (second / "tensorflow-2.2.0.egg-info" / "PKG-INFO").write_text("Name: tensorflow\nVersion: 2.2.0\n")
+    (second / "tf_nightly-3.0.egg-info").write_text("Name: tf-nightly\nVersion: 3.0.dev1\n")
+    paths = [str(tmp_path / "missing"), str(first), str(second)]
+    assert distinfo.dist_version(["tensorflow", "tensorflow-cpu"], paths) == "tensorflow 2.2.0"
+    assert distinfo.dist_version(["tensorflow-cpu", "tensorflow"], paths) == "tensorflow-cpu 2.1.0"
+    assert distinfo.dist_version(["tf-nightly"], paths) == "tf-nightly 3.0.dev1"
+    assert distinfo.dist_version(["tensorflow-macos"], paths) is None
 
 
 def test_hosts_sharing_a_home_answer_the_same_filesystem_token(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Set
 
 from . import devices
+from .distinfo import dist_version
 from .errors import AgentError
 from .procfs import RUN_ENV, STORE_ENV, listening_sockets, proc_cmdline, socket_owners
 from .protocol import (
@@ -30,23 +31,21 @@ from .sync import filesystem_token
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
 
 # Run by the tasks' interpreter when it is not the supervisor's own: with `site`, as a task runs.
+# argv: this supervisor's directory (or zip), then the distributions to look for.
 VERSION_PROBE = """
 import sys
+sys.path.insert(0, sys.argv[1])
 found = ""
 try:
-    from importlib import metadata
-    for name in sys.argv[1:]:
-        try:
-            found = "%s %s" % (name, metadata.version(name))
-            break
-        except Exception:
-            pass
-except ImportError:
+    from tfctl_supervisor.distinfo import dist_version
+    found = dist_version(sys.argv[2:], sys.path[1:]) or ""
+except Exception:
     pass
 print(sys.version.split()[0])
 print(sys.executable)
 print(found)
 """
+SUPERVISOR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # at import, before a cwd change
 
 LISTENER = """
 import socket, sys, time
@@ -111,13 +110,7 @@ def site_packages() -> List[str]:
 
 def package_version(names: Sequence[str]) -> Optional[str]:
     """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
-    from importlib import metadata
-
-    paths = list(sys.path) + site_packages()
-    for name in names:
-        for dist in metadata.distributions(name=name, path=paths):
-            return "%s %s" % (name, dist.version)
-    return None
+    return dist_version(names, list(sys.path) + site_packages())
 
 
 def info(root: str, request: InfoRequest) -> InfoAnswer:
@@ -140,7 +133,9 @@ def python_info(asked: Optional[str]) -> InfoAnswer:
         )
     # The tasks' interpreter, with its site-packages, is asked in a process of its own.
     try:
-        done = subprocess.run([python, "-c", VERSION_PROBE, *TF_DISTRIBUTIONS], capture_output=True, timeout=30)
+        done = subprocess.run(
+            [python, "-c", VERSION_PROBE, SUPERVISOR, *TF_DISTRIBUTIONS], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return InfoAnswer(hostname, own_version, python_error=str(e))
     lines = done.stdout.decode(errors="replace").splitlines()
