@@ -38,7 +38,7 @@ from .protocol import (
 )
 from .state import task_state
 
-START_PATIENCE = 15.0  # how long `start` waits for each monitor to report the task running
+START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
 MONITOR_NAME = b"tfctl-monitor"  # a monitor's name in ps -e, top and pgrep (its cmdline is the supervisor's)
