@@ -236,9 +236,9 @@ def main() -> int:
                     )
             rows.append((name, results))
     print()
-    # TF's own start is bimodal on some programs (a peer dialled before it listens costs ~1 s
-    # for either launcher), so beside the medians: the fastest attempt of each, the launcher's
-    # own cost with that coin toss taken out.
+    # TF's own start is bimodal on some programs (attempts ~1 s apart, for either launcher), so
+    # beside the medians: the fastest attempt of each, the launcher's own cost with that coin
+    # toss taken out.
     head = ("program", "variant", "first (median)", "all (median)", "x bash first", "x bash all", "x fastest all")
     print(f"{head[0]:<24} {head[1]:<9} {head[2]:>15} {head[3]:>13} {head[4]:>13} {head[5]:>11} {head[6]:>14}  waits")
     for name, results in rows:
