@@ -15,6 +15,7 @@ import pytest
 from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
 from tfctl.render import number_ranges
+from tfctl.supervisor.procfs import is_same_process
 
 
 def write_cluster(dirpath: Path, ports: list[int], ps: str, worker: str, name: str = "t", extra: str = "") -> Path:
@@ -134,6 +135,8 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and latest_state(home, run_id) == "running":
         time.sleep(0.1)
+    while time.monotonic() < deadline and is_same_process(watcher):  # the run recorded, it writes its last line
+        time.sleep(0.05)
     ended = json.loads((home / "runs" / run_id / "run.json").read_text())
     assert ended["state"] == "succeeded", ended
     assert run_processes(run_id) == []
