@@ -8,25 +8,27 @@ from __future__ import annotations
 
 import os
 import re
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 
 def dist_version(names: Sequence[str], paths: Sequence[str]) -> Optional[str]:
     """'name version' of the first of `names` installed in `paths` (searched in order), else None."""
-    listings: List[tuple] = []
+    found: List[Tuple[str, str]] = []  # (normalized name, metadata path), in path order
     for path in paths:
         try:
-            listings.append((path, os.listdir(path or ".")))
+            entries = os.listdir(path or ".")
         except OSError:
-            pass
+            continue
+        for entry in entries:
+            stem, _, kind = entry.rpartition(".")
+            if kind in ("dist-info", "egg-info"):
+                found.append((_normalized(stem.split("-")[0]), os.path.join(path, entry)))
     for name in names:
-        for path, entries in listings:
-            for entry in entries:
-                stem, _, kind = entry.rpartition(".")
-                if kind in ("dist-info", "egg-info") and _normalized(stem.split("-")[0]) == _normalized(name):
-                    version = _version(os.path.join(path, entry))
-                    if version:
-                        return "%s %s" % (name, version)
+        wanted = _normalized(name)
+        for key, meta in found:
+            version = _version(meta) if key == wanted else None
+            if version:
+                return "%s %s" % (name, version)
     return None
 
 
