@@ -74,10 +74,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         return 0
     lifecycle.ensure_no_live_run(store, config)
     start = time.monotonic()
-
-    def progress(who: str, message: str) -> None:
-        err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
-
+    progress = _progress_printer(start)
     try:
         with err.status("waiting for Slurm…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
             plan = lifecycle.allocate(store, config, progress) if on_slurm else lifecycle.plan_run(config, store)
@@ -99,6 +96,18 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
         watcher.spawn_watcher(store, cluster.record)
     _print_detached(plan, hint_file)
     return 0
+
+
+def _progress_printer(start: float) -> Callable[[str, str], None]:
+    """`up`'s progress lines: seconds since `start`, who, what."""
+    from tfctl import console
+
+    err = console.err()
+
+    def progress(who: str, message: str) -> None:
+        err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
+
+    return progress
 
 
 def _print_warnings(config: ClusterConfig) -> None:
@@ -143,10 +152,7 @@ def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: b
 
     child, messages = watcher.fork_starter(start_then_watch)
     err = console.err()
-
-    def progress(who: str, message: str) -> None:
-        err.print(f"{stamp(start)} {who:<12} {message}", markup=False)
-
+    progress = _progress_printer(start)
     _print_warnings(config)
     _print_run(plan.record, "host")
     with messages:
