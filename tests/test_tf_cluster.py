@@ -1,18 +1,20 @@
 """tfctl.tf.cluster: TF_CONFIG, placeholders, shell quoting, task plans, start phases, completion rules.
 
 Pure logic: no process is started except `/bin/sh` in the quoting tests, and TensorFlow itself
-in the one test marked `tf`.
+in the tests marked `tf` (one of them through `tfctl up`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO, free_ports, tfctl
 
 from tfctl.config import parse_config
 from tfctl.control import Phase
@@ -134,6 +136,28 @@ def test_tensorflow_resolver_reads_tf_config_of_every_task(monkeypatch: pytest.M
             assert resolver.cluster_spec().task_address(task.job, task.index) == task.address
         else:
             assert "evaluator" not in resolver.cluster_spec().jobs
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_a_task_retries_a_peer_that_is_not_up_yet_within_a_tenth_of_a_second(tmp_path: Path, home: Path) -> None:
+    """gRPC's own first backoff is 1 s; tfctl's tasks start at 100 ms (gRPC jitters it by 20%)."""
+    own, peer = free_ports(2)
+    probe = REPO / "tests" / "tasks" / "grpc_backoff.py"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: backoff
+command: "{{python}} {probe} --own localhost:{own} --peer localhost:{peer}"
+env: {{GRPC_TRACE: subchannel, GRPC_VERBOSITY: debug}}
+jobs:
+  worker: [localhost:{own}]
+""")
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stdout + up.stderr
+    logs = tfctl("-f", str(cluster), "logs", home=home).stdout
+    assert "probe done" in logs
+    backoffs = [int(ms) for ms in re.findall(r"backing off for (\d+) ms", logs)]
+    assert backoffs, logs[-2000:]
+    assert backoffs[0] <= 120, backoffs
 
 
 # --- placeholders --------------------------------------------------------------------------------
@@ -335,11 +359,32 @@ def test_plan_every_task_with_host_port_and_command() -> None:
     )
 
 
-def test_plan_env_has_tf_config_and_unbuffered_python() -> None:
+def test_plan_env_has_tf_config_unbuffered_python_and_fast_grpc_reconnect() -> None:
     for t in plan(config(EXAMPLE)):
         assert t.env["PYTHONUNBUFFERED"] == "1"
         assert json.loads(t.env["TF_CONFIG"])["task"] == {"type": t.job, "index": t.index}
-        assert set(t.env) - {"TFCTL_RUN_ID", "TFCTL_TASK"} == {"PYTHONUNBUFFERED", "TF_CONFIG"}
+        assert t.env["TF_GRPC_DEFAULT_OPTIONS"] == "grpc.initial_reconnect_backoff_ms=100"
+        assert set(t.env) - {"TFCTL_RUN_ID", "TFCTL_TASK"} == {
+            "PYTHONUNBUFFERED",
+            "TF_CONFIG",
+            "TF_GRPC_DEFAULT_OPTIONS",
+        }
+
+
+@pytest.mark.parametrize(
+    ("own", "expected"),
+    [
+        # Options of the file's own are kept, the fast reconnect joins them.
+        ("grpc.keepalive_time_ms=60000", "grpc.keepalive_time_ms=60000,grpc.initial_reconnect_backoff_ms=100"),
+        ("a=1, b=2,", "a=1, b=2,grpc.initial_reconnect_backoff_ms=100"),
+        # A file that sets the backoff itself (1000 = gRPC's own default) gets exactly that.
+        ("grpc.initial_reconnect_backoff_ms=1000", "grpc.initial_reconnect_backoff_ms=1000"),
+        ("x=1, grpc.initial_reconnect_backoff_ms = 5", "x=1, grpc.initial_reconnect_backoff_ms = 5"),
+    ],
+)
+def test_grpc_options_of_the_cluster_file_are_kept(own: str, expected: str) -> None:
+    cfg = config(EXAMPLE + f"env:\n  TF_GRPC_DEFAULT_OPTIONS: {json.dumps(own)}\n")
+    assert {t.env["TF_GRPC_DEFAULT_OPTIONS"] for t in plan(cfg)} == {expected}
 
 
 def test_plan_user_env_overrides_defaults() -> None:

@@ -145,6 +145,7 @@ def test_every_template_and_example_exports_a_valid_tfjob_that_runs_the_same_com
         assert env == {
             **DEFAULT_ENV,
             **config.env_for(job),
+            "TF_GRPC_DEFAULT_OPTIONS": "grpc.initial_reconnect_backoff_ms=100",
             "TFCTL_RUN_ID": name,
             "TFCTL_RUN_DIR": f"/tmp/tfctl/{name}",
         }
@@ -195,8 +196,9 @@ def test_the_checker_refuses_what_the_api_server_would() -> None:
     assert broken(lambda d: container(d, "PS").update(command="python train.py")) == [
         ".spec.tfReplicaSpecs.PS.template.spec.containers[0].command: expected array, found str 'python train.py'"
     ]
+    env_after = len(container(good, "PS")["env"])
     assert broken(lambda d: container(d, "PS")["env"].append({"value": "1"})) == [
-        ".spec.tfReplicaSpecs.PS.template.spec.containers[0].env[3]: missing required `name`"
+        f".spec.tfReplicaSpecs.PS.template.spec.containers[0].env[{env_after}]: missing required `name`"
     ]
     assert broken(lambda d: container(d, "PS").update(resources={"limits": {"cpu": "two"}})) != []
     assert broken(lambda d: container(d, "PS").update(resources={"limits": {"cpu": 2, "nvidia.com/gpu": "1"}})) == []

@@ -20,7 +20,7 @@ import yaml
 from tfctl.errors import ConfigError, ConfigProblem, UsageError
 from tfctl.model import ClusterConfig
 from tfctl.slurm.placement import place, task_count
-from tfctl.tf.cluster import DEFAULT_ENV
+from tfctl.tf.cluster import task_env
 from tfctl.transport.base import shell_path
 
 API_VERSION = "kubeflow.org/v1"
@@ -104,7 +104,7 @@ def manifest(config: ClusterConfig) -> dict[str, Any]:
 
 def _replica(config: ClusterConfig, job: str, name: str) -> dict[str, Any]:
     settings, spec = config.kubernetes, config.jobs[job]
-    env = {**DEFAULT_ENV, **config.env_for(job), "TFCTL_RUN_ID": name, "TFCTL_RUN_DIR": f"/tmp/tfctl/{name}"}
+    env = {**task_env(config.env_for(job)), "TFCTL_RUN_ID": name, "TFCTL_RUN_DIR": f"/tmp/tfctl/{name}"}
     container: dict[str, Any] = {"name": CONTAINER, "image": settings.image}
     if settings.image_pull_policy:
         container["imagePullPolicy"] = settings.image_pull_policy
