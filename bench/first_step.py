@@ -3,8 +3,11 @@
 For each program (the templates, and the examples' cluster files), side by side in one run:
 
 - `bash`: the fastest honest hand launch. A bash script starts every task at once, in the
-  background, with the command, working directory and environment tfctl would give it (TF_CONFIG,
-  PYTHONUNBUFFERED), each output to its own file. No checks, no waiting.
+  background, with the command and working directory tfctl would give it and the environment a
+  user sets by hand (TF_CONFIG, PYTHONUNBUFFERED), each output to its own file. No checks, no
+  waiting.
+- `bash-env`: the same script with every variable tfctl gives a task, its gRPC reconnect backoff
+  (TF_GRPC_DEFAULT_OPTIONS) too: what is left is what tfctl's own launching costs.
 - `together`: `tfctl up -d` with `start_order: together`.
 - `ordered`: `tfctl up -d` with `start_order: ordered` (ps first, then worker 0, then the rest).
 
@@ -16,8 +19,8 @@ then stopped (tasks killed by process group, `tfctl down`) before the next.
 
     python bench/first_step.py                 # every program, 3 attempts of each variant
     python bench/first_step.py --reps 2 --only between-graph-async,allreduce
-    python bench/first_step.py --reps 5 --variants bash,together
-    python bench/first_step.py --reps 5 --variants bash,together --warm-home
+    python bench/first_step.py --reps 5 --variants bash,bash-env,together
+    python bench/first_step.py --reps 5 --variants bash,bash-env,together --warm-home
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from tfctl.config import load_config  # noqa: E402
 from tfctl.lifecycle import plan_run  # noqa: E402
 from tfctl.runs import RunStore, TaskSpec  # noqa: E402
 from tfctl.supervisor.protocol import Mark  # noqa: E402
+from tfctl.tf.cluster import GRPC_OPTIONS  # noqa: E402
 from tfctl.tf.progress import ProgressReader  # noqa: E402
 
 PROGRAMS = {
@@ -60,6 +64,7 @@ LIMIT = 75.0  # seconds to wait for every training task's first step
 POLL = 0.05
 READER = ProgressReader()
 Attempt = tuple[float | None, float | None, bool]  # seconds to the first step, to every trainer's; a wait seen
+VARIANTS = ("bash", "bash-env", "together", "ordered")
 
 
 def prepared(name: str, work: Path) -> Path:
@@ -123,13 +128,16 @@ def first_steps(logs: dict[str, Path], began: float, wanted: list[str]) -> Attem
     return first, every, waited
 
 
-def run_bash(cluster: Path, work: Path) -> Attempt:
-    record = plan_run(load_config(cluster), RunStore(work / "plan-home")).record
+def run_bash(cluster: Path, work: Path, tfctl_env: bool) -> Attempt:
+    config = load_config(cluster)
+    record = plan_run(config, RunStore(work / "plan-home")).record
     logs = {t.name: work / f"bash-{t.name.replace(':', '-')}.log" for t in record.tasks}
     lines = ["#!/bin/bash"]
     for t in record.tasks:
         # What tfctl's host gives every task besides its env: the run's own directory.
         task_env = {**t.env, "TFCTL_RUN_DIR": str(work / "run-dir")}
+        if not tfctl_env and GRPC_OPTIONS not in config.env_for(t.job):
+            del task_env[GRPC_OPTIONS]  # tfctl's, not something a hand launch sets
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in task_env.items())
         lines.append(
             f"(cd {shlex.quote(t.cwd or '.')} && exec env {env} sh -c {shlex.quote(t.command)}) > {logs[t.name]} 2>&1 &"
@@ -196,7 +204,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--only", default="", help="comma-separated program names")
-    p.add_argument("--variants", default="bash,together,ordered", help="which of bash,together,ordered (bash always)")
+    p.add_argument(
+        "--variants", default="bash,together,ordered", help="which of bash,bash-env,together,ordered (bash always)"
+    )
     p.add_argument(
         "--warm-home",
         action="store_true",
@@ -207,7 +217,7 @@ def main() -> int:
     # With it, every `tfctl` of an editable install (this checkout) compiles its modules anew:
     # ~30 ms before the first task that an installed tfctl (compiled by pip) never pays.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    variants = [v for v in ("bash", "together", "ordered") if v in a.variants.split(",")]
+    variants = [v for v in VARIANTS if v in a.variants.split(",")]
     if "bash" not in variants:
         p.error("--variants must include bash: every ratio is to it")
     names = [n for n in PROGRAMS if not a.only or n in a.only.split(",")]
@@ -220,8 +230,8 @@ def main() -> int:
                     work = Path(tmp) / f"{slug(name)}-{variant}-{rep}"
                     work.mkdir()
                     cluster = prepared(name, work)
-                    if variant == "bash":
-                        got = run_bash(cluster, work)
+                    if variant.startswith("bash"):
+                        got = run_bash(cluster, work, tfctl_env=variant == "bash-env")
                     elif a.warm_home:
                         home = Path(tmp) / f"{slug(name)}-{variant}-home"
                         home = home if home.exists() else warmed_home(cluster, home)
@@ -236,20 +246,25 @@ def main() -> int:
                     )
             rows.append((name, results))
     print()
-    # TF's own start is bimodal on some programs (attempts ~1 s apart, for either launcher), so
-    # beside the medians: the fastest attempt of each, the launcher's own cost with that coin
-    # toss taken out.
+    # Beside the medians, the fastest attempt of each: the launcher's own cost with the noise of
+    # TF's start (and of the 2 cores it shares) taken out.
     head = ("program", "variant", "first (median)", "all (median)", "x bash first", "x bash all", "x fastest all")
-    print(f"{head[0]:<24} {head[1]:<9} {head[2]:>15} {head[3]:>13} {head[4]:>13} {head[5]:>11} {head[6]:>14}  waits")
+    with_env = "bash-env" in variants
+    print(
+        f"{head[0]:<24} {head[1]:<9} {head[2]:>15} {head[3]:>13} {head[4]:>13} {head[5]:>11} {head[6]:>14}"
+        f"{'  x bash-env all' if with_env else ''}  waits"
+    )
     for name, results in rows:
         base = (median([r[0] for r in results["bash"]]), median([r[1] for r in results["bash"]]))
         fastest_base = fastest([r[1] for r in results["bash"]])
+        env_base = median([r[1] for r in results["bash-env"]]) if with_env else None
         for variant, attempts in results.items():
             first, every = median([r[0] for r in attempts]), median([r[1] for r in attempts])
+            to_env = f"{ratio(every, env_base):>16}" if with_env else ""
             print(
                 f"{name:<24} {variant:<9} {fmt(first):>15} {fmt(every):>13} {ratio(first, base[0]):>13} "
                 f"{ratio(every, base[1]):>11} {ratio(fastest([r[1] for r in attempts]), fastest_base):>14}"
-                f"  {sum(r[2] for r in attempts)}/{len(attempts)}"
+                f"{to_env}  {sum(r[2] for r in attempts)}/{len(attempts)}"
             )
     return 0
 
