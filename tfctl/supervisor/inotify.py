@@ -8,13 +8,14 @@ ctypes, out of watches): the caller then polls, as before.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import os
 import select
 import struct
-from typing import Dict, Optional, Set
+from typing import TYPE_CHECKING, Dict, Optional, Set
+
+if TYPE_CHECKING:
+    import ctypes
 
 IN_MODIFY = 0x002
 IN_MOVED_TO = 0x080
@@ -36,10 +37,15 @@ class Changes:
 
     @classmethod
     def open(cls) -> Optional[Changes]:
+        # ctypes is loaded here, by the follow streams that sleep on it, not by every supervisor
+        # start; the process's own symbols hold libc's, without searching for it (ctypes.util
+        # would import tempfile and random for that).
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        except (OSError, AttributeError):
+        except (ImportError, OSError, AttributeError):
             return None
         return cls(libc, fd) if fd >= 0 else None
 

@@ -13,7 +13,6 @@ import select
 import signal
 import sys
 import time
-import traceback
 from typing import Dict, List, NoReturn, Optional, Set
 
 from . import guard, monitor, procfs
@@ -115,6 +114,8 @@ def _become_monitor(d: str, run_id: str, mlog: int, started: int) -> NoReturn:
         monitor.monitor(d, run_id, started_fd=3)
         code = 0
     except BaseException:  # noqa: BLE001 - the monitor's last word, in its monitor.log
+        import traceback  # here: ~2 ms that every supervisor start would pay for a rare failure
+
         traceback.print_exc()
     finally:
         sys.stderr.flush()
