@@ -5,6 +5,7 @@ Creates a lab of simulated hosts (network namespaces each running a real sshd, s
 tests/netns_hosts.py) and measures, side by side, for each N in --hosts (default 4 16):
 
 * floor:  `pdsh -R ssh -w <N hosts> true` (parallel OpenSSH) and a sequential `ssh -F cfg h true` loop;
+          and a bash launcher's `up -d`: one pdsh that starts the same tasks in the background;
 * tfctl:  `python -m tfctl -f cluster.yaml up -d` (1 ps on host 0 + one worker per host, all
           tests/tasks/fake_task.py serving forever), then `status --json`, then `down`,
           each with a fresh TFCTL_HOME.
@@ -216,7 +217,7 @@ def measure(bench: Bench, args: argparse.Namespace, r: Results, say: Say) -> Non
         if not where.startswith(str(tree)):
             raise BenchError(f"`python -m tfctl` would import {where}, not the tree in {tree}")
     for n in r.sizes:
-        r.floor[n] = {"pdsh": [], "seq": []}
+        r.floor[n] = {"pdsh": [], "seq": [], "launch": []}
         for tree in r.trees:
             r.rows[tree][n] = {k: [] for k in VERBS3}
         for _ in range(args.warmup):
@@ -227,7 +228,11 @@ def measure(bench: Bench, args: argparse.Namespace, r: Results, say: Say) -> Non
         for i in range(args.repeat):
             r.floor[n]["pdsh"].append(bench.pdsh(n))
             r.floor[n]["seq"].append(bench.sequential_ssh(n))
-            text = [f"pdsh {r.floor[n]['pdsh'][-1].wall:.2f}s, seq ssh {r.floor[n]['seq'][-1].wall:.2f}s"]
+            r.floor[n]["launch"].append(bench.pdsh_launch(n))
+            text = [
+                f"pdsh {r.floor[n]['pdsh'][-1].wall:.2f}s, seq ssh {r.floor[n]['seq'][-1].wall:.2f}s, "
+                f"pdsh launch {r.floor[n]['launch'][-1].wall:.2f}s"
+            ]
             for tree in r.trees if i % 2 == 0 else r.trees[::-1]:  # alternate the order between rounds
                 c = tfctl_cycle(bench, n, tree, args.settle)
                 for k in VERBS3:

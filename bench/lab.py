@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
 PREFIX, BRIDGE, SUBNET = "tfctl-b", "tfctlbr5", "10.77.5"  # never the test suite's tfctl-t/tfctlbr0/10.77.0
 PS_PORT, WORKER_PORT = 2222, 2223  # host 0 runs the ps and worker:0, so the worker port differs
+LAUNCH_MARK = "bench-pdsh-launch"  # the TFCTL_RUN_ID of the tasks the pdsh launcher starts
 CMD_TIMEOUT = 240.0
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -94,7 +96,7 @@ class Bench:
         self.env = self.env_for(src)
         self.homes = 0
         self.reuse_homes = False
-        self._kept: dict[tuple[int, Path], Path] = {}
+        self._kept: dict[tuple[int, Path | None], Path] = {}
         self.app = work / "app"
         self.app.mkdir(parents=True, exist_ok=True)
         shutil.copy(FAKE_TASK, self.app / "fake_task.py")
@@ -149,10 +151,10 @@ class Bench:
             raise BenchError(f"timed out after {timeout:g}s: {' '.join(map(str, argv))}")
         return Sample(wall, cpu, host_cpu, lines, "".join(out), rc, proc.pid, spawned)
 
-    def new_home(self, n: int, tree: Path) -> Path:
+    def new_home(self, n: int, tree: Path | None = None) -> Path:
         """A fresh TFCTL_HOME, so no run or pinned key carries over between cycles; with
-        `reuse_homes`, one per size and tree, so each `up` follows the run before it, as a
-        user's second run does."""
+        `reuse_homes`, one per size and tree (the benchmarks that compare no trees pass none),
+        so each `up` follows the run before it, as a user's second run does."""
         if self.reuse_homes and (n, tree) in self._kept:
             return self._kept[n, tree]
         self.homes += 1
@@ -199,6 +201,44 @@ jobs:
             raise BenchError(f"pdsh failed ({s.rc}): {' / '.join(line for _, line in s.lines)}")
         return s
 
+    def pdsh_launch(self, n: int) -> Sample:
+        """A bash launcher's `up -d`: one pdsh starts the cluster file's tasks in the background
+        (the ps on host 0, a worker on every host), checks nothing and returns. The tasks carry a
+        TFCTL_RUN_ID of their own, so they are found and stopped by pid like a run's leftovers."""
+        hosts = self.lab.hosts[:n]
+
+        def start(name: str, port: int) -> str:
+            task = f"{shlex.quote(sys.executable)} {FAKE_TASK.name} --name {name} --sleep -1 --port {port}"
+            return f"TFCTL_RUN_ID={LAUNCH_MARK} nohup {task} </dev/null >/dev/null 2>&1 &"
+
+        script = (
+            f"cd {shlex.quote(str(self.app))} && "
+            f'if [ "$(hostname)" = {hosts[0].name} ]; then {start("ps0", PS_PORT)} fi; {start("worker", WORKER_PORT)}'
+        )
+        env = {**self.env, **self.lab.pdsh_env()}
+        argv = ["pdsh", "-R", "ssh", "-f", str(max(32, n)), "-w", ",".join(h.name for h in hosts), script]
+        s = self.timed(argv, env=env)
+        try:
+            if s.rc != 0:
+                raise BenchError(f"pdsh launch failed ({s.rc}): {' / '.join(line for _, line in s.lines)}")
+            deadline = time.monotonic() + 10  # each host's sessions end before its task has its marker
+            while time.monotonic() < deadline and sum(map(len, self.leftovers(LAUNCH_MARK).values())) < n + 1:
+                time.sleep(0.05)
+        finally:
+            self.stop_leftovers(LAUNCH_MARK)
+        return s
+
+    def stop_leftovers(self, run_id: str | None = None) -> None:
+        """Kill by pid what `leftovers` finds, and wait until it is gone."""
+        for pid in (p for pids in self.leftovers(run_id).values() for p in pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while self.leftovers(run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def sequential_ssh(self, n: int) -> Sample:
         hosts = self.lab.hosts[:n]
         script = "; ".join(f"ssh -F {self.lab.ssh_config} {h.name} true || exit 1" for h in hosts)
@@ -209,9 +249,12 @@ jobs:
 
     # -- cleanliness
 
-    def leftovers(self) -> dict[str, list[int]]:
-        """Processes carrying a TFCTL_RUN_ID, per lab host."""
-        left = {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in self.lab.hosts}
+    def leftovers(self, run_id: str | None = None) -> dict[str, list[int]]:
+        """Processes carrying a TFCTL_RUN_ID (`run_id`: that one), per lab host."""
+        left = {
+            h.name: [p for p in h.pids() if (mark := proc_env_markers(p)[0]) and run_id in (None, mark)]
+            for h in self.lab.hosts
+        }
         return {k: v for k, v in left.items() if v}
 
     def check_clean(self, home: Path) -> list[str]:
@@ -223,11 +266,7 @@ jobs:
             time.sleep(0.1)
         if left:
             problems.append(f"processes with TFCTL_RUN_ID left on lab hosts: {left} (killed)")
-            for pid in (p for pids in left.values() for p in pids):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.stop_leftovers()
         for run_json in (home / "runs").glob("*/run.json"):
             w = _watcher(run_json)
             if not w:

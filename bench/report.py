@@ -89,16 +89,16 @@ def wall_tables(r: Results, say: Say) -> None:
     for tree in r.trees:
         say(f"\n## Wall time, median of {r.repeat} (seconds), tfctl {r.labels[tree]}\n")
         say(
-            "| N | pdsh true (s) | sequential ssh (s) | tfctl up (s) | tfctl status (s) | tfctl down (s) "
-            "| up/pdsh | status/pdsh | down/pdsh |"
+            "| N | pdsh true (s) | sequential ssh (s) | pdsh launch (s) | tfctl up (s) | tfctl status (s) "
+            "| tfctl down (s) | up/pdsh | status/pdsh | down/pdsh | up/pdsh launch |"
         )
-        say("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for n in r.sizes:
-            p, q = walls(r.floor[n]["pdsh"]), walls(r.floor[n]["seq"])
+            p, q, launch = (walls(r.floor[n][k]) for k in ("pdsh", "seq", "launch"))
             m = {k: walls(r.rows[tree][n][k]) for k in VERBS3}
             say(
-                f"| {n} | {p:.2f} | {q:.2f} | {m['up']:.2f} | {m['status']:.2f} | {m['down']:.2f} | "
-                f"{m['up'] / p:.2f}x | {m['status'] / p:.2f}x | {m['down'] / p:.2f}x |"
+                f"| {n} | {p:.2f} | {q:.2f} | {launch:.2f} | {m['up']:.2f} | {m['status']:.2f} | {m['down']:.2f} | "
+                f"{m['up'] / p:.2f}x | {m['status'] / p:.2f}x | {m['down'] / p:.2f}x | {m['up'] / launch:.2f}x |"
             )
         say(f"\nTargets at N={tn}" + ("" if tn == TARGET_N else f" (N={TARGET_N} not measured)") + ":")
         p = walls(r.floor[tn]["pdsh"])
@@ -115,7 +115,8 @@ def all_samples(r: Results, say: Say) -> None:
     for n in r.sizes:
         say(
             f"  N={n}: pdsh [{samples_text(x.wall for x in r.floor[n]['pdsh'])}]; "
-            f"seq [{samples_text(x.wall for x in r.floor[n]['seq'])}]"
+            f"seq [{samples_text(x.wall for x in r.floor[n]['seq'])}]; "
+            f"pdsh launch [{samples_text(x.wall for x in r.floor[n]['launch'])}]"
         )
         for tree in r.trees:
             say(
