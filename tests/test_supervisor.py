@@ -135,17 +135,22 @@ def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> N
     wait_state(agent, "r5", "worker:0", (TaskState.RUNNING,))
     deadline = time.monotonic() + 10
     mine: list[int] = []
+    groups: set[int] = set()
     from conftest import marked_processes
 
-    while time.monotonic() < deadline:
-        mine = [p for p, (_, run) in marked_processes().items() if run == "r5"]
-        if len(mine) == 4:
-            break
-        time.sleep(0.05)
-    assert len(mine) == 4, mine  # the task, two children in its group, one in its own session
-    groups = {proc_stat(p)["pgid"] for p in mine}
-    assert len(groups) == 2
-    report = agent.call(StopRequest("r5", 2))
+    try:
+        # The escaped child carries the marker from its fork on, and calls setsid() a moment
+        # later (before its exec): wait for both.
+        while time.monotonic() < deadline:
+            mine = [p for p, (_, run) in marked_processes().items() if run == "r5"]
+            groups = {stat["pgid"] for stat in map(proc_stat, mine) if stat}
+            if len(mine) == 4 and len(groups) == 2:
+                break
+            time.sleep(0.05)
+        assert len(mine) == 4, mine  # the task, two children in its group, one in its own session
+        assert len(groups) == 2
+    finally:
+        report = agent.call(StopRequest("r5", 2))
     assert report.processes == 4 and report.remaining == []
     assert not any(alive(p) for p in mine)
 
