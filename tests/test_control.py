@@ -117,6 +117,29 @@ def test_a_task_done_before_its_start_was_answered_is_no_start_failure() -> None
     assert "worker:1 finished already (exit code 0)" in messages
 
 
+@pytest.mark.parametrize(
+    ("ended", "said"),
+    [
+        (p.TaskInfo("worker:1", TaskState.FAILED, exit_code=2), "worker:1 exited with code 2, right after it started"),
+        (p.TaskInfo("worker:1", TaskState.FAILED, signal=9), "worker:1 was killed by signal 9 (SIGKILL"),
+        (p.TaskInfo("worker:1", TaskState.LOST), "worker:1 was lost (its process is gone"),
+    ],
+)
+def test_a_task_that_ended_before_its_start_was_answered_says_how(ended: p.TaskInfo, said: str) -> None:
+    cluster, hosts, _journal = make()
+    real_start = hosts["h2"]._start
+
+    def start_and_end(request: p.StartRequest) -> p.StartAnswer:
+        answer = real_start(request)
+        hosts["h2"].tasks["worker:1"] = ended
+        return p.StartAnswer({"worker:1": ended}) if answer.tasks else answer
+
+    hosts["h2"]._start = start_and_end  # type: ignore[method-assign]
+    with pytest.raises(StartupError) as raised:
+        control.start(cluster, ps_first(cluster), timeout=5)
+    assert said in raised.value.message
+
+
 def test_a_task_that_exits_before_listening_fails_the_start() -> None:
     cluster, _hosts, _journal = make({"ps:0": TaskScript(listen_after=None, end_after=2, exit_code=3)})
     with pytest.raises(StartupError, match="ps:0 exited with code 3 before listening on port 2222"):
