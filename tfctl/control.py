@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tfctl.cluster import Cluster, Progress, TaskStatus, describe_end, quiet
+from tfctl.cluster import Cluster, Progress, TaskStatus, quiet
 from tfctl.errors import StartupError
 from tfctl.hosts import host_port
 from tfctl.model import DEFAULT_HOST_TIMEOUT
@@ -73,7 +73,7 @@ def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: P
                 if info.state is TaskState.SUCCEEDED:  # a quick task may be done before start answers
                     progress(name, "finished already (exit code 0)")
                 elif info.state.is_final:
-                    end = describe_end(info.state, info.exit_code, info.signal, info.error, None, info.stop_reason)
+                    end = TaskStatus.of(cluster.record.task(name), info).describe_end()
                     when = "" if info.error else ", right after it started"  # an error says that itself
                     raise StartupError(f"{name} {end}{when}" + cluster.last_lines_text(name))
                 else:
