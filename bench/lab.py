@@ -190,22 +190,12 @@ jobs:
     # -- the floor: doing nothing on N hosts over OpenSSH
 
     def pdsh(self, n: int) -> Sample:
-        hosts = self.lab.hosts[:n]
-        env = {**self.env, **self.lab.pdsh_env()}
-        s = self.timed(
-            ["pdsh", "-R", "ssh", "-f", str(max(32, n)), "-w", ",".join(h.name for h in hosts), "true"],
-            env=env,
-            settle_hosts=hosts,
-        )
-        if s.rc != 0:
-            raise BenchError(f"pdsh failed ({s.rc}): {' / '.join(line for _, line in s.lines)}")
-        return s
+        return self._pdsh(n, "true", settle=True)
 
     def pdsh_launch(self, n: int) -> Sample:
         """A bash launcher's `up -d`: one pdsh starts the cluster file's tasks in the background
         (the ps on host 0, a worker on every host), checks nothing and returns. The tasks carry a
         TFCTL_RUN_ID of their own, so they are found and stopped by pid like a run's leftovers."""
-        hosts = self.lab.hosts[:n]
 
         def start(name: str, port: int) -> str:
             task = f"{shlex.quote(sys.executable)} {FAKE_TASK.name} --name {name} --sleep -1 --port {port}"
@@ -213,19 +203,29 @@ jobs:
 
         script = (
             f"cd {shlex.quote(str(self.app))} && "
-            f'if [ "$(hostname)" = {hosts[0].name} ]; then {start("ps0", PS_PORT)} fi; {start("worker", WORKER_PORT)}'
+            f'if [ "$(hostname)" = {self.lab.hosts[0].name} ]; then {start("ps0", PS_PORT)} fi; '
+            f"{start('worker', WORKER_PORT)}"
         )
-        env = {**self.env, **self.lab.pdsh_env()}
-        argv = ["pdsh", "-R", "ssh", "-f", str(max(32, n)), "-w", ",".join(h.name for h in hosts), script]
-        s = self.timed(argv, env=env)
         try:
-            if s.rc != 0:
-                raise BenchError(f"pdsh launch failed ({s.rc}): {' / '.join(line for _, line in s.lines)}")
+            s = self._pdsh(n, script, settle=False)
             deadline = time.monotonic() + 10  # each host's sessions end before its task has its marker
             while time.monotonic() < deadline and sum(map(len, self.leftovers(LAUNCH_MARK).values())) < n + 1:
                 time.sleep(0.05)
         finally:
             self.stop_leftovers(LAUNCH_MARK)
+        return s
+
+    def _pdsh(self, n: int, command: str, settle: bool) -> Sample:
+        """`command` on the first n hosts at once, through the lab's ssh config; `settle`: count
+        the hosts' CPU too."""
+        hosts = self.lab.hosts[:n]
+        s = self.timed(
+            ["pdsh", "-R", "ssh", "-f", str(max(32, n)), "-w", ",".join(h.name for h in hosts), command],
+            env={**self.env, **self.lab.pdsh_env()},
+            settle_hosts=hosts if settle else None,
+        )
+        if s.rc != 0:
+            raise BenchError(f"pdsh {command!r} failed ({s.rc}): {' / '.join(line for _, line in s.lines)}")
         return s
 
     def stop_leftovers(self, run_id: str | None = None) -> None:

@@ -40,6 +40,8 @@ sys.path.insert(0, str(REPO))
 from lab import TICK, Bench, BenchError, Sample, children_cpu, hosts_cpu, proc_cpu_ticks  # noqa: E402
 from netns_hosts import TestHost, TestHostLab, skip_reason  # noqa: E402
 
+from tfctl.supervisor.tasks import MONITOR_NAME  # noqa: E402
+
 PREFIX, BRIDGE, SUBNET = "tfctl-lg", "tfctlbr7", "10.77.7"  # a lab of its own
 WRITER = """\
 import json, os, signal, socket, sys, time
@@ -247,7 +249,7 @@ class Sampler:
             return "gone"
         if cmd[0].endswith(b"sshd") or cmd[0].startswith(b"sshd"):
             return "sshd"
-        if comm == b"tfctl-monitor":  # forked from the supervisor, whose cmdline it keeps
+        if comm == MONITOR_NAME:  # forked from the supervisor, whose cmdline it keeps
             return "monitor"
         if b"serve" in cmd:
             return "supervisor"
