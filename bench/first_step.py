@@ -44,12 +44,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from conftest import free_ports  # noqa: E402
 
-from tfctl.config import load_config  # noqa: E402
-from tfctl.lifecycle import plan_run  # noqa: E402
-from tfctl.runs import RunStore, TaskSpec  # noqa: E402
+from tfctl.config.loader import load_config  # noqa: E402
+from tfctl.controller.up import plan_run  # noqa: E402
+from tfctl.runs.store import RunStore, TaskSpec  # noqa: E402
 from tfctl.supervisor.protocol import Mark  # noqa: E402
-from tfctl.tf.cluster import GRPC_OPTIONS  # noqa: E402
 from tfctl.tf.progress import ProgressReader  # noqa: E402
+from tfctl.tf.tasks import GRPC_OPTIONS  # noqa: E402
 
 PROGRAMS = {
     "between-graph-async": "templates/between-graph-async/cluster.yaml",

@@ -32,7 +32,7 @@ from netns_hosts import TestHost
 from report import Say, median
 
 PY = sys.executable
-CONTROLLER_IMPORTS = "import tfctl.cli, tfctl.lifecycle, tfctl.transport.ssh, rich.console"
+CONTROLLER_IMPORTS = "import tfctl.cli, tfctl.controller.supervise, tfctl.transport.ssh, rich.console"
 # a tree's supervisor as a file, built in that tree's own interpreter environment (its PYTHONPATH)
 BUILD_PYZ = "import sys; from tfctl.supervisor import bundle; sys.stdout.buffer.write(bundle.artifact()[1])"
 
@@ -61,7 +61,7 @@ def micro(bench: Bench, n: int, reps: int, say: Say, trees: list[Path] | None = 
 def typed_supervisor_missing() -> str:
     """Why the tree under test cannot run the supervisor rows ('' if it can)."""
     try:
-        import tfctl.hostagent as hostagent
+        import tfctl.cluster.agent as hostagent
         from tfctl.supervisor import bundle, protocol
     except ImportError as e:
         return str(e)
@@ -174,7 +174,7 @@ def transport(bench: Bench, h: TestHost) -> Any:
 
 def envelope_line(request: Any) -> bytes:
     """One request as the supervisor reads it on stdin: its envelope, one JSON line."""
-    from tfctl.hostagent import REMOTE_ROOT
+    from tfctl.cluster.agent import REMOTE_ROOT
     from tfctl.supervisor.protocol import envelope
 
     return (json.dumps(envelope(uuid.uuid4().hex, REMOTE_ROOT, request).to_wire()) + "\n").encode()
@@ -216,7 +216,7 @@ def chan(
 
 def channel_costs(bench: Bench, n: int, reps: int, say: Say) -> str:
     """Exec channels and supervisor calls on open connections; returns the zipapp's path on the hosts."""
-    from tfctl.hostagent import REMOTE_ROOT, HostAgent
+    from tfctl.cluster.agent import REMOTE_ROOT, HostAgent
     from tfctl.supervisor import bundle
     from tfctl.supervisor.protocol import InfoRequest, PortsRequest, StatusRequest
     from tfctl.transport.base import shell_path

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.hosts import HostSpec
-from tfctl.runs import RunRecord, RunStore, TaskSpec
+from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
 from tfctl.supervisor.protocol import RunState
 

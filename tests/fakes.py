@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from tfctl.errors import HostError
-from tfctl.hosts import HostSpec
-from tfctl.runs import RunRecord, TaskSpec
+from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import protocol as p
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import add_run
 
-from tfctl.runs import RunRecord
+from tfctl.runs.record import RunRecord
 
 
 def complete(home: Path, words: str, shell: str = "bash", cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
-from tfctl.render import number_ranges
+from tfctl.cli.render import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 
 
@@ -356,7 +356,7 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
 def test_down_all_sweeps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
     cluster = write_cluster(tmp_path, ports, fake(f"--port {ports[0]} --sleep 0"), fake("--sleep 0"))
-    from tfctl.runs import RunStore
+    from tfctl.runs.store import RunStore
 
     store = RunStore(home).store_id
     orphan = subprocess.Popen(

@@ -12,9 +12,9 @@ import pytest
 from conftest import add_run, fake, free_ports, tfctl
 
 from tfctl.cli.common import Duration
-from tfctl.hosts import HostSpec
-from tfctl.prune import candidates
-from tfctl.runs import RunRecord, RunStore
+from tfctl.controller.forget import candidates
+from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.config import load_config, parse_config
+from tfctl.config.loader import load_config, parse_config
+from tfctl.config.model import JOB_NAMES, Address, ClusterConfig
 from tfctl.errors import ConfigError
-from tfctl.model import JOB_NAMES, Address, ClusterConfig
 
 FILE = Path("cluster.yaml")
 COMMAND = "python train.py --job_name={job_name} --task_index={task_index}"
@@ -578,7 +578,8 @@ def test_load_config_directory(tmp_path: Path) -> None:
 
 def test_import_stays_light() -> None:
     """`tfctl --help` must not pay for TensorFlow, paramiko or rich."""
-    code = "import sys, tfctl.config; print(sorted(m for m in ('tensorflow', 'paramiko', 'rich') if m in sys.modules))"
+    heavy = "('tensorflow', 'paramiko', 'rich')"
+    code = f"import sys, tfctl.config.loader; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import fake, free_ports, tfctl
 
+from tfctl.cluster.output import Prefixer
 from tfctl.console import color_enabled, make_console
-from tfctl.logs import Prefixer
 
 
 class Terminal(io.StringIO):

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 from fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 
-from tfctl import control, lifecycle
-from tfctl.cluster import Cluster
-from tfctl.control import Outcome, Phase
+from tfctl.cluster import control
+from tfctl.cluster.control import Outcome, Phase
+from tfctl.cluster.supervisors import Cluster
+from tfctl.controller import down, supervise, up
 from tfctl.errors import HostError, StartupError, UsageError
-from tfctl.runs import RunRecord, RunStore
+from tfctl.runs.record import RunRecord
+from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState, TaskState
 
@@ -294,7 +296,7 @@ def test_cancelling_supervision_returns_at_once() -> None:
     assert outcome == Outcome(RunState.STOPPED, "supervision cancelled")
 
 
-# ---------------------------------------------------------------- lifecycle over fake hosts
+# ---------------------------------------------------------------- the controller over fake hosts
 
 
 @pytest.fixture
@@ -312,7 +314,7 @@ def test_finish_stops_everything_and_records_the_outcomes_state(store: RunStore)
         cluster, hosts, _journal = make(run_id=f"run-{state.value}")
         stored(store, cluster.record)
         running(cluster)
-        ending = lifecycle.finish(store, cluster, Outcome(state, f"because {state.value}"))
+        ending = supervise.finish(store, cluster, Outcome(state, f"because {state.value}"))
         assert ending.record.state is state and ending.record.reason == f"because {state.value}"
         assert ending.record.ended_at is not None and not ending.record.active
         assert ending.stop.processes == 3 and ending.stop.clean
@@ -325,14 +327,15 @@ def test_finish_reports_a_host_it_could_not_check(store: RunStore) -> None:
     stored(store, cluster.record)
     running(cluster)
     hosts["h1"].down = True
-    ending = lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    ending = supervise.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
     assert not ending.stop.clean and ending.stop.unreachable == {"h1": "h1: connection refused"}
     assert ending.stop.processes == 2
 
 
 def with_fakes(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, FakeHost]) -> None:
-    """Make lifecycle's own Cluster(...) calls use these fake hosts."""
-    monkeypatch.setattr(lifecycle, "Cluster", functools.partial(Cluster, agents=hosts))
+    """Make the controller's own Cluster(...) calls use these fake hosts."""
+    for module in (up, supervise, down):
+        monkeypatch.setattr(module, "Cluster", functools.partial(Cluster, agents=hosts))
 
 
 def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
@@ -344,14 +347,14 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     with_fakes(monkeypatch, hosts)
     config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
     with pytest.raises(UsageError, match=r"run fake-run of cluster 'fake' is still running \(3 tasks"):
-        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+        up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
     hosts["h2"].down = True  # unknown counts as alive: the tasks may well be running
     with pytest.raises(UsageError, match="still running"):
-        lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+        up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
     cluster.stop()
     hosts["h2"].down = False
     hosts["h2"].tasks["worker:1"] = p.TaskInfo("worker:1", TaskState.STOPPED)
-    lifecycle.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
     assert all(h.closed for h in hosts.values())
 
 
@@ -366,7 +369,7 @@ def finished_run(
     with_fakes(monkeypatch, hosts)
     for name in unreachable:
         hosts[name].down = True
-    lifecycle.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    supervise.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
     config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
     return store.load(cluster.record.run_id), hosts, config
 
@@ -376,7 +379,7 @@ def test_up_after_a_run_whose_stop_left_nothing_asks_no_host(store: RunStore, mo
     assert record.left_nothing
     for host in hosts.values():
         host.down = True  # asking any of them now would count its tasks as alive
-    lifecycle.ensure_no_live_run(store, config)
+    up.ensure_no_live_run(store, config)
 
 
 def test_up_after_a_stop_that_missed_a_host_asks_the_hosts_again(
@@ -385,7 +388,7 @@ def test_up_after_a_stop_that_missed_a_host_asks_the_hosts_again(
     record, _hosts, config = finished_run(store, monkeypatch, unreachable=("h1",))
     assert not record.active and not record.left_nothing
     with pytest.raises(UsageError, match="still running"):
-        lifecycle.ensure_no_live_run(store, config)
+        up.ensure_no_live_run(store, config)
 
 
 def test_down_records_the_run_as_stopped_and_reports_each_host(
@@ -395,7 +398,7 @@ def test_down_records_the_run_as_stopped_and_reports_each_host(
     record = stored(store, cluster.record)
     running(cluster)
     with_fakes(monkeypatch, hosts)
-    report, allocation_end = lifecycle.down(store, record, grace=0.5)
+    report, allocation_end = down.down(store, record, grace=0.5)
     assert allocation_end is None
     assert report.processes == 3 and report.clean and report.ports == [2222, 2223, 2224]
     after = store.load(record.run_id)
@@ -405,7 +408,7 @@ def test_down_records_the_run_as_stopped_and_reports_each_host(
 def test_status_with_its_diagnosis_is_one_request_per_host() -> None:
     """What `status` shows (states, progress, the diagnosis from each task's tail) in one round
     trip per host: a second `tail` call would double what status costs on every host."""
-    from tfctl.render import snapshot
+    from tfctl.cli.render import snapshot
 
     waiting = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
     cluster, _hosts, journal = make({"worker:1": TaskScript(lines=[waiting])})

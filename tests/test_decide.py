@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfctl.cluster import TaskStatus
-from tfctl.control import Outcome, decide
-from tfctl.render import number_ranges
+from tfctl.cli.render import number_ranges
+from tfctl.cluster.control import Outcome, decide
+from tfctl.cluster.supervisors import TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
 
 CHIEF = ["chief:0"]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.config import parse_config
-from tfctl.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, gpu_hosts, place
+from tfctl.config.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, gpu_hosts, place
+from tfctl.config.loader import parse_config
+from tfctl.controller.plan import make_plan, with_devices
 from tfctl.errors import EXIT_USAGE
-from tfctl.plan import make_plan, with_devices
 from tfctl.supervisor import checks, devices
 from tfctl.supervisor.protocol import Gpu, InfoRequest
-from tfctl.tf import cluster as tfc
+from tfctl.tf import tasks as tfc
 
 FOUR_GPUS = HostDevices(gpus=(0, 1, 2, 3), cpus=(0, 1, 2, 3, 4, 5, 6, 7))
 

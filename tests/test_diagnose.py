@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.cluster import TaskStatus, describe_end
+from tfctl.cluster.supervisors import TaskStatus, describe_end
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (
     KINDS,

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 from conftest import FAKE_TASK, free_ports
 
-from tfctl.hostagent import HostAgent
+from tfctl.cluster.agent import HostAgent
 from tfctl.supervisor import guard
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import (

@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 import pytest
 from conftest import FAKE_TASK, free_ports, marked_processes
 
+from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
-from tfctl.hostagent import HostAgent
 from tfctl.supervisor import bundle
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.procfs import live_pids

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tfctl
 
-from tfctl.config import load_config
+from tfctl.config.loader import load_config
 
 TEMPLATES = sorted(p.name for p in (REPO / "templates").iterdir() if (p / "cluster.yaml").is_file())
 

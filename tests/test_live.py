@@ -18,12 +18,12 @@ import pytest
 from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
 from fakes import record_of
 
-from tfctl import live
+from tfctl.controller import rpc as live
+from tfctl.controller.watcher import controller_of_this_process
 from tfctl.errors import TfctlError, UsageError
-from tfctl.runs import RunStore
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import is_same_process
 from tfctl.supervisor.protocol import RunState
-from tfctl.watcher import controller_of_this_process
 
 
 def this_process_controls(tmp_path: Path, **changes: Any) -> Any:

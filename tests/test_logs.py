@@ -13,11 +13,10 @@ from typing import Iterator, cast
 
 import pytest
 
-from tfctl.cluster import Cluster
-from tfctl.hostagent import HostAgent
-from tfctl.hosts import HostSpec
-from tfctl.logs import LogFollower, Prefixer, split_block
-from tfctl.runs import RunRecord, TaskSpec
+from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.output import LogFollower, Prefixer, split_block
+from tfctl.cluster.supervisors import Cluster
+from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.protocol import FollowRequest, LogChunk
 from tfctl.transport.local import LocalStream, LocalTransport

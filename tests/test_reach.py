@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 from conftest import fake, free_ports, port_listening, tfctl
 
-from tfctl import lifecycle
 from tfctl.cli.common import select_task
-from tfctl.config import load_config, parse_config
+from tfctl.cluster.reach import task_command
+from tfctl.config.loader import load_config, parse_config
+from tfctl.controller import up
 from tfctl.errors import ConfigError, UsageError
-from tfctl.reach import task_command
-from tfctl.runs import RunRecord, RunStore
+from tfctl.runs.record import RunRecord
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import live_pids, proc_cmdline
 from tfctl.supervisor.protocol import RunState
 
@@ -52,7 +53,7 @@ def stored_run(tmp_path: Path, text: str | None = None) -> tuple[Path, RunRecord
     p0, p1, p2 = free_ports(3)
     path.write_text(text or CLUSTER.format(workdir=workdir, p0=p0, p1=p1, p2=p2))
     store = RunStore()
-    record = lifecycle.plan_run(load_config(path), store).record
+    record = up.plan_run(load_config(path), store).record
     store.create(record)
     return path, store.end(record.run_id, RunState.SUCCEEDED, "test")
 
@@ -136,7 +137,7 @@ def test_logdir_mistakes_name_file_line_key_and_fix(text, expected, tmp_path):
 def test_logdir_fills_its_placeholder_and_the_record(tmp_path, home):
     text = BASE + "command: run --logdir={logdir} --dir {logdir}/x\nlogdir: '~/tb/{run_id} {{x}}'\n"
     (tmp_path / "cluster.yaml").write_text(text)
-    record = lifecycle.plan_run(load_config(tmp_path / "cluster.yaml"), RunStore()).record
+    record = up.plan_run(load_config(tmp_path / "cluster.yaml"), RunStore()).record
     assert record.logdir == f"~/tb/{record.run_id} {{x}}"
     # `~/` is left for the host's shell to expand, as for {python}; the rest is one quoted word.
     assert record.tasks[0].command == f"run --logdir=~/'tb/{record.run_id} {{x}}' --dir ~/'tb/{record.run_id} {{x}}'/x"

@@ -12,9 +12,9 @@ import pytest
 from conftest import fake, free_ports, tfctl
 from test_cli_localhost import latest_run, write_cluster
 
-from tfctl.config import load_config
+from tfctl.cluster.agent import HostAgent
+from tfctl.config.loader import load_config
 from tfctl.errors import ConfigError
-from tfctl.hostagent import HostAgent
 from tfctl.supervisor.protocol import (
     RestartRule,
     StartRequest,

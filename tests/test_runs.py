@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.config.home import tfctl_home
 from tfctl.errors import EXIT_USAGE, UsageError
-from tfctl.hosts import HostSpec, tfctl_home
-from tfctl.runs import RunRecord, RunStore, TaskSpec, new_run_id
+from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
+from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 
 # Not fork: this pytest process may hold TensorFlow's threads (test_tf_cluster), and forking a

@@ -14,10 +14,10 @@ from conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
 from netns_hosts import require_netns
 from slurm_lab import SlurmLab, missing_binaries
 
-from tfctl.config import parse_config
+from tfctl.backends.slurm.allocation import sbatch_argv, submit, wait_running
+from tfctl.backends.slurm.placement import place, step_options
+from tfctl.config.loader import parse_config
 from tfctl.errors import SlurmError
-from tfctl.slurm.allocation import sbatch_argv, submit, wait_running
-from tfctl.slurm.placement import place, step_options
 
 SLURM_FILE = """\
 name: fake

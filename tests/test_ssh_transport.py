@@ -604,8 +604,8 @@ def public(cls: type) -> set[str]:
 
 
 def test_every_transport_has_exactly_the_transport_interface():
+    from tfctl.backends.slurm.transport import SlurmTransport
     from tfctl.transport.local import LocalStream, LocalTransport
-    from tfctl.transport.slurm import SlurmTransport
 
     for transport in (SSHTransport, LocalTransport, SlurmTransport):
         assert public(transport) == public(Transport), transport

@@ -15,8 +15,8 @@ from typing import Any, Iterator
 import pytest
 from conftest import FAKE_TASK, free_ports
 
+from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
-from tfctl.hostagent import HostAgent
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.monitor import exec_form
 from tfctl.supervisor.procfs import proc_stat

@@ -1,4 +1,4 @@
-"""tfctl.tf.cluster: TF_CONFIG, placeholders, shell quoting, task plans, start phases, completion rules.
+"""tfctl.tf.tasks: TF_CONFIG, placeholders, shell quoting, task plans, start phases, completion rules.
 
 Pure logic: no process is started except `/bin/sh` in the quoting tests, and TensorFlow itself
 in the tests marked `tf` (one of them through `tfctl up`).
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_ports, tfctl
 
-from tfctl.config import parse_config
-from tfctl.control import Phase
-from tfctl.model import PLACEHOLDERS, ClusterConfig
-from tfctl.tf import cluster as tfc
+from tfctl.cluster.control import Phase
+from tfctl.config.loader import parse_config
+from tfctl.config.model import PLACEHOLDERS, ClusterConfig
+from tfctl.tf import tasks as tfc
 
 RUN_ID = "mnist-20261122-183210-1022"
 
@@ -450,7 +450,7 @@ jobs:
 
 
 def _make_plan_cwds(cfg: ClusterConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> set:
-    from tfctl.plan import make_plan
+    from tfctl.controller.plan import make_plan
 
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
     return {t.cwd for t in make_plan(cfg, RUN_ID).record.tasks}
@@ -647,7 +647,7 @@ def test_listens_for_server_jobs_only() -> None:
 
 
 def test_public_task_addresses_are_flagged_private_ones_not(tmp_path: Path) -> None:
-    from tfctl.tf.cluster import exposed_addresses
+    from tfctl.tf.tasks import exposed_addresses
 
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n93.184.216.34 gpu-public  # a comment\n10.1.2.3 gpu-lan\n")

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tfctl.config import parse_config
+from tfctl.config.loader import parse_config
+from tfctl.config.model import ClusterConfig
 from tfctl.errors import ConfigError
-from tfctl.model import ClusterConfig
-from tfctl.tf.cluster import DEFAULT_ENV, render_command
+from tfctl.tf.tasks import DEFAULT_ENV, render_command
 from tfctl.tf.tfjob import REPLICA_TYPES, manifest, to_yaml
 
 ROOT = Path(__file__).resolve().parent.parent

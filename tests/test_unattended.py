@@ -17,7 +17,7 @@ from pathlib import Path
 from conftest import fake, free_ports, port_listening, tfctl
 from test_cli_localhost import latest_run, run_processes, write_cluster
 
-from tfctl.runs import RunStore
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import is_same_process
 
 
@@ -123,7 +123,7 @@ def test_with_its_watcher_killed_a_detached_run_trains_on_and_its_ps_stops_alone
 
 def statuses_quiet(store: RunStore, run_id: str) -> list[str]:
     """Task states without a CLI command, which would start a new watcher."""
-    from tfctl.cluster import Cluster
+    from tfctl.cluster.supervisors import Cluster
 
     with Cluster(store.load(run_id)) as cluster:
         return [s.state.value for s in cluster.status()[0]]

@@ -1,4 +1,4 @@
-"""Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
+"""Command line: parse arguments, call the controller, render (`render.py`). Nothing else lives here.
 
 One module per group of verbs; importing them registers them on the `cli` group.
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker

@@ -1,4 +1,4 @@
-"""Command line: parse arguments, call lifecycle, render (`render.py`). Nothing else lives here.
+"""Command line: parse arguments, call the controller, render (`render.py`). Nothing else lives here.
 
 `-f/--file` names the cluster file before the verb (`tfctl -f FILE logs -f`, as in docker
 compose) or after it, on every verb that reads one; after `logs`, `-f` means follow (use

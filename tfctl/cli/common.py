@@ -12,7 +12,8 @@ import click
 from tfctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from tfctl.runs import RunRecord, RunStore, TaskSpec
+    from tfctl.runs.record import RunRecord, TaskSpec
+    from tfctl.runs.store import RunStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,7 +83,7 @@ def cluster_file_path(ctx: click.Context, given: Path | None) -> Path:
 
 
 def run_store() -> RunStore:
-    from tfctl.runs import RunStore
+    from tfctl.runs.store import RunStore
 
     return RunStore()
 
@@ -90,8 +91,9 @@ def run_store() -> RunStore:
 def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True) -> RunRecord:
     """The run the command is about. With `resume`, a live run whose controller died gets a new
     watcher first, and the user hears of it."""
-    from tfctl import console, watcher
-    from tfctl.runs import resolve_run
+    from tfctl import console
+    from tfctl.controller import watcher
+    from tfctl.runs.store import resolve_run
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()

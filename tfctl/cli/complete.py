@@ -34,7 +34,7 @@ def quietly(complete: Completer) -> Completer:
 @quietly
 def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Every run this machine remembers, newest first, with its state and start time."""
-    from tfctl.runs import RunStore
+    from tfctl.runs.store import RunStore
 
     return [
         CompletionItem(
@@ -49,7 +49,7 @@ def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list
 def task_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Jobs and tasks of the run the command would pick: --run, else the newest run of the
     cluster file (named, or ./cluster.yaml); ones already on the command line are left out."""
-    from tfctl.runs import RunStore
+    from tfctl.runs.store import RunStore
 
     store = RunStore()
     run_id = ctx.params.get("run_id")
@@ -68,7 +68,7 @@ def task_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> l
 
 @quietly
 def template_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    from tfctl import templates
+    from tfctl.tf import templates
 
     return [CompletionItem(n, help=title) for n, title in templates.available().items() if n.startswith(incomplete)]
 

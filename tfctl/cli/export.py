@@ -44,7 +44,7 @@ def tfjob(ctx: click.Context, cluster_file: Path | None, output: Path | None) ->
 
     Needs `kubernetes: {image: ...}` in the cluster file. Placeholders that differ per pod
     ({job_name}, {task_index}, the host lists) are filled in the pod from the operator's TF_CONFIG."""
-    from tfctl.config import load_config
+    from tfctl.config.loader import load_config
     from tfctl.tf import tfjob as export_tfjob
 
     text = export_tfjob.to_yaml(load_config(cluster_file_path(ctx, cluster_file)))

@@ -36,10 +36,11 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
     import contextlib
 
-    from tfctl import console, live
+    from tfctl import console
+    from tfctl.controller import rpc as live
 
     if TYPE_CHECKING:
-        from tfctl.cluster import Cluster
+        from tfctl.cluster.supervisors import Cluster
     record = run_record(ctx, cluster_file, run_id)
     run_dir = run_store().run_dir(record.run_id)
     args: dict[str, Any] = {"json": True} if as_json else {"console": console.stdout_traits()}
@@ -51,8 +52,8 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
             answer = live.ask(run_dir, record, "status", args, STATUS_PATIENCE)
             if answer is not None:
                 return answer
-            from tfctl import render  # rich, paramiko: only when this process asks the hosts itself
-            from tfctl.cluster import Cluster
+            from tfctl.cli import render  # rich, paramiko: only when this process asks the hosts itself
+            from tfctl.cluster.supervisors import Cluster
 
             if not clusters:
                 clusters.append(stack.enter_context(Cluster(record)))
@@ -101,7 +102,8 @@ def logs(
     run_id: str | None,
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
-    from tfctl import console, live
+    from tfctl import console
+    from tfctl.controller import rpc as live
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
     if files:
@@ -118,8 +120,8 @@ def logs(
     parts = live.stream(store.run_dir(record.run_id), record, "logs", ask)
     if parts is not None:  # the run's live controller reads them with the connections it holds
         return _print_parts(parts)
-    from tfctl.cluster import Cluster
-    from tfctl.door import logs_parts
+    from tfctl.cluster.supervisors import Cluster
+    from tfctl.controller.rpc_handlers import logs_parts
 
     with Cluster(record) as cluster:
         return _print_parts(logs_parts(store, cluster, ask, lambda: True))
@@ -137,7 +139,7 @@ def _print_parts(parts: Iterator[Mapping[str, Any]]) -> int:
                 sys.stdout.write(part["text"])
                 sys.stdout.flush()
             for task, cause, fix in part.get("notes", ()):
-                from tfctl.render import note_text
+                from tfctl.cli.render import note_text
 
                 console.err().print(note_text(task, cause, fix))
             errors += part.get("errors", ())

@@ -9,14 +9,7 @@ from pathlib import Path
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import (
-    accept_new_option,
-    cluster_file_path,
-    file_option,
-    named_file,
-    run_store,
-    stamp,
-)
+from tfctl.cli.common import accept_new_option, cluster_file_path, file_option, named_file, run_store, stamp
 from tfctl.cli.complete import template_names
 from tfctl.errors import UsageError
 
@@ -44,8 +37,9 @@ def check(
     """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
     from rich.table import Table
 
-    from tfctl import console, lifecycle
-    from tfctl.config import load_config
+    from tfctl import console
+    from tfctl.config.loader import load_config
+    from tfctl.controller import check, up
     from tfctl.errors import UsageError
 
     config = load_config(cluster_file_path(ctx, cluster_file))
@@ -54,9 +48,9 @@ def check(
             "`check` needs the hosts, and on Slurm they are known only once the allocation is granted",
             hint="`tfctl up --dry-run` shows how tasks are placed; `tfctl up` checks the nodes before starting any",
         )
-    plan = lifecycle.plan_run(config, run_store())
+    plan = up.plan_run(config, run_store())
     start = time.monotonic()
-    report = lifecycle.check(
+    report = check.check(
         plan,
         network,
         lambda who, msg: console.err().print(f"{stamp(start)} {who:<12} {msg}", markup=False),
@@ -123,7 +117,8 @@ def init(ctx: click.Context, directory: Path, template: str | None, list_only: b
     """Write a cluster file and a training script that run as generated on this machine.
 
     DIRECTORY (default: the current one) receives cluster.yaml, train.py and a README."""
-    from tfctl import console, templates
+    from tfctl import console
+    from tfctl.tf import templates
 
     named = named_file(ctx, None)
     if named is not None:

@@ -29,7 +29,7 @@ def ssh(ctx: click.Context, cluster_file: Path | None, run_id: str | None, task:
     TASK is `job:index`, or `job` when that job has one task. The shell has the task's
     TF_CONFIG and the cluster file's `env`; its exit code is tfctl's.
     """
-    from tfctl import reach
+    from tfctl.cluster import reach
 
     record = run_record(ctx, cluster_file, run_id, resume=False)
     return reach.attach(record, select_task(record, task), None)
@@ -59,7 +59,7 @@ def exec_command(
     pipes and variables). Output streams as it comes; a pipe or file on stdin is passed on (a
     terminal's keystrokes are not: use `tfctl ssh`); the exit code is the command's.
     """
-    from tfctl import reach
+    from tfctl.cluster import reach
 
     argv = command[1:] if command[0] == "--" else command
     if not argv:
@@ -92,7 +92,7 @@ def tensorboard(ctx: click.Context, cluster_file: Path | None, run_id: str | Non
     and checks that it is gone.
     """
     from tfctl import console
-    from tfctl import tensorboard as board
+    from tfctl.tf import tensorboard as board
 
     err = console.err()
     record = run_record(ctx, cluster_file, run_id)

@@ -12,22 +12,16 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import (
-    DEFAULT_FILE,
-    accept_new_option,
-    cluster_file_path,
-    file_option,
-    run_store,
-    stamp,
-)
+from tfctl.cli.common import DEFAULT_FILE, accept_new_option, cluster_file_path, file_option, run_store, stamp
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 if TYPE_CHECKING:
-    from tfctl.cluster import Cluster
-    from tfctl.lifecycle import Ending
-    from tfctl.model import ClusterConfig
-    from tfctl.plan import Plan
-    from tfctl.runs import RunRecord, RunStore
+    from tfctl.cluster.supervisors import Cluster
+    from tfctl.config.model import ClusterConfig
+    from tfctl.controller.plan import Plan
+    from tfctl.controller.supervise import Ending
+    from tfctl.runs.record import RunRecord
+    from tfctl.runs.store import RunStore
 
 
 @cli.command(
@@ -50,8 +44,9 @@ Examples:
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
-    from tfctl import console, lifecycle, watcher
-    from tfctl.config import load_config
+    from tfctl import console
+    from tfctl.config.loader import load_config
+    from tfctl.controller import up, watcher
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
@@ -59,25 +54,25 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     on_slurm = config.backend == "slurm"
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     if detach and not dry_run and not on_slurm:  # (on Slurm, this process asks for the allocation)
-        lifecycle.ensure_no_live_run(store, config)
+        up.ensure_no_live_run(store, config)
         return _up_detached(store, config, accept_new_host_keys, hint_file)
     err = console.err()
     _print_warnings(config)
     if dry_run:
         if on_slurm:
-            from tfctl.slurm.placement import node_count, place
+            from tfctl.backends.slurm.placement import node_count, place
 
             stand_ins = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
             err.print(f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(stand_ins)}")
             config = place(config, stand_ins, "(job)")
-        _print_plan(lifecycle.plan_run(config, store))
+        _print_plan(up.plan_run(config, store))
         return 0
-    lifecycle.ensure_no_live_run(store, config)
+    up.ensure_no_live_run(store, config)
     start = time.monotonic()
     progress = _progress_printer(start)
     try:
         with err.status("waiting for Slurm…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            plan = lifecycle.allocate(store, config, progress) if on_slurm else lifecycle.plan_run(config, store)
+            plan = up.allocate(store, config, progress) if on_slurm else up.plan_run(config, store)
     except KeyboardInterrupt:
         err.print("interrupted: no allocation is left behind")
         return EXIT_INTERRUPTED
@@ -85,7 +80,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     _print_run(record, "node" if on_slurm else "host")
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = lifecycle.launch(store, plan, progress, accept_new_host_keys, detach)
+            cluster = up.launch(store, plan, progress, accept_new_host_keys, detach)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
@@ -113,9 +108,10 @@ def _progress_printer(start: float) -> Callable[[str, str], None]:
 def _print_warnings(config: ClusterConfig) -> None:
     from rich.text import Text
 
-    from tfctl import console, lifecycle
+    from tfctl import console
+    from tfctl.controller import up
 
-    for warning in lifecycle.security_warnings(config):
+    for warning in up.security_warnings(config):
         console.err().print(Text("warning: ", style="bold yellow") + Text(warning))
 
 
@@ -136,9 +132,10 @@ def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: b
     import os
     import signal
 
-    from tfctl import console, lifecycle, watcher
+    from tfctl import console
+    from tfctl.controller import supervise, up, watcher
 
-    plan = lifecycle.plan_run(config, store)
+    plan = up.plan_run(config, store)
     start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
@@ -148,7 +145,7 @@ def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: b
                 watcher.log_to_run_dir(store, plan.record.run_id)
                 os.nice(10)  # from here it mostly waits
 
-        _log_ending(lifecycle.launch_and_watch(store, plan, accept_new_host_keys, relayed))
+        _log_ending(supervise.launch_and_watch(store, plan, accept_new_host_keys, relayed))
 
     child, messages = watcher.fork_starter(start_then_watch)
     err = console.err()
@@ -203,7 +200,7 @@ def _print_detached(plan: Plan, hint_file: str) -> None:
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task."""
     from tfctl import console
-    from tfctl.render import number_ranges
+    from tfctl.cli.render import number_ranges
 
     out = console.out()
     if plan.setup is not None:
@@ -229,8 +226,10 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     """Follow an attached run to its end; the caller closes the cluster."""
     from rich.text import Text
 
-    from tfctl import console, lifecycle, render
-    from tfctl.logs import Prefixer
+    from tfctl import console
+    from tfctl.cli import render
+    from tfctl.cluster.output import Prefixer
+    from tfctl.controller import supervise
     from tfctl.tf.doctor import LiveNotes, diagnose_run
     from tfctl.tf.progress import RunProgress
 
@@ -245,11 +244,11 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         render.print_lines(batch, prefix, notes)
 
     try:
-        ending = lifecycle.attach(store, cluster, on_lines)
+        ending = supervise.attach(store, cluster, on_lines)
     except KeyboardInterrupt:
         err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
         try:
-            render.render_stop(lifecycle.interrupt(store, cluster))
+            render.render_stop(supervise.interrupt(store, cluster))
         except KeyboardInterrupt:
             lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
             err.print(
@@ -282,16 +281,16 @@ def watch_command(run_id: str) -> int:
     ends the run when the job is done."""
     import os
 
-    from tfctl import lifecycle
+    from tfctl.controller import supervise
 
     os.nice(10)  # it mostly waits; the tasks starting beside it on this machine come first
-    _log_ending(lifecycle.watch(run_store(), run_id))
+    _log_ending(supervise.watch(run_store(), run_id))
     return 0
 
 
 def _log_ending(ending: Ending | None) -> None:
     """The watcher's last line in watch.log: how the run ended, what was stopped."""
-    from tfctl import render
+    from tfctl.cli import render
 
     if ending is not None:
         print(f"{ending.outcome.reason}; {render.stop_summary(ending.stop)}", flush=True)

@@ -7,12 +7,7 @@ from pathlib import Path
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import (
-    cluster_file_path,
-    file_option,
-    run_record,
-    run_store,
-)
+from tfctl.cli.common import cluster_file_path, file_option, run_record, run_store
 from tfctl.cli.complete import run_option
 from tfctl.errors import UsageError
 
@@ -42,7 +37,9 @@ Examples:
 @click.pass_context
 def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, sweep: bool, grace: float | None) -> int:
     """Stop every process of the run on every host, then prove nothing remains."""
-    from tfctl import console, lifecycle, render
+    from tfctl import console
+    from tfctl.cli import render
+    from tfctl.controller import down
 
     store = run_store()
     try:
@@ -53,25 +50,25 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         record = None
     clean = True
     if record is not None:
-        report, allocation = lifecycle.down(store, record, grace)
+        report, allocation = down.down(store, record, grace)
         console.err().print(f"run {record.run_id}:", markup=False)
         render.render_stop(report)
         clean = report.clean
         if allocation is not None and record.allocation is not None:
-            from tfctl.slurm.allocation import describe
+            from tfctl.backends.slurm.allocation import describe
 
             console.err().print(f"slurm job {record.allocation['job_id']}: {describe(allocation)}", markup=False)
             clean = clean and allocation.ended
     if sweep:
-        from tfctl.config import load_config
-        from tfctl.plan import host_specs
+        from tfctl.config.loader import load_config
+        from tfctl.controller.plan import host_specs
 
         if record is not None:
             hosts, default_grace = record.hosts, record.grace_period
         else:
             config = load_config(cluster_file_path(ctx, cluster_file))
             hosts, default_grace = host_specs(config), config.grace_period
-        for host, answer in lifecycle.sweep(store, hosts, default_grace if grace is None else grace).items():
+        for host, answer in down.sweep(store, hosts, default_grace if grace is None else grace).items():
             runs = ", ".join(answer.runs) or "none"
             console.err().print(
                 f"{host}: {answer.processes} orphaned processes stopped (runs: {runs}); {len(answer.remaining)} remain",

@@ -1,6 +1,6 @@
 """A host's devices for placement: the GPUs nvidia-smi lists and the cores tasks may run on.
 
-The controller places tasks on these (`tfctl.devices`); a task's monitor then pins it to its cores.
+The controller places tasks on these (`tfctl.config.devices`); a task's monitor then pins it to its cores.
 """
 
 from __future__ import annotations

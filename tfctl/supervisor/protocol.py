@@ -1,7 +1,7 @@
 """Every message between the controller and a host supervisor, typed, in one place.
 
 Both sides import this module: the supervisor (stdlib only, Python >= 3.8, shipped to hosts) and
-the controller (`tfctl.hostagent`). A request is a frozen dataclass that names its verb, its
+the controller (`tfctl.cluster.agent`). A request is a frozen dataclass that names its verb, its
 answer type and whether running it twice is harmless; on the wire it travels as one JSON line
 
     {"id": "<request id>", "verb": "start", "root": "~/.tfctl", "req": {...}}

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from tfctl.cluster import Cluster, TaskStatus
-from tfctl.control import Outcome
+from tfctl.cluster.control import Outcome
+from tfctl.cluster.supervisors import Cluster, TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, diagnose, last_meaningful, match_line
 from tfctl.tf.explain import PeerInfo, explain

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
 
 if TYPE_CHECKING:
-    from tfctl.cluster import TaskStatus
+    from tfctl.cluster.supervisors import TaskStatus
 
 DEFAULT_WINDOW = 60.0
 DEFAULT_STALL_TIMEOUT = 120.0

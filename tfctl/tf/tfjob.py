@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
+from tfctl.backends.slurm.placement import place, task_count
+from tfctl.config.model import ClusterConfig
 from tfctl.errors import ConfigError, ConfigProblem, UsageError
-from tfctl.model import ClusterConfig
-from tfctl.slurm.placement import place, task_count
-from tfctl.tf.cluster import task_env
+from tfctl.tf.tasks import task_env
 from tfctl.transport.base import shell_path
 
 API_VERSION = "kubeflow.org/v1"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfctl.errors import UsageError
-from tfctl.hosts import HostSpec
+from tfctl.runs.record import HostSpec
 from tfctl.transport.base import Transport
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -29,7 +29,7 @@ def connect(spec: HostSpec, accept_new_host_keys: bool = False) -> Transport:
 
         return SSHTransport(spec.name, accept_new_host_keys=accept_new_host_keys, **options)
     if kind == "slurm":
-        from tfctl.transport.slurm import SlurmTransport
+        from tfctl.backends.slurm.transport import SlurmTransport
 
         return SlurmTransport(spec.name, **options)
     raise UsageError(f"host {spec.name}: unknown transport {kind!r}")

@@ -29,8 +29,8 @@ from typing import Callable, Iterator
 import paramiko
 
 from tfctl import trace
+from tfctl.config.home import tfctl_home
 from tfctl.errors import HostError
-from tfctl.hosts import tfctl_home
 from tfctl.transport import terminal
 from tfctl.transport.base import Result, Stream, Transport, Tunnel, shell_path
 from tfctl.transport.proxy import Proxy, proxy_command

@@ -1,0 +1,111 @@
+"""The cluster file's Slurm keys: `backend`, the `slurm:` section, and a job's `count` and `port`.
+
+Under `backend: slurm` a job says how many tasks it has, not where they run: the nodes come from
+the allocation (`tfctl/slurm/`). The checks that span keys make sure a file uses one way or the
+other, never half of each.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from tfctl.config.base import (
+    INVALID,
+    Doc,
+    Validator,
+    _found,
+    _leaf,
+    _section,
+    _string,
+    _whole_number,
+    type_error,
+)
+from tfctl.config.model import JOB_NAMES, SlurmSettings
+
+_TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
+_EXAMPLE = "jobs: {ps: {count: 1, port: 2222}, worker: {count: 2, port: 2222}}"
+
+
+def _port(doc: Doc, path: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        return doc.problem(
+            path, f"must be a port number (1-65535), found {_found(value, doc.raw(path))}", "e.g. `port: 2222`"
+        )
+    return value
+
+
+def _time(doc: Doc, path: str, value: Any) -> Any:
+    text = doc.raw(path) if isinstance(value, int) and not isinstance(value, bool) else value
+    text = _string(doc, path, text, 'time: "01:00:00"')
+    if text is INVALID:
+        return INVALID
+    if not _TIME_RE.fullmatch(text):
+        return doc.problem(
+            path,
+            f"is not a Slurm time limit: {text!r}",
+            'write minutes, "HH:MM:SS" or "D-HH:MM:SS", e.g. `time: "01:00:00"`',
+        )
+    return text
+
+
+def _text(key: str, example: str) -> Validator:
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        return _string(doc, path, value, f"{key}: {example}")
+
+    return validate
+
+
+def _extra(doc: Doc, path: str, value: Any) -> Any:
+    example = 'extra: ["--constraint=v100", "--mem=32G"]'
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("-") for v in value):
+        return type_error(doc, path, "a list of sbatch options (each starting with -)", value, f"e.g. `{example}`")
+    return tuple(value)
+
+
+slurm_section = _section(
+    {
+        "partition": _text("partition", "debug"),
+        "time": _time,
+        "account": _text("account", "myproject"),
+        "qos": _text("qos", "normal"),
+        "nodes": _whole_number("nodes", 1, "e.g. `nodes: 2`; leave it out for one node per task"),
+        "extra": _extra,
+    },
+    SlurmSettings,
+    'slurm: {partition: debug, time: "01:00:00"}',
+)
+
+JOB_KEYS: dict[str, Validator] = {
+    "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
+    "port": _port,
+}
+
+
+def check_backend(doc: Doc, root: Mapping[str, Any]) -> None:
+    """Each job is placed the way the backend places tasks: `hosts` over ssh, `count` on Slurm."""
+    slurm = root.get("backend") == "slurm"
+    jobs = root.get("jobs")
+    if "slurm" in root and not slurm and root.get("backend") in (None, "ssh"):
+        doc.problem("slurm", "is set, but the backend is ssh", "add `backend: slurm`, or remove the `slurm:` section")
+    if slurm and "hosts" in root:
+        doc.problem("hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:` (its settings are for ssh)")
+    if not isinstance(jobs, dict):
+        return
+    for name, spec in jobs.items():
+        if name not in JOB_NAMES or spec is INVALID:
+            continue
+        path = f"jobs.{name}"
+        keys = spec if isinstance(spec, dict) else {"hosts": spec}
+        if slurm and "count" not in keys:
+            doc.problem(path, "has no `count`: on Slurm a job says how many tasks, not where", f"e.g. `{_EXAMPLE}`")
+        elif slurm and "hosts" in keys:
+            doc.problem(f"{path}.hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:`; keep `count:`")
+        elif not slurm:
+            for key in ("count", "port"):
+                if key in keys:
+                    doc.problem(
+                        f"{path}.{key}",
+                        f"`{key}` is for `backend: slurm`",
+                        f"add `backend: slurm`, or list the tasks' addresses: `{_leaf(path)}: [host:2222]`",
+                    )

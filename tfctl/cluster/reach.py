@@ -1,0 +1,57 @@
+"""A task's host as the task sees it: a shell or a command in its working directory, with its
+environment (`tfctl ssh`, `tfctl exec`). The run record knows all of it, so this works on
+finished runs too.
+
+The environment is the task's own (TF_CONFIG, the cluster file's `env`), without tfctl's markers
+(TFCTL_RUN_ID, TFCTL_TASK): what runs here is the user's, not the run's, and `tfctl down` must
+neither count nor stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Mapping, Sequence
+
+from tfctl.errors import TfctlError
+from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.transport import connect
+from tfctl.transport.base import shell_path
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+USER_SHELL = '"${SHELL:-/bin/sh}"'  # the login user's shell, as sshd sets SHELL
+
+
+def in_context(cwd: str | None, env: Mapping[str, str], command: str) -> str:
+    """A POSIX shell line that runs `command` (already quoted) in `cwd` with `env` exported.
+
+    Every value is quoted, so the host's shell parses none of them; a `~/` path is left for it
+    to expand.
+    """
+    steps = [f"cd -- {shell_path(cwd)}"] if cwd else []
+    for name in env:
+        if not _ENV_NAME.fullmatch(name):
+            raise TfctlError(f"{name!r} is not an environment variable name", hint="check the cluster file's `env`")
+    if env:
+        steps.append("export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items()))
+    return " && ".join([*steps, command])
+
+
+def task_command(task: TaskSpec, argv: Sequence[str] | None) -> str:
+    """`argv` (each word quoted: the user's words, never split again), or with None the user's
+    shell, in the task's directory and environment. Not `exec`ed, so a shell builtin such as
+    `exit 3` works as a command too."""
+    command = " ".join(shlex.quote(word) for word in argv) if argv else f"exec {USER_SHELL}"
+    return in_context(task.cwd, task.env, command)
+
+
+def attach(record: RunRecord, task: TaskSpec, argv: Sequence[str] | None) -> int:
+    """Run `argv` where `task` runs, and return its exit code. None: the user's shell, on a
+    terminal of its own when ours is one (else it reads commands from our stdin, as `ssh` does)."""
+    spec = next(h for h in record.hosts if h.name == task.host)
+    transport = connect(spec)
+    try:
+        return transport.attach(task_command(task, argv), tty=argv is None and os.isatty(0))
+    finally:
+        transport.close()

@@ -1,0 +1,558 @@
+"""One run's tasks and the supervisors on its hosts: every query and command, on every host at once.
+
+A façade over one `HostAgent` per host (connections open on first use, closed by `with`). It
+answers with typed results and reports a host's failure as data, never hiding the other hosts.
+Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/`'s.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import signal as signal_module
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
+
+from tfctl import trace
+from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.group import GroupResult, fan_out
+from tfctl.config.devices import HostDevices
+from tfctl.errors import HostError, StartupError
+from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.supervisor.protocol import (
+    IdleRule,
+    InfoRequest,
+    ListenRequest,
+    Mark,
+    PortInfo,
+    PortsRequest,
+    ProbeRequest,
+    ProbeResult,
+    ProgressRule,
+    RestartRule,
+    StartRequest,
+    StatusAnswer,
+    StatusRequest,
+    StopRequest,
+    TailRequest,
+    TaskInfo,
+    TaskLaunch,
+    TaskState,
+)
+from tfctl.transport import connect
+
+Progress = Callable[[str, str], None]  # (task or host, message)
+STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long counts as unreachable
+T = TypeVar("T")
+
+
+STEP_START_PATIENCE = 15.0  # how long a Slurm step may take to report its task running
+STARTING_STATES = (TaskState.PENDING, TaskState.STARTING)
+
+
+def quiet(_who: str, _msg: str) -> None:
+    """Progress sink for callers that render nothing."""
+
+
+def describe_end(
+    state: TaskState,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    error: str | None = None,
+    ended_at: float | None = None,
+    stop_reason: str | None = None,
+) -> str:
+    """How a finished task ended, as the rest of a sentence that starts with the task's name.
+
+    E.g. `was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03`.
+    The one wording for run outcomes, start failures and diagnoses; `ended_at` (epoch) adds the time.
+    """
+    at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
+    if state is TaskState.LOST:
+        return "was lost (its process is gone and no exit code was recorded)"
+    if state is TaskState.STOPPED:
+        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
+    if signal:
+        why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
+        return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
+    if error:
+        return f"{error}{at}"
+    return f"exited with code {exit_code}{at}"
+
+
+def bin_dir(python: str) -> str | None:
+    """The directory of the host's interpreter, when it is given as a path (a virtualenv's
+    bin/python): first on the tasks' PATH, as activating the virtualenv would put it."""
+    return posixpath.dirname(python) if "/" in python else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal_module.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """What is true about one task right now, as its host's supervisor sees it."""
+
+    task: str
+    job: str
+    index: int
+    host: str
+    port: int
+    state: TaskState
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    listening: bool = False
+    uptime: float | None = None
+    last_line: str = ""
+    error: str | None = None
+    ended_at: float | None = None
+    stop_reason: str | None = None
+    restarts: int = 0
+    earlier_ends: tuple[str, ...] = ()
+    unreachable_since: float | None = None  # epoch, as the run's controller last recorded it
+    marks: tuple[Mark, ...] = ()  # recent progress lines, when asked for
+    observed_at: float | None = None  # the host's clock when it answered (marks use that clock)
+    gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
+    cpus: tuple[int, ...] | None = None
+    tail: tuple[str, ...] | None = None  # its last output lines, when asked for with its status
+
+    @classmethod
+    def of(
+        cls,
+        spec: TaskSpec,
+        info: TaskInfo | None,
+        unreachable_since: float | None = None,
+        observed_at: float | None = None,
+        tail: list[str] | None = None,
+    ) -> TaskStatus:
+        """A task's status from its host's answer; `unreachable` when the host did not answer."""
+        if info is None:
+            return cls(
+                spec.name,
+                spec.job,
+                spec.index,
+                spec.host,
+                spec.port,
+                TaskState.UNREACHABLE,
+                unreachable_since=unreachable_since,
+                gpus=spec.gpus,
+                cpus=spec.cpus,
+            )
+        return cls(
+            spec.name,
+            spec.job,
+            spec.index,
+            spec.host,
+            spec.port,
+            info.state,
+            info.pid,
+            info.exit_code,
+            info.signal,
+            info.listening,
+            info.uptime,
+            info.last_line,
+            info.error,
+            info.ended_at,
+            info.stop_reason,
+            info.restarts,
+            tuple(info.earlier_ends),
+            marks=tuple(info.marks),
+            observed_at=observed_at,
+            gpus=spec.gpus,
+            cpus=spec.cpus,
+            tail=None if tail is None else tuple(tail),
+        )
+
+    @property
+    def final(self) -> bool:
+        return self.state.is_final
+
+    def describe_end(self) -> str:
+        end = describe_end(self.state, self.exit_code, self.signal, self.error, stop_reason=self.stop_reason)
+        if self.restarts:
+            times = f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"
+            end += f" (after {times}; before: {', '.join(self.earlier_ends)})"
+        return end
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "job": self.job,
+            "index": self.index,
+            "host": self.host,
+            "port": self.port,
+            "state": self.state.value,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "listening": self.listening,
+            "uptime": self.uptime,
+            "last_line": self.last_line,
+            "stop_reason": self.stop_reason,
+            "restarts": self.restarts,
+            "unreachable_since": self.unreachable_since,
+            "gpus": None if self.gpus is None else list(self.gpus),
+            "cpus": None if self.cpus is None else list(self.cpus),
+        }
+
+
+PROBE_CAUSES = {
+    "refused": "connection refused: nothing listens there as seen from this host "
+    "(wrong address, or the name leads to another machine)",
+    "timeout": "timed out: a firewall drops the traffic, or the host is down",
+    "unresolvable": "the name does not resolve on this host: add it to DNS or /etc/hosts there, or use an IP",
+    "unreachable": "no route to that address from this host",
+}
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """One connection that failed in a reachability check, with the likely cause in words."""
+
+    source: str
+    target: str
+    result: ProbeResult
+
+    def __str__(self) -> str:
+        r = self.result
+        why = PROBE_CAUSES.get(r.error or "", r.error or "failed")
+        if r.local and r.error == "refused":
+            why = (
+                f"the name resolves to {r.address}, an address of {self.source} itself, "
+                f"where nothing listens on that port"
+            )
+        extra = f" ({r.detail})" if r.detail else ""
+        return f"{self.source} -> {self.target}: {why}{extra}"
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    host: str
+    hostname: str
+    python: str | None
+    tensorflow: str | None
+    error: str | None = None
+    devices: HostDevices = field(default_factory=HostDevices)
+    filesystem: str = ""  # the same on hosts that share a home (`supervisor.sync.filesystem_token`)
+
+
+@dataclass
+class StopReport:
+    """What `stop` did on every host, and what it could not prove gone."""
+
+    processes: int = 0
+    remaining: dict[str, list[int]] = field(default_factory=dict)
+    busy_ports: dict[str, list[int]] = field(default_factory=dict)
+    hosts: int = 0
+    ports: list[int] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.remaining and not self.busy_ports and not self.unreachable
+
+
+def error_text(error: Exception) -> str:
+    return str(getattr(error, "message", error))
+
+
+class Cluster:
+    """One run's tasks and the supervisors on its hosts. Constructing it does no I/O."""
+
+    def __init__(
+        self,
+        record: RunRecord,
+        agents: dict[str, HostAgent] | None = None,
+        accept_new_host_keys: bool = False,
+        holds_lease: bool = False,
+    ) -> None:
+        """`holds_lease`: this is the run's attached controller, which starts its tasks with a
+        lease (`record.lease_timeout`) and renews it on every host until closed."""
+        self.record = record
+        self.agents = (
+            agents
+            if agents is not None
+            else {h.name: HostAgent(connect(h, accept_new_host_keys), h.python, h.root) for h in record.hosts}
+        )
+        self.holds_lease = holds_lease and record.lease_timeout > 0
+        self._lease_hosts: set[str] = set()
+        self._lease_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._keeper: threading.Thread | None = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._keeper is not None:
+            self._keeper.join(2)  # a renewal under way would reopen a connection closed below
+        # In parallel: closing an SSH connection waits for its reader thread to end (~25 ms each
+        # under load), which one host after the other adds up to half a second at 16 hosts.
+        with trace.span("cluster.close"):
+            closers = [threading.Thread(target=agent.close, daemon=True) for agent in self.agents.values()]
+            for closer in closers:
+                closer.start()
+            for closer in closers:
+                closer.join()
+
+    def fan_out(self, hosts: Iterable[str], fn: Callable[[HostAgent], T]) -> GroupResult[T]:
+        """`fn` on the agent of every host in parallel; each host's failure is kept as data."""
+        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn)
+
+    @staticmethod
+    def by_host(tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
+        grouped: dict[str, list[TaskSpec]] = defaultdict(list)
+        for t in tasks:
+            grouped[t.host].append(t)
+        return grouped
+
+    # ---------------------------------------------------------------- queries
+
+    def status(
+        self,
+        tasks: Sequence[TaskSpec] | None = None,
+        progress: ProgressRule | None = None,
+        tail: int = 0,
+        wait_listening: float = 0.0,
+    ) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        """Every task's status (with its recent progress lines, given the `progress` rule, and its
+        last `tail` output lines), plus the hosts that could not be asked (their tasks:
+        `unreachable`). One request per host; with `wait_listening`, each host answers once its
+        tasks listen or have ended, or after that many seconds."""
+        tasks = list(tasks if tasks is not None else self.record.tasks)
+        answers = self._ask_status(tasks, progress, tail, wait_listening)
+        infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
+        tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
+        clock = {host: answer.time for host, answer in answers.succeeded.items()}
+        since = self.record.unreachable
+        return [
+            TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name)) for t in tasks
+        ], answers.failed
+
+    def _ask_status(
+        self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None, tail: int = 0, wait: float = 0.0
+    ) -> GroupResult[StatusAnswer]:
+        """Each host's answer about its tasks among `tasks`, one request per host."""
+        grouped = self.by_host(tasks)
+        return self.fan_out(
+            grouped,
+            lambda a: a.call(
+                StatusRequest(
+                    self.record.run_id,
+                    {t.name: t.port for t in grouped[a.host]},
+                    progress=progress,
+                    tail=tail,
+                    wait_listening=wait,
+                ),
+                timeout=STATUS_TIMEOUT + wait,
+            ),
+        )
+
+    def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
+        """address -> who listens there, for every task port something already listens on."""
+        grouped = self.by_host(tasks)
+        answers = self.fan_out(grouped, lambda a: a.call(PortsRequest([t.port for t in grouped[a.host]])))
+        answers.raise_if_failed("checking ports")
+        busy = {}
+        for t in tasks:
+            info = answers.succeeded[t.host].ports[str(t.port)]
+            if info.listening:
+                busy[t.address] = info
+        return busy
+
+    def tails(self, names: Sequence[str], count: int) -> dict[str, list[str]]:
+        """The last `count` output lines of each named task, one call per host."""
+        grouped = self.by_host(self.record.task(n) for n in names)
+        answers = self.fan_out(
+            grouped, lambda a: a.call(TailRequest(self.record.run_id, [t.name for t in grouped[a.host]], count))
+        )
+        return {task: lines for answer in answers.succeeded.values() for task, lines in answer.tails.items()}
+
+    def last_lines_text(self, task: str, count: int = 10) -> str:
+        """`\\nlast N lines of TASK:` and the lines, for an error message; empty if none."""
+        lines = self.tails([task], count).get(task, [])
+        return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
+
+    def reachable(self, source: str, address: str) -> bool | None:
+        """Can a task on `source` open a TCP connection to `address`? None when unknown."""
+        try:
+            answer = self.agents[source].call(ProbeRequest([address], 3.0))
+        except (HostError, KeyError):
+            return None
+        return answer.results[address].ok
+
+    def preflight(self, progress: Progress = quiet, gpu_hosts: Collection[str] = ()) -> list[HostInfo]:
+        """Reach every host (auth, host keys) and learn its Python, TensorFlow and cores, and the
+        GPUs of `gpu_hosts`, in parallel."""
+        hosts = sorted(self.agents)
+        for host in hosts:
+            progress(host, "connecting")
+        answers = self.fan_out(hosts, lambda a: a.call(InfoRequest(a.python, a.host in gpu_hosts), timeout=60))
+        answers.raise_if_failed("connecting to hosts")
+        infos = []
+        for host in hosts:
+            a = answers.succeeded[host]
+            devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
+            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices, a.filesystem))
+            where = f" ({a.python_executable})" if a.python_executable else ""
+            gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
+            progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}{gpus}")
+        return infos
+
+    def check_reachable(
+        self, sources: Sequence[str], targets: Sequence[str], progress: Progress = quiet, timeout: float = 3.0
+    ) -> None:
+        """From every source host, a TCP connect to every target: a worker that cannot reach its
+        ps would otherwise wait in CreateSession forever. Raises StartupError listing each failure."""
+        if not sources or not targets:
+            return
+        answers = self.fan_out(sources, lambda a: a.call(ProbeRequest(list(targets), timeout)))
+        answers.raise_if_failed("reachability check")
+        failures = [
+            ProbeFailure(host, target, result)
+            for host, answer in sorted(answers.succeeded.items())
+            for target, result in answer.results.items()
+            if not result.ok
+        ]
+        total = len(sources) * len(targets)
+        if failures:
+            raise StartupError(
+                f"{len(failures)} of {total} connections failed in the reachability check:\n"
+                + "\n".join(f"  {f}" for f in failures),
+                hint="tasks on those hosts would wait forever for their peers; fix the network or the addresses",
+            )
+        progress(
+            "",
+            f"reachability: {len(sources)} host{'s' if len(sources) != 1 else ''} -> "
+            f"{', '.join(targets)}: all {total} connections ok",
+        )
+
+    # ---------------------------------------------------------------- commands
+
+    def start_tasks(self, tasks: Sequence[TaskSpec]) -> dict[str, TaskInfo]:
+        """Start these tasks, each host's at once; raises if a host failed to start them."""
+        grouped = self.by_host(tasks)
+        record = self.record
+        lease = record.lease_timeout if self.holds_lease else 0.0
+        steps = {h.name for h in record.hosts if h.transport.get("kind") == "slurm" and h.name in grouped}
+        started = self.fan_out(
+            grouped,
+            lambda a: a.call(
+                StartRequest(
+                    record.run_id,
+                    [
+                        TaskLaunch(
+                            t.name,
+                            t.command,
+                            dict(t.env),
+                            t.cwd,
+                            record.grace_period,
+                            record.store,
+                            self._idle_rule(t),
+                            RestartRule.from_wire(t.restart) if t.restart else None,
+                            bin_dir(self.agents[a.host].python),
+                            None if t.cpus is None else list(t.cpus),
+                        )
+                        for t in grouped[a.host]
+                    ],
+                    lease,
+                    spawn=a.host not in steps,
+                )
+            ),
+        )
+        if lease:
+            self._keep_lease(started.succeeded)
+        started.raise_if_failed("starting tasks")
+        if steps:
+            return self._start_steps({h: grouped[h] for h in steps})
+        return {name: info for answer in started.succeeded.values() for name, info in answer.tasks.items()}
+
+    def _start_steps(self, grouped: dict[str, list[TaskSpec]]) -> dict[str, TaskInfo]:
+        """Start prepared tasks as Slurm job steps; their states once each runs or has failed to."""
+        from tfctl.backends.slurm.backend import launch_monitors
+
+        record = self.record
+        assert record.allocation is not None
+        for host, tasks in grouped.items():
+            agent = self.agents[host]
+            named = [(t.name, record.allocation.get("steps", {}).get(t.name, [])) for t in tasks]
+            launch_monitors(
+                record.allocation["job_id"], host, agent.python, agent.artifact_path(), agent.root, record.run_id, named
+            )
+        deadline = time.monotonic() + STEP_START_PATIENCE
+        while True:
+            answers = self._ask_status([t for tasks in grouped.values() for t in tasks])
+            answers.raise_if_failed("starting tasks")
+            infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
+            if time.monotonic() > deadline or all(i.state not in STARTING_STATES for i in infos.values()):
+                return infos
+            time.sleep(0.1)
+
+    def _idle_rule(self, task: TaskSpec) -> IdleRule | None:
+        """The idle rule for a task that never ends by itself: every task the success policy
+        does not watch (`supervisor.guard`)."""
+        record = self.record
+        if not record.idle_timeout or not record.decisive or task.name in record.decisive:
+            return None
+        if task not in record.tasks:  # a setup shell: the run has not started yet
+            return None
+        watch = {name: record.task(name).address for name in record.decisive}
+        return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
+
+    def _keep_lease(self, hosts: Iterable[str]) -> None:
+        """Renew the run's lease on these hosts (and those already held) until `close()`."""
+        with self._lease_lock:
+            first = not self._lease_hosts
+            self._lease_hosts.update(hosts)
+        if first:
+            self._keeper = threading.Thread(target=self._renew_lease, daemon=True, name="lease")
+            self._keeper.start()
+
+    def _renew_lease(self) -> None:
+        """Six renewals per lease period: a few lost to a slow link do not cost the run."""
+        while not self._closed.wait(self.record.lease_timeout / 6):
+            with self._lease_lock:
+                hosts = sorted(self._lease_hosts)
+            self.fan_out(hosts, lambda a: a.call(StatusRequest(self.record.run_id, {}, renew_lease=True), timeout=30))
+
+    def hold_ports(self, ports_by_host: dict[str, list[int]], marker: str, seconds: float) -> None:
+        """Throw-away listeners on these ports (stopped by `stop` of `marker`), to test the network."""
+        held = self.fan_out(
+            ports_by_host, lambda a: a.call(ListenRequest(marker, ports_by_host[a.host], seconds, self.record.store))
+        )
+        held.raise_if_failed("opening test listeners")
+
+    def release_ports(self, hosts: Iterable[str], marker: str) -> None:
+        self.fan_out(hosts, lambda a: a.call(StopRequest(marker, 1.0)))
+
+    def stop(self, grace: float | None = None) -> StopReport:
+        """Stop every task of the run on every host and check the processes and ports are gone."""
+        grace = self.record.grace_period if grace is None else grace
+        hosts = sorted(h.name for h in self.record.hosts)
+        ports = {h: sorted({t.port for t in self.record.tasks if t.host == h}) for h in hosts}
+        answers = self.fan_out(
+            hosts, lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120)
+        )
+        report = StopReport(hosts=len(hosts))
+        report.unreachable = {h: error_text(e) for h, e in answers.failed.items()}
+        for host, answer in answers.succeeded.items():
+            report.processes += answer.processes
+            if answer.remaining:
+                report.remaining[host] = answer.remaining
+            for port, info in answer.ports.items():  # checked on the host once all was stopped
+                if info.listening:
+                    report.busy_ports[f"{host}:{port}"] = info.pids
+            report.ports.extend(ports[host])
+        report.ports = sorted(set(report.ports))
+        return report

@@ -1,0 +1,267 @@
+"""The cluster file: read YAML, validate it strictly, and build the `ClusterConfig` tfctl runs from.
+
+Everything a run needs is derived from one `ClusterConfig` (see `model.py`); nothing downstream
+re-reads YAML. `load_config`/`parse_config` report every problem at once, each with file, line,
+column, key path and a fix, as one `ConfigError`. The per-key validators are in `config_fields.py`.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from tfctl.backends.slurm.settings import check_backend
+from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, TOP_KEYS, Doc, type_error, unknown_key
+from tfctl.config.model import JOB_NAMES, ClusterConfig
+from tfctl.errors import ConfigError, ConfigProblem
+
+# --- Parsing ----------------------------------------------------------------------------------
+#
+# PyYAML's loader drops positions and silently keeps the last of duplicate keys, so we compose
+# nodes ourselves: every value is converted with its key path ("jobs.worker[1]") remembered, and
+# validators report problems against that path's node. Problems are collected, never raised one
+# by one, so a user fixes a file in one pass.
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_PLAIN_TAGS: dict[type[yaml.Node], str] = {
+    yaml.SequenceNode: "tag:yaml.org,2002:seq",
+    yaml.MappingNode: "tag:yaml.org,2002:map",
+}
+
+
+def load_config(path: Path) -> ClusterConfig:
+    """Read and validate a cluster file; an unreadable file is reported like any other mistake."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        problem = ConfigProblem(
+            path, None, None, "", "no such cluster file", "create one with `tfctl init`, or pass -f FILE"
+        )
+    except IsADirectoryError:
+        problem = ConfigProblem(
+            path, None, None, "", "is a directory, not a cluster file", "pass the cluster file itself with -f FILE"
+        )
+    except UnicodeDecodeError as error:
+        problem = ConfigProblem(
+            path, None, None, "", f"is not UTF-8 text (bad byte at offset {error.start})", "save the file as UTF-8"
+        )
+    except OSError as error:
+        problem = ConfigProblem(
+            path, None, None, "", f"cannot be read: {error.strerror}", "make it readable (chmod u+r), or pass -f FILE"
+        )
+    else:
+        return parse_config(text, path)
+    raise ConfigError([problem])
+
+
+def parse_config(text: str, path: Path) -> ClusterConfig:
+    """Validate cluster-file `text`; `path` locates problems and anchors a relative `workdir`.
+
+    Raises ConfigError carrying every problem found, in file order.
+    """
+    doc = Doc(path)
+    root = _compose(doc, text)
+    config = None if root is INVALID else _build(doc, root)
+    if doc.problems or config is None:
+        doc.problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+        raise ConfigError(doc.problems)
+    return config
+
+
+def _compose(doc: Doc, text: str) -> Any:
+    """YAML text -> plain Python values (top-level mapping), recording each path's node."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        message = f"invalid YAML: {error.problem or error.context}"
+        if error.context and error.problem and error.context_mark is not None:
+            message += f" ({error.context} at line {error.context_mark.line + 1})"
+        return doc.problem("", message, _yaml_fix(error), at=error.problem_mark or error.context_mark)
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position)
+        column = error.position - (text.rfind("\n", 0, error.position) + 1)
+        mark = yaml.Mark("", error.position, line, column, None, 0)
+        return doc.problem(
+            "", f"invalid YAML: {error.reason} (character {error.character!r})", "delete the control character", at=mark
+        )
+    if root is None:
+        return doc.problem(
+            "",
+            "the file is empty",
+            "start from `tfctl init`, or write at least `name`, `command` and `jobs`",
+            at=yaml.Mark("", 0, 0, 0, None, 0),
+        )
+    value = _convert(doc, root, "", frozenset())
+    if value is not INVALID and not isinstance(value, dict):
+        return type_error(
+            doc,
+            "",
+            "a mapping of settings (`name: ...`, `jobs: ...`)",
+            value,
+            "write the file as `key: value` lines, starting with `name:`",
+        )
+    return value
+
+
+def _yaml_fix(error: yaml.MarkedYAMLError) -> str:
+    """The usual causes of a YAML syntax error, in the order people hit them."""
+    said = f"{error.context} {error.problem}"
+    if "'\\t'" in said:
+        return "indent with spaces; YAML does not allow tabs"
+    if "single document" in said:
+        return "keep one YAML document per cluster file: remove the extra `---`"
+    return (
+        "check the indentation, and quote values that contain `: ` or ` #`"
+        ' or start with `[`, `{`, `*`, `&` (e.g. `"[::1]:2222"`)'
+    )
+
+
+def _convert(doc: Doc, node: yaml.Node, path: str, active: frozenset[int]) -> Any:
+    """One node -> a Python value; `active` holds the collections being converted, to stop alias cycles."""
+    doc.nodes[path] = node
+    if isinstance(node, yaml.ScalarNode):
+        try:
+            return doc.scalars.construct_object(node)
+        except (yaml.constructor.ConstructorError, ValueError):
+            return doc.problem(
+                path, f"cannot read a value tagged `{node.tag}`", "remove the `!` tag; tfctl reads plain YAML values"
+            )
+    if id(node) in active:
+        return doc.problem(
+            path, "a YAML alias refers to the value containing it", "replace the `*alias` with the value written out"
+        )
+    if node.tag != _PLAIN_TAGS[type(node)]:
+        return doc.problem(
+            path, f"unsupported YAML tag `{node.tag}`", "remove the `!` tag; tfctl reads plain YAML values"
+        )
+    active = active | {id(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(doc, item, f"{path}[{index}]", active) for index, item in enumerate(node.value)]
+    result: dict[str, Any] = {}
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            doc.problem(
+                path, "YAML merge keys (`<<`) are not supported", "write the merged keys out in full", at=key_node
+            )
+            continue
+        if not isinstance(key_node, yaml.ScalarNode):
+            doc.problem(
+                path,
+                "a key must be a plain name, found a list or mapping",
+                "write the key as a plain name",
+                at=key_node,
+            )
+            continue
+        key = key_node.value  # as written: `yes:` or `1:` stay names, not True or 1
+        child = f"{path}.{key}" if path else key
+        if key in result:
+            first = doc.key_nodes[child].start_mark.line + 1
+            doc.problem(
+                child,
+                f"duplicate key `{key}` (first at line {first})",
+                "remove one of them; YAML would silently keep only the last",
+                at=key_node,
+            )
+            continue
+        doc.key_nodes[child] = key_node
+        result[key] = _convert(doc, value_node, child, active)
+    return result
+
+
+def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
+    """Validate every top-level key, then the checks that span keys."""
+    values: dict[str, Any] = {}
+    for key, value in root.items():
+        validator = TOP_KEYS.get(key)
+        if key in JOB_NAMES:
+            doc.problem(
+                key,
+                f"`{key}` is a job, not a top-level key",
+                f"move it under `jobs:`, e.g. `jobs: {{{key}: [localhost:{PORT}]}}`",
+                at=doc.key_nodes[key],
+            )
+        elif validator is None:
+            unknown_key(doc, key, key, "key", tuple(TOP_KEYS))
+        elif value is not INVALID:
+            values[key] = validator(doc, key, value)
+    for key, fix in REQUIRED.items():
+        if key not in root:
+            doc.problem(key, f"missing required key `{key}`", fix, at=doc.nodes[""])
+    _check_commands(doc, root)
+    check_backend(doc, root)
+    _check_logdir(doc, values)
+    _check_device_env(doc, values)
+    _check_host_names(doc, values)
+    if doc.problems:
+        return None
+    return ClusterConfig(path=doc.file, **values)
+
+
+def _check_commands(doc: Doc, root: dict[str, Any]) -> None:
+    """A task without a command cannot start: name the jobs that have none."""
+    jobs = root.get("jobs")
+    if "command" in root or not isinstance(jobs, dict):
+        return
+    lacking = [
+        name for name in JOB_NAMES if name in jobs and not (isinstance(jobs[name], dict) and "command" in jobs[name])
+    ]
+    if lacking:
+        doc.problem(
+            "command",
+            f"missing: no top-level `command`, and these jobs have none of their own: {', '.join(lacking)}",
+            f"add a top-level `{COMMAND_EXAMPLE}`, or a `command:` under each of those jobs",
+            at=doc.nodes[""],
+        )
+
+
+def _check_logdir(doc: Doc, values: dict[str, Any]) -> None:
+    """`{logdir}` in a command or an env value needs a `logdir` to fill it with."""
+    if "logdir" in values:
+        return
+    jobs = values.get("jobs")
+    commands = {"command": values.get("command")}
+    if isinstance(values.get("env"), Mapping):
+        commands.update({f"env.{name}": text for name, text in values["env"].items()})
+    if isinstance(jobs, Mapping):
+        commands.update({f"jobs.{name}.command": job.command for name, job in jobs.items()})
+        commands.update({f"jobs.{name}.env.{key}": text for name, job in jobs.items() for key, text in job.env.items()})
+    for path, command in commands.items():
+        if isinstance(command, str) and "logdir" in {f[1] for f in string.Formatter().parse(command)}:
+            doc.problem(
+                path,
+                "uses `{logdir}`, but the file has no `logdir`",
+                "add a top-level `logdir: logs/{run_id}` (relative paths start at each task's workdir)",
+            )
+
+
+def _check_device_env(doc: Doc, values: dict[str, Any]) -> None:
+    """A job placed on GPUs gets its CUDA_VISIBLE_DEVICES from tfctl; one in its env would undo that."""
+    jobs = values.get("jobs")
+    if not isinstance(jobs, Mapping):
+        return
+    placed = [name for name, job in jobs.items() if job.gpus is not None]
+    for name in placed:
+        if "CUDA_VISIBLE_DEVICES" in jobs[name].env:
+            path = f"jobs.{name}.env.CUDA_VISIBLE_DEVICES"
+            doc.problem(path, f"job `{name}` has `gpus`, so tfctl sets this", "remove it", at=doc.key_nodes[path])
+    if placed and isinstance(values.get("env"), Mapping) and "CUDA_VISIBLE_DEVICES" in values["env"]:
+        doc.problem(
+            "env.CUDA_VISIBLE_DEVICES",
+            f"tfctl sets it for the tasks of {', '.join(placed)}, which have `gpus`",
+            "remove it; to hide the GPUs from a job, give it `gpus: 0`",
+            at=doc.key_nodes["env.CUDA_VISIBLE_DEVICES"],
+        )
+
+
+def _check_host_names(doc: Doc, values: dict[str, Any]) -> None:
+    """A `hosts:` entry no job uses is almost always a typo of one that does."""
+    jobs, hosts = values.get("jobs"), values.get("hosts")
+    if not isinstance(jobs, Mapping) or not isinstance(hosts, Mapping):
+        return
+    used = tuple(sorted({a.host for job in jobs.values() for a in job.addresses}))
+    for name in hosts:
+        if name not in used:
+            unknown_key(doc, f"hosts.{name}", name, "host (one used in `jobs`)", used)

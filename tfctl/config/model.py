@@ -1,0 +1,223 @@
+"""The cluster model: the frozen dataclasses every part of tfctl reads, and the names they allow.
+
+`config.py` builds a `ClusterConfig` from a cluster file; nothing downstream re-reads YAML, so
+these classes are all a run needs to know about the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from tfctl.config.devices import DeviceAsk
+
+# Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
+JOB_NAMES = ("chief", "ps", "worker", "evaluator")
+# The `{placeholders}` a command may use; `tf/cluster.py` fills in every one.
+PLACEHOLDERS = (
+    "job_name",
+    "task_index",
+    "ps_hosts",
+    "worker_hosts",
+    "chief_hosts",
+    "evaluator_hosts",
+    "python",
+    "run_id",
+    "logdir",
+)
+# The placeholders an `env` value may use: a command's, and the task's GPU indices.
+ENV_PLACEHOLDERS = (*PLACEHOLDERS, "gpus")
+# The placeholders `logdir` itself may use.
+LOGDIR_PLACEHOLDERS = ("run_id",)
+SUCCESS_POLICIES = ("chief", "all_workers")
+START_ORDERS = ("together", "ordered")
+BACKENDS = ("ssh", "slurm")
+RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_BACKOFF = 10.0
+# Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.
+DEFAULT_EXCLUDE = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    "*.pyc",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ipynb_checkpoints",
+    ".DS_Store",
+)
+DEFAULT_GRACE_PERIOD = 10.0
+DEFAULT_STARTUP_TIMEOUT = 120.0
+DEFAULT_LEASE_TIMEOUT = 60.0
+DEFAULT_IDLE_PS_TIMEOUT = 120.0
+DEFAULT_HOST_TIMEOUT = 120.0
+DEFAULT_STALL_TIMEOUT = 120.0
+DEFAULT_PROGRESS_WINDOW = 60.0
+IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # as Kubernetes spells them
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 address in brackets: `[::1]:2222`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """A read-only copy, so a frozen dataclass's env cannot change under a running plan."""
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Address:
+    """A task's `host:port`, exactly as TF tasks use it to reach each other."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return host_port(self.host, self.port)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a task of a job that ended is started again on its host, with the same TF_CONFIG."""
+
+    policy: str  # RESTART_POLICIES
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    backoff: float = DEFAULT_BACKOFF
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How `status` reads training progress from task output (see `tf/progress.py`)."""
+
+    regex: str | None = None  # replaces the built-in shapes; has a (?P<step>...) or (?P<rate>...) group
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
+    window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """The pods of `tfctl export tfjob`; `up` ignores them, so `image` is only required there."""
+
+    image: str | None = None
+    namespace: str = "default"
+    image_pull_policy: str | None = None  # IMAGE_PULL_POLICIES
+    service_account: str | None = None
+    workdir: str | None = None  # the container's working directory
+
+
+@dataclass(frozen=True)
+class Job:
+    """One TF job; task index = position in `addresses`."""
+
+    name: str
+    addresses: tuple[Address, ...]
+    command: str | None = None
+    env: Mapping[str, str] = field(default_factory=frozen_env)
+    restart: RestartPolicy | None = None
+    gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
+    cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
+    count: int | None = None  # backend slurm: how many tasks; `addresses` come from the allocation
+    port: int | None = None  # backend slurm: the port its tasks listen on (another if a node has two)
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """How to reach a remote host; unset fields fall back to ~/.ssh/config, then ssh's defaults."""
+
+    destination: str | None = None  # SSH target when it differs from the cluster address
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    config: str | None = None  # ssh config file (default ~/.ssh/config)
+    connect_timeout: float | None = None
+    keepalive: float | None = None
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The `slurm:` section: what `up` asks Slurm for; unset fields are Slurm's defaults."""
+
+    partition: str | None = None
+    time: str | None = None  # Slurm's time format, e.g. "01:00:00"
+    account: str | None = None
+    qos: str | None = None
+    nodes: int | None = None  # None: one node per task
+    extra: tuple[str, ...] = ()  # more sbatch arguments, as written
+    job_id: str | None = None  # the allocation's id once granted (never from the file)
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Per-host overrides from the `hosts:` section, keyed by the host name the jobs use."""
+
+    name: str
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    python: str | None = None
+    local: bool | None = None  # None: local exactly when the name is localhost / 127.x / ::1
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A validated cluster file. `jobs` keeps JOB_NAMES order and holds only the jobs present."""
+
+    name: str
+    path: Path
+    jobs: Mapping[str, Job]
+    command: str | None = None
+    python: str | None = None
+    workdir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=frozen_env)
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    success_policy: str = "chief"
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    hosts: Mapping[str, HostConfig] = field(default_factory=lambda: MappingProxyType({}))
+    sync: bool = True
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    hang_timeout: float | None = None  # None: the startup timeout
+    fail_on_ps_exit: bool = True
+    # An attached run's tasks stop this long after their controller; 0: never.
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    # Tasks that never end by themselves (ps) stop this long after their job is over; 0: never.
+    idle_ps_timeout: float = DEFAULT_IDLE_PS_TIMEOUT
+    # A host that answers nothing for this long fails the run.
+    host_timeout: float = DEFAULT_HOST_TIMEOUT
+    progress: ProgressSettings = field(default_factory=ProgressSettings)
+    start_order: str = "together"  # START_ORDERS
+    # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
+    logdir: str | None = None
+    # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.
+    setup: tuple[str, ...] = ()
+    backend: str = "ssh"  # BACKENDS: hosts listed per job, or nodes from a Slurm allocation
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+
+    def command_for(self, job: str) -> str:
+        """The job's own command, else the cluster command (validation guarantees one exists)."""
+        own = self.jobs[job].command
+        return own if own is not None else self.command or ""
+
+    def env_for(self, job: str) -> dict[str, str]:
+        """Cluster env overlaid by the job's env."""
+        return {**self.env, **self.jobs[job].env}
+
+    def logdir_for(self, run_id: str) -> str | None:
+        """`logdir` with `{run_id}` filled in (validation allows no other placeholder)."""
+        return None if self.logdir is None else self.logdir.format(run_id=run_id)
+
+    def device_asks(self) -> list[DeviceAsk]:
+        """What every task asks its host for, in task order: the order devices are handed out."""
+        return [
+            DeviceAsk(f"{name}:{index}", address.host, self.jobs[name].gpus, self.jobs[name].cpus)
+            for name, index, address in self.tasks()
+        ]
+
+    def tasks(self) -> list[tuple[str, int, Address]]:
+        """Every task as (job, index, address), in JOB_NAMES order."""
+        return [(name, i, a) for name, job in self.jobs.items() for i, a in enumerate(job.addresses)]

@@ -1,0 +1,61 @@
+"""`tfctl check`: what `up` would find out before starting anything, without starting anything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
+from tfctl.config.devices import gpu_hosts, place
+from tfctl.controller.plan import Plan
+from tfctl.controller.up import version_warnings
+from tfctl.supervisor.protocol import PortInfo
+
+if TYPE_CHECKING:
+    pass
+
+LOG_DRAIN_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    hosts: list[HostInfo]
+    warnings: list[str]
+    busy: dict[str, PortInfo]
+    network: str | None  # the reachability summary, when checked
+
+
+def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: bool = False) -> CheckReport:
+    """What `up` would find out before starting anything, without starting anything.
+
+    With `network`, the ports of the tasks others must reach (the ps, or every worker for
+    all-reduce) are held open by throw-away listeners and probed from every other host.
+    """
+    with Cluster(plan.record, accept_new_host_keys=accept_new_host_keys) as cluster:
+        asks = plan.config.device_asks()
+        infos = cluster.preflight(progress, gpu_hosts(asks))
+        place(asks, {i.host: i.devices for i in infos})  # raises if tasks ask a host for more than it has
+        busy = cluster.busy_ports(list(plan.record.tasks))
+        summary = None
+        if network and not busy:
+            summary = _check_network(cluster, plan)
+        return CheckReport(infos, version_warnings(infos), busy, summary)
+
+
+def _check_network(cluster: Cluster, plan: Plan) -> str:
+    targets = [cluster.record.task(name) for phase in plan.phases if phase.probe for name in phase.wait_listening]
+    marker = cluster.record.run_id
+    by_host: dict[str, list[int]] = {}
+    for t in targets:
+        by_host.setdefault(t.host, []).append(t.port)
+    messages: list[str] = []
+    try:
+        cluster.hold_ports(by_host, marker, seconds=120)
+        cluster.check_reachable(
+            sorted({t.host for t in cluster.record.tasks}),
+            [t.address for t in targets],
+            lambda _who, msg: messages.append(msg),
+        )
+    finally:
+        cluster.release_ports(by_host, marker)
+    return messages[-1] if messages else "nothing to check"

@@ -1,0 +1,79 @@
+"""`tfctl down` and `down --all`: stop a run's tasks (through its live controller when there is
+one), release what the backend holds for it, and stop orphans that no live run owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.group import fan_out
+from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.controller.watcher import stop_watcher, wait_gone
+from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import RunState, SweepAnswer, SweepRequest
+from tfctl.transport import connect
+
+if TYPE_CHECKING:
+    from tfctl.backends.slurm.allocation import JobState
+
+LOG_DRAIN_SECONDS = 10.0
+
+
+def release(record: RunRecord) -> JobState | None:
+    """End the Slurm allocation the run asked for, if any; its state once Slurm says it ended."""
+    if record.allocation is None:
+        return None
+    from tfctl.backends.slurm.backend import release as release_allocation
+
+    return release_allocation(record.allocation)
+
+
+def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> tuple[StopReport, JobState | None]:
+    """Stop every task of the run, then end the Slurm allocation it asked for, if any. The record
+    keeps whether the stop proved nothing left, so the next `up` need not ask the hosts again."""
+    report = cluster.stop(grace)
+    store.update(cluster.record.run_id, left_nothing=report.clean)
+    return report, release(cluster.record)
+
+
+def _down_patience(record: RunRecord, grace: float | None) -> float:
+    """How long a live controller may take to stop the run: the grace period, and some."""
+    return (record.grace_period if grace is None else grace) + 60.0
+
+
+def _job_state(fields: dict[str, Any]) -> JobState:
+    from tfctl.backends.slurm.allocation import JobState
+
+    return JobState(fields["state"], fields["reason"], tuple(fields["nodes"]))
+
+
+def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, JobState | None]:
+    """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
+    state once ended (None: the run has none of its own). A live controller on this machine does
+    it with the connections it holds; else this process connects to every host."""
+    from tfctl.controller import rpc as live
+
+    answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
+    if answer is not None and answer["stop"] is not None:
+        wait_gone(record)  # a detached watcher ends once it has answered
+        job = answer["allocation"]
+        return StopReport(**answer["stop"]), None if job is None else _job_state(job)
+    stop_watcher(record)
+    with Cluster(record) as cluster:
+        report, allocation = stop_run(store, cluster, grace)
+    if record.active:
+        store.end(record.run_id, RunState.STOPPED, "tfctl down")
+    return report, allocation
+
+
+def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:
+    """Stop processes on these hosts that carry the marker of no live run (orphans)."""
+    live = [r.run_id for r in store.all() if r.active]
+    with contextlib.ExitStack() as stack:
+        agents = [stack.enter_context(HostAgent(connect(spec), spec.python, spec.root)) for spec in hosts]
+        result = fan_out(agents, lambda a: a.host, lambda a: a.call(SweepRequest(live, grace, store.store_id)))
+    result.raise_if_failed("stopping orphans")
+    return result.succeeded

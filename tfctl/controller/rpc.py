@@ -1,0 +1,267 @@
+"""The live controller's door: a Unix socket in the run's directory through which `status` and
+`down` in another terminal use the connections the run's controller (its detached watcher, or an
+attached `up`) already holds, instead of opening one SSH connection per host again.
+
+One request per connection: a JSON line `{"verb": ..., "args": {...}}`, answered by one JSON
+line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`; a streamed verb (`logs`) first says
+`{"streaming": true}` at once, then sends any number of `{"part": {...}}` lines. The socket is
+owner-only (mode 0600, and the peer's uid is checked), and it is only ever used on the machine
+whose controller made it: a run store on a shared home is read from other machines too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import struct
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator, Mapping
+
+from tfctl import trace
+from tfctl.controller.watcher import controller_lives
+from tfctl.errors import TfctlError
+from tfctl.runs.record import RunRecord
+
+SOCKET_NAME = "control.sock"
+MAX_REQUEST = 64 * 1024
+# The longest path bind() takes (sun_path is 108 bytes); longer ones are reached through the
+# directory's descriptor in /proc/self/fd.
+MAX_SOCKET_PATH = 100
+CONNECT_PATIENCE = 5.0  # seconds, for a streamed answer's first exchange
+
+Handler = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+# A streamed answer: its parts, given the request and whether the asker is still there.
+StreamHandler = Callable[[Mapping[str, Any], Callable[[], bool]], Iterator[Mapping[str, Any]]]
+
+
+def socket_path(run_dir: Path) -> Path:
+    return run_dir / SOCKET_NAME
+
+
+@contextlib.contextmanager
+def _short(path: Path) -> Iterator[str]:
+    """A name for `path` that fits in a socket address."""
+    if len(os.fsencode(str(path))) <= MAX_SOCKET_PATH:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+class ControllerDoor:
+    """Serves `handlers` (verb -> answer) on the run's socket while open. No I/O until `open`."""
+
+    def __init__(
+        self, path: Path, handlers: Mapping[str, Handler], streams: Mapping[str, StreamHandler] | None = None
+    ) -> None:
+        self.path = path
+        self._handlers = dict(handlers)
+        self._streams = dict(streams or {})
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+        self._busy: list[threading.Thread] = []
+
+    def __enter__(self) -> ControllerDoor:
+        self.open()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Listen; a door that cannot open (a read-only run store) leaves others to reach the
+        hosts themselves, as without a live controller."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()  # left by a controller that was killed
+            with _short(self.path) as name:
+                listener.bind(name)
+            os.chmod(self.path, 0o600)
+            self._inode = self.path.stat().st_ino
+            listener.listen(16)
+        except OSError:
+            listener.close()
+            return
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed
+                return
+            worker = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._busy = [t for t in self._busy if t.is_alive()] + [worker]
+            worker.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                if not _same_user(conn):
+                    return
+                conn.settimeout(5)
+                request = json.loads(_read_line(conn))
+                verb, args = request["verb"], request.get("args") or {}
+                conn.settimeout(None)
+                if verb in self._streams:
+                    answer = self._stream(conn, verb, args)
+                else:
+                    answer = self._answer(verb, args)
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # the asker went away or sent nonsense: it falls back to the hosts
+
+    def _answer(self, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        handler = self._handlers.get(verb)
+        if handler is None:
+            return {"error": f"the run's controller does not serve `{verb}`"}
+        try:
+            return {"ok": dict(handler(args))}
+        except TfctlError as e:
+            return {"error": e.message, "hint": e.hint}
+        except Exception as e:  # noqa: BLE001 - the asker reports it; the controller keeps the run
+            return {"error": f"the run's controller failed to answer `{verb}`: {e!r}"}
+
+    def _stream(self, conn: socket.socket, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Send the parts as they come; the final answer, once they end (or the asker left)."""
+        parts = self._streams[verb](args, lambda: _still_there(conn))
+        conn.sendall(b'{"streaming": true}\n')
+        try:
+            for part in parts:
+                conn.sendall(json.dumps({"part": dict(part)}).encode() + b"\n")
+        except TfctlError as e:
+            return {"error": e.message, "hint": e.hint}
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as for a single answer
+            return {"error": f"the run's controller failed to answer `{verb}`: {e!r}"}
+        finally:
+            getattr(parts, "close", lambda: None)()  # a generator's `finally` runs now, not at GC
+        return {"ok": {}}
+
+    def close(self, wait: float = 30.0) -> None:
+        """Stop listening; let answers being written finish (a `down` answer above all)."""
+        if self._listener is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_ino == self._inode:
+                self.path.unlink()
+        self._listener.close()
+        self._listener = None
+        for worker in self._busy:
+            if worker is not threading.current_thread():
+                worker.join(wait)
+
+
+def _still_there(conn: socket.socket) -> bool:
+    """The asker has not closed its end (it sends nothing after its request)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _same_user(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid in (os.getuid(), 0)
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            raise ValueError("request too long")
+    return data
+
+
+def ask(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any], timeout: float) -> dict[str, Any] | None:
+    """The live controller's answer to `verb`; None when the run has no live controller here that
+    answers (none, gone, one too old to have a door, or silent for `timeout` seconds): the caller
+    then connects to the hosts itself. An error the controller reports is raised."""
+    path = socket_path(run_dir)
+    if not controller_lives(record) or not path.exists():
+        return None
+    with trace.span("live.ask", verb=verb):
+        line = _exchange(path, verb, args, timeout)
+    if line is None:
+        return None
+    try:
+        answer = json.loads(line)
+    except ValueError:  # it closed without answering
+        return None
+    if "error" in answer:
+        raise TfctlError(answer["error"], hint=answer.get("hint"))
+    return dict(answer["ok"])
+
+
+def _exchange(path: Path, verb: str, args: Mapping[str, Any], timeout: float) -> bytes | None:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            with _short(path) as name:
+                conn.connect(name)
+            conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+            return _read_line(conn)
+    except OSError:
+        return None
+
+
+def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any]) -> Iterator[dict[str, Any]] | None:
+    """The live controller's streamed answer to `verb`, part by part; None as for `ask` (a
+    controller that does not start streaming within CONNECT_PATIENCE seconds counts as none).
+    An error the controller reports (before or between parts) is raised."""
+    path = socket_path(run_dir)
+    if not controller_lives(record) or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with trace.span("live.stream", verb=verb):  # until the request is sent
+            conn.settimeout(CONNECT_PATIENCE)
+            with _short(path) as name:
+                conn.connect(name)
+            conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+            answers = conn.makefile("rb")
+            first = answers.readline()
+        conn.settimeout(None)
+    except OSError:  # a timeout included: a stopped or hung controller
+        conn.close()
+        return None
+    try:
+        started = json.loads(first)
+    except ValueError:
+        started = {}
+    if "error" in started:
+        conn.close()
+        raise TfctlError(started["error"], hint=started.get("hint"))
+    if not started.get("streaming"):
+        conn.close()
+        return None
+    return _parts(conn, answers)
+
+
+def _parts(conn: socket.socket, answers: BinaryIO) -> Iterator[dict[str, Any]]:
+    with conn, answers:
+        for line in answers:
+            answer = json.loads(line)
+            if "part" in answer:
+                yield answer["part"]
+                continue
+            if "error" in answer:
+                raise TfctlError(answer["error"], hint=answer.get("hint"))
+            return
+    raise TfctlError("the run's controller ended before it finished answering", hint="run the command again")

@@ -1,0 +1,237 @@
+"""A started run until it is decided: attached (`up` streaming the logs) or detached (the
+watcher), each with its door for `status`/`down` from other terminals, then the run's end.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from tfctl.cluster import control
+from tfctl.cluster.control import Judge, Outcome
+from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.controller.down import stop_run
+from tfctl.controller.plan import Plan
+from tfctl.controller.up import launch
+from tfctl.controller.watcher import Report, controller_of_this_process
+from tfctl.errors import TfctlError
+from tfctl.runs.record import RunRecord
+from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import RunState
+
+if TYPE_CHECKING:
+    from tfctl.backends.slurm.allocation import JobState
+
+LOG_DRAIN_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attached or watched run ended."""
+
+    outcome: Outcome
+    stop: StopReport
+    record: RunRecord
+
+
+def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
+    """Stop whatever still runs (the ps above all) and record how the run ended."""
+    report, _ = stop_run(store, cluster)
+    record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
+    return Ending(outcome, report, record)
+
+
+def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str, str]]], None]) -> Ending:
+    """Stream every task's output until the job is decided, then stop the rest of the cluster.
+
+    KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
+    """
+    from tfctl.cluster.output import LogFollower
+    from tfctl.controller.rpc_handlers import controller_door
+
+    follower = LogFollower(cluster, cluster.record.tasks, follow=True)
+    decided: list[Outcome] = []
+    quit_watching = threading.Event()
+
+    def watch() -> None:
+        try:
+            decided.append(
+                control.supervise(
+                    cluster,
+                    host_patience=cluster.record.host_timeout,
+                    cancelled=quit_watching.is_set,
+                    judge=run_judge(cluster),
+                    on_unreachable=note_unreachable(store, cluster.record.run_id),
+                )
+            )
+        except TfctlError as e:
+            decided.append(Outcome(RunState.FAILED, e.message))
+
+    def on_down(grace: float | None) -> tuple[StopReport, JobState | None]:
+        stopped = stop_run(store, cluster, grace)
+        if store.load(cluster.record.run_id).active:
+            store.end(cluster.record.run_id, RunState.STOPPED, "tfctl down")
+        return stopped  # the supervision thread sees the tasks stopped and ends the run as it would
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    door = controller_door(store, cluster, on_down)
+    door.open()
+    try:
+        for batch in follower.batches():
+            on_lines(batch)
+            if decided:
+                break
+        if not decided:  # every stream ended: all tasks are over; let the watcher see it
+            watcher.join()
+        ending = finish(store, cluster, decided[0] if decided else Outcome(RunState.FAILED, "supervision ended"))
+        drain_until = time.monotonic() + LOG_DRAIN_SECONDS
+        finishing = True
+        for batch in follower.batches():
+            on_lines(batch)
+            if finishing and time.monotonic() > drain_until:
+                follower.finish()  # tasks that never started send no end: read what is left, once
+                finishing = False
+        return ending
+    finally:
+        door.close()
+        quit_watching.set()
+        follower.close()
+
+
+def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]], None]:
+    """Record the hosts the controller cannot reach, and since when, for `status` to show."""
+
+    def note(since: dict[str, float]) -> None:
+        store.update(run_id, unreachable=since)
+
+    return note
+
+
+def run_judge(cluster: Cluster) -> Judge | None:
+    """What ends a run beyond its tasks' states: a task hung for good, Slurm ending the allocation."""
+    from tfctl.tf.doctor import HangJudge
+
+    limit = cluster.record.hang_timeout
+    judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
+    if cluster.record.allocation is not None:
+        from tfctl.backends.slurm.backend import allocation_judge
+
+        judges.insert(0, allocation_judge(cluster.record.allocation))
+    if not judges:
+        return None
+    return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
+
+
+def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
+    """First Ctrl-C of an attached run: stop the whole cluster."""
+    report, _ = stop_run(store, cluster)
+    store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
+    return report
+
+
+def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, report: Report) -> Ending | None:
+    """Body of the watcher that `up -d` forks first: start the run (its progress, then
+    `running`, or the error, go to `report`, which `up -d` prints), then watch it with the same
+    connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
+    everything started is stopped."""
+
+    started, stopping = threading.Event(), threading.Event()
+
+    def on_sigterm(*_: object) -> None:  # one handler, so no SIGTERM falls between two
+        if not started.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        cluster = launch(
+            store,
+            plan,
+            lambda who, message: report({"progress": [who, message]}),
+            accept_new_host_keys,
+            detach=True,
+            watcher=controller_of_this_process(attached=False),
+        )
+    except KeyboardInterrupt:
+        report({"interrupted": True})
+        return None
+    except TfctlError as e:
+        report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code})
+        return None
+    started.set()
+    report({"running": True})
+    with cluster:
+        return _watch(store, cluster, stopping)
+
+
+def watch(store: RunStore, run_id: str) -> Ending | None:
+    """Body of a watcher started for a running run (`up -d` on Slurm, or a controller that
+    died): supervise until decided, then stop the run."""
+    record = store.load(run_id)
+    if not record.active:
+        return None
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with Cluster(record) as cluster:
+        return _watch(store, cluster, stopping)
+
+
+def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Ending | None:
+    """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
+    stopping anything; a `down` through its door stops the run with its connections."""
+    from tfctl.controller.rpc_handlers import controller_door
+
+    record, run_id = cluster.record, cluster.record.run_id
+    handover = DownHandover(stopping)
+    with controller_door(store, cluster, handover.ask):
+        outcome = control.supervise(
+            cluster,
+            host_patience=record.host_timeout,
+            cancelled=stopping.is_set,
+            judge=run_judge(cluster),
+            on_unreachable=note_unreachable(store, run_id),
+        )
+        if not stopping.is_set():
+            ending = finish(store, cluster, outcome)
+            handover.answer(ending.stop, None)  # a `down` arriving meanwhile hears what was stopped
+            return ending
+        if handover.grace is None:
+            handover.answer(None, None)
+            return None
+        report, job = stop_run(store, cluster, handover.grace.value)
+        if store.load(run_id).active:
+            store.end(run_id, RunState.STOPPED, "tfctl down")
+        handover.answer(report, job)
+        return None
+
+
+@dataclass(frozen=True)
+class _Grace:
+    value: float | None
+
+
+class DownHandover:
+    """A `down` that reached the detached watcher through its door. The door's thread waits while
+    the watcher's own thread ends supervision and then stops the run, so the two never race."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+        self.grace: _Grace | None = None
+        self._done = threading.Event()
+        self._result: tuple[StopReport | None, JobState | None] = (None, None)
+
+    def ask(self, grace: float | None) -> tuple[StopReport | None, JobState | None]:
+        if not self._done.is_set():
+            self.grace = _Grace(grace)
+            self._stopping.set()
+            self._done.wait()
+        return self._result
+
+    def answer(self, report: StopReport | None, job: JobState | None) -> None:
+        """What was stopped (None: the watcher ends without stopping anything)."""
+        self._result = (report, job)
+        self._done.set()

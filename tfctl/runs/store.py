@@ -1,0 +1,141 @@
+"""The run store: what each `up` started, where, and how it ended.
+
+Layout: $TFCTL_HOME (default ~/.tfctl, mode 0700)/runs/<run_id>/run.json. Writes are atomic
+(temp file + rename) and every read-modify-write holds one store-wide lock, so two tfctl calls
+never corrupt a record. Hosts keep task logs and exit codes themselves; this is the index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import socket
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from tfctl.config.home import tfctl_home
+from tfctl.errors import TfctlError, UsageError
+from tfctl.runs.record import RunRecord
+from tfctl.supervisor.protocol import RunState
+
+
+def new_run_id(cluster_name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{cluster_name}-{stamp}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """Run records under one home directory. Constructing it touches nothing on disk."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or tfctl_home()
+        self.runs_dir = self.home / "runs"
+
+    @property
+    def store_id(self) -> str:
+        """Names this store on every host (TFCTL_STORE), so `down --all` sweeps only its own."""
+        key = f"{socket.gethostname()}:{self.home.resolve()}"
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+    def _ensure(self) -> None:
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o700)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive store-wide lock for read-modify-write sequences."""
+        self._ensure()
+        with open(self.home / "lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def create(self, record: RunRecord) -> None:
+        """Store a new run; two runs can never share an id (and so a record)."""
+        self._ensure()
+        try:
+            (self.runs_dir / record.run_id).mkdir(mode=0o700)
+        except FileExistsError:
+            raise UsageError(f"run id {record.run_id} is already taken", hint="run the command again") from None
+        self.save(record)
+
+    def save(self, record: RunRecord) -> None:
+        self._ensure()
+        run_dir = self.runs_dir / record.run_id
+        run_dir.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record.to_json(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, run_dir / "run.json")
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def update(self, run_id: str, **changes: Any) -> RunRecord:
+        """Change fields of a stored record under the lock; returns the new record."""
+        with self.lock():
+            record = replace(self.load(run_id), **changes)
+            self.save(record)
+            return record
+
+    def end(self, run_id: str, state: RunState, reason: str) -> RunRecord:
+        """Record how a run ended, and when."""
+        return self.update(run_id, state=state, reason=reason, ended_at=time.time())
+
+    def load(self, run_id: str) -> RunRecord:
+        path = self.runs_dir / run_id / "run.json"
+        try:
+            return RunRecord.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise UsageError(
+                f"no run {run_id!r} in {self.runs_dir}", hint="`tfctl runs` lists the runs tfctl knows"
+            ) from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise TfctlError(
+                f"the record of run {run_id} is damaged ({path}: {e})",
+                hint="its task logs are still on the hosts; remove the run directory to forget it",
+            ) from None
+
+    def all(self) -> list[RunRecord]:
+        """Every run, oldest first."""
+        if not self.runs_dir.is_dir():
+            return []
+        records = []
+        for path in self.runs_dir.glob("*/run.json"):
+            try:
+                records.append(RunRecord.from_json(json.loads(path.read_text())))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return sorted(records, key=lambda r: r.created_at)
+
+    def latest(self, cluster_file: Path) -> RunRecord | None:
+        """The newest run started from this cluster file."""
+        wanted = str(cluster_file.resolve())
+        matches = [r for r in self.all() if r.cluster_file == wanted]
+        return matches[-1] if matches else None
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+
+def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
+    """The run named by --run, else the newest run of the cluster file."""
+    if run_id:
+        return store.load(run_id)
+    record = store.latest(cluster_file)
+    if record is None:
+        raise UsageError(f"no run of {cluster_file} yet", hint=f"start one with `tfctl -f {cluster_file} up`")
+    return record

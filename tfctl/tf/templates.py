@@ -1,0 +1,56 @@
+"""`tfctl init`: copy a ready-to-run cluster file and training script into a project.
+
+Templates live in the repository's top-level `templates/` (a source checkout or an editable
+install) or, for a wheel, under `<prefix>/share/tfctl/templates`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from tfctl.errors import UsageError
+
+DEFAULT_TEMPLATE = "between-graph-async"
+
+
+def templates_dir() -> Path:
+    for candidate in (
+        Path(__file__).resolve().parents[2] / "templates",
+        Path(sys.prefix) / "share" / "tfctl" / "templates",
+    ):
+        if candidate.is_dir():
+            return candidate
+    raise UsageError("tfctl's templates are not installed", hint="reinstall tfctl (pip install tfctl)")
+
+
+def available() -> dict[str, str]:
+    """Template name -> its one-line description (the title of its README)."""
+    found = {}
+    for path in sorted(templates_dir().iterdir()):
+        readme = path / "README.md"
+        if (path / "cluster.yaml").is_file():
+            title = readme.read_text().splitlines()[0].lstrip("# ") if readme.is_file() else path.name
+            found[path.name] = title.split(": ", 1)[-1]
+    return found
+
+
+def install(name: str, dest: Path, force: bool = False) -> list[Path]:
+    """Copy template `name` into `dest`; refuses to overwrite anything unless `force`."""
+    names = available()
+    if name not in names:
+        raise UsageError(f"no template {name!r}", hint=f"choose one of: {', '.join(names)}")
+    source = templates_dir() / name
+    files = [p for p in sorted(source.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    targets = [dest / p.relative_to(source) for p in files]
+    clashes = [t for t in targets if t.exists()]
+    if clashes and not force:
+        raise UsageError(
+            f"{dest} already has {', '.join(str(c.relative_to(dest)) for c in clashes)}",
+            hint="choose an empty directory, or pass --force to overwrite",
+        )
+    for src, target in zip(files, targets):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    return targets
