@@ -22,6 +22,7 @@ from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
 from tfctl.supervisor.protocol import RunState
+from tfctl.transport.specs import LocalSpec
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
@@ -163,7 +164,7 @@ def add_run(home: Path, run_id: str, cluster_file: Path, created_at: float, jobs
         cluster_file=str(cluster_file.resolve()),
         created_at=created_at,
         tasks=tasks,
-        hosts=(HostSpec("localhost", None, str(home), {"kind": "local"}),),
+        hosts=(HostSpec("localhost", None, str(home), LocalSpec()),),
         grace_period=1.0,
         state=RunState.SUCCEEDED,
     )
@@ -177,3 +178,18 @@ def no_warnings(stderr: str) -> None:
         line for line in stderr.splitlines() if "fix:" in line or "warning" in line.lower() or "never logged" in line
     ]
     assert not noise, "\n".join(noise)
+
+
+@pytest.fixture
+def fake_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The tests' backend (`tests/fake_backend`), registered as any backend is, with a fresh lab
+    of in-process hosts and a private TFCTL_HOME; yields the lab."""
+    from fake_backend import backend as fake
+
+    from tfctl import backends
+    from tfctl.cluster import control
+
+    monkeypatch.setitem(backends.PACKAGES, "fake", "fake_backend")
+    monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)  # fake hosts answer at once: look often
+    monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
+    return fake.reset()

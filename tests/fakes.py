@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import protocol as p
+from tfctl.transport.specs import SSHSpec
 
 
 @dataclass
@@ -86,6 +87,12 @@ class FakeHost:
 
     def close(self) -> None:
         self.closed += 1
+
+    def __enter__(self) -> FakeHost:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     # verbs
 
@@ -170,6 +177,10 @@ class FakeHost:
     def _sweep(self, request: p.SweepRequest) -> p.SweepAnswer:
         return p.SweepAnswer(0, 0, [], [])
 
+    def _prune(self, request: p.PruneRequest) -> p.PruneAnswer:
+        """Every run's files are gone (there are none): nothing kept, nothing to count."""
+        return p.PruneAnswer({run: [] for run in request.runs}, {run: 0 for run in request.runs}, {})
+
 
 def record_of(
     tasks: dict[str, str],
@@ -183,7 +194,7 @@ def record_of(
     for i, (name, host) in enumerate(tasks.items()):
         job, index = name.split(":")
         specs.append(TaskSpec(job, int(index), host, port + i, f"train --job_name={job}", {}, None))
-    hosts = tuple(HostSpec(h, None, "~/.tfctl", {"kind": "ssh"}) for h in sorted(set(tasks.values())))
+    hosts = tuple(HostSpec(h, None, "~/.tfctl", SSHSpec()) for h in sorted(set(tasks.values())))
     return RunRecord(
         run_id, "fake", "/nowhere/cluster.yaml", time.time(), tuple(specs), hosts, 1.0, decisive, essential
     )

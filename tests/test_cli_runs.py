@@ -16,6 +16,7 @@ from tfctl.controller.forget import candidates
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
+from tfctl.transport.specs import LocalSpec, SSHSpec
 
 
 @pytest.fixture
@@ -185,8 +186,8 @@ def test_files_of_a_process_that_still_runs_are_kept(tmp_path: Path, home: Path)
 
 
 def test_an_unreachable_host_is_named_and_its_runs_stay_recorded(tmp_path: Path, home: Path) -> None:
-    ghost = HostSpec("ghost", None, "~/.tfctl", {"kind": "ssh", "destination": "127.0.0.1", "port": 1})
-    here = HostSpec("localhost", None, str(home), {"kind": "local"})
+    ghost = HostSpec("ghost", None, "~/.tfctl", SSHSpec(destination="127.0.0.1", port=1))
+    here = HostSpec("localhost", None, str(home), LocalSpec())
     file = str(tmp_path / "g.yaml")
     RunStore(home).create(stored("g-20260101-100000-0001", file, 1_700_000_000, hosts=(ghost, here)))
     RunStore(home).create(stored("g-20260102-100000-0002", file, 1_700_100_000, hosts=(here,)))

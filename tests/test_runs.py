@@ -22,6 +22,7 @@ from tfctl.errors import EXIT_USAGE, UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
+from tfctl.transport.specs import LocalSpec, SSHSpec
 
 # Not fork: this pytest process may hold TensorFlow's threads (test_tf_cluster), and forking a
 # threaded process can deadlock the child. The forkserver is a fresh process that forks cheaply.
@@ -48,8 +49,8 @@ def record(
         TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x"),
     )
     hosts = (
-        HostSpec("::1", None, "/home/me/.tfctl", {"kind": "local"}),
-        HostSpec("gpu1", "python3", "~/.tfctl", {"kind": "ssh", "user": "me", "port": 2200}),
+        HostSpec("::1", None, "/home/me/.tfctl", LocalSpec()),
+        HostSpec("gpu1", "python3", "~/.tfctl", SSHSpec(user="me", port=2200)),
         HostSpec("localhost", "/venv/bin/python", "/home/me/.tfctl"),
     )
     base = RunRecord(
@@ -91,8 +92,8 @@ def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> No
     assert loaded.task("worker:0").cwd is None
     assert loaded.task("worker:0").address == "[::1]:2223"
     hosts = {h.name: h for h in loaded.hosts}
-    assert hosts["gpu1"].transport == {"kind": "ssh", "user": "me", "port": 2200}
-    assert hosts["localhost"].transport == {}
+    assert hosts["gpu1"].transport == SSHSpec(user="me", port=2200)
+    assert hosts["localhost"].transport == LocalSpec()
     assert loaded.active
 
 

@@ -14,10 +14,9 @@ from conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
 from netns_hosts import require_netns
 from slurm_lab import SlurmLab, missing_binaries
 
-from tfctl.backends.slurm.allocation import sbatch_argv, submit, wait_running
+from tfctl.backends.slurm.allocation import SlurmError, sbatch_argv, submit, wait_running
 from tfctl.backends.slurm.placement import place, step_options
 from tfctl.config.loader import parse_config
-from tfctl.errors import SlurmError
 
 SLURM_FILE = """\
 name: fake
@@ -62,10 +61,9 @@ def test_each_task_step_asks_slurm_for_its_own_gpus_and_cores():
 
 def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports():
     text = fake_file().replace("ps: {count: 1,", "ps: {count: 2,").replace("worker: {count: 2,", "worker: {count: 3,")
-    placed = place(parse_config(text, Path("c.yaml")), ("n1", "n2"), "42")
+    placed = place(parse_config(text, Path("c.yaml")), ("n1", "n2"))
     assert [str(a) for a in placed.jobs["ps"].addresses] == ["n1:2222", "n2:2222"]
     assert [str(a) for a in placed.jobs["worker"].addresses] == ["n1:2223", "n2:2223", "n1:2224"]
-    assert placed.slurm.job_id == "42"
 
 
 def fake_slurm(answers: dict[str, list[str]]):

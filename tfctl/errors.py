@@ -80,5 +80,5 @@ class StartupError(TfctlError):
     """The cluster could not be brought up; whatever had started has already been stopped."""
 
 
-class SlurmError(TfctlError):
-    """Slurm refused, lost or ended the run's allocation."""
+class BackendError(TfctlError):
+    """The backend refused, lost or ended what it held for the run (a scheduler's allocation)."""

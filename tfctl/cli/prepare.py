@@ -37,17 +37,14 @@ def check(
     """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
     from rich.table import Table
 
-    from tfctl import console
+    from tfctl import backends, console
     from tfctl.config.loader import load_config
     from tfctl.controller import check, up
-    from tfctl.errors import UsageError
 
     config = load_config(cluster_file_path(ctx, cluster_file))
-    if config.backend == "slurm":
-        raise UsageError(
-            "`check` needs the hosts, and on Slurm they are known only once the allocation is granted",
-            hint="`tfctl up --dry-run` shows how tasks are placed; `tfctl up` checks the nodes before starting any",
-        )
+    refusal = backends.get(config.backend).check_refusal(config)
+    if refusal is not None:
+        raise refusal
     plan = up.plan_run(config, run_store())
     start = time.monotonic()
     report = check.check(

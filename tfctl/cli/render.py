@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 from rich.console import Group
 from rich.text import Text
 
-from tfctl import console
-from tfctl.backends.slurm.allocation import JobState, describe, job_state
+from tfctl import backends, console
+from tfctl.backends.base import BackendReport
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import Cluster, StopReport, TaskStatus
 from tfctl.config.model import host_port
@@ -87,7 +87,7 @@ class Snapshot:
     unreachable: dict[str, Exception]
     diagnosis: RunDiagnosis
     progress: dict[str, TaskProgress]
-    allocation: JobState | None = None  # backend slurm: what Slurm says of the run's job
+    backend: BackendReport | None = None  # what the run's backend says of its own state
 
     def to_json(self, record: RunRecord) -> dict[str, Any]:
         run = {
@@ -100,8 +100,8 @@ class Snapshot:
             "ended_at": record.ended_at,
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
         }
-        if record.allocation is not None and self.allocation is not None:
-            run["slurm"] = {**record.allocation, "state": self.allocation.state, "reason": self.allocation.reason}
+        if self.backend is not None:
+            run[record.backend] = dict(self.backend.fields)
         tasks = []
         for s in self.statuses:
             p = self.progress[s.task]
@@ -122,10 +122,8 @@ def snapshot(cluster: Cluster) -> Snapshot:
     statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
-    allocation = None
-    if cluster.record.allocation is not None:
-        allocation = job_state(cluster.record.allocation["job_id"])
-    return Snapshot(statuses, unreachable, found, progress.assess(statuses), allocation)
+    held = backends.get(cluster.record.backend).report(cluster.record)
+    return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
 
 
 def gpus_text(status: TaskStatus) -> str:
@@ -156,8 +154,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
 
     statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
-    if record.allocation is not None and shot.allocation is not None:
-        title += f"  slurm job {record.allocation['job_id']}: {describe(shot.allocation)}"
+    if shot.backend is not None:
+        title += f"  {shot.backend.line()}"
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     # Device columns only for runs that place devices: (heading, a task's cell).

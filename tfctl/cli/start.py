@@ -44,40 +44,38 @@ Examples:
 @click.pass_context
 def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
-    from tfctl import console
+    from tfctl import backends, console
     from tfctl.config.loader import load_config
     from tfctl.controller import up, watcher
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
+    backend = backends.get(config.backend)
     store = run_store()
-    on_slurm = config.backend == "slurm"
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
-    if detach and not dry_run and not on_slurm:  # (on Slurm, this process asks for the allocation)
+    if detach and not dry_run and backend.waiting_for is None:  # (else this process waits to acquire)
         up.ensure_no_live_run(store, config)
         return _up_detached(store, config, accept_new_host_keys, hint_file)
     err = console.err()
     _print_warnings(config)
     if dry_run:
-        if on_slurm:
-            from tfctl.backends.slurm.placement import node_count, place
-
-            stand_ins = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
-            err.print(f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(stand_ins)}")
-            config = place(config, stand_ins, "(job)")
+        config, note = backend.stand_in(config)
+        if note:
+            err.print(note, markup=False)
         _print_plan(up.plan_run(config, store))
         return 0
     up.ensure_no_live_run(store, config)
     start = time.monotonic()
     progress = _progress_printer(start)
+    waiting = err.is_terminal and backend.waiting_for is not None
     try:
-        with err.status("waiting for Slurm…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            plan = up.allocate(store, config, progress) if on_slurm else up.plan_run(config, store)
+        with err.status(f"waiting for {backend.waiting_for}…", spinner="dots") if waiting else contextlib.nullcontext():
+            plan = up.acquire(store, config, progress)
     except KeyboardInterrupt:
-        err.print("interrupted: no allocation is left behind")
+        err.print("interrupted: nothing acquired is left behind")
         return EXIT_INTERRUPTED
     record = plan.record
-    _print_run(record, "node" if on_slurm else "host")
+    _print_run(record, backend.host_word)
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
             cluster = up.launch(store, plan, progress, accept_new_host_keys, detach)
@@ -125,8 +123,9 @@ def _print_run(record: RunRecord, place: str) -> None:
 
 
 def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: bool, hint_file: str) -> int:
-    """`up -d` (not on Slurm): a fork of this process, the run's watcher-to-be, starts the run
-    (and then holds those connections for the run's life); this process prints its progress.
+    """`up -d` of a backend that never waits to acquire hosts: a fork of this process, the run's
+    watcher-to-be, starts the run (and then holds those connections for the run's life); this
+    process prints its progress.
     Forked as soon as the run is planned, so what printing needs loads while the tasks start.
     Ctrl-C here stops the start, as attached."""
     import os
@@ -135,7 +134,7 @@ def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: b
     from tfctl import console
     from tfctl.controller import supervise, up, watcher
 
-    plan = up.plan_run(config, store)
+    plan = up.acquire(store, config, lambda _who, _message: None)  # nothing to wait for: it says nothing
     start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
@@ -277,7 +276,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 @cli.command(name="_watch", hidden=True)
 @click.option("--run", "run_id", required=True)
 def watch_command(run_id: str) -> int:
-    """Detached watcher of a running run whose controller died (or, on Slurm, that `up -d` left):
+    """Detached watcher of a running run whose controller died (or one `up -d` left after waiting to acquire its hosts):
     ends the run when the job is done."""
     import os
 

@@ -50,15 +50,13 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         record = None
     clean = True
     if record is not None:
-        report, allocation = down.down(store, record, grace)
+        report, released = down.down(store, record, grace)
         console.err().print(f"run {record.run_id}:", markup=False)
         render.render_stop(report)
         clean = report.clean
-        if allocation is not None and record.allocation is not None:
-            from tfctl.backends.slurm.allocation import describe
-
-            console.err().print(f"slurm job {record.allocation['job_id']}: {describe(allocation)}", markup=False)
-            clean = clean and allocation.ended
+        if released is not None:
+            console.err().print(released.line(), markup=False)
+            clean = clean and released.ended
     if sweep:
         from tfctl.config.loader import load_config
         from tfctl.controller.plan import host_specs

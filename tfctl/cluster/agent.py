@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, TypeVar, cast
 
 from tfctl import trace
 from tfctl.errors import HostError
+from tfctl.runs.record import HostSpec
 from tfctl.supervisor import bundle
 from tfctl.supervisor.protocol import Envelope, FollowEvent, FollowRequest, Request, envelope, follow_event_from_wire
 from tfctl.supervisor.records import Wire
@@ -116,6 +117,13 @@ class _FollowStream(Stream):
         with self._lock:
             self._closed = True
             self._current.close()
+
+
+def open_agent(spec: HostSpec, accept_new_host_keys: bool = False) -> HostAgent:
+    """The agent for a run's host: the supervisor reached through the host's transport (or the
+    agent its kind of host brings itself). No I/O until first call."""
+    own: HostAgent | None = spec.transport.own_agent(spec.name)
+    return own if own is not None else HostAgent(spec.connect(accept_new_host_keys), spec.python, spec.root)
 
 
 class HostAgent:

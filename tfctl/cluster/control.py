@@ -149,7 +149,7 @@ def wait_listening(
 
 def supervise(
     cluster: Cluster,
-    poll: float = SUPERVISE_POLL,
+    poll: float | None = None,
     host_patience: float = DEFAULT_HOST_TIMEOUT,
     on_status: Callable[[list[TaskStatus]], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
@@ -158,7 +158,9 @@ def supervise(
 ) -> Outcome:
     """Watch the run until it is decided by its tasks' states (`decide`), by `judge` (which sees
     what states cannot: a task hung for good), or by a host silent for longer than `host_patience`.
-    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds)."""
+    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds).
+    `poll`: seconds between two looks (SUPERVISE_POLL, as read at the call)."""
+    poll = SUPERVISE_POLL if poll is None else poll
     record = cluster.record
     unreachable_since: dict[str, float] = {}
     while not cancelled():

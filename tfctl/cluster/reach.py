@@ -16,7 +16,6 @@ from typing import Mapping, Sequence
 
 from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord, TaskSpec
-from tfctl.transport import connect
 from tfctl.transport.base import shell_path
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -50,7 +49,7 @@ def attach(record: RunRecord, task: TaskSpec, argv: Sequence[str] | None) -> int
     """Run `argv` where `task` runs, and return its exit code. None: the user's shell, on a
     terminal of its own when ours is one (else it reads commands from our stdin, as `ssh` does)."""
     spec = next(h for h in record.hosts if h.name == task.host)
-    transport = connect(spec)
+    transport = spec.connect()
     try:
         return transport.attach(task_command(task, argv), tty=argv is None and os.isatty(0))
     finally:

@@ -13,10 +13,10 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar
 
 from tfctl import trace
-from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.group import GroupResult, fan_out
 from tfctl.config.devices import HostDevices
 from tfctl.errors import HostError, StartupError
@@ -41,15 +41,21 @@ from tfctl.supervisor.protocol import (
     TaskLaunch,
     TaskState,
 )
-from tfctl.transport import connect
 
 Progress = Callable[[str, str], None]  # (task or host, message)
 STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long counts as unreachable
 T = TypeVar("T")
 
 
-STEP_START_PATIENCE = 15.0  # how long a Slurm step may take to report its task running
+LAUNCH_PATIENCE = 15.0  # how long a monitor the backend launched may take to report its task running
 STARTING_STATES = (TaskState.PENDING, TaskState.STARTING)
+
+
+class MonitorLauncher(Protocol):
+    """Starts prepared tasks' monitors itself (e.g. as a scheduler's job steps) instead of the
+    host's supervisor forking them; each monitor then runs exactly as a forked one does."""
+
+    def launch(self, host: str, agent: HostAgent, run_id: str, tasks: Sequence[TaskSpec]) -> None: ...
 
 
 def quiet(_who: str, _msg: str) -> None:
@@ -272,14 +278,15 @@ class Cluster:
         agents: dict[str, HostAgent] | None = None,
         accept_new_host_keys: bool = False,
         holds_lease: bool = False,
+        launcher: MonitorLauncher | None = None,
     ) -> None:
         """`holds_lease`: this is the run's attached controller, which starts its tasks with a
-        lease (`record.lease_timeout`) and renews it on every host until closed."""
+        lease (`record.lease_timeout`) and renews it on every host until closed. `launcher`:
+        who starts the tasks' monitors when not each host's supervisor (the run's backend)."""
         self.record = record
+        self.launcher = launcher
         self.agents = (
-            agents
-            if agents is not None
-            else {h.name: HostAgent(connect(h, accept_new_host_keys), h.python, h.root) for h in record.hosts}
+            agents if agents is not None else {h.name: open_agent(h, accept_new_host_keys) for h in record.hosts}
         )
         self.holds_lease = holds_lease and record.lease_timeout > 0
         self._lease_hosts: set[str] = set()
@@ -445,7 +452,6 @@ class Cluster:
         grouped = self.by_host(tasks)
         record = self.record
         lease = record.lease_timeout if self.holds_lease else 0.0
-        steps = {h.name for h in record.hosts if h.transport.get("kind") == "slurm" and h.name in grouped}
         started = self.fan_out(
             grouped,
             lambda a: a.call(
@@ -467,30 +473,23 @@ class Cluster:
                         for t in grouped[a.host]
                     ],
                     lease,
-                    spawn=a.host not in steps,
+                    spawn=self.launcher is None,
                 )
             ),
         )
         if lease:
             self._keep_lease(started.succeeded)
         started.raise_if_failed("starting tasks")
-        if steps:
-            return self._start_steps({h: grouped[h] for h in steps})
+        if self.launcher is not None:
+            return self._launch_monitors(self.launcher, grouped)
         return {name: info for answer in started.succeeded.values() for name, info in answer.tasks.items()}
 
-    def _start_steps(self, grouped: dict[str, list[TaskSpec]]) -> dict[str, TaskInfo]:
-        """Start prepared tasks as Slurm job steps; their states once each runs or has failed to."""
-        from tfctl.backends.slurm.backend import launch_monitors
-
-        record = self.record
-        assert record.allocation is not None
+    def _launch_monitors(self, launcher: MonitorLauncher, grouped: dict[str, list[TaskSpec]]) -> dict[str, TaskInfo]:
+        """Start prepared tasks' monitors through the backend; their states once each task runs
+        or has failed to."""
         for host, tasks in grouped.items():
-            agent = self.agents[host]
-            named = [(t.name, record.allocation.get("steps", {}).get(t.name, [])) for t in tasks]
-            launch_monitors(
-                record.allocation["job_id"], host, agent.python, agent.artifact_path(), agent.root, record.run_id, named
-            )
-        deadline = time.monotonic() + STEP_START_PATIENCE
+            launcher.launch(host, self.agents[host], self.record.run_id, tasks)
+        deadline = time.monotonic() + LAUNCH_PATIENCE
         while True:
             answers = self._ask_status([t for tasks in grouped.values() for t in tasks])
             answers.raise_if_failed("starting tasks")

@@ -14,8 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tfctl.backends.slurm.settings import JOB_KEYS as SLURM_JOB_KEYS
-from tfctl.backends.slurm.settings import slurm_section
+from tfctl import backends
 from tfctl.config.base import (
     INVALID,
     Doc,
@@ -34,7 +33,6 @@ from tfctl.config.base import (
 )
 from tfctl.config.kubernetes import _kubernetes
 from tfctl.config.model import (
-    BACKENDS,
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST_TIMEOUT,
@@ -245,12 +243,12 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         hosts_path, raw_hosts = f"{path}.hosts", spec.get("hosts")
         fields = {}
         for key, value in spec.items():
-            validator = _JOB_KEYS.get(key)
+            validator = job_keys().get(key)
             if validator is None:
-                fields[key] = unknown_key(doc, f"{path}.{key}", key, "key", tuple(_JOB_KEYS))
+                fields[key] = unknown_key(doc, f"{path}.{key}", key, "key", tuple(job_keys()))
             else:
                 fields[key] = value if value is INVALID else validator(doc, f"{path}.{key}", value)
-        if "hosts" not in spec and "count" not in spec:  # with `count`, `check_backend` says what is wrong
+        if "hosts" not in spec and "count" not in spec:  # with `count`, its backend says what is wrong
             fields["hosts"] = doc.problem(
                 hosts_path,
                 "missing required key `hosts`",
@@ -491,10 +489,6 @@ TOP_KEYS: dict[str, Validator] = {
         START_ORDERS, "`together` starts every task at once (as by hand); `ordered` starts the ps first, then worker 0"
     ),
     "logdir": _logdir,
-    "backend": _choice(
-        BACKENDS, "`ssh` (the default) runs on the hosts listed under each job; `slurm` on nodes Slurm allocates"
-    ),
-    "slurm": slurm_section,
     "kubernetes": _kubernetes,
 }
 REQUIRED = {
@@ -508,5 +502,21 @@ _JOB_KEYS: dict[str, Validator] = {
     "restart": _restart,
     "gpus": _whole_number("GPUs per task", 0, "e.g. `gpus: 1`"),
     "cpus": _whole_number("CPU cores per task", 0, "e.g. `cpus: 1`"),
-    **SLURM_JOB_KEYS,
 }
+
+
+def top_keys() -> dict[str, Validator]:
+    """Every top-level key: the file's own, `backend`, and each backend's sections (read from the
+    registry on every call, so a backend registered later is known)."""
+    names = backends.names()
+    return {
+        **TOP_KEYS,
+        "backend": _choice(names, "; ".join(backends.settings(name).DESCRIPTION for name in names)),
+        **{key: section for name in names for key, section in backends.settings(name).SECTIONS.items()},
+    }
+
+
+def job_keys() -> dict[str, Validator]:
+    """Every key of a job: its own and those each backend adds (a task count, a port)."""
+    names = backends.names()
+    return {**_JOB_KEYS, **{key: check for name in names for key, check in backends.settings(name).JOB_KEYS.items()}}

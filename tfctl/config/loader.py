@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from tfctl.backends.slurm.settings import check_backend
-from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, TOP_KEYS, Doc, type_error, unknown_key
+from tfctl import backends
+from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.errors import ConfigError, ConfigProblem
 
@@ -174,8 +174,9 @@ def _convert(doc: Doc, node: yaml.Node, path: str, active: frozenset[int]) -> An
 def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     """Validate every top-level key, then the checks that span keys."""
     values: dict[str, Any] = {}
+    known = top_keys()
     for key, value in root.items():
-        validator = TOP_KEYS.get(key)
+        validator = known.get(key)
         if key in JOB_NAMES:
             doc.problem(
                 key,
@@ -184,20 +185,32 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
                 at=doc.key_nodes[key],
             )
         elif validator is None:
-            unknown_key(doc, key, key, "key", tuple(TOP_KEYS))
+            unknown_key(doc, key, key, "key", tuple(known))
         elif value is not INVALID:
             values[key] = validator(doc, key, value)
     for key, fix in REQUIRED.items():
         if key not in root:
             doc.problem(key, f"missing required key `{key}`", fix, at=doc.nodes[""])
     _check_commands(doc, root)
-    check_backend(doc, root)
+    _check_backend(doc, root, values)
     _check_logdir(doc, values)
     _check_device_env(doc, values)
     _check_host_names(doc, values)
     if doc.problems:
         return None
     return ClusterConfig(path=doc.file, **values)
+
+
+def _check_backend(doc: Doc, root: dict[str, Any], values: dict[str, Any]) -> None:
+    """Every backend checks the keys it owns (a section of another backend's is a mistake it
+    names); the chosen one's sections become `backend_settings`."""
+    for name in backends.names():
+        backends.settings(name).check(doc, root)
+    sections = {key for name in backends.names() for key in backends.settings(name).SECTIONS}
+    own = {key: values.pop(key) for key in sections if key in values}
+    chosen = values.get("backend", backends.DEFAULT)
+    if chosen in backends.names():
+        values["backend_settings"] = backends.settings(chosen).settings(own)
 
 
 def _check_commands(doc: Doc, root: dict[str, Any]) -> None:

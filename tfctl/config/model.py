@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from tfctl.config.devices import DeviceAsk
 
@@ -33,7 +33,6 @@ ENV_PLACEHOLDERS = (*PLACEHOLDERS, "gpus")
 LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 START_ORDERS = ("together", "ordered")
-BACKENDS = ("ssh", "slurm")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = 10.0
@@ -122,8 +121,8 @@ class Job:
     restart: RestartPolicy | None = None
     gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
     cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
-    count: int | None = None  # backend slurm: how many tasks; `addresses` come from the allocation
-    port: int | None = None  # backend slurm: the port its tasks listen on (another if a node has two)
+    count: int | None = None  # a backend that places tasks itself: how many; `addresses` come from it
+    port: int | None = None  # and the port its tasks listen on (another if a host gets two)
 
 
 @dataclass(frozen=True)
@@ -137,19 +136,6 @@ class SSHSettings:
     config: str | None = None  # ssh config file (default ~/.ssh/config)
     connect_timeout: float | None = None
     keepalive: float | None = None
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """The `slurm:` section: what `up` asks Slurm for; unset fields are Slurm's defaults."""
-
-    partition: str | None = None
-    time: str | None = None  # Slurm's time format, e.g. "01:00:00"
-    account: str | None = None
-    qos: str | None = None
-    nodes: int | None = None  # None: one node per task
-    extra: tuple[str, ...] = ()  # more sbatch arguments, as written
-    job_id: str | None = None  # the allocation's id once granted (never from the file)
 
 
 @dataclass(frozen=True)
@@ -194,14 +180,19 @@ class ClusterConfig:
     logdir: str | None = None
     # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.
     setup: tuple[str, ...] = ()
-    backend: str = "ssh"  # BACKENDS: hosts listed per job, or nodes from a Slurm allocation
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
+    backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
         own = self.jobs[job].command
         return own if own is not None else self.command or ""
+
+    def python_for(self, host: str) -> str | None:
+        """The host's own `python` (under `hosts:`), else the cluster's."""
+        own = self.hosts.get(host)
+        return own.python if own is not None and own.python else self.python
 
     def env_for(self, job: str) -> dict[str, str]:
         """Cluster env overlaid by the job's env."""

@@ -7,33 +7,30 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from tfctl.cluster.agent import HostAgent
+from tfctl import backends
+from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller.watcher import stop_watcher, wait_gone
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState, SweepAnswer, SweepRequest
-from tfctl.transport import connect
 
 if TYPE_CHECKING:
-    from tfctl.backends.slurm.allocation import JobState
+    from tfctl.backends.base import BackendReport
 
 LOG_DRAIN_SECONDS = 10.0
 
 
-def release(record: RunRecord) -> JobState | None:
-    """End the Slurm allocation the run asked for, if any; its state once Slurm says it ended."""
-    if record.allocation is None:
-        return None
-    from tfctl.backends.slurm.backend import release as release_allocation
-
-    return release_allocation(record.allocation)
+def release(record: RunRecord) -> BackendReport | None:
+    """Give back what the run's backend acquired for it (a scheduler's allocation), if anything;
+    what the backend says of it once given back."""
+    return backends.get(record.backend).release(record)
 
 
-def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> tuple[StopReport, JobState | None]:
-    """Stop every task of the run, then end the Slurm allocation it asked for, if any. The record
-    keeps whether the stop proved nothing left, so the next `up` need not ask the hosts again."""
+def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> tuple[StopReport, BackendReport | None]:
+    """Stop every task of the run, then release what its backend holds. The record keeps whether
+    the stop proved nothing left, so the next `up` need not ask the hosts again."""
     report = cluster.stop(grace)
     store.update(cluster.record.run_id, left_nothing=report.clean)
     return report, release(cluster.record)
@@ -44,36 +41,36 @@ def _down_patience(record: RunRecord, grace: float | None) -> float:
     return (record.grace_period if grace is None else grace) + 60.0
 
 
-def _job_state(fields: dict[str, Any]) -> JobState:
-    from tfctl.backends.slurm.allocation import JobState
+def _backend_report(fields: dict[str, Any]) -> BackendReport:
+    from tfctl.backends.base import BackendReport
 
-    return JobState(fields["state"], fields["reason"], tuple(fields["nodes"]))
+    return BackendReport(fields["label"], fields["text"], fields["ended"], fields["fields"])
 
 
-def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, JobState | None]:
-    """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
-    state once ended (None: the run has none of its own). A live controller on this machine does
+def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, BackendReport | None]:
+    """Stop every task, then release what the run's backend holds; the report, and what the
+    backend says once released (None: it held nothing). A live controller on this machine does
     it with the connections it holds; else this process connects to every host."""
     from tfctl.controller import rpc as live
 
     answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
     if answer is not None and answer["stop"] is not None:
         wait_gone(record)  # a detached watcher ends once it has answered
-        job = answer["allocation"]
-        return StopReport(**answer["stop"]), None if job is None else _job_state(job)
+        held = answer["backend"]
+        return StopReport(**answer["stop"]), None if held is None else _backend_report(held)
     stop_watcher(record)
     with Cluster(record) as cluster:
-        report, allocation = stop_run(store, cluster, grace)
+        report, released = stop_run(store, cluster, grace)
     if record.active:
         store.end(record.run_id, RunState.STOPPED, "tfctl down")
-    return report, allocation
+    return report, released
 
 
 def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:
     """Stop processes on these hosts that carry the marker of no live run (orphans)."""
     live = [r.run_id for r in store.all() if r.active]
     with contextlib.ExitStack() as stack:
-        agents = [stack.enter_context(HostAgent(connect(spec), spec.python, spec.root)) for spec in hosts]
+        agents = [stack.enter_context(open_agent(spec)) for spec in hosts]
         result = fan_out(agents, lambda a: a.host, lambda a: a.call(SweepRequest(live, grace, store.store_id)))
     result.raise_if_failed("stopping orphans")
     return result.succeeded

@@ -12,18 +12,18 @@ import contextlib
 import json
 import shutil
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable
 
-from tfctl.cluster.agent import HostAgent
+from tfctl import backends
+from tfctl.backends.base import PruneTarget
+from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
-from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import PruneAnswer, PruneRequest
-from tfctl.transport import connect
 
 DEFAULT_KEEP = 10
-SLURM_NODES = "slurm nodes"  # the label of a Slurm run's nodes, pruned from here
 PRUNE_TIMEOUT = 600.0  # removing a large checkpoint directory takes a while
 
 
@@ -91,52 +91,51 @@ class PruneReport:
 def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> PruneReport:
     """Remove the runs' files on every host of theirs at once, then the records of the runs whose
     every host answered and removed everything."""
-    hosts: dict[str, tuple[HostSpec, list[str]]] = {}  # label -> (how to reach it, its runs)
+    hosts: dict[str, tuple[PruneTarget, list[str]]] = {}  # label -> (where, its runs)
     labels: dict[str, str] = {}  # the spec as JSON -> its label
     for r in records:
-        for spec in _holders(r):
-            key = json.dumps(asdict(spec), sort_keys=True)
+        for target in _holders(r):
+            key = _key(target)
             if key not in labels:
-                label = spec.name
+                label = target.spec.name
                 while label in hosts:  # the same name reached two ways, by two cluster files
                     label += "'"
                 labels[key] = label
-                hosts[label] = (spec, [])
+                hosts[label] = (target, [])
             hosts[labels[key]][1].append(r.run_id)
     result = [RunPruned(r) for r in records]
     with contextlib.ExitStack() as stack:
-        agents = {
-            label: stack.enter_context(HostAgent(connect(spec), spec.python, spec.root))
-            for label, (spec, _) in hosts.items()
-        }
+        agents = {label: stack.enter_context(open_agent(target.spec)) for label, (target, _) in hosts.items()}
         answers = fan_out(
             list(hosts),
             lambda label: label,
             lambda label: agents[label].call(
-                PruneRequest(hosts[label][1], dry_run, every_host=hosts[label][0].name == SLURM_NODES),
+                PruneRequest(hosts[label][1], dry_run, every_host=hosts[label][0].every_host),
                 timeout=PRUNE_TIMEOUT,
             ),
         )
     unreachable = {  # without the host's name in front: the report names it
-        label: str(getattr(e, "message", e)).removeprefix(f"{hosts[label][0].name}: ")
+        label: str(getattr(e, "message", e)).removeprefix(f"{hosts[label][0].spec.name}: ")
         for label, e in answers.failed.items()
     }
     for run in result:
-        for spec in _holders(run.record):
-            label = labels[json.dumps(asdict(spec), sort_keys=True)]
+        for target in _holders(run.record):
+            label = labels[_key(target)]
             _note(run, label, answers.succeeded.get(label))
         if run.complete and not dry_run:
             _forget(store, run.record.run_id)
     return PruneReport(result, unreachable, dry_run)
 
 
-def _holders(record: RunRecord) -> tuple[HostSpec, ...]:
-    """Where a run's files are removed from: its hosts; for a Slurm run, this machine, which
-    shares the nodes' files (their allocation is over, and srun cannot reach them any more)."""
-    if record.allocation is None or not record.hosts:
-        return record.hosts
-    node = record.hosts[0]
-    return (HostSpec(SLURM_NODES, node.python, node.root, {"kind": "local"}),)
+def _holders(record: RunRecord) -> tuple[PruneTarget, ...]:
+    """Where a run's files are removed from, as its backend says: its hosts, or a place that
+    stands for all of them."""
+    return backends.get(record.backend).prune_targets(record)
+
+
+def _key(target: PruneTarget) -> str:
+    """One key per way of reaching one place, so two runs there are pruned in one request."""
+    return json.dumps({**target.spec.to_json(), "every_host": target.every_host}, sort_keys=True)
 
 
 def _note(run: RunPruned, host: str, answer: PruneAnswer | None) -> None:

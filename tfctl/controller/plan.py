@@ -6,17 +6,16 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
+from tfctl import backends
 from tfctl.cluster.agent import REMOTE_ROOT, interpreter
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices
-from tfctl.config.home import tfctl_home
-from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.config.model import ClusterConfig
 from tfctl.controller.setup_commands import Setup, plan_setup
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.tf import tasks as tf_cluster
-from tfctl.transport import is_local_name
 
 
 @dataclass(frozen=True)
@@ -30,41 +29,16 @@ class Plan:
     setup: Setup | None = None  # run on every host after sync, before any task
 
 
-def host_spec(config: ClusterConfig, host: str) -> HostSpec:
-    """How to reach `host`: the local transport for this machine, SSH with merged settings else."""
-    own = config.hosts.get(host) or HostConfig(host)
-    python = own.python or config.python
-    if config.backend == "slurm":  # a node of the allocation, sharing this machine's files
-        return HostSpec(host, python, str(tfctl_home()), {"kind": "slurm", "job_id": config.slurm.job_id})
-    local = own.local if own.local is not None else is_local_name(host)
-    if local:
-        return HostSpec(host, python, str(tfctl_home()), {"kind": "local"})
-    merged = {
-        field.name: getattr(own.ssh, field.name)
-        if getattr(own.ssh, field.name) is not None
-        else getattr(config.ssh, field.name)
-        for field in dataclasses.fields(SSHSettings)
-    }
-    options = {
-        "kind": "ssh",
-        "destination": merged["destination"],
-        "user": merged["user"],
-        "port": merged["port"],
-        "identity_file": merged["identity_file"],
-        "ssh_config_path": merged["config"],
-        "connect_timeout": merged["connect_timeout"],
-        "keepalive": merged["keepalive"],
-    }
-    return HostSpec(host, python, REMOTE_ROOT, {k: v for k, v in options.items() if v is not None})
-
-
 def remote_workdir(run_id: str) -> str:
     """Where a synced copy of the workdir lives on a remote host for one run."""
     return f"{REMOTE_ROOT}/work/{run_id}"
 
 
-def host_specs(config: ClusterConfig) -> tuple[HostSpec, ...]:
-    return tuple(host_spec(config, h) for h in sorted({a.host for _, _, a in config.tasks()}))
+def host_specs(config: ClusterConfig, state: Mapping[str, Any] | None = None) -> tuple[HostSpec, ...]:
+    """How to reach each host of the cluster, as its backend reaches it (`state`: what the backend
+    acquired for the run)."""
+    backend = backends.get(config.backend)
+    return tuple(backend.host_spec(config, h, state) for h in sorted({a.host for _, _, a in config.tasks()}))
 
 
 def local_workdir(config: ClusterConfig) -> str:
@@ -82,10 +56,10 @@ def _python_and_cwd(
     return python_for, cwd_for
 
 
-def make_plan(config: ClusterConfig, run_id: str) -> Plan:
+def make_plan(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = None) -> Plan:
     """The run as it would start on hosts with the devices its tasks ask for (`with_devices`
-    places them on what the hosts have)."""
-    hosts = host_specs(config)
+    places them on what the hosts have); `state`: what the backend acquired for it."""
+    hosts = host_specs(config, state)
     python_for, cwd_for = _python_and_cwd(config, run_id, hosts)
     tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
     record = RunRecord(
@@ -105,6 +79,8 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         host_timeout=config.host_timeout,
         progress=dataclasses.asdict(config.progress),
         logdir=config.logdir_for(run_id),
+        backend=config.backend,
+        backend_state=None if state is None else dict(state),
     )
     remote = not all(h.shares_files for h in hosts)
     setup = None

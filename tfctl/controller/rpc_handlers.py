@@ -12,7 +12,7 @@ from tfctl.controller.rpc import ControllerDoor, socket_path
 from tfctl.runs.store import RunStore
 
 if TYPE_CHECKING:
-    from tfctl.backends.slurm.allocation import JobState
+    from tfctl.backends.base import BackendReport
 
 RUN_END_CHECK = 2.0  # seconds between looks at whether a followed run has ended
 
@@ -20,7 +20,7 @@ RUN_END_CHECK = 2.0  # seconds between looks at whether a followed run has ended
 def controller_door(
     store: RunStore,
     cluster: Cluster,
-    on_down: Callable[[float | None], tuple[StopReport | None, JobState | None]],
+    on_down: Callable[[float | None], tuple[StopReport | None, BackendReport | None]],
 ) -> ControllerDoor:
     """This controller's socket. `on_down(grace)` stops the run as this controller must (the
     watcher ends its supervision first; an attached `up` stops at once) and says what it did."""
@@ -31,10 +31,10 @@ def controller_door(
         return status_answer(cluster, store.load(cluster.record.run_id), args)
 
     def down(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        report, job = on_down(args.get("grace"))
+        report, released = on_down(args.get("grace"))
         return {
             "stop": None if report is None else dataclasses.asdict(report),
-            "allocation": None if job is None else dataclasses.asdict(job),
+            "backend": None if released is None else dataclasses.asdict(released),
         }
 
     def logs(args: Mapping[str, Any], asker_there: Callable[[], bool]) -> Iterator[Mapping[str, Any]]:

@@ -56,7 +56,7 @@ def once_per_workdir(
 ) -> tuple[Setup, dict[str, list[str]]]:
     """The setup with one task per workdir, and setup host -> the hosts that share its workdir.
 
-    Hosts that see one workdir (the synced copy on a shared home, a Slurm cluster's shared
+    Hosts that see one workdir (the synced copy on a shared home, an HPC cluster's shared
     filesystem) set it up once: installs into one virtualenv from several hosts at a time
     clash. `filesystems` has each host's root token (`HostInfo.filesystem`); a workdir outside
     the root of a host that does not share this machine's files may be its own, so it gets its own.

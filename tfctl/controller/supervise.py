@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from tfctl import backends
 from tfctl.cluster import control
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.cluster.supervisors import Cluster, StopReport
@@ -23,7 +24,7 @@ from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
 if TYPE_CHECKING:
-    from tfctl.backends.slurm.allocation import JobState
+    from tfctl.backends.base import BackendReport
 
 LOG_DRAIN_SECONDS = 10.0
 
@@ -70,7 +71,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
-    def on_down(grace: float | None) -> tuple[StopReport, JobState | None]:
+    def on_down(grace: float | None) -> tuple[StopReport, BackendReport | None]:
         stopped = stop_run(store, cluster, grace)
         if store.load(cluster.record.run_id).active:
             store.end(cluster.record.run_id, RunState.STOPPED, "tfctl down")
@@ -112,15 +113,15 @@ def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]
 
 
 def run_judge(cluster: Cluster) -> Judge | None:
-    """What ends a run beyond its tasks' states: a task hung for good, Slurm ending the allocation."""
+    """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
+    scheduler ending the allocation)."""
     from tfctl.tf.doctor import HangJudge
 
     limit = cluster.record.hang_timeout
     judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
-    if cluster.record.allocation is not None:
-        from tfctl.backends.slurm.backend import allocation_judge
-
-        judges.insert(0, allocation_judge(cluster.record.allocation))
+    backend_judge = backends.get(cluster.record.backend).judge(cluster.record)
+    if backend_judge is not None:
+        judges.insert(0, backend_judge)
     if not judges:
         return None
     return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
@@ -169,7 +170,7 @@ def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, re
 
 
 def watch(store: RunStore, run_id: str) -> Ending | None:
-    """Body of a watcher started for a running run (`up -d` on Slurm, or a controller that
+    """Body of a watcher started for a running run (`up -d` that waited to acquire hosts, or a controller that
     died): supervise until decided, then stop the run."""
     record = store.load(run_id)
     if not record.active:
@@ -222,16 +223,16 @@ class DownHandover:
         self._stopping = stopping
         self.grace: _Grace | None = None
         self._done = threading.Event()
-        self._result: tuple[StopReport | None, JobState | None] = (None, None)
+        self._result: tuple[StopReport | None, BackendReport | None] = (None, None)
 
-    def ask(self, grace: float | None) -> tuple[StopReport | None, JobState | None]:
+    def ask(self, grace: float | None) -> tuple[StopReport | None, BackendReport | None]:
         if not self._done.is_set():
             self.grace = _Grace(grace)
             self._stopping.set()
             self._done.wait()
         return self._result
 
-    def answer(self, report: StopReport | None, job: JobState | None) -> None:
+    def answer(self, report: StopReport | None, job: BackendReport | None) -> None:
         """What was stopped (None: the watcher ends without stopping anything)."""
         self._result = (report, job)
         self._done.set()

@@ -8,8 +8,9 @@ used: `up -d` forks as soon as the run is planned, and none of it should load be
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
+from tfctl import backends
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
@@ -37,7 +38,7 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
     record = store.latest(config.path)
     if record is None or (not record.active and record.left_nothing):
         return  # its stop proved nothing of it left on any host: no need to ask them again
-    if record.allocation is not None and allocation_ended(record.allocation):
+    if backends.get(record.backend).is_over(record):
         return
     if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
         raise UsageError(
@@ -57,27 +58,20 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
 
 
 def plan_run(
-    config: ClusterConfig, store: RunStore, run_id: str | None = None, allocation: dict[str, Any] | None = None
+    config: ClusterConfig, store: RunStore, run_id: str | None = None, state: Mapping[str, Any] | None = None
 ) -> Plan:
-    plan = make_plan(config, run_id or new_run_id(config.name))
-    record = dataclasses.replace(plan.record, store=store.store_id, allocation=allocation)
-    return dataclasses.replace(plan, record=record)
+    """The run as it would start, acquiring nothing: for `--dry-run`, `check`, and runs whose
+    backend has nothing to acquire (`state`: what it acquired, when it did)."""
+    plan = make_plan(config, run_id or new_run_id(config.name), state)
+    return dataclasses.replace(plan, record=dataclasses.replace(plan.record, store=store.store_id))
 
 
-def allocate(store: RunStore, config: ClusterConfig, progress: Progress) -> Plan:
-    """Backend slurm: the plan of a run placed on an allocation that Slurm has granted."""
-    from tfctl.backends.slurm.backend import allocate as allocate_nodes
-
+def acquire(store: RunStore, config: ClusterConfig, progress: Progress) -> Plan:
+    """The plan of a run on the hosts its backend acquired for it (an allocation a scheduler
+    granted; over ssh, the file's hosts as they are)."""
     run_id = new_run_id(config.name)
-    placed, allocation = allocate_nodes(config, run_id, progress)
-    return plan_run(placed, store, run_id, allocation)
-
-
-def allocation_ended(allocation: dict[str, Any]) -> bool:
-    """Slurm ended the run's allocation: nothing of the run can still be running."""
-    from tfctl.backends.slurm.allocation import job_state
-
-    return job_state(allocation["job_id"]).ended
+    acquired = backends.get(config.backend).acquire(config, run_id, progress)
+    return plan_run(acquired.config, store, run_id, acquired.state)
 
 
 def security_warnings(config: ClusterConfig) -> list[str]:
@@ -111,13 +105,14 @@ def launch(
         record = dataclasses.replace(plan.record, lease_timeout=0.0, watcher=watcher)
     else:
         record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
-    cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
+    backend = backends.get(record.backend)
+    launcher = backend.monitor_launcher(record)
+    cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
     try:
-        on_slurm = plan.config.backend == "slurm"  # there each task's step asks Slurm for its devices
-        infos = cluster.preflight(progress, set() if on_slurm else gpu_hosts(plan.config.device_asks()))
+        infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(plan.config.device_asks()))
         for warning in version_warnings(infos):
             progress("warning", warning)
-        if not on_slurm:
+        if not backend.places_devices:
             plan = with_devices(plan, {i.host: i.devices for i in infos})
             record = cluster.record = dataclasses.replace(record, tasks=plan.record.tasks)
         busy = cluster.busy_ports(list(record.tasks))
@@ -177,7 +172,7 @@ def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:
     directory get it once."""
     assert plan.sync_dir is not None
     manifest = build_manifest(plan.sync_dir, plan.exclude)
-    remote = [h.name for h in plan.record.hosts if h.transport.get("kind") != "local"]
+    remote = [h.name for h in plan.record.hosts if not h.shares_files]
     dest = remote_workdir(plan.record.run_id)
     name = plan.record.cluster_name
     for host in remote:

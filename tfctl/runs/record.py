@@ -6,10 +6,14 @@ Stored as JSON in run.json; every field here is read back by `RunRecord.from_jso
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfctl.config.model import host_port
 from tfctl.supervisor.protocol import RunState
+from tfctl.transport.specs import LocalSpec, TransportSpec, read_spec
+
+if TYPE_CHECKING:
+    from tfctl.transport.base import Transport
 
 
 @dataclass(frozen=True)
@@ -19,12 +23,23 @@ class HostSpec:
     name: str
     python: str | None
     root: str
-    transport: dict[str, Any] = field(default_factory=dict)
+    transport: TransportSpec = field(default_factory=LocalSpec)
 
     @property
     def shares_files(self) -> bool:
-        """This machine, or a Slurm node (Slurm clusters share the filesystem with the login node)."""
-        return self.transport.get("kind") in ("local", "slurm")
+        """The host sees this machine's files: nothing is synced to it."""
+        return self.transport.SHARES_FILES
+
+    def connect(self, accept_new_host_keys: bool = False) -> Transport:
+        """Its transport; constructing it does no I/O."""
+        return self.transport.connect(self.name, accept_new_host_keys)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "python": self.python, "root": self.root, "transport": self.transport.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostSpec:
+        return cls(data["name"], data["python"], data["root"], read_spec(data.get("transport") or {}))
 
 
 @dataclass(frozen=True)
@@ -80,7 +95,8 @@ class RunRecord:
     watcher: dict[str, Any] | None = None
     progress: dict[str, Any] = field(default_factory=dict)  # model.ProgressSettings's fields
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
-    allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
+    backend: str = "ssh"  # the cluster file's `backend:`, which runs the tasks (`tfctl.backends`)
+    backend_state: dict[str, Any] | None = None  # what the backend holds for the run, in its wire form
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
 
     def __post_init__(self) -> None:
@@ -97,7 +113,7 @@ class RunRecord:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "state": self.state.value}
+        return {**asdict(self), "hosts": [h.to_json() for h in self.hosts], "state": self.state.value}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
@@ -106,7 +122,11 @@ class RunRecord:
         if not isinstance(data.get("created_at"), (int, float)) or isinstance(data.get("created_at"), bool):
             raise ValueError("created_at is not a timestamp")
         data["tasks"] = tuple(TaskSpec(**t) for t in data["tasks"])
-        data["hosts"] = tuple(HostSpec(**h) for h in data["hosts"])
+        data["hosts"] = tuple(HostSpec.from_json(h) for h in data["hosts"])
+        if "allocation" in data:  # written before backends were peers: only a scheduler's runs had one
+            allocation = data.pop("allocation")
+            if allocation is not None:
+                data["backend"], data["backend_state"] = data["hosts"][0].transport.KIND, allocation
         data["decisive"] = tuple(data.get("decisive", ()))
         data["essential"] = tuple(data.get("essential", ()))
         return cls(**data)

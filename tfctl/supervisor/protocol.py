@@ -220,7 +220,7 @@ class StartRequest(Request[StartAnswer]):
     run_id: str
     tasks: List[TaskLaunch]
     lease: float = 0.0  # seconds without renewal before the run's tasks here stop; 0: no lease
-    spawn: bool = True  # False: only prepare; the controller starts each monitor (as a Slurm job step)
+    spawn: bool = True  # False: only prepare; the controller's backend starts each monitor (`serve.main`)
 
 
 @record
@@ -454,8 +454,8 @@ class PruneRequest(Request[PruneAnswer]):
 
     runs: List[str]
     dry_run: bool = False
-    # Slurm runs: their nodes keep their state under this very root, and their allocation is over,
-    # so nothing of them can run anywhere: remove every node's state of the runs from here.
+    # Runs whose hosts share this very root and can no longer be reached (a scheduler's nodes once
+    # their allocation is over), so nothing of them can run anywhere: remove every host's state here.
     every_host: bool = False
 
 

@@ -1,5 +1,5 @@
-"""The supervisor's entry points: the request loop (`serve`) and a task's monitor as a Slurm job
-step (`_step`).
+"""The supervisor's entry points: the request loop (`serve`) and a task's monitor started by the
+controller's backend instead of by `serve` (`monitor`, e.g. as a scheduler's job step).
 
 `serve` reads one request envelope per line on stdin and writes one answer per line on stdout,
 until stdin closes. tfctl keeps one such process per host for a whole command, so each request
@@ -102,7 +102,7 @@ def serve() -> None:
 
 
 def main(argv: List[str]) -> int:
-    if len(argv) == 5 and argv[1] == "_step":  # a Slurm job step: the task's directory is this node's
+    if len(argv) == 5 and argv[1] == "monitor":  # started by the backend: the task's directory is this host's
         d = task_dir(argv[2], argv[3], argv[4])
         with open(os.path.join(d, "monitor.log"), "ab") as log:
             os.dup2(log.fileno(), sys.stderr.fileno())
@@ -115,5 +115,5 @@ def main(argv: List[str]) -> int:
             # The controller went away; what ran is recorded. Quiet the flush at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    sys.stderr.write("usage: %s {serve | _step ROOT RUN_ID TASK}  (requests: JSON lines on stdin)\n" % argv[0])
+    sys.stderr.write("usage: %s {serve | monitor ROOT RUN_ID TASK}  (requests: JSON lines on stdin)\n" % argv[0])
     return 2

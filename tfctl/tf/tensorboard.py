@@ -22,14 +22,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.reach import in_context
 from tfctl.errors import HostError, TfctlError, UsageError
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import RUN_ENV, STORE_ENV
 from tfctl.supervisor.protocol import StopRequest
-from tfctl.transport import connect
 from tfctl.transport.base import Stream, shell_path
 from tfctl.transport.forward import Forwarder, listen
 
@@ -122,7 +121,7 @@ def serve(
         )
     task = board_task(record)
     spec = next(h for h in record.hosts if h.name == task.host)
-    agent = HostAgent(connect(spec), spec.python, spec.root)
+    agent = open_agent(spec)
     marker = f"{record.run_id}.tensorboard.{secrets.token_hex(3)}"
     env = {k: v for k, v in task.env.items() if k != "TF_CONFIG"}  # not a member of the TF cluster
     env[RUN_ENV] = marker

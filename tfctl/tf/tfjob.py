@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tfctl.backends.slurm.placement import place, task_count
+from tfctl import backends
 from tfctl.config.model import ClusterConfig
 from tfctl.errors import ConfigError, ConfigProblem, UsageError
 from tfctl.tf.tasks import task_env
@@ -82,8 +82,7 @@ def manifest(config: ClusterConfig) -> dict[str, Any]:
                 )
             ]
         )
-    if config.backend == "slurm":  # counts, not hosts: one pod per task, each on the job's port
-        config = place(config, tuple(f"task{i}" for i in range(task_count(config))), "")
+    config, _ = backends.get(config.backend).stand_in(config, per_task=True)  # one pod per task
     name = tfjob_name(config)
     spec: dict[str, Any] = {
         "tfReplicaSpecs": {REPLICA_TYPES[job]: _replica(config, job, name) for job in config.jobs},

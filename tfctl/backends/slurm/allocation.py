@@ -13,9 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tfctl.backends.slurm.placement import node_count, task_count
+from tfctl.backends.slurm.placement import node_count, settings_of, task_count
 from tfctl.config.model import ClusterConfig
-from tfctl.errors import SlurmError
+from tfctl.errors import BackendError
+
+
+class SlurmError(BackendError):
+    """Slurm refused, lost or ended the run's allocation."""
+
 
 Runner = Callable[[list[str], "str | None"], "subprocess.CompletedProcess[str]"]
 Progress = Callable[[str, str], None]
@@ -64,7 +69,7 @@ class JobState:
 def sbatch_argv(config: ClusterConfig, name: str) -> list[str]:
     """sbatch for the allocation of all the cluster's tasks: the GPUs of all of them, and for
     every task the cores of the one that asks for the most."""
-    settings = config.slurm
+    settings = settings_of(config)
     argv = [
         *("sbatch", "--parsable", f"--job-name={name}", f"--nodes={node_count(config)}"),
         *(f"--ntasks={task_count(config)}", "--output=/dev/null"),

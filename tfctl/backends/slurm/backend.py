@@ -1,19 +1,19 @@
 """A run on Slurm from start to end: the allocation it runs in, its tasks as job steps, and the
 allocation's end as part of the run's end.
 
-The run record keeps `allocation` ({"job_id", "owned"}): an allocation tfctl asked for is ended
-with the run; one tfctl found itself inside (`SLURM_JOB_ID`) is left to its owner.
+The run record keeps the allocation (`SlurmAllocation`): one tfctl asked for is ended with the
+run; one tfctl found itself inside (`SLURM_JOB_ID`) is left to its owner.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
-    Progress,
     Runner,
     cancel,
     current_job,
@@ -23,66 +23,69 @@ from tfctl.backends.slurm.allocation import (
     submit,
     wait_running,
 )
-from tfctl.backends.slurm.placement import place, step_options, task_count
-from tfctl.backends.slurm.transport import step_argv
-from tfctl.cluster.control import Outcome
+from tfctl.backends.slurm.placement import node_count, place, step_options, task_count
+from tfctl.backends.slurm.transport import SlurmStepSpec, step_argv
+from tfctl.cluster.control import Judge, Outcome
+from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.errors import UsageError
+from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor.protocol import RunState
+from tfctl.supervisor.records import Wire, field, record
+from tfctl.transport.specs import LocalSpec
+
+if TYPE_CHECKING:
+    from tfctl.cluster.agent import HostAgent
 
 JUDGE_EVERY = 5.0  # seconds between two looks at the allocation while the run goes on
+NODES_LABEL = "slurm nodes"  # where a Slurm run's files are pruned from: this machine, which shares them
 
 
-def allocate(
-    config: ClusterConfig, run_id: str, progress: Progress, run: Runner = run_slurm
-) -> tuple[ClusterConfig, dict[str, Any]]:
-    """The cluster placed on an allocation's nodes, and the allocation as the run record keeps it."""
-    tasks = task_count(config)
-    job_id = current_job()
-    owned = job_id is None
-    if job_id is None:
-        job_id = submit(config, f"tfctl-{run_id}", run)
-        progress("slurm", f"asked for {tasks} tasks: job {job_id}")
-    else:
-        progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
-    try:
-        nodes = wait_running(job_id, progress, run)
-    except BaseException:
-        if owned:
-            cancel(job_id, run)
-        raise
-    progress("slurm", f"job {job_id} running on {', '.join(nodes)}")
-    return place(config, nodes, job_id), {"job_id": job_id, "owned": owned, "steps": step_options(config)}
+@record
+class SlurmAllocation(Wire):
+    """The run's allocation: its job id, whether tfctl asked for it (and so ends it), and what
+    each task's job step asks Slurm for beyond one task (its GPUs and cores)."""
+
+    job_id: str
+    owned: bool
+    steps: Dict[str, List[str]] = field(default_factory=dict)
 
 
-def release(allocation: dict[str, Any] | None, run: Runner = run_slurm) -> JobState | None:
-    """End an allocation tfctl asked for; its state once Slurm says it ended (None: nothing to end)."""
-    if not allocation or not allocation.get("owned"):
-        return None
-    return cancel(allocation["job_id"], run)
+def allocation_of(record: RunRecord) -> SlurmAllocation:
+    return SlurmAllocation.from_wire(record.backend_state or {})
 
 
-def launch_monitors(
-    job_id: str, node: str, python: str, artifact: str, root: str, run_id: str, tasks: Sequence[tuple[str, list[str]]]
-) -> None:
-    """Start each task's monitor as a job step of its own on `node`.
+def _report(allocation: SlurmAllocation, state: JobState) -> BackendReport:
+    fields = {**allocation.to_wire(), "state": state.state, "reason": state.reason}
+    return BackendReport(f"slurm job {allocation.job_id}", describe(state), state.ended, fields)
+
+
+class StepLauncher:
+    """Starts each task's monitor as a job step of its own on its node.
 
     The step lasts as long as its monitor, so Slurm accounts for the task and ends it with the
     job. Its `srun` runs here, detached: a step ends when its srun does, so srun must outlive the
     `up` that started it (and is a child of nobody a terminal's Ctrl-C reaches).
     """
-    for task, asks in tasks:
-        argv = step_argv(job_id, node, name=f"{run_id}:{task}", extra=tuple(asks))
-        subprocess.Popen(
-            [*argv, python, "-I", "-S", artifact, "_step", root, run_id, task],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+
+    def __init__(self, allocation: SlurmAllocation) -> None:
+        self.allocation = allocation
+
+    def launch(self, host: str, agent: HostAgent, run_id: str, tasks: Sequence[TaskSpec]) -> None:
+        for task in tasks:
+            extra = tuple(self.allocation.steps.get(task.name, []))
+            argv = step_argv(self.allocation.job_id, host, name=f"{run_id}:{task.name}", extra=extra)
+            subprocess.Popen(
+                [*argv, agent.python, "-I", "-S", agent.artifact_path(), "monitor", agent.root, run_id, task.name],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
 
 
-def allocation_judge(allocation: dict[str, Any], run: Runner = run_slurm) -> Callable[[Sequence[Any]], Outcome | None]:
+def allocation_judge(allocation: SlurmAllocation, run: Runner = run_slurm) -> Judge:
     """Fails the run once Slurm ends the allocation under it (time limit, preemption, scancel)."""
     looked = 0.0
 
@@ -91,9 +94,88 @@ def allocation_judge(allocation: dict[str, Any], run: Runner = run_slurm) -> Cal
         if time.monotonic() - looked < JUDGE_EVERY:
             return None
         looked = time.monotonic()
-        state = job_state(allocation["job_id"], run)
+        state = job_state(allocation.job_id, run)
         if not state.ended:
             return None
-        return Outcome(RunState.FAILED, f"Slurm ended job {allocation['job_id']}: {describe(state)}")
+        return Outcome(RunState.FAILED, f"Slurm ended job {allocation.job_id}: {describe(state)}")
 
     return judge
+
+
+class SlurmBackend:
+    """Tasks on the nodes of one allocation per run, each task a job step."""
+
+    name = "slurm"
+    host_word = "node"
+    waiting_for: str | None = "Slurm"
+    places_devices = True  # each task's step asks Slurm for its GPUs and cores
+
+    def __init__(self, run: Runner = run_slurm) -> None:
+        self.run = run
+
+    def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
+        if per_task:
+            return place(config, tuple(f"task{i}" for i in range(task_count(config)))), None
+        nodes = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
+        return place(
+            config, nodes
+        ), f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(nodes)}"
+
+    def check_refusal(self, config: ClusterConfig) -> UsageError | None:
+        return UsageError(
+            "`check` needs the hosts, and on Slurm they are known only once the allocation is granted",
+            hint="`tfctl up --dry-run` shows how tasks are placed; `tfctl up` checks the nodes before starting any",
+        )
+
+    def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
+        tasks = task_count(config)
+        job_id = current_job()
+        owned = job_id is None
+        if job_id is None:
+            job_id = submit(config, f"tfctl-{run_id}", self.run)
+            progress("slurm", f"asked for {tasks} tasks: job {job_id}")
+        else:
+            progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
+        try:
+            nodes = wait_running(job_id, progress, self.run)
+        except BaseException:
+            if owned:
+                cancel(job_id, self.run)
+            raise
+        progress("slurm", f"job {job_id} running on {', '.join(nodes)}")
+        allocation = SlurmAllocation(job_id, owned, step_options(config))
+        return Acquired(place(config, nodes), allocation.to_wire())
+
+    def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
+        job_id = SlurmAllocation.from_wire(state).job_id if state else "(job)"
+        return HostSpec(host, config.python_for(host), str(tfctl_home()), SlurmStepSpec(job_id))
+
+    def monitor_launcher(self, record: RunRecord) -> StepLauncher:
+        return StepLauncher(allocation_of(record))
+
+    def judge(self, record: RunRecord) -> Judge:
+        return allocation_judge(allocation_of(record), self.run)
+
+    def is_over(self, record: RunRecord) -> bool:
+        return job_state(allocation_of(record).job_id, self.run).ended
+
+    def release(self, record: RunRecord) -> BackendReport | None:
+        allocation = allocation_of(record)
+        if not allocation.owned:
+            return None
+        return _report(allocation, cancel(allocation.job_id, self.run))
+
+    def report(self, record: RunRecord) -> BackendReport:
+        allocation = allocation_of(record)
+        return _report(allocation, job_state(allocation.job_id, self.run))
+
+    def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
+        """This machine, which shares the nodes' files (their allocation is over, and srun cannot
+        reach them any more)."""
+        if not record.hosts:
+            return ()
+        node = record.hosts[0]
+        return (PruneTarget(HostSpec(NODES_LABEL, node.python, node.root, LocalSpec()), every_host=True),)
+
+
+BACKEND = SlurmBackend()

@@ -10,9 +10,16 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
+from tfctl.backends.slurm.settings import SlurmSettings
 from tfctl.config.model import Address, ClusterConfig
 
 ORDER = ("ps", "chief", "worker", "evaluator")
+
+
+def settings_of(config: ClusterConfig) -> SlurmSettings:
+    """The cluster file's `slurm:` section (Slurm's defaults where it has none)."""
+    settings = config.backend_settings
+    return settings if isinstance(settings, SlurmSettings) else SlurmSettings()
 
 
 def task_count(config: ClusterConfig) -> int:
@@ -22,11 +29,11 @@ def task_count(config: ClusterConfig) -> int:
 def node_count(config: ClusterConfig) -> int:
     """How many nodes the allocation asks for: one per task, unless `slurm.nodes` caps it."""
     tasks = task_count(config)
-    return min(config.slurm.nodes or tasks, tasks)
+    return min(settings_of(config).nodes or tasks, tasks)
 
 
-def place(config: ClusterConfig, nodes: tuple[str, ...], job_id: str) -> ClusterConfig:
-    """The same cluster with every job's addresses on `nodes`, and the allocation's id kept."""
+def place(config: ClusterConfig, nodes: tuple[str, ...]) -> ClusterConfig:
+    """The same cluster with every job's addresses on `nodes`."""
     used: dict[str, set[int]] = {node: set() for node in nodes}
     placed: dict[str, list[Address]] = {}
     turn = 0
@@ -44,8 +51,7 @@ def place(config: ClusterConfig, nodes: tuple[str, ...], job_id: str) -> Cluster
             used[node].add(port)
             placed[name].append(Address(node, port))
     jobs = {name: dataclasses.replace(job, addresses=tuple(placed[name])) for name, job in config.jobs.items()}
-    slurm = dataclasses.replace(config.slurm, job_id=job_id)
-    return dataclasses.replace(config, jobs=MappingProxyType(jobs), slurm=slurm)
+    return dataclasses.replace(config, jobs=MappingProxyType(jobs))
 
 
 def step_options(config: ClusterConfig) -> dict[str, list[str]]:

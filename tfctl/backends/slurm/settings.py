@@ -1,13 +1,15 @@
-"""The cluster file's Slurm keys: `backend`, the `slurm:` section, and a job's `count` and `port`.
+"""The Slurm backend's cluster-file keys: the `slurm:` section, and a job's `count` and `port`.
 
 Under `backend: slurm` a job says how many tasks it has, not where they run: the nodes come from
-the allocation (`tfctl/slurm/`). The checks that span keys make sure a file uses one way or the
-other, never half of each.
+the allocation. The checks that span keys make sure a file uses one way or the other, never half
+of each. `tfctl.config` reads these through the backend registry (`SECTIONS`, `JOB_KEYS`,
+`DESCRIPTION`, `settings`, `check`), as it reads every backend's.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from tfctl.config.base import (
@@ -21,7 +23,20 @@ from tfctl.config.base import (
     _whole_number,
     type_error,
 )
-from tfctl.config.model import JOB_NAMES, SlurmSettings
+from tfctl.config.model import JOB_NAMES
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The `slurm:` section: what `up` asks Slurm for; unset fields are Slurm's defaults."""
+
+    partition: str | None = None
+    time: str | None = None  # Slurm's time format, e.g. "01:00:00"
+    account: str | None = None
+    qos: str | None = None
+    nodes: int | None = None  # None: one node per task
+    extra: tuple[str, ...] = ()  # more sbatch arguments, as written
+
 
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 _EXAMPLE = "jobs: {ps: {count: 1, port: 2222}, worker: {count: 2, port: 2222}}"
@@ -63,6 +78,8 @@ def _extra(doc: Doc, path: str, value: Any) -> Any:
     return tuple(value)
 
 
+DESCRIPTION = "`slurm` on nodes Slurm allocates"
+
 slurm_section = _section(
     {
         "partition": _text("partition", "debug"),
@@ -76,13 +93,20 @@ slurm_section = _section(
     'slurm: {partition: debug, time: "01:00:00"}',
 )
 
+SECTIONS: dict[str, Validator] = {"slurm": slurm_section}
 JOB_KEYS: dict[str, Validator] = {
     "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
     "port": _port,
 }
 
 
-def check_backend(doc: Doc, root: Mapping[str, Any]) -> None:
+def settings(sections: Mapping[str, Any]) -> SlurmSettings:
+    """The run's `ClusterConfig.backend_settings`, from the validated sections."""
+    section = sections.get("slurm")
+    return section if isinstance(section, SlurmSettings) else SlurmSettings()
+
+
+def check(doc: Doc, root: Mapping[str, Any]) -> None:
     """Each job is placed the way the backend places tasks: `hosts` over ssh, `count` on Slurm."""
     slurm = root.get("backend") == "slurm"
     jobs = root.get("jobs")

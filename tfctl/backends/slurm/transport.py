@@ -8,10 +8,13 @@ node. A step that shares the allocation's resources (`--overlap`) starts in a fr
 from __future__ import annotations
 
 import subprocess
+from typing import ClassVar
 
 from tfctl.errors import HostError
-from tfctl.transport.base import Tunnel
+from tfctl.supervisor.records import record
+from tfctl.transport.base import Transport, Tunnel
 from tfctl.transport.local import LocalTransport
+from tfctl.transport.specs import TransportSpec
 
 
 def step_argv(job_id: str, node: str, *, name: str = "tfctl", extra: tuple[str, ...] = ()) -> list[str]:
@@ -46,3 +49,18 @@ class SlurmTransport(LocalTransport):
         raise HostError(
             self.host, f"cannot forward port {port} from a Slurm node; reach {self.host}:{port} from the login node"
         )
+
+
+@record
+class SlurmStepSpec(TransportSpec):
+    """A node of the run's allocation, reached by job steps; it shares this machine's files."""
+
+    KIND: ClassVar[str] = "slurm"
+    SHARES_FILES: ClassVar[bool] = True
+    job_id: str
+
+    def connect(self, host: str, accept_new_host_keys: bool = False) -> Transport:
+        return SlurmTransport(host, self.job_id)
+
+
+SPEC = SlurmStepSpec  # what `transport.specs.read_spec` reads a stored spec of kind "slurm" as

@@ -1,0 +1,105 @@
+"""The fake backend itself and the lab of in-process hosts it runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from fakes import FakeHost, Journal, TaskScript
+
+from fake_backend.settings import FakeSettings
+from fake_backend.transport import FakeSpec
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.cluster.control import Judge, Outcome
+from tfctl.config.model import ClusterConfig
+from tfctl.errors import BackendError, UsageError
+from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.supervisor.protocol import RunState
+
+
+@dataclass
+class Lab:
+    """The hosts fake runs use, and what the backend did: one per test (`fake_backend` fixture)."""
+
+    journal: Journal = field(default_factory=Journal)
+    scripts: dict[str, TaskScript] = field(default_factory=dict)  # task name -> its scripted life
+    hosts: dict[str, FakeHost] = field(default_factory=dict)
+    leases: dict[str, str] = field(default_factory=dict)  # run id -> pool it holds
+    released: list[str] = field(default_factory=list)
+    refuse: str | None = None  # acquire raises this
+    ended: set[str] = field(default_factory=set)  # run ids the backend ended under their tasks
+
+    def agent(self, host: str) -> FakeHost:
+        if host not in self.hosts:
+            self.hosts[host] = FakeHost(host, self.journal, self.scripts)
+        return self.hosts[host]
+
+    def end_run(self, run_id: str) -> None:
+        self.ended.add(run_id)
+
+
+LAB = Lab()
+
+
+def reset() -> Lab:
+    global LAB
+    LAB = Lab()
+    return LAB
+
+
+def _pool(config: ClusterConfig) -> str:
+    settings = config.backend_settings
+    return settings.pool if isinstance(settings, FakeSettings) else "default"
+
+
+class FakeBackend:
+    name = "fake"
+    host_word = "fake host"
+    waiting_for: str | None = "the fake pool"
+    places_devices = False
+
+    def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
+        return config, "backend fake: the tests' in-process hosts"
+
+    def check_refusal(self, config: ClusterConfig) -> UsageError | None:
+        return None
+
+    def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
+        if LAB.refuse:
+            raise BackendError(LAB.refuse)
+        LAB.leases[run_id] = _pool(config)
+        progress("fake", f"leased pool {_pool(config)}")
+        return Acquired(config, {"pool": _pool(config)})
+
+    def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
+        return HostSpec(host, config.python_for(host), "/fake/.tfctl", FakeSpec())
+
+    def monitor_launcher(self, record: RunRecord) -> None:
+        return None
+
+    def judge(self, record: RunRecord) -> Judge:
+        def judge(_statuses: Sequence[Any]) -> Outcome | None:
+            if record.run_id in LAB.ended:
+                return Outcome(RunState.FAILED, f"the fake pool ended run {record.run_id}")
+            return None
+
+        return judge
+
+    def is_over(self, record: RunRecord) -> bool:
+        return record.run_id in LAB.ended
+
+    def release(self, record: RunRecord) -> BackendReport | None:
+        if LAB.leases.pop(record.run_id, None) is None:
+            return None
+        LAB.released.append(record.run_id)
+        return BackendReport("fake pool", "released", True, {"pool": (record.backend_state or {}).get("pool")})
+
+    def report(self, record: RunRecord) -> BackendReport:
+        held = record.run_id in LAB.leases
+        return BackendReport("fake pool", "leased" if held else "released", not held, dict(record.backend_state or {}))
+
+    def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
+        return tuple(PruneTarget(spec) for spec in record.hosts)
+
+
+BACKEND = FakeBackend()

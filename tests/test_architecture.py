@@ -1,0 +1,135 @@
+"""The layout shows the architecture, and stays that way: floors that import only downwards, no
+import cycle, a small top level, backends reached only through their interface, short modules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tfctl"
+
+# Lowest first. A module may import its own floor and those below, never one above. The backend
+# registry and each backend's cluster-file keys sit low (tfctl.config reads them); the backends
+# themselves sit above the hosts they run on.
+FLOORS = [
+    ("supervisor",),  # stdlib only, shipped to the hosts
+    ("errors", "trace", "console", "backends"),  # `backends` = the registry module alone
+    ("config", "backends.*.settings"),
+    ("transport",),
+    ("runs",),
+    ("cluster",),
+    ("backends.*",),
+    ("tf",),
+    ("controller",),
+    ("cli", "__main__", ""),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def floor_of(module: str) -> int:
+    best, best_len = -1, -1
+    for number, patterns in enumerate(FLOORS):
+        for pattern in patterns:
+            regex = "" if pattern == "" else "^" + re.escape(pattern).replace(r"\*", r"[^.]+") + r"(\.|$)"
+            exact = pattern in ("backends", "")
+            hit = module == pattern if exact else re.match(regex, module) is not None
+            if hit and len(pattern) > best_len:
+                best, best_len = number, len(pattern)
+    assert best >= 0, f"tfctl.{module} is on no floor: add its package to FLOORS"
+    return best
+
+
+def imports(path: Path) -> set[str]:
+    """Modules of tfctl this file imports, anywhere but under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for child in node.body for n in ast.walk(child)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tfctl":
+            base = node.module.removeprefix("tfctl").removeprefix(".")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                found.add(sub if is_module(sub) else base)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("tfctl.") for a in node.names if a.name.startswith("tfctl.")}
+    return found
+
+
+def is_module(name: str) -> bool:
+    path = PACKAGE.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_imports_a_floor_above_its_own() -> None:
+    upward = [
+        f"tfctl.{m} (floor {floor_of(m)}) imports tfctl.{i} (floor {floor_of(i)})"
+        for m, path in sorted(all_modules().items())
+        for i in sorted(imports(path))
+        if floor_of(i) > floor_of(m)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycle() -> None:
+    graph = {m: {i for i in imports(p) if i != m} for m, p in all_modules().items()}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_top_level_is_small() -> None:
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 15, entries
+
+
+def test_generic_code_never_names_a_backend() -> None:
+    """Only the registry and the interface's own docs may name Slurm outside its package."""
+    naming = sorted(
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if "slurm" in p.read_text().lower() and "backends/slurm" not in str(p.relative_to(PACKAGE))
+    )
+    assert naming == ["backends/__init__.py", "backends/base.py"]
+    branches = [
+        f"{p.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for p in PACKAGE.rglob("*.py")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"backend\s*[!=]=\s*[\"']", line) and not str(p.relative_to(PACKAGE)).startswith("backends/")
+    ]
+    assert branches == []
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_short(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 600

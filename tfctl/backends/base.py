@@ -1,0 +1,112 @@
+"""The one interface every way of running tasks implements: ssh (with localhost), Slurm, and the
+tests' fake backend, as peers.
+
+A backend answers what generic code must not decide by a backend's name: where a cluster file's
+tasks may run before anything is asked for (`stand_in`), acquiring hosts (nothing over ssh, an
+allocation on Slurm), how each host is reached (`host_spec`), who starts the tasks' monitors,
+what ends a run besides its tasks, releasing, and what `status`/`down` say of the backend's own
+state. Everything else (planning, starting, supervising, stopping) is the same for every backend.
+
+The backend's own state for a run (Slurm's allocation) is stored in the run record in its wire
+form; only the backend reads it, as its own typed record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+if TYPE_CHECKING:
+    from tfctl.cluster.control import Judge
+    from tfctl.cluster.supervisors import MonitorLauncher
+    from tfctl.config.model import ClusterConfig
+    from tfctl.errors import UsageError
+    from tfctl.runs.record import HostSpec, RunRecord
+
+Progress = Callable[[str, str], None]  # (who, message)
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """What `acquire` got: the cluster placed on its hosts, and the backend's state to store
+    (in its wire form; None when the backend holds nothing for the run)."""
+
+    config: ClusterConfig
+    state: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    """What a backend says of its own state for a run, for `status` and `down`.
+
+    `label` names the thing (`slurm job 4711`), `text` says how it is (`RUNNING`, `CANCELLED by 0`);
+    `ended` is True once it holds nothing any more; `fields` go to `--json` under the backend's name.
+    """
+
+    label: str
+    text: str
+    ended: bool
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{self.label}: {self.text}"
+
+
+@dataclass(frozen=True)
+class PruneTarget:
+    """Where a run's files are removed from: a host, and whether that host's files stand for
+    every host of the run (a shared filesystem whose hosts cannot be reached any more)."""
+
+    spec: HostSpec
+    every_host: bool = False
+
+
+class Backend(Protocol):
+    """A way of running a cluster file's tasks. Implementations hold no state of their own."""
+
+    name: str  # as the cluster file's `backend:` names it
+    host_word: str  # what its hosts are called in messages: "host", "node"
+    waiting_for: str | None  # whom `acquire` may wait for ("Slurm"): shown while waiting; None: never waits
+    places_devices: bool  # it hands out GPUs and cores itself: tfctl does not place tasks on them
+
+    def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
+        """The cluster with every task on a host, for plans made without acquiring anything
+        (`up --dry-run`; `export tfjob` asks for a host `per_task`, as pods are), and a note
+        saying what stands in for what."""
+        ...
+
+    def check_refusal(self, config: ClusterConfig) -> UsageError | None:
+        """Why `tfctl check` cannot check this cluster's hosts before a run, if it cannot."""
+        ...
+
+    def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
+        """The hosts the run gets. Whatever was asked for is given back if this raises."""
+        ...
+
+    def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
+        """How to reach `host` and where its supervisor keeps its files."""
+        ...
+
+    def monitor_launcher(self, record: RunRecord) -> MonitorLauncher | None:
+        """Who starts the run's monitors; None: each host's supervisor forks them."""
+        ...
+
+    def judge(self, record: RunRecord) -> Judge | None:
+        """What ends the run besides its tasks (the allocation ending under it), if anything."""
+        ...
+
+    def is_over(self, record: RunRecord) -> bool:
+        """The backend knows nothing of the run can still run (its allocation ended)."""
+        ...
+
+    def release(self, record: RunRecord) -> BackendReport | None:
+        """Give back what `acquire` got for the run; its state once given back (None: nothing held)."""
+        ...
+
+    def report(self, record: RunRecord) -> BackendReport | None:
+        """What `status` says of the backend's own state (None: nothing to say)."""
+        ...
+
+    def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
+        """Where an ended run's files are removed from."""
+        ...
