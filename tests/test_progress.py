@@ -167,6 +167,34 @@ def test_flags_stalled_straggler_restarting() -> None:
     }
 
 
+def test_a_stalled_task_does_not_hide_a_slow_one_from_the_median() -> None:
+    """Three workers: one stalled, one 5x slower than the third. With the stalled task's falling
+    rate in the median (12, 2.4, 0.6 -> 2.4), the slow one was not flagged."""
+    tasks = [(f"worker:{i}", "worker", TaskState.RUNNING) for i in range(3)]
+    progress = {
+        "worker:0": Progress(1200, 12.0, 1.0),
+        "worker:1": Progress(240, 2.4, 1.0),
+        "worker:2": Progress(50, 0.6, 300.0),  # no step for 300 s
+    }
+    assert flags(tasks, progress, stall_timeout=120) == {
+        "worker:0": [],
+        "worker:1": ["straggler"],
+        "worker:2": ["stalled"],
+    }
+
+
+def test_step_lines_after_a_logged_rate_win_and_a_zero_rate_before_any_step_is_none(tmp_path: Path) -> None:
+    """tf.train.Supervisor logs `global_step/sec: 0` once before its first step; its steps then
+    advance at ~270/s. The rate line must not outrank them for the whole window."""
+    first = [(NOW - 30, b"INFO:tensorflow:global_step/sec: 0\n")]
+    steps = [(NOW - 28 + s, b"step %d\n" % (270 * s)) for s in range(28)]
+    p = progress_of(write_log(tmp_path, first + steps))
+    assert p.steps_per_sec == pytest.approx(270, rel=0.05)
+    (tmp_path / "zero").mkdir()
+    only_zero = progress_of(write_log(tmp_path / "zero", [(NOW - 5, b"INFO:tensorflow:global_step/sec: 0\n")]))
+    assert only_zero.steps_per_sec is None
+
+
 def test_marks_are_wire_records() -> None:
     mark = Mark(1.5, "step 3")
     assert Mark.from_wire(mark.to_wire()) == mark

@@ -101,8 +101,13 @@ class ProgressReader:
 
     def _rate(self, samples: list[tuple[float, int]], rates: list[tuple[float, float]], now: float) -> float | None:
         horizon = now - self.window
-        if rates and rates[-1][0] >= horizon:
-            return rates[-1][1]
+        if rates and rates[-1][0] >= horizon and (not samples or rates[-1][0] >= samples[-1][0]):
+            # The program's own rate, unless step lines came after it (newer evidence wins); a
+            # rate of 0 before any step (tf.train.Supervisor logs one at its start) is no rate.
+            if rates[-1][1] > 0 or any(t <= rates[-1][0] for t, _ in samples):
+                return rates[-1][1]
+            if not samples:
+                return None
         if samples and samples[-1][0] < horizon:
             return 0.0  # nothing in the whole window: it is not moving
         # Only the run of samples since the counter last went back (a restart, a new Keras epoch
@@ -129,22 +134,32 @@ def flags(
     tasks: Sequence[tuple[str, str, TaskState]], progress: dict[str, Progress], stall_timeout: float
 ) -> dict[str, list[str]]:
     """Per task (name, job, state): `restarting`; `stalled` when a task of a job that logs steps
-    made none for `stall_timeout`; `straggler` under half its job's median rate."""
+    made none for `stall_timeout`; `straggler` under half the median rate of its job's tasks that
+    are not stalled (a stalled task's falling rate would pull the median down and hide a slow one)."""
     out: dict[str, list[str]] = {name: [] for name, *_ in tasks}
     stepping_jobs = {job for name, job, _ in tasks if progress.get(name, Progress()).step is not None}
+    stalled = {
+        name
+        for name, job, state in tasks
+        if state is TaskState.RUNNING
+        and job in stepping_jobs
+        and (quiet := progress.get(name, Progress()).quiet_for) is not None
+        and quiet > stall_timeout
+    }
     rates_by_job: dict[str, list[float]] = {}
     for name, job, state in tasks:
         rate = progress.get(name, Progress()).steps_per_sec
-        if state is TaskState.RUNNING and rate is not None:
+        if state is TaskState.RUNNING and rate is not None and name not in stalled:
             rates_by_job.setdefault(job, []).append(rate)
     for name, job, state in tasks:
         p = progress.get(name, Progress())
         if state is TaskState.RESTARTING:
             out[name].append("restarting")
+        if name in stalled:
+            out[name].append("stalled")
+            continue
         if state is not TaskState.RUNNING:
             continue
-        if job in stepping_jobs and p.quiet_for is not None and p.quiet_for > stall_timeout:
-            out[name].append("stalled")
         rates = rates_by_job.get(job, [])
         if p.steps_per_sec is not None and len(rates) >= 2:
             median = statistics.median(rates)
