@@ -1,3 +1,3 @@
-from tfctl.cli import main
+from tfctl import main
 
 main()

@@ -15,7 +15,7 @@ import click
 
 from tfctl import __version__
 from tfctl.cli.common import file_option
-from tfctl.errors import EXIT_INTERRUPTED, TfctlError
+from tfctl.errors import EXIT_INTERRUPTED, TfctlError, UsageError
 
 
 @click.group(
@@ -61,12 +61,36 @@ def main() -> None:
         e.show()
         code = 2
     except TfctlError as e:
-        from rich.text import Text
-
-        from tfctl import console
-
-        console.err().print(Text("error: ", style="bold red") + Text(e.message))
-        if e.hint:
-            console.err().print(Text("hint: ", style="bold") + Text(e.hint))
-        code = e.exit_code
+        code = _show(e)
+    except PermissionError as e:
+        home_error = _unusable_home(e)
+        if home_error is None:
+            raise
+        code = _show(home_error)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _show(error: TfctlError) -> int:
+    from rich.text import Text
+
+    from tfctl import console
+
+    console.err().print(Text("error: ", style="bold red") + Text(error.message))
+    if error.hint:
+        console.err().print(Text("hint: ", style="bold") + Text(error.hint))
+    return error.exit_code
+
+
+def _unusable_home(error: PermissionError) -> UsageError | None:
+    """tfctl's own directory (TFCTL_HOME) that this user cannot read or write: a setup mistake
+    to name with its fix, not a traceback. None for any other path."""
+    from tfctl.config.home import tfctl_home
+
+    home = tfctl_home()
+    path = Path(str(error.filename or ""))
+    if path != home and home not in path.parents:
+        return None
+    return UsageError(
+        f"cannot use tfctl's directory {home}: {error.strerror} ({path})",
+        hint=f"make it yours (chown -R $USER {home}; chmod 700 {home}), or set TFCTL_HOME to a directory you own",
+    )

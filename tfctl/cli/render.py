@@ -38,12 +38,21 @@ def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
 
 
 def stop_summary(report: StopReport) -> str:
+    """What was stopped and proved; with hosts that could not be checked, it says so first, and
+    what it proves holds for the hosts checked only."""
+    unchecked = sorted(report.unreachable)
+    checked = report.hosts - len(unchecked)
     hosts = f"{report.hosts} host{'s' if report.hosts != 1 else ''}"
+    if unchecked:
+        hosts = f"{checked} of {hosts} ({', '.join(unchecked)} could not be checked)"
     remain = sum(len(p) for p in report.remaining.values())
-    text = f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain"
+    there = " there" if unchecked else ""
+    text = (
+        f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain{there}"
+    )
     if report.ports:
         word = "port" if len(report.ports) == 1 else "ports"
-        text += f"; {word} {number_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free")
+        text += f"; {word} {number_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free") + there
     return text
 
 
