@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import sys
 from functools import lru_cache
@@ -118,3 +119,41 @@ def paint(text: str, color: str) -> str:
     from rich.style import Style
 
     return Style(color=color).render(text, color_system=ColorSystem.STANDARD)
+
+
+# Task output is untrusted: on a terminal, a control sequence a task prints could set the window
+# title, write the clipboard (OSC 52), clear the screen or move the cursor over tfctl's own lines.
+# `inert` shows every such byte as `cat -v` does (ESC as ^[, BEL as ^G), so nothing reaches the
+# terminal as a command and no sequence is ever cut in half; SGR colour sequences may be kept,
+# with a reset at the end of the line so a colour never leaks into the next.
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]")
+_UNSAFE_IN_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")  # newlines between lines are fine
+
+
+def has_controls(text: str) -> bool:
+    """Whether lines joined by newlines hold anything `inert` would change: one C-speed scan of
+    a whole block, so clean output pays no per-line work."""
+    return _UNSAFE_IN_LINES.search(text) is not None
+
+
+def _caret(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code >= 0x80:
+        return "M-^" + chr(code - 0x80 + 0x40)
+    return "^?" if code == 0x7F else "^" + chr(code + 0x40)
+
+
+def inert(line: str, keep_colour: bool = False) -> str:
+    """`line` with every control character shown, not obeyed (tabs stay tabs); with
+    `keep_colour`, SGR colour sequences stay and the line ends with a reset."""
+    if not keep_colour:
+        return _CONTROL.sub(_caret, line) if _CONTROL.search(line) else line
+    parts = _SGR.split(line)
+    colours = _SGR.findall(line)
+    if not colours:
+        return _CONTROL.sub(_caret, line) if _CONTROL.search(line) else line
+    out = [_CONTROL.sub(_caret, parts[0])]
+    for colour, part in zip(colours, parts[1:]):
+        out += [colour, _CONTROL.sub(_caret, part)]
+    return "".join(out) + "\x1b[0m"

@@ -89,6 +89,12 @@ Examples:
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of each task.")
 @click.option("--since", type=Duration(), default=None, help="Only lines written in the last DURATION (90s, 5m, 2h).")
 @click.option("-t", "--timestamps", is_flag=True, help="Begin each line with when it was written (UTC).")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Pass control sequences in task output to the terminal as stored (by default a terminal is shown "
+    "them as ^[ ..., never obeys them; colours stay).",
+)
 @run_option
 @click.pass_context
 def logs(
@@ -99,6 +105,7 @@ def logs(
     tail: int | None,
     since: float | None,
     timestamps: bool,
+    raw: bool,
     run_id: str | None,
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
@@ -116,7 +123,7 @@ def logs(
     selected = select_tasks(record, tasks)
     store = run_store()
     ask = {"tasks": [t.name for t in selected], "follow": follow, "tail": tail, "since": since}
-    ask.update(timestamps=timestamps, color=console.color_enabled(sys.stdout))
+    ask.update(timestamps=timestamps, color=console.color_enabled(sys.stdout), terminal=sys.stdout.isatty() and not raw)
     parts = live.stream(store.run_dir(record.run_id), record, "logs", ask)
     if parts is not None:  # the run's live controller reads them with the connections it holds
         return _print_parts(parts)

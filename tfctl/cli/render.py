@@ -195,7 +195,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
                 "-" if p.step is None else str(p.step),
                 rate_text(p.steps_per_sec),
                 *(cell(s) for _, cell in device_columns),
-                s.last_line[:300],
+                console.inert(s.last_line)[:300],  # task output: shown, never obeyed
             ]
         )
     columns = (

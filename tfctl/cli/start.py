@@ -234,7 +234,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 
     err = console.err()
     record = cluster.record
-    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout))
+    prefix = Prefixer([t.name for t in record.tasks], console.color_enabled(sys.stdout), sys.stdout.isatty())
     err.print("following all task logs; Ctrl-C stops the cluster")
 
     notes = LiveNotes(cluster)

@@ -249,9 +249,11 @@ def utc(moment: float) -> str:
 
 class Prefixer:
     """`[worker:1] ` prefixes, one colour per task, aligned; plain when colour is off (as
-    `console.color_enabled` decides for the stream the lines go to)."""
+    `console.color_enabled` decides for the stream the lines go to). For a `terminal`, each line's
+    control sequences are made inert (`console.inert`; SGR colours kept when colour is on)."""
 
-    def __init__(self, names: Sequence[str], color: bool) -> None:
+    def __init__(self, names: Sequence[str], color: bool, terminal: bool = False) -> None:
+        self._color, self._terminal = color, terminal
         width = max((len(n) for n in names), default=0) + 2
         self._prefix = {}
         for i, name in enumerate(names):
@@ -260,6 +262,8 @@ class Prefixer:
             self._prefix[name] = (console.paint(text, colour) if color else text) + " "
 
     def __call__(self, task: str, line: str) -> str:
+        if self._terminal and console.has_controls(line):
+            line = console.inert(line, self._color)
         return self._prefix.get(task, f"[{task}] ") + line
 
     def text(self, blocks: Iterable[tuple[str, list[str]]]) -> str:
@@ -268,5 +272,7 @@ class Prefixer:
         for task, lines in blocks:
             if lines:
                 prefix = self._prefix.get(task, f"[{task}] ")
+                if self._terminal and console.has_controls("\n".join(lines)):
+                    lines = [console.inert(line, self._color) for line in lines]
                 out.append(prefix + ("\n" + prefix).join(lines) + "\n")
         return "".join(out)

@@ -55,7 +55,7 @@ def logs_parts(
     record = cluster.record
     selected = [record.task(name) for name in args["tasks"]]
     follow = bool(args.get("follow")) and store.load(record.run_id).active
-    prefix = Prefixer([t.name for t in record.tasks], bool(args.get("color")))
+    prefix = Prefixer([t.name for t in record.tasks], bool(args.get("color")), bool(args.get("terminal")))
     notes = LiveNotes(cluster) if follow else None
     last_check = time.monotonic()
     with LogFollower(

@@ -1,0 +1,131 @@
+"""Task output is untrusted: what tfctl prints of it to a terminal obeys no control sequence,
+while the stored log and piped output stay byte-exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_ports
+
+from tfctl.cluster.output import Prefixer
+from tfctl.console import has_controls, inert
+
+CLIPBOARD = "\x1b]52;c;aGVsbG8=\x07"  # OSC 52: write the clipboard
+TITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
+CLEAR = "\x1b[2J"  # CSI: clear the screen
+
+
+@pytest.mark.parametrize(
+    "line, shown",
+    [
+        (CLIPBOARD + "x", "^[]52;c;aGVsbG8=^Gx"),
+        (TITLE + CLEAR + "ok", "^[]0;pwned^G^[[2Jok"),
+        ("\x1bP1$r\x1b\\ dcs", "^[P1$r^[\\ dcs"),  # DCS
+        ("\x9b2J c1", "M-^[2J c1"),  # the 8-bit CSI
+        ("\x1b]0;never ended", "^[]0;never ended"),  # an OSC cut off by the line's end stays inert
+        ("tab\tstays", "tab\tstays"),
+        ("bell\x07 nul\x00 del\x7f", "bell^G nul^@ del^?"),
+    ],
+)
+def test_every_control_character_is_shown_not_obeyed(line: str, shown: str) -> None:
+    assert inert(line) == shown
+    assert not has_controls(inert(line).replace("\t", ""))
+
+
+def test_colours_may_stay_with_a_reset_at_the_end_and_nothing_else_does() -> None:
+    assert inert("\x1b[1;31mred" + CLEAR, keep_colour=True) == "\x1b[1;31mred^[[2J\x1b[0m"
+    assert inert("\x1b[1;31mred", keep_colour=False) == "^[[1;31mred"
+    assert inert("plain", keep_colour=True) == "plain"
+
+
+def test_the_prefixer_neutralises_for_a_terminal_only() -> None:
+    lines = [("worker:0", ["fine", TITLE + "owned"])]
+    assert "^[]0;pwned^Gowned" in Prefixer(["worker:0"], color=False, terminal=True).text(lines)
+    assert TITLE in Prefixer(["worker:0"], color=False, terminal=False).text(lines)
+    assert Prefixer(["worker:0"], color=False, terminal=True)("worker:0", CLEAR) == "[worker:0] ^[[2J"
+
+
+def on_a_terminal(args: list[str], home: Path, timeout: float = 60) -> tuple[int, bytes]:
+    """Run the CLI with its stdout on a pseudo-terminal, as a user's shell would; what it wrote."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TFCTL_HOME": str(home), "NO_COLOR": "1"},
+    )
+    os.close(follower)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the terminal closed: the process is gone
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=10), out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+
+
+def test_logs_and_status_on_a_terminal_obey_nothing_a_task_prints(tmp_path: Path, home: Path) -> None:
+    hostile = CLIPBOARD + TITLE + CLEAR + "done"
+    (port,) = free_ports(1)
+    printer = tmp_path / "hostile.py"
+    printer.write_text(f"import sys\nsys.stdout.write({hostile!r} + '\\n')\n")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: hostile\njobs:\n  worker:\n    hosts: [localhost:{port}]\n    command: '{{python}} {printer}'\n"
+    )
+    up = subprocess.run(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    assert up.returncode == 0, up.stderr
+    assert hostile.encode() in up.stdout  # piped: as the task wrote it
+
+    code, attached = on_a_terminal(["-f", str(cluster), "up"], home, timeout=120)
+    assert code == 0 and b"[worker:0] ^[]52;c;aGVsbG8=^G" in attached and b"\x1b]" not in attached, attached
+
+    code, shown = on_a_terminal(["-f", str(cluster), "logs"], home)
+    assert code == 0 and b"[worker:0] ^[]52;c;aGVsbG8=^G^[]0;pwned^G^[[2Jdone" in shown, shown
+    assert b"\x1b]" not in shown and b"\x1b[2J" not in shown
+
+    code, raw = on_a_terminal(["-f", str(cluster), "logs", "--raw"], home)
+    assert code == 0 and hostile.encode() in raw
+
+    code, table = on_a_terminal(["-f", str(cluster), "status"], home)
+    assert b"^[]52;c;" in table and b"\x1b]" not in table, table
+
+    runs = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tfctl", "runs", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        ).stdout
+    )
+    stored = list(home.glob(f"hosts/*/tasks/{runs[-1]['run_id']}/worker-0/output.log"))
+    assert [p.read_bytes() for p in stored] == [hostile.encode() + b"\n"]  # the log itself: byte-exact
