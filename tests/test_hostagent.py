@@ -473,6 +473,49 @@ def test_info_finds_tensorflow_in_a_distro_pythons_virtualenv(
     assert answer.python_error is None
 
 
+@pytest.fixture(scope="module")
+def layered_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv with no TensorFlow of its own whose site-packages holds a .pth file naming
+    another directory that does (an environment layered on another, as conda-style setups and
+    `pip install -e` do): `import tensorflow` works with its python."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is not installed")
+    base = tmp_path_factory.mktemp("base")
+    dist_info = base / "tensorflow-8.8.8.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 8.8.8\n")
+    (base / "tensorflow").mkdir()
+    (base / "tensorflow" / "__init__.py").write_text("__version__ = '8.8.8'\n")
+    venv = tmp_path_factory.mktemp("layer") / "env"
+    made = subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a virtualenv: {made.stderr.strip()}")
+    python = venv / "bin" / "python"
+    site_packages = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(site_packages) / "layered.pth").write_text(f"# the base environment\n{base}\nimport os\n")
+    imported = subprocess.run(
+        [str(python), "-c", "import tensorflow; print(tensorflow.__version__)"], capture_output=True
+    )
+    assert imported.stdout.strip() == b"8.8.8", imported  # as the task will see it
+    return python
+
+
+@pytest.mark.parametrize("supervisor", ["the venv's python", SYSTEM_PYTHON])
+def test_info_finds_tensorflow_a_pth_file_brings_in(root: Path, layered_venv: Path, supervisor: str) -> None:
+    """The supervisor runs with -S, so no .pth file is read for it; it must still report what the
+    task's interpreter would import."""
+    python = str(layered_venv)
+    with HostAgent(LocalTransport(), python if supervisor == "the venv's python" else supervisor, str(root)) as agent:
+        answer = agent.call(InfoRequest(python))
+    assert answer.tensorflow == "tensorflow 8.8.8"
+    assert answer.python_error is None
+
+
 def test_a_request_id_that_is_no_plain_word_is_refused_for_the_journal(root: Path) -> None:
     request = StartRequest("bad-id", [TaskLaunch("worker:0", "true")])
     line = (json.dumps(envelope("../escape", str(root), request).to_wire()) + "\n").encode()

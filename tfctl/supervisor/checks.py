@@ -108,9 +108,35 @@ def site_packages() -> List[str]:
     return own + (system if venv.system_site_packages else [])
 
 
+def with_pth_paths(dirs: List[str]) -> List[str]:
+    """`dirs` and the directories their .pth files add, as `site` adds them for a task (a layered
+    environment, `pip install -e`, conda-style setups): each line not a comment nor an `import`,
+    relative to its site directory, if it exists. The supervisor runs with `-S`, so no .pth was read."""
+    out = list(dirs)
+    for site_dir in dirs:
+        try:
+            names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(site_dir, name), encoding="utf-8", errors="replace") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.rstrip()
+                if not line or line.startswith("#") or line.startswith(("import ", "import\t")):
+                    continue
+                path = os.path.normpath(os.path.join(site_dir, line))
+                if path not in out and os.path.isdir(path):
+                    out.append(path)
+    return out
+
+
 def package_version(names: Sequence[str]) -> Optional[str]:
     """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
-    return dist_version(names, list(sys.path) + site_packages())
+    return dist_version(names, list(sys.path) + with_pth_paths(site_packages()))
 
 
 def info(root: str, request: InfoRequest) -> InfoAnswer:
