@@ -117,6 +117,26 @@ def test_decisive_tasks_never_seen_listening_count_as_gone_only_after_the_startu
     assert stopped is not None and 400 <= stopped[0] <= 400 + watch.poll + 1
 
 
+def test_peers_connected_all_through_training_count_as_seen_and_the_reason_states_the_real_wait(
+    monkeypatch,
+) -> None:
+    """The ps port is busy all through a 60 s training, so no probe ever saw the workers listen;
+    they were there all the same. The ps stops one idle timeout after the job ends (not the
+    start-up timeout plus the idle timeout), and says how long nothing was connected."""
+    peers = Peers(monkeypatch)
+    watch = guard.IdleWatch(RULE, started=0)
+    peers.connected = True
+    assert run_until(watch, 0, 60) is None
+    peers.connected = False
+    peers.listening = {"w0:2222": False, "w1:2222": False}
+    stopped = run_until(watch, 61, 600)
+    assert stopped is not None
+    at, why = stopped
+    assert 160 <= at <= 161 + watch.poll + 1, at  # not 400: the start-up timeout does not apply
+    waited = int(why.rsplit("for ", 1)[1].split(" s")[0])
+    assert abs(waited - (at - 60)) <= watch.poll + 1, why  # the real quiet time, since the last connection
+
+
 def test_without_decisive_tasks_to_watch_nothing_is_ever_idle(monkeypatch) -> None:
     Peers(monkeypatch)
     watch = guard.IdleWatch(IdleRule(port=1, timeout=1, watch={}, startup_timeout=1), started=0)

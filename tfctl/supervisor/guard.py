@@ -9,8 +9,9 @@ Two rules, checked by each task's monitor while the task runs:
   job) stops once the job it serves is over: nothing is connected to its port, and every
   decisive task (the ones the success policy watches) that was once seen listening now refuses
   connections, for `idle.timeout` seconds on end. Probes are sent only while nothing is connected,
-  so a training job is never probed. A decisive task that never listened at all, within the
-  start-up timeout plus the idle timeout, counts as gone too.
+  so a training job is never probed. A job whose peers were once connected to the task has
+  started, so its decisive tasks count as seen; one that never listened and was never connected
+  to, within the start-up timeout plus the idle timeout, counts as gone too.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class IdleWatch:
         self.rule = rule
         self.started = started
         self.seen_listening: Set[str] = set()
+        self.last_connected: Optional[float] = None  # when a peer was last seen connected to the port
         self.idle_since: Optional[float] = None
         self.next_check = 0.0
         self.poll = min(IDLE_POLL, rule.timeout / 4)
@@ -107,21 +109,25 @@ class IdleWatch:
             self.idle_since = now
         if now - self.idle_since < self.rule.timeout:
             return None
+        quiet_since = self.started if self.last_connected is None else self.last_connected
         return "the job it serves is over (%s gone, nothing connected to port %d for %.0f s)" % (
             ", ".join(gone),
             self.rule.port,
-            now - self.idle_since,
+            now - quiet_since,
         )
 
     def _gone(self, now: float) -> Optional[List[str]]:
         """The decisive tasks, when all are gone and nothing is connected; else None."""
-        if not self.rule.watch or connected(self.rule.port):
+        if not self.rule.watch:
+            return None
+        if connected(self.rule.port):
+            self.last_connected = now  # its peers are up: the job has started
             return None
         answers: Dict[str, Optional[bool]] = {name: probe(addr) for name, addr in self.rule.watch.items()}
         self.seen_listening.update(name for name, up in answers.items() if up)
         if any(up is not False for up in answers.values()):
             return None  # one listens, or cannot be told apart from listening
         never_seen = [name for name in answers if name not in self.seen_listening]
-        if never_seen and now - self.started < self.rule.startup_timeout:
+        if never_seen and self.last_connected is None and now - self.started < self.rule.startup_timeout:
             return None  # may still be starting
         return sorted(answers)
