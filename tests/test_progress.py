@@ -96,6 +96,15 @@ def test_common_shapes(tmp_path: Path, line: bytes, step: int | None) -> None:
     assert progress_of(write_log(tmp_path, [(NOW - 1, line + b"\n")])).step == step
 
 
+@pytest.mark.parametrize(
+    "line, epoch",
+    [(b"Finished epoch 3", 3), (b"epoch: 4 loss 0.2", 4), (b"Epoch 2/5", 2), (b"EPOCH #7", 7), (b"epochs 9", None)],
+)
+def test_epochs_are_progress_of_their_own(tmp_path: Path, line: bytes, epoch: int | None) -> None:
+    p = progress_of(write_log(tmp_path, [(NOW - 2, b"Finished epoch 1\n" if epoch else b""), (NOW - 1, line + b"\n")]))
+    assert p.epoch == epoch and p.step is None
+
+
 def test_a_user_regex_replaces_the_built_in_shapes(tmp_path: Path) -> None:
     log = write_log(tmp_path, [(NOW - 2, b"iter 41 step 7\n"), (NOW - 1, b"iter 42 step 8\n")])
     assert progress_of(log, ProgressReader(r"iter (?P<step>\d+)")).step == 42

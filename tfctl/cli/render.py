@@ -22,7 +22,7 @@ from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import TAIL_LINES, LiveNotes, RunDiagnosis, diagnose_run, finding_json
-from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped
+from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
 
 
 def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
@@ -119,6 +119,7 @@ class Snapshot:
                     **s.to_json(),
                     "step": p.step,
                     "steps_per_sec": p.steps_per_sec,
+                    "epoch": p.epoch,
                     "flags": list(p.flags),
                     "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
                 }
@@ -173,6 +174,9 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         device_columns.append(("GPUS", gpus_text))
     if any(s.cpus is not None for s in statuses):
         device_columns.append(("CPUS", lambda s: number_ranges(s.cpus, ",") if s.cpus else "-"))
+    progress_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
+    if any(shot.progress[s.task].epoch is not None for s in statuses):
+        progress_columns.append(("EPOCH", lambda s: str(shot.progress[s.task].epoch or "-")))
     rows = []
     for s in statuses:
         exit_text = (
@@ -192,6 +196,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
                 exit_text,
                 duration(s.uptime),
                 listen,
+                *(cell(s) for _, cell in progress_columns),
                 "-" if p.step is None else str(p.step),
                 rate_text(p.steps_per_sec),
                 *(cell(s) for _, cell in device_columns),
@@ -199,7 +204,9 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
             ]
         )
     columns = (
-        *("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN", "STEP", "STEPS/S"),
+        *("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN"),
+        *(heading for heading, _ in progress_columns),
+        *("STEP", "STEPS/S"),
         *(heading for heading, _ in device_columns),
         "LAST LINE",
     )
@@ -218,7 +225,24 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         )
     notes = [finding_text(task, f) for task, f in found.findings.items()]
     notes += untrained_notes(shot.statuses, shot.progress)
+    notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
+
+
+def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
+    """One note for the training tasks whose output tfctl cannot read progress from, and how to
+    tell it what progress looks like."""
+    unread = unread_progress(statuses, progress)
+    if not unread:
+        return []
+    return [
+        Text(f"{', '.join(unread)}: ", style="bold yellow")
+        + Text("print, but no line reads as a step or an epoch")
+        + Text("\n  fix: ", style="bold")
+        + Text(
+            "set `progress: {regex: '...(?P<step>\\d+)...'}` in the cluster file to a pattern of your progress lines"
+        )
+    ]
 
 
 def untrained_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:

@@ -7,6 +7,7 @@ written; what the lines mean is decided here. Recognised out of the box:
     INFO:tensorflow:loss = 0.3, step = 120      TF's LoggingTensorHook
     Step #120   global step 120   step: 120     common hand-written shapes
     Epoch 3/10  then  120/938 [====>....]       Keras (step = 2 * 938 + 120)
+    Finished epoch 3   epoch 3   epoch: 3       epochs of a custom loop, as progress of their own
 
 A cluster file's `progress.regex` (with a `(?P<step>...)` group, or `(?P<rate>...)`) replaces
 them. TensorFlow's own C++ log lines (`I0000 00:00:...`) are never progress.
@@ -38,6 +39,7 @@ BUILT_IN = {
     "step": r".*?\b(?i:step)\b[ :=#]*(?P<step>\d+)",
     "keras_epoch": r"Epoch (?P<epoch>\d+)/\d+\s*$",
     "keras_bar": r"\s*(?P<step>\d+)/(?P<of>\d+) +(?:\[|━)",  # Keras 2 `[==>..]`, Keras 3 a bar of U+2501
+    "epoch": r".*?\b(?i:epoch)\b[ :=#]*(?P<epoch>\d+)",
 }
 NOT_PROGRESS = r"(?![IWEF]\d{4} \d\d:\d\d:)"  # a glog line from TF's C++ runtime
 
@@ -49,6 +51,7 @@ class Progress:
     step: int | None = None
     steps_per_sec: float | None = None
     quiet_for: float | None = None  # seconds since its newest step line (or its start, if none)
+    epoch: int | None = None  # the newest epoch its output names
 
 
 class ProgressReader:
@@ -96,8 +99,8 @@ class ProgressReader:
         quiet = now - last_at if last_at is not None else uptime
         newest = samples[-1][1] if samples else None
         if not running:
-            return Progress(newest, None, None)
-        return Progress(newest, self._rate(samples, rates, now), quiet)
+            return Progress(newest, None, None, epoch)
+        return Progress(newest, self._rate(samples, rates, now), quiet, epoch)
 
     def _rate(self, samples: list[tuple[float, int]], rates: list[tuple[float, float]], now: float) -> float | None:
         horizon = now - self.window
@@ -175,6 +178,7 @@ class TaskProgress:
     step: int | None
     steps_per_sec: float | None
     flags: tuple[str, ...]
+    epoch: int | None = None
 
 
 class RunProgress:
@@ -197,9 +201,31 @@ class RunProgress:
         }
         found = flags([(s.task, s.job, s.state) for s in statuses], progress, self.stall_timeout)
         return {
-            s.task: TaskProgress(progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]))
+            s.task: TaskProgress(
+                progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]), progress[s.task].epoch
+            )
             for s in statuses
         }
+
+
+TRAINING_JOBS = ("chief", "worker")  # the jobs whose output shows training progress
+UNREAD_AFTER = 60.0  # seconds a task prints before its output is taken to show no progress tfctl reads
+
+
+def unread_progress(statuses: Sequence[TaskStatus], progress: Mapping[str, TaskProgress]) -> list[str]:
+    """Running training tasks that print, for a minute now, but nothing read as a step, an
+    epoch or a rate (bare arrays, a format of their own): `progress.regex` would read them."""
+    return [
+        s.task
+        for s in statuses
+        if s.job in TRAINING_JOBS
+        and s.state is TaskState.RUNNING
+        and s.last_line
+        and (s.uptime or 0) > UNREAD_AFTER
+        and progress[s.task].step is None
+        and progress[s.task].epoch is None
+        and progress[s.task].steps_per_sec is None
+    ]
 
 
 def never_stepped(statuses: Sequence[TaskStatus], progress: Mapping[str, TaskProgress]) -> dict[str, list[str]]:
