@@ -21,6 +21,7 @@ import pytest
 from conftest import REPO, free_ports, no_warnings, tfctl
 
 from tfctl.supervisor.procfs import live_pids, proc_env_markers
+from tfctl.tf.noise import NOISE
 
 pytestmark = [
     pytest.mark.tf,
@@ -63,7 +64,26 @@ def run_up(cluster: Path, home: Path, timeout: float = 240, healthy: bool = True
     assert "job succeeded" in up.stderr
     if healthy:
         no_warnings(up.stderr)
+    folded_noise(cluster, home, up.stdout)
     return up
+
+
+def shown_lines(stdout: str) -> list[str]:
+    """Task lines as `up` or `logs` printed them, without their `[task]` prefixes."""
+    return [line.split("]", 1)[1].lstrip() for line in stdout.splitlines() if line.startswith("[")]
+
+
+def folded_noise(cluster: Path, home: Path, live: str) -> None:
+    """TF's healthy start-up noise is folded from the live stream and said once per task, while
+    `tfctl logs` after the fact still shows every line."""
+    live_noise = [line for line in shown_lines(live) if NOISE.match(line)]
+    assert live_noise == [], live_noise[:5]
+    stored = tfctl("-f", str(cluster), "logs", home=home)
+    noisy_tasks = {
+        line[1:].split("]", 1)[0] for line in stored.stdout.splitlines() if NOISE.match(line.split("]", 1)[-1].lstrip())
+    }
+    for task in noisy_tasks:
+        assert f"[{task}]" in live and f"`tfctl logs {task}` shows every line)" in live, task
 
 
 def final_line(stdout: str, chief: str) -> re.Match:

@@ -22,6 +22,7 @@ from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import TAIL_LINES, LiveNotes, RunDiagnosis, diagnose_run, finding_json
+from tfctl.tf.noise import NoiseFolder
 from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
 
 
@@ -261,15 +262,21 @@ def note_text(task: str, cause: str, fix: str) -> Any:
     return Text(f"{task}: ", style="bold yellow") + Text(cause) + Text("\n  fix: ", style="bold") + Text(fix)
 
 
-def print_lines(batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None) -> None:
+def print_lines(
+    batch: list[tuple[str, str]], prefix: Prefixer, notes: LiveNotes | None, folder: NoiseFolder | None = None
+) -> None:
     """Task lines to stdout, prefixed; the explanation of a known TF pattern that lasted to stderr."""
-    print_blocks([(task, [line]) for task, line in batch], prefix, notes)
+    print_blocks([(task, [line]) for task, line in batch], prefix, notes, folder)
 
 
-def print_blocks(blocks: list[tuple[str, list[str]]], prefix: Prefixer, notes: LiveNotes | None) -> None:
+def print_blocks(
+    blocks: list[tuple[str, list[str]]], prefix: Prefixer, notes: LiveNotes | None, folder: NoiseFolder | None = None
+) -> None:
     """`print_lines` for blocks of one task's lines (`LogFollower.blocks`): no work per line
-    but the notes' (the joins are C's)."""
-    sys.stdout.write(prefix.text(blocks))
+    but the notes' (the joins are C's). With a `folder`, TF's healthy noise is not shown; the
+    notes still read every line."""
+    shown = blocks if folder is None else [(task, folder.fold(task, lines)) for task, lines in blocks]
+    sys.stdout.write(prefix.text(shown))
     if notes is not None:
         for task, lines in blocks:
             for line in lines:

@@ -230,6 +230,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cluster.output import Prefixer
     from tfctl.controller import supervise
     from tfctl.tf.doctor import LiveNotes, diagnose_run
+    from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
 
     err = console.err()
@@ -238,9 +239,10 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     err.print("following all task logs; Ctrl-C stops the cluster")
 
     notes = LiveNotes(cluster)
+    folder = NoiseFolder()
 
     def on_lines(batch: list[tuple[str, str]]) -> None:
-        render.print_lines(batch, prefix, notes)
+        render.print_lines(batch, prefix, notes, folder)
 
     try:
         ending = supervise.attach(store, cluster, on_lines)

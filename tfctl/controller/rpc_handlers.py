@@ -51,6 +51,7 @@ def logs_parts(
     on TF patterns that last while following, and the readers' errors at the end."""
     from tfctl.cluster.output import LogFollower, Prefixer
     from tfctl.tf.doctor import LiveNotes
+    from tfctl.tf.noise import NoiseFolder
 
     record = cluster.record
     selected = [record.task(name) for name in args["tasks"]]
@@ -61,9 +62,11 @@ def logs_parts(
     with LogFollower(
         cluster, selected, follow, args.get("tail"), args.get("since"), bool(args.get("timestamps"))
     ) as follower:
+        folder = NoiseFolder() if follow else None  # live, TF's healthy noise is folded; after the fact, all shows
         for blocks in follower.blocks():
             if blocks:
-                yield {"text": prefix.text(blocks)}
+                shown = blocks if folder is None else [(task, folder.fold(task, lines)) for task, lines in blocks]
+                yield {"text": prefix.text(shown)}
             if notes is not None:
                 for task, lines in blocks:
                     for line in lines:
