@@ -3,7 +3,6 @@ the run's controller (detached watcher or attached `up`) instead of connecting t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ from tfctl.supervisor.protocol import RunState
 
 def this_process_controls(tmp_path: Path, **changes: Any) -> Any:
     record = record_of({"ps:0": "h0", "worker:0": "h1"})
-    return dataclasses.replace(record, watcher={**controller_of_this_process(attached=False), **changes})
+    return record.replace(watcher={**controller_of_this_process(attached=False), **changes})
 
 
 def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: Path) -> None:
@@ -67,7 +66,7 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
         assert live.ask(tmp_path, elsewhere, "status", {}, 5) is None
         dead = this_process_controls(tmp_path, starttime=1)  # this pid, but another process's start
         assert live.ask(tmp_path, dead, "status", {}, 5) is None
-        ended = dataclasses.replace(this_process_controls(tmp_path), state=RunState.SUCCEEDED)
+        ended = this_process_controls(tmp_path).replace(state=RunState.SUCCEEDED)
         assert live.ask(tmp_path, ended, "status", {}, 5) is None
     assert served == []
     # A socket file nobody listens on (its controller was SIGKILLed): no answer, no error.

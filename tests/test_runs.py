@@ -45,7 +45,7 @@ def record(
             "/srv/a",
         ),
         TaskSpec("worker", 0, "::1", 2223, "python train.py --job_name=worker", {}, None),
-        TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x"),
+        TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x", None, (0, 1), (3,)),
     )
     hosts = (
         HostSpec("::1", None, "/home/me/.tfctl", {"kind": "local"}),
@@ -63,7 +63,7 @@ def record(
         decisive=("worker:0",),
         essential=("ps:0",),
     )
-    return RunRecord(**{**base.__dict__, **changes})
+    return base.replace(**changes)
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def mode(path: Path) -> int:
 
 
 def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> None:
-    original = record(state="running", reason="why", ended_at=None, watcher={"pid": 123, "starttime": 456})
+    original = record(state=RunState.RUNNING, reason="why", ended_at=None, watcher={"pid": 123, "starttime": 456})
     store.save(original)
     loaded = store.load(original.run_id)
     assert loaded == original
@@ -88,6 +88,9 @@ def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> No
     assert isinstance(loaded.decisive, tuple) and loaded.decisive == ("worker:0",)
     assert isinstance(loaded.essential, tuple) and loaded.essential == ("ps:0",)
     assert loaded.task("worker:1").env == {"X": "y"}
+    assert type(loaded.task("worker:1").gpus) is tuple and loaded.task("worker:1").gpus == (0, 1)
+    assert type(loaded.task("worker:1").cpus) is tuple and loaded.task("worker:1").cpus == (3,)
+    assert loaded.task("worker:0").gpus is None and loaded.task("worker:0").cpus is None
     assert loaded.task("worker:0").cwd is None
     assert loaded.task("worker:0").address == "[::1]:2223"
     hosts = {h.name: h for h in loaded.hosts}
@@ -140,7 +143,7 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
 
 def test_save_overwrites(store: RunStore) -> None:
     store.save(record())
-    store.save(record(state="succeeded", reason="done"))
+    store.save(record(state=RunState.SUCCEEDED, reason="done"))
     assert (store.load(record().run_id).state, store.load(record().run_id).reason) == ("succeeded", "done")
 
 
@@ -283,8 +286,7 @@ def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
     # A biggish record (~30 KB, written in several chunks) so a non-atomic write would be seen half-done.
     big_env = {f"VAR_{i}": "x" * 60 for i in range(400)}
     base = record()
-    task0 = TaskSpec(**{**base.tasks[0].__dict__, "env": big_env})
-    base = RunRecord(**{**base.__dict__, "tasks": (task0,) + base.tasks[1:]})
+    base = base.replace(tasks=(base.tasks[0].replace(env=big_env),) + base.tasks[1:])
     store.save(base)
     path = store.run_dir(base.run_id) / "run.json"
     done = threading.Event()
@@ -308,7 +310,7 @@ def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
     thread.start()
     try:
         for i in range(200):
-            store.save(RunRecord(**{**base.__dict__, "reason": f"write {i}"}))
+            store.save(base.replace(reason=f"write {i}"))
     finally:
         done.set()
         thread.join(30)
@@ -365,7 +367,7 @@ def test_update_from_several_processes(store: RunStore) -> None:
     final = store.load(r.run_id)
     # The last update of all is the last update of whichever process finished last.
     assert final.reason in {f"p{i}-24" for i in range(4)}
-    assert RunRecord(**{**final.__dict__, "reason": None}) == r  # nothing else changed
+    assert final.replace(reason=None) == r  # nothing else changed
     assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]
 
 
@@ -382,7 +384,7 @@ def test_lock_serialises_read_modify_write_across_processes(store: RunStore, tmp
 def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
     r = record()
     store.save(r)
-    new = store.update(r.run_id, state="succeeded", reason="worker:0 finished successfully", ended_at=5.0)
+    new = store.update(r.run_id, state=RunState.SUCCEEDED, reason="worker:0 finished successfully", ended_at=5.0)
     assert (new.state, new.reason, new.ended_at) == ("succeeded", "worker:0 finished successfully", 5.0)
     assert store.load(r.run_id) == new
     assert new.tasks == r.tasks
@@ -390,7 +392,7 @@ def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
 
 def test_update_of_an_unknown_run_is_a_usage_error(store: RunStore) -> None:
     with pytest.raises(UsageError):
-        store.update("nope-20260101-000000-0000", state="stopped")
+        store.update("nope-20260101-000000-0000", state=RunState.STOPPED)
 
 
 def test_update_of_an_unknown_field_changes_nothing(store: RunStore) -> None:

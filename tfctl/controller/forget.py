@@ -12,7 +12,7 @@ import contextlib
 import json
 import shutil
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from tfctl.cluster.agent import HostAgent
@@ -95,7 +95,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
     labels: dict[str, str] = {}  # the spec as JSON -> its label
     for r in records:
         for spec in _holders(r):
-            key = json.dumps(asdict(spec), sort_keys=True)
+            key = json.dumps(spec.to_wire(), sort_keys=True)
             if key not in labels:
                 label = spec.name
                 while label in hosts:  # the same name reached two ways, by two cluster files
@@ -123,7 +123,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
     }
     for run in result:
         for spec in _holders(run.record):
-            label = labels[json.dumps(asdict(spec), sort_keys=True)]
+            label = labels[json.dumps(spec.to_wire(), sort_keys=True)]
             _note(run, label, answers.succeeded.get(label))
         if run.complete and not dry_run:
             _forget(store, run.record.run_id)

@@ -129,6 +129,6 @@ def with_devices(plan: Plan, devices: Mapping[str, HostDevices]) -> Plan:
     tasks = tf_cluster.plan_tasks(plan.config, record.run_id, python_for, cwd_for, devices)
     return dataclasses.replace(
         plan,
-        record=dataclasses.replace(record, tasks=tuple(tasks)),
+        record=record.replace(tasks=tuple(tasks)),
         phases=tuple(tf_cluster.start_phases(tasks, plan.config.start_order)),
     )

@@ -60,7 +60,7 @@ def plan_run(
     config: ClusterConfig, store: RunStore, run_id: str | None = None, allocation: dict[str, Any] | None = None
 ) -> Plan:
     plan = make_plan(config, run_id or new_run_id(config.name))
-    record = dataclasses.replace(plan.record, store=store.store_id, allocation=allocation)
+    record = plan.record.replace(store=store.store_id, allocation=allocation)
     return dataclasses.replace(plan, record=record)
 
 
@@ -108,9 +108,9 @@ def launch(
     records this process as its controller; a detached one records `watcher`, if given.
     """
     if detach:
-        record = dataclasses.replace(plan.record, lease_timeout=0.0, watcher=watcher)
+        record = plan.record.replace(lease_timeout=0.0, watcher=watcher)
     else:
-        record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
+        record = plan.record.replace(watcher=controller_of_this_process(attached=True))
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
     try:
         on_slurm = plan.config.backend == "slurm"  # there each task's step asks Slurm for its devices
@@ -119,7 +119,7 @@ def launch(
             progress("warning", warning)
         if not on_slurm:
             plan = with_devices(plan, {i.host: i.devices for i in infos})
-            record = cluster.record = dataclasses.replace(record, tasks=plan.record.tasks)
+            record = cluster.record = record.replace(tasks=plan.record.tasks)
         busy = cluster.busy_ports(list(record.tasks))
         if busy:
             lines = [

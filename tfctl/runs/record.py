@@ -1,19 +1,20 @@
 """What the run store keeps of a run: its hosts, its tasks as started, and how it went.
 
-Stored as JSON in run.json; every field here is read back by `RunRecord.from_json`.
+Stored as JSON in run.json: typed records on the one base (`Wire`), written by `to_wire` and
+read back by `from_wire`, so every field here is read back as the type it was written as.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from tfctl.config.model import host_port
 from tfctl.supervisor.protocol import RunState
+from tfctl.supervisor.records import Wire, field, record
 
 
-@dataclass(frozen=True)
-class HostSpec:
+@record
+class HostSpec(Wire):
     """How to reach one host and where its supervisor keeps its files."""
 
     name: str
@@ -27,9 +28,11 @@ class HostSpec:
         return self.transport.get("kind") in ("local", "slurm")
 
 
-@dataclass(frozen=True)
-class TaskSpec:
+@record
+class TaskSpec(Wire):
     """One task as started: everything needed to start, find, or explain it again."""
+
+    TUPLES: ClassVar[tuple[str, ...]] = ("gpus", "cpus")
 
     job: str
     index: int
@@ -42,11 +45,6 @@ class TaskSpec:
     gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES as placed (`devices.Placement`)
     cpus: tuple[int, ...] | None = None  # the cores it runs on; None: any
 
-    def __post_init__(self) -> None:
-        for name in ("gpus", "cpus"):  # JSON gives lists back
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-
     @property
     def name(self) -> str:
         return f"{self.job}:{self.index}"
@@ -56,8 +54,12 @@ class TaskSpec:
         return host_port(self.host, self.port)
 
 
-@dataclass(frozen=True)
-class RunRecord:
+@record
+class RunRecord(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("tuple", TaskSpec), "hosts": ("tuple", HostSpec)}
+    ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
+    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential")
+
     run_id: str
     cluster_name: str
     cluster_file: str
@@ -83,9 +85,6 @@ class RunRecord:
     allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller
-
     @property
     def active(self) -> bool:
         return not self.state.is_final
@@ -97,16 +96,14 @@ class RunRecord:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "state": self.state.value}
+        return self.to_wire()
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         """Raises ValueError for a record that is not one (hand-edited, truncated, another version)."""
-        data = dict(data)
-        if not isinstance(data.get("created_at"), (int, float)) or isinstance(data.get("created_at"), bool):
+        if not isinstance(data, Mapping):
+            raise ValueError("it is not a JSON object")
+        created = data.get("created_at")
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
             raise ValueError("created_at is not a timestamp")
-        data["tasks"] = tuple(TaskSpec(**t) for t in data["tasks"])
-        data["hosts"] = tuple(HostSpec(**h) for h in data["hosts"])
-        data["decisive"] = tuple(data.get("decisive", ()))
-        data["essential"] = tuple(data.get("essential", ()))
-        return cls(**data)
+        return cls.from_wire(data)

@@ -16,7 +16,6 @@ import secrets
 import socket
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -87,7 +86,7 @@ class RunStore:
     def update(self, run_id: str, **changes: Any) -> RunRecord:
         """Change fields of a stored record under the lock; returns the new record."""
         with self.lock():
-            record = replace(self.load(run_id), **changes)
+            record = self.load(run_id).replace(**changes)
             self.save(record)
             return record
 
