@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tfctl.cluster.supervisors import TaskStatus, describe_end
+from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (
     NOISE,
@@ -597,7 +598,7 @@ class CapturedCluster:
     """The run of the Hogwild captures, as diagnose_run sees it: each task's tail is its capture."""
 
     class record:
-        progress: dict = {}
+        progress = ProgressSpec()
 
     def tails(self, names, count):
         files = {"worker:0": "hogwild_chief_trains.log", "worker:1": "hogwild_worker1_vars_on_own_task.log"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.runs.record import ProgressSpec
 from tfctl.tf.diagnose import Kind
 from tfctl.tf.doctor import FAILURE_HOLD, HOLD, LiveNotes
 
@@ -29,7 +30,7 @@ class QuietCluster:
     """Just enough of a Cluster for explanations: no statuses, reachability unknown."""
 
     class record:
-        progress: dict = {}
+        progress = ProgressSpec()
 
     def status(self, progress=None) -> tuple[list, dict]:
         return [], {}

@@ -19,7 +19,7 @@ import pytest
 
 from tfctl.config.home import tfctl_home
 from tfctl.errors import EXIT_USAGE, UsageError
-from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
+from tfctl.runs.record import HostSpec, ProgressSpec, RestartSpec, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 
@@ -97,6 +97,23 @@ def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> No
     assert hosts["gpu1"].transport == {"kind": "ssh", "user": "me", "port": 2200}
     assert hosts["localhost"].transport == {}
     assert loaded.active
+
+
+def test_restart_and_progress_come_back_as_typed_records(store: RunStore) -> None:
+    base = record()
+    restarting = base.tasks[2].replace(restart=RestartSpec("on-failure", 3, 10.0))
+    original = base.replace(
+        tasks=base.tasks[:2] + (restarting,), progress=ProgressSpec(r"step (?P<step>\d+)", 300.0, 30.0)
+    )
+    store.save(original)
+    data = json.loads((store.run_dir(original.run_id) / "run.json").read_text())
+    assert data["progress"] == {"regex": r"step (?P<step>\d+)", "stall_timeout": 300.0, "window": 30.0}
+    assert data["tasks"][2]["restart"] == {"policy": "on-failure", "max_restarts": 3, "backoff": 10.0}
+    loaded = store.load(original.run_id)
+    assert loaded == original
+    assert type(loaded.progress) is ProgressSpec and loaded.progress.stall_timeout == 300.0
+    assert type(loaded.task("worker:1").restart) is RestartSpec and loaded.task("worker:0").restart is None
+    assert record().progress == ProgressSpec(None, 120.0, 60.0)  # the cluster file's defaults
 
 
 def test_roundtrip_of_a_finished_record(store: RunStore) -> None:

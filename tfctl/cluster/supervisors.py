@@ -31,7 +31,6 @@ from tfctl.supervisor.protocol import (
     ProbeRequest,
     ProbeResult,
     ProgressRule,
-    RestartRule,
     StartRequest,
     StatusAnswer,
     StatusRequest,
@@ -460,7 +459,7 @@ class Cluster:
                             record.grace_period,
                             record.store,
                             self._idle_rule(t),
-                            RestartRule.from_wire(t.restart) if t.restart else None,
+                            t.restart.rule() if t.restart else None,
                             bin_dir(self.agents[a.host].python),
                             None if t.cpus is None else list(t.cpus),
                         )

@@ -14,7 +14,7 @@ from tfctl.config.devices import HostDevices
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
 from tfctl.controller.setup_commands import Setup, plan_setup
-from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.runs.record import HostSpec, ProgressSpec, RunRecord
 from tfctl.tf import tasks as tf_cluster
 from tfctl.transport import is_local_name
 
@@ -103,7 +103,7 @@ def make_plan(config: ClusterConfig, run_id: str) -> Plan:
         lease_timeout=config.lease_timeout,
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
-        progress=dataclasses.asdict(config.progress),
+        progress=ProgressSpec(config.progress.regex, config.progress.stall_timeout, config.progress.window),
         logdir=config.logdir_for(run_id),
     )
     remote = not all(h.shares_files for h in hosts)

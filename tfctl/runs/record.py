@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from tfctl.config.model import host_port
-from tfctl.supervisor.protocol import RunState
+from tfctl.config.model import DEFAULT_PROGRESS_WINDOW, DEFAULT_STALL_TIMEOUT, host_port
+from tfctl.supervisor.protocol import RestartRule, RunState
 from tfctl.supervisor.records import Wire, field, record
 
 
@@ -29,9 +29,32 @@ class HostSpec(Wire):
 
 
 @record
+class RestartSpec(Wire):
+    """When a task of the job that ended is started again (the job's `model.RestartPolicy`)."""
+
+    policy: str  # on-failure | exit-code (a job whose tasks never restart keeps no RestartSpec)
+    max_restarts: int
+    backoff: float  # seconds before each restart
+
+    def rule(self) -> RestartRule:
+        """As the task's supervisor applies it."""
+        return RestartRule(self.policy, self.max_restarts, self.backoff)
+
+
+@record
+class ProgressSpec(Wire):
+    """How `status` reads the run's training progress (the cluster file's `model.ProgressSettings`)."""
+
+    regex: str | None = None  # replaces the built-in shapes (`tf/progress.py`)
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
+    window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+
+
+@record
 class TaskSpec(Wire):
     """One task as started: everything needed to start, find, or explain it again."""
 
+    NESTED: ClassVar[Mapping[str, Any]] = {"restart": ("one", RestartSpec)}
     TUPLES: ClassVar[tuple[str, ...]] = ("gpus", "cpus")
 
     job: str
@@ -41,7 +64,7 @@ class TaskSpec(Wire):
     command: str
     env: dict[str, str]
     cwd: str | None
-    restart: dict[str, Any] | None = None  # model.RestartPolicy's fields, when the job restarts its tasks
+    restart: RestartSpec | None = None  # when the job restarts its tasks
     gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES as placed (`devices.Placement`)
     cpus: tuple[int, ...] | None = None  # the cores it runs on; None: any
 
@@ -56,7 +79,11 @@ class TaskSpec(Wire):
 
 @record
 class RunRecord(Wire):
-    NESTED: ClassVar[Mapping[str, Any]] = {"tasks": ("tuple", TaskSpec), "hosts": ("tuple", HostSpec)}
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "tasks": ("tuple", TaskSpec),
+        "hosts": ("tuple", HostSpec),
+        "progress": ("one", ProgressSpec),
+    }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
     TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential")
 
@@ -80,7 +107,7 @@ class RunRecord(Wire):
     ended_at: float | None = None
     reason: str | None = None
     watcher: dict[str, Any] | None = None
-    progress: dict[str, Any] = field(default_factory=dict)  # model.ProgressSettings's fields
+    progress: ProgressSpec = ProgressSpec()
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
     allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
