@@ -131,7 +131,7 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     run_id = up.stdout.strip()
     record = json.loads((home / "runs" / run_id / "run.json").read_text())
     watcher = record["watcher"]
-    assert not watcher["attached"]
+    assert watcher["kind"] == "watcher"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and latest_state(home, run_id) == "running":
         time.sleep(0.1)

@@ -18,16 +18,16 @@ from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tf
 from fakes import record_of
 
 from tfctl.controller import rpc as live
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.watcher import controller_of_this_process, is_running
 from tfctl.errors import TfctlError, UsageError
+from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.procfs import is_same_process
 from tfctl.supervisor.protocol import RunState
 
 
 def this_process_controls(tmp_path: Path, **changes: Any) -> Any:
     record = record_of({"ps:0": "h0", "worker:0": "h1"})
-    return record.replace(watcher={**controller_of_this_process(attached=False), **changes})
+    return record.replace(watcher=controller_of_this_process(ControllerKind.WATCHER).replace(**changes))
 
 
 def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert all(line.startswith("[ps:0] ") for line in lines)
     texts = [line.split(None, 1)[1] for line in lines]
     assert texts[0].startswith("ps0 started") and texts[1:4] == ["ps0 line 0", "ps0 line 1", "ps0 line 2"]
-    assert not is_same_process(record.watcher)  # the watcher ended once it had answered
+    assert record.watcher is not None and not is_running(record.watcher)  # it ended once it had answered
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
     assert not live.socket_path(RunStore(home).run_dir(run_id)).exists()
@@ -175,8 +175,8 @@ def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Pa
     wait_listening(cluster, home)
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
-    os.kill(watcher["pid"], signal.SIGKILL)
-    while is_same_process(watcher):
+    os.kill(watcher.pid, signal.SIGKILL)
+    while is_running(watcher):
         time.sleep(0.02)
     assert live.socket_path(RunStore(home).run_dir(run_id)).exists()  # left behind by the kill
 
@@ -233,7 +233,7 @@ def test_a_stopped_controller_is_passed_over_by_logs(tmp_path: Path, home: Path)
     wait_listening(cluster, home)
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
-    os.kill(watcher["pid"], signal.SIGSTOP)
+    os.kill(watcher.pid, signal.SIGSTOP)
     try:
         began = time.monotonic()
         logs = tfctl("-f", str(cluster), "logs", "--tail", "1", "ps", home=home, timeout=60)
@@ -241,7 +241,7 @@ def test_a_stopped_controller_is_passed_over_by_logs(tmp_path: Path, home: Path)
         assert logs.stdout.split(None, 1)[1].strip() == "ps0 line 2"
         assert time.monotonic() - began < live.CONNECT_PATIENCE + 10
     finally:
-        os.kill(watcher["pid"], signal.SIGCONT)
+        os.kill(watcher.pid, signal.SIGCONT)
     down = tfctl("-f", str(cluster), "down", home=home)
     assert down.returncode == 0, down.stderr
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]

@@ -19,7 +19,15 @@ import pytest
 
 from tfctl.config.home import tfctl_home
 from tfctl.errors import EXIT_USAGE, UsageError
-from tfctl.runs.record import HostSpec, ProgressSpec, RestartSpec, RunRecord, TaskSpec
+from tfctl.runs.record import (
+    Controller,
+    ControllerKind,
+    HostSpec,
+    ProgressSpec,
+    RestartSpec,
+    RunRecord,
+    TaskSpec,
+)
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 
@@ -79,7 +87,12 @@ def mode(path: Path) -> int:
 
 
 def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> None:
-    original = record(state=RunState.RUNNING, reason="why", ended_at=None, watcher={"pid": 123, "starttime": 456})
+    original = record(
+        state=RunState.RUNNING,
+        reason="why",
+        ended_at=None,
+        watcher=Controller(ControllerKind.UP, 123, 456, "laptop-0123"),
+    )
     store.save(original)
     loaded = store.load(original.run_id)
     assert loaded == original
@@ -156,6 +169,115 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
         "cpus": None,
     }
     assert data["decisive"] == ["worker:0"]
+
+
+# --- schema versions -----------------------------------------------------------------------------
+
+V1_RECORD = Path(__file__).resolve().parent / "data" / "run-record-v1.json"
+
+
+def test_a_record_of_version_1_is_read_forever_with_its_values_migrated(store: RunStore) -> None:
+    """run-record-v1.json was written by tfctl before records said their version (at dbf4c58):
+    its controller, progress settings and restart policies were dicts."""
+    r = RunRecord.from_json(json.loads(V1_RECORD.read_text()))
+    assert r.watcher == Controller(ControllerKind.UP, 41234, 987654, "laptop-1f2e3d4c5b6a")
+    assert r.watcher.attached and type(r.watcher.kind) is ControllerKind
+    assert r.progress == ProgressSpec(r"step (?P<step>\d+)", 300.0, 30.0)
+    assert [t.restart for t in r.tasks] == [
+        None,
+        RestartSpec("on-failure", 3, 10.0),
+        RestartSpec("on-failure", 3, 10.0),
+    ]
+    assert [(t.name, t.address, t.gpus, t.cpus) for t in r.tasks] == [
+        ("ps:0", "tfh0:2222", None, None),
+        ("worker:0", "tfh1:2223", (0, 1), (0, 1, 2, 3)),
+        ("worker:1", "localhost:2224", (), None),
+    ]
+    assert r.task("ps:0").env == {"TF_CONFIG": '{"cluster":{}}'} and r.task("worker:1").cwd == "/srv/mnist"
+    assert [(h.name, h.python, h.root, h.transport, h.shares_files) for h in r.hosts] == [
+        ("localhost", None, "/home/me/.tfctl", {"kind": "local"}, True),
+        ("tfh0", "python3", "~/.tfctl", {"kind": "ssh", "user": "me", "port": 2200}, False),
+        ("tfh1", "/opt/venv/bin/python", "~/.tfctl", {"kind": "slurm", "job_id": "4711"}, True),
+    ]
+    assert (r.run_id, r.cluster_name, r.cluster_file, r.created_at) == (
+        "mnist-20250301-101500-ab12",
+        "mnist",
+        "/srv/mnist/cluster.yaml",
+        1740823500.25,
+    )
+    assert (r.decisive, r.essential, r.state, r.active) == (("worker:0",), ("ps:0",), RunState.RUNNING, True)
+    assert (r.grace_period, r.hang_timeout, r.startup_timeout, r.lease_timeout, r.idle_timeout, r.host_timeout) == (
+        10.0,
+        300.0,
+        90.0,
+        30.0,
+        600.0,
+        120.0,
+    )
+    assert (r.unreachable, r.store, r.ended_at, r.reason) == ({"tfh0": 1740823600.5}, "0123456789ab", None, None)
+    assert (r.logdir, r.allocation, r.left_nothing) == (
+        "logs/mnist-20250301-101500-ab12",
+        {"job_id": "4711", "owned": True},
+        False,
+    )
+    # In a store: read as it is, written back in the current version, which reads back the same.
+    (store.runs_dir / r.run_id).mkdir(parents=True)
+    (store.run_dir(r.run_id) / "run.json").write_bytes(V1_RECORD.read_bytes())
+    assert store.load(r.run_id) == r and store.all() == [r]
+    updated = store.update(r.run_id, reason="read by a newer tfctl")
+    data = json.loads((store.run_dir(r.run_id) / "run.json").read_text())
+    assert data["schema_version"] == RunRecord.schema_version == 2
+    assert data["watcher"] == {"kind": "up", "pid": 41234, "starttime": 987654, "host": "laptop-1f2e3d4c5b6a"}
+    assert store.load(r.run_id) == updated == r.replace(reason="read by a newer tfctl")
+
+
+@pytest.mark.parametrize(
+    ("watcher", "controller"),
+    [
+        ({"pid": 7, "starttime": 8, "host": "h-1", "attached": False}, Controller(ControllerKind.WATCHER, 7, 8, "h-1")),
+        ({"pid": 7, "starttime": 8}, Controller(ControllerKind.WATCHER, 7, 8, None)),  # before `host`, `attached`
+        (None, None),
+    ],
+)
+def test_a_version_1_controller_becomes_a_typed_controller(watcher, controller) -> None:
+    data = json.loads(V1_RECORD.read_text())
+    data["watcher"] = watcher
+    assert RunRecord.from_json(data).watcher == controller
+
+
+def test_the_current_version_round_trips_as_it_is(store: RunStore) -> None:
+    r = record(state=RunState.RUNNING, watcher=Controller(ControllerKind.WATCHER, 5, 6, "h-1"))
+    data = r.to_json()
+    assert next(iter(data)) == "schema_version" and data["schema_version"] == 2
+    assert data["watcher"] == {"kind": "watcher", "pid": 5, "starttime": 6, "host": "h-1"}
+    assert RunRecord.from_json(json.loads(json.dumps(data))) == r
+    store.save(r)
+    assert store.load(r.run_id) == r
+
+
+def test_a_record_of_a_newer_tfctl_is_refused_saying_so(store: RunStore) -> None:
+    from tfctl.errors import TfctlError
+    from tfctl.runs.record import NewerRecordError
+
+    data = {**record().to_json(), "schema_version": 3, "something_new": {"x": 1}}
+    with pytest.raises(NewerRecordError):
+        RunRecord.from_json(data)
+    store.save(record("m-1", created_at=1.0))
+    (store.runs_dir / "m-new").mkdir()
+    path = store.run_dir("m-new") / "run.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TfctlError) as e:
+        store.load("m-new")
+    assert str(path) in e.value.message and "newer tfctl" in e.value.message and "version 3" in e.value.message
+    assert e.value.hint is not None and "upgrade tfctl" in e.value.hint
+    with pytest.raises(TfctlError, match="newer tfctl"):  # not skipped as damaged: its run may be live
+        store.all()
+
+
+@pytest.mark.parametrize("version", ["2", 0, True, None])
+def test_a_record_whose_version_is_no_version_is_damaged(version) -> None:
+    with pytest.raises(ValueError, match="schema_version"):
+        RunRecord.from_json({**record().to_json(), "schema_version": version})
 
 
 def test_save_overwrites(store: RunStore) -> None:
@@ -294,7 +416,7 @@ def test_failed_save_keeps_the_old_record_and_leaves_no_temp_file(store: RunStor
     r = record()
     store.save(r)
     with pytest.raises(TypeError):
-        store.save(record(watcher={"not json": object()}))
+        store.save(record(unreachable={"gpu1": object()}))
     assert store.load(r.run_id) == r  # the rename never happened: the old record is intact
     assert sorted(p.name for p in store.run_dir(r.run_id).iterdir()) == ["run.json"]
 

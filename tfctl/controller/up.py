@@ -20,6 +20,7 @@ from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
 from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.errors import StartupError, TfctlError, UsageError
+from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 from tfctl.tf.tasks import exposed_addresses
@@ -39,10 +40,11 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
         return  # its stop proved nothing of it left on any host: no need to ask them again
     if record.allocation is not None and allocation_ended(record.allocation):
         return
-    if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
+    controller = record.watcher
+    if record.state is RunState.STARTING and controller is not None and not controller_gone(record):
         raise UsageError(
             f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
-            f"{'its `tfctl up`' if record.watcher.get('attached') else 'its watcher'} is pid {record.watcher['pid']})",
+            f"{'its `tfctl up`' if controller.attached else 'its watcher'} is pid {controller.pid})",
             hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
         )
     with Cluster(record) as cluster:
@@ -97,7 +99,7 @@ def launch(
     progress: Progress,
     accept_new_host_keys: bool = False,
     detach: bool = False,
-    watcher: dict[str, Any] | None = None,
+    watcher: Controller | None = None,
 ) -> Cluster:
     """Preflight every host, place the tasks on its GPUs and cores, check ports, record the run,
     sync code, run `setup`, and start the tasks phase by phase.
@@ -110,7 +112,7 @@ def launch(
     if detach:
         record = plan.record.replace(lease_timeout=0.0, watcher=watcher)
     else:
-        record = plan.record.replace(watcher=controller_of_this_process(attached=True))
+        record = plan.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach)
     try:
         on_slurm = plan.config.backend == "slurm"  # there each task's step asks Slurm for its devices

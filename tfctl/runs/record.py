@@ -2,15 +2,22 @@
 
 Stored as JSON in run.json: typed records on the one base (`Wire`), written by `to_wire` and
 read back by `from_wire`, so every field here is read back as the type it was written as.
+
+A record says its `schema_version`. `RunRecord.from_json` reads a record of an older version by
+migrating it one version at a time (`MIGRATIONS`), so runs recorded by an older tfctl stay
+readable; a record of a newer version is refused (`NewerRecordError`), never guessed at.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+import enum
+from typing import Any, Callable, ClassVar, Mapping
 
 from tfctl.config.model import DEFAULT_PROGRESS_WINDOW, DEFAULT_STALL_TIMEOUT, host_port
 from tfctl.supervisor.protocol import RestartRule, RunState
 from tfctl.supervisor.records import Wire, field, record
+
+SCHEMA_VERSION = 2  # of the records this tfctl writes; `MIGRATIONS` reads every older one
 
 
 @record
@@ -77,15 +84,47 @@ class TaskSpec(Wire):
         return host_port(self.host, self.port)
 
 
+class ControllerKind(str, enum.Enum):
+    """Which process controls a run."""
+
+    UP = "up"  # the attached `tfctl up` that started it
+    WATCHER = "watcher"  # a detached watcher (`up -d`, or one started for a run whose controller died)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@record
+class Controller(Wire):
+    """The process that controls a run, and how to tell it from a later process with its pid:
+    its kernel start time, and the machine it runs on (a run store on a shared home is read from
+    other machines, where that pid means nothing)."""
+
+    ENUMS: ClassVar[Mapping[str, Any]] = {"kind": ControllerKind}
+
+    kind: ControllerKind
+    pid: int
+    starttime: int | None  # in clock ticks since boot (/proc/<pid>/stat); None: unknown
+    host: str | None = None  # `files.host_key()`; None: not noted, taken as this machine
+
+    @property
+    def attached(self) -> bool:
+        return self.kind is ControllerKind.UP
+
+
 @record
 class RunRecord(Wire):
+    """One run: what was started where, who controls it, and how it went."""
+
     NESTED: ClassVar[Mapping[str, Any]] = {
         "tasks": ("tuple", TaskSpec),
         "hosts": ("tuple", HostSpec),
         "progress": ("one", ProgressSpec),
+        "watcher": ("one", Controller),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
     TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential")
+    schema_version: ClassVar[int] = SCHEMA_VERSION  # of every record in memory: older ones are migrated
 
     run_id: str
     cluster_name: str
@@ -106,7 +145,7 @@ class RunRecord(Wire):
     state: RunState = RunState.STARTING
     ended_at: float | None = None
     reason: str | None = None
-    watcher: dict[str, Any] | None = None
+    watcher: Controller | None = None  # who controls the run while it is active
     progress: ProgressSpec = ProgressSpec()
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
     allocation: dict[str, Any] | None = None  # backend slurm: {"job_id", "owned"} (`slurm/backend.py`)
@@ -123,14 +162,54 @@ class RunRecord(Wire):
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return self.to_wire()
+        return {"schema_version": SCHEMA_VERSION, **self.to_wire()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
-        """Raises ValueError for a record that is not one (hand-edited, truncated, another version)."""
+        """The record, migrated to this version if it is of an older one. Raises NewerRecordError
+        for a record of a newer tfctl, ValueError for one that is not a record (hand-edited, truncated)."""
         if not isinstance(data, Mapping):
             raise ValueError("it is not a JSON object")
+        version = data.get("schema_version", 1)  # version 1 did not say so
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"schema_version {version!r} is not a version")
+        if version > SCHEMA_VERSION:
+            raise NewerRecordError(version)
+        for older in range(version, SCHEMA_VERSION):
+            data = MIGRATIONS[older](data)
         created = data.get("created_at")
         if not isinstance(created, (int, float)) or isinstance(created, bool):
             raise ValueError("created_at is not a timestamp")
         return cls.from_wire(data)
+
+
+class NewerRecordError(ValueError):
+    """A record written by a newer tfctl, in a version this one cannot read."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"it was written by a newer tfctl (record version {version}; this tfctl reads up to {SCHEMA_VERSION})"
+        )
+        self.version = version
+
+
+def _v1_to_v2(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1 (no `schema_version`) kept its controller as a dict: {pid, starttime, host,
+    attached}, where `attached` (or its absence, in the oldest records) told `up` from a watcher."""
+    out = {**data, "schema_version": 2}
+    watcher = data.get("watcher")
+    if watcher is not None:
+        if not isinstance(watcher, Mapping) or "pid" not in watcher:
+            raise ValueError(f"watcher {watcher!r} names no process")
+        kind = ControllerKind.UP if watcher.get("attached") else ControllerKind.WATCHER
+        out["watcher"] = {
+            "kind": kind.value,
+            "pid": watcher["pid"],
+            "starttime": watcher.get("starttime"),
+            "host": watcher.get("host"),
+        }
+    return out
+
+
+# Version -> the step that makes a record of that version one of the next.
+MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
