@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -18,6 +18,7 @@ from tfctl.backends.slurm.allocation import JobState, describe, job_state
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import Cluster, StopReport, TaskStatus
 from tfctl.config.model import host_port
+from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
@@ -141,14 +142,16 @@ def rate_text(rate: float | None) -> str:
     return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
 
 
-def status_answer(cluster: Cluster, record: RunRecord, args: Mapping[str, Any]) -> dict[str, Any]:
-    """`status` asked of the run's live controller from another terminal (see `live`): the JSON,
-    or the table as that terminal's console would print it (`console.stdout_traits`)."""
+def status_answer(cluster: Cluster, record: RunRecord, request: StatusAsk) -> StatusReply:
+    """`status`, asked here or of the run's live controller from another terminal (see `rpc`):
+    the JSON, or the table as that terminal's console would print it (`console.stdout_traits`)."""
     shot = snapshot(cluster)
-    if args.get("json"):
-        return {"json": shot.to_json(record)}
-    traits = args["console"]
-    return {"text": console.rendered(status_table(shot, record, int(traits["width"])), traits)}
+    if request.json:
+        return StatusReply(json=shot.to_json(record))
+    if request.console is None:
+        raise ValueError("a status table needs the terminal to render it for")
+    traits = request.console
+    return StatusReply(text=console.rendered(status_table(shot, record, traits.width), traits.to_wire()))
 
 
 def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:

@@ -5,7 +5,7 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfctl.cluster.agent import HostAgent
 from tfctl.cluster.group import fan_out
@@ -44,23 +44,17 @@ def _down_patience(record: RunRecord, grace: float | None) -> float:
     return (record.grace_period if grace is None else grace) + 60.0
 
 
-def _job_state(fields: dict[str, Any]) -> JobState:
-    from tfctl.backends.slurm.allocation import JobState
-
-    return JobState(fields["state"], fields["reason"], tuple(fields["nodes"]))
-
-
 def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, JobState | None]:
     """Stop every task, then end the run's Slurm allocation; the report, and the allocation's
     state once ended (None: the run has none of its own). A live controller on this machine does
     it with the connections it holds; else this process connects to every host."""
     from tfctl.controller import rpc as live
+    from tfctl.controller.rpc_messages import DownAsk
 
-    answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
-    if answer is not None and answer["stop"] is not None:
+    answer = live.ask(store.run_dir(record.run_id), record, DownAsk(grace), _down_patience(record, grace))
+    if answer is not None and answer.stop is not None:
         wait_gone(record)  # a detached watcher ends once it has answered
-        job = answer["allocation"]
-        return StopReport(**answer["stop"]), None if job is None else _job_state(job)
+        return answer.stop, answer.job()
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, allocation = stop_run(store, cluster, grace)
