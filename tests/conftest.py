@@ -83,17 +83,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "tfctl-home"
     monkeypatch.setenv("TFCTL_HOME", str(path))
     yield path
-    from tfctl.supervisor.procfs import is_same_process
+    from tfctl.controller.watcher import is_running
 
     stray = []
     for record in RunStore(path).all():
         w = record.watcher
-        if w:
+        if w is not None:
             deadline = time.monotonic() + 10
-            while is_same_process(w) and time.monotonic() < deadline:
+            while is_running(w) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if is_same_process(w):
-                kill_by_pid([w["pid"]])
+            if is_running(w):
+                kill_by_pid([w.pid])
                 stray.append(record.run_id)
     assert not stray, f"detached watcher still running after the test for runs {stray}"
 

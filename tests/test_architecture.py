@@ -89,7 +89,9 @@ def test_no_module_imports_a_floor_above_its_own() -> None:
 
 
 def test_no_import_cycle() -> None:
-    graph = {m: {i for i in imports(p) if i != m} for m, p in all_modules().items()}
+    """The package itself ("") is left out as a target: every module imports it before its own
+    first line, so reading `__version__` from it is no cycle."""
+    graph = {m: {i for i in imports(p) if i not in (m, "")} for m, p in all_modules().items()}
     cycles = []
     state: dict[str, int] = {}
 

@@ -16,6 +16,7 @@ from tfctl.config.loader import load_config
 from tfctl.controller import down, forget, supervise, up
 from tfctl.controller.watcher import controller_of_this_process
 from tfctl.errors import BackendError, ConfigError
+from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState, TaskState
 
@@ -73,7 +74,8 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
     plan = up.acquire(store, config, lambda who, what: said.append((who, what)))
     assert ("fake", "leased pool gpus") in said and fake_backend.leases == {plan.record.run_id: "gpus"}
     assert plan.record.backend == "fake" and plan.record.backend_state == {"pool": "gpus"}
-    cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=controller_of_this_process(attached=False))
+    watcher = controller_of_this_process(ControllerKind.WATCHER)
+    cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
     assert store.load(plan.record.run_id).state is RunState.RUNNING
     with cluster:
         ending = supervise._watch(store, cluster, threading.Event())

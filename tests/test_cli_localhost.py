@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
-from tfctl.cli.render import number_ranges
+from tfctl.controller.status_view import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 
 
@@ -131,7 +131,7 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     run_id = up.stdout.strip()
     record = json.loads((home / "runs" / run_id / "run.json").read_text())
     watcher = record["watcher"]
-    assert not watcher["attached"]
+    assert watcher["kind"] == "watcher"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and latest_state(home, run_id) == "running":
         time.sleep(0.1)

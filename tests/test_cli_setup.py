@@ -98,8 +98,8 @@ def test_a_failing_command_stops_up_before_any_task(tmp_path: Path, home: Path) 
 def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: Path, detach: bool) -> None:
     """Detached, `up -d` leaves the start to the watcher it forked and prints its progress;
     Ctrl-C there still stops everything started, and the watcher ends too."""
+    from tfctl.controller.watcher import is_running
     from tfctl.runs.store import RunStore
-    from tfctl.supervisor.procfs import is_same_process
 
     cluster = write_cluster(tmp_path, ["echo waiting", "sleep 60"])
     up = subprocess.Popen(
@@ -116,8 +116,8 @@ def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: P
             pass
         run_id = last_run(home, cluster)["run_id"]
         controller = RunStore(home).load(run_id).watcher
-        assert controller is not None and (controller["pid"] != up.pid) is detach
-        assert controller["attached"] is not detach
+        assert controller is not None and (controller.pid != up.pid) is detach
+        assert controller.attached is not detach
         assert len(run_processes(run_id)) >= 1  # the setup shell's sleep
         up.send_signal(signal.SIGINT)
         out, err = up.communicate(timeout=30)
@@ -129,9 +129,9 @@ def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: P
     assert run_processes(run_id) == [] and out == ""
     assert last_run(home, cluster)["state"] == "stopped"
     deadline = time.monotonic() + 10
-    while is_same_process(controller) and time.monotonic() < deadline:
+    while is_running(controller) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not is_same_process(controller)
+    assert not is_running(controller)
 
 
 def test_dry_run_lists_setup_and_the_warnings_up_would_print(tmp_path: Path, home: Path) -> None:

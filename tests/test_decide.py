@@ -1,12 +1,12 @@
-"""control.decide: a run's outcome from its tasks' states; and render.number_ranges."""
+"""control.decide: a run's outcome from its tasks' states; and status_view.number_ranges."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfctl.cli.render import number_ranges
 from tfctl.cluster.control import Outcome, decide
 from tfctl.cluster.supervisors import TaskStatus
+from tfctl.controller.status_view import number_ranges
 from tfctl.supervisor.protocol import RunState, TaskState
 
 CHIEF = ["chief:0"]
@@ -184,7 +184,7 @@ def test_only_final_states_end_the_job() -> None:
         assert (out is not None) == TaskState(state).is_final, state
 
 
-# --- render.number_ranges ---------------------------------------------------------------------------
+# --- status_view.number_ranges ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

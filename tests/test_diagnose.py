@@ -7,25 +7,27 @@ the capture's header, everything else is TensorFlow's output verbatim.
 from __future__ import annotations
 
 import calendar
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from tfctl.cluster.supervisors import TaskStatus, describe_end
+from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (
-    KINDS,
     NOISE,
     PATTERNS,
     Finding,
+    Kind,
     diagnose,
     is_noise,
     last_meaningful,
     match_line,
     tf_task_name,
 )
-from tfctl.tf.doctor import diagnose_run
+from tfctl.tf.doctor import diagnose_run, finding_json
 from tfctl.tf.explain import PeerInfo, explain
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
@@ -234,7 +236,8 @@ def test_every_capture_has_a_case() -> None:
 def test_capture(name, task, kinds, peer, cause_words, fix_words, evidence) -> None:
     lines = load(name)
     findings = diagnose(task, lines)
-    assert [f.kind for f in findings] == kinds, [(f.kind, f.evidence) for f in findings]
+    assert [f.kind for f in findings] == [Kind(k) for k in kinds], [(f.kind, f.evidence) for f in findings]
+    assert all(type(f.kind) is Kind for f in findings)
     if not kinds:
         return
     f = findings[0]
@@ -299,28 +302,37 @@ def test_match_line(name, needle, kind, peer) -> None:
     if kind is None:
         assert f is None, f
         return
-    assert f is not None and f.kind == kind and f.peer == peer, f
+    assert f is not None and f.kind is Kind(kind) and f.peer == peer, f
     assert f.task == "worker:0" and f.cause and f.fix and is_evidence_of(f.evidence, line)
 
 
 def test_every_pattern_kind_is_a_known_kind() -> None:
-    assert {p.kind for p in PATTERNS} <= set(KINDS)
-    assert set(KINDS) - {p.kind for p in PATTERNS} == {"unknown_failure"}
+    assert all(type(p.kind) is Kind for p in PATTERNS)
+    assert set(Kind) - {p.kind for p in PATTERNS} == {Kind.UNKNOWN_FAILURE}
+
+
+def test_a_kind_is_shown_and_written_as_its_plain_name() -> None:
+    f = match_line("worker:0", first("oom_eager_huge_tensor.log", "OP_REQUIRES failed"))
+    assert f is not None and f.kind is Kind.OOM
+    shown = finding_json(f)
+    assert shown is not None and type(shown["kind"]) is str and shown["kind"] == "oom"
+    assert json.dumps(shown).startswith('{"kind": "oom", ')
+    assert f"{f.kind}" == str(f.kind) == "oom"
 
 
 def test_unknown_failure_is_the_exception_line() -> None:
     # The MWMS survivor's traceback ends in UnavailableError, which is known (peer_died), not unknown.
-    assert "unknown_failure" not in [f.kind for f in diagnose("worker:0", load("mwms_peer_killed_survivor.log"))]
+    assert Kind.UNKNOWN_FAILURE not in [f.kind for f in diagnose("worker:0", load("mwms_peer_killed_survivor.log"))]
     # A Python exception with no known pattern: the last line of the bad-index traceback, its
     # message cut off before the known text, stands for any unknown error.
     line = first("bad_task_index.log", "InternalError: Task 2")
     unknown = line.split(": Task 2")[0] + ": something else went wrong"
     f = match_line("worker:2", unknown)
-    assert f is not None and f.kind == "unknown_failure"
+    assert f is not None and f.kind is Kind.UNKNOWN_FAILURE
     assert "InternalError: something else went wrong" in f.cause and "tfctl logs --tail 60 worker:2" in f.fix
     others = [line for line in load("bad_task_index.log") if "was not defined" not in line]
     (u,) = diagnose("worker:2", others + [unknown])
-    assert u.kind == "unknown_failure" and u.evidence == unknown
+    assert u.kind is Kind.UNKNOWN_FAILURE and u.evidence == unknown
 
 
 def test_tf_task_names() -> None:
@@ -333,9 +345,9 @@ def test_peer_on_the_next_line_is_attached() -> None:
     lines = load("ps_killed_worker0_grpc_fail_fast.log")
     i = next(i for i, line in enumerate(lines) if "Cleanup partition error: UNAVAILABLE" in line)
     (f,) = diagnose("worker:0", lines[: i + 2])
-    assert f.kind == "peer_died" and f.peer == "ps:0" and "ps:0" in f.cause
+    assert f.kind is Kind.PEER_DIED and f.peer == "ps:0" and "ps:0" in f.cause
     (g,) = diagnose("worker:0", lines[: i + 1])
-    assert g.kind == "peer_died" and g.peer is None
+    assert g.kind is Kind.PEER_DIED and g.peer is None
     # Other threads' lines may come in between (here: a real Cleanup line of the same capture).
     other = first("ps_killed_worker0_grpc_fail_fast.log", "ABORTED: Cleanup")
     (h,) = diagnose("worker:0", lines[: i + 1] + [other, other] + lines[i + 1 : i + 2])
@@ -360,7 +372,7 @@ def test_a_wait_ends_when_the_task_makes_progress() -> None:
         first("healthy_chief_worker0.log", "Scanning workers for devices"),
         first("healthy_chief_worker0.log", "ABORTED: Cleanup"),
     ]
-    assert [f.kind for f in diagnose("worker:0", waiting + chatter)] == ["waiting_for_peer"]
+    assert [f.kind for f in diagnose("worker:0", waiting + chatter)] == [Kind.WAITING_FOR_PEER]
     assert diagnose("worker:0", waiting + steps[:1]) == []
     # MWMS: "Waiting for 1/2" then "Waiting for 0/2": over (the survivor capture, cut before the kill).
     survivor = load("mwms_peer_killed_survivor.log")
@@ -368,7 +380,7 @@ def test_a_wait_ends_when_the_task_makes_progress() -> None:
     assert any("Waiting for 1/2" in line for line in before_kill)
     assert diagnose("worker:0", before_kill) == []
     upto_wait = before_kill[: next(i for i, line in enumerate(before_kill) if "Waiting for 0/2" in line)]
-    assert [f.kind for f in diagnose("worker:0", upto_wait)] == ["mwms_waiting"]
+    assert [f.kind for f in diagnose("worker:0", upto_wait)] == [Kind.MWMS_WAITING]
     # TF's own "Waiting for 0/2" (and the barrier that follows) end it, before any program output.
     tf_only = before_kill[: next(i for i, line in enumerate(before_kill) if line.startswith("strategy ready"))]
     assert diagnose("worker:0", tf_only) == []
@@ -586,7 +598,7 @@ class CapturedCluster:
     """The run of the Hogwild captures, as diagnose_run sees it: each task's tail is its capture."""
 
     class record:
-        progress: dict = {}
+        progress = ProgressSpec()
 
     def tails(self, names, count):
         files = {"worker:0": "hogwild_chief_trains.log", "worker:1": "hogwild_worker1_vars_on_own_task.log"}
@@ -603,7 +615,7 @@ def test_a_worker_whose_variables_live_on_its_own_task_gets_that_advice_while_th
         TaskStatus("worker:1", "worker", 1, "localhost", 25224, TaskState.RUNNING, listening=True),
     ]
     found = diagnose_run(CapturedCluster(), statuses).findings["worker:1"]  # type: ignore[arg-type]
-    assert found.kind == "waiting_for_model" and found.peer == "worker:0"
+    assert found.kind is Kind.WAITING_FOR_MODEL and found.peer == "worker:0"
     assert "the chief worker:0 trains" in found.cause and "this worker's own task" in found.cause
     assert "replica_device_setter" in found.fix
     # A chief that is not training yet gets the other advice: read its log.

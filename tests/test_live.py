@@ -3,7 +3,6 @@ the run's controller (detached watcher or attached `up`) instead of connecting t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -12,43 +11,103 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator
 
 import pytest
 from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
 from fakes import record_of
 
 from tfctl.controller import rpc as live
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.rpc_messages import (
+    DownAsk,
+    DownReply,
+    LogNote,
+    LogsAsk,
+    LogsPart,
+    StatusAsk,
+    StatusReply,
+    Terminal,
+)
+from tfctl.controller.watcher import controller_of_this_process, is_running
 from tfctl.errors import TfctlError, UsageError
+from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.procfs import is_same_process
 from tfctl.supervisor.protocol import RunState
 
 
 def this_process_controls(tmp_path: Path, **changes: Any) -> Any:
     record = record_of({"ps:0": "h0", "worker:0": "h1"})
-    return dataclasses.replace(record, watcher={**controller_of_this_process(attached=False), **changes})
+    return record.replace(watcher=controller_of_this_process(ControllerKind.WATCHER).replace(**changes))
+
+
+TERMINAL = Terminal(tty=False, color=False, width=80)
 
 
 def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: Path) -> None:
-    def status(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        return {"echo": args["n"] + 1}
+    asked = []
 
-    def down(_args: Mapping[str, Any]) -> Mapping[str, Any]:
+    def status(request: StatusAsk) -> StatusReply:
+        asked.append(request)
+        return StatusReply(text=f"{request.console.width} columns" if request.console else None)
+
+    def down(_request: DownAsk) -> DownReply:
         raise UsageError("cannot stop", hint="try later")
 
     record = this_process_controls(tmp_path)
-    with live.ControllerDoor(live.socket_path(tmp_path), {"status": status, "down": down}):
+    with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: status, DownAsk: down}):
         assert stat.S_IMODE(os.stat(live.socket_path(tmp_path)).st_mode) == 0o600
-        assert live.ask(tmp_path, record, "status", {"n": 41}, 5) == {"echo": 42}
+        answer = live.ask(tmp_path, record, StatusAsk(console=TERMINAL), 5)
+        assert type(answer) is StatusReply and answer == StatusReply(text="80 columns")
+        assert asked == [StatusAsk(console=TERMINAL)] and type(asked[0].console) is Terminal  # typed on arrival
         with pytest.raises(TfctlError) as e:
-            live.ask(tmp_path, record, "down", {}, 5)
+            live.ask(tmp_path, record, DownAsk(), 5)
         assert (e.value.message, e.value.hint) == ("cannot stop", "try later")
         with pytest.raises(TfctlError, match="does not serve `logs`"):
-            live.ask(tmp_path, record, "logs", {}, 5)
+            live.stream(tmp_path, record, LogsAsk(["ps:0"]))
     assert not live.socket_path(tmp_path).exists()  # closing removes it
-    assert live.ask(tmp_path, record, "status", {"n": 1}, 5) is None
+    assert live.ask(tmp_path, record, StatusAsk(json=True), 5) is None
+
+
+def test_a_streamed_answer_comes_in_typed_parts(tmp_path: Path) -> None:
+    def logs(request: LogsAsk, _asker_there: Any) -> Iterator[LogsPart]:
+        yield LogsPart(text=f"{','.join(request.tasks)} tail {request.tail}\n")
+        yield LogsPart(notes=[LogNote("worker:0", "waits for ps:0", "start ps:0")])
+        yield LogsPart(errors=["h1: unreachable"])
+
+    record = this_process_controls(tmp_path)
+    with live.ControllerDoor(live.socket_path(tmp_path), {}, {LogsAsk: logs}):
+        parts = live.stream(tmp_path, record, LogsAsk(["ps:0", "worker:0"], tail=3))
+        assert parts is not None
+        assert list(parts) == [
+            LogsPart(text="ps:0,worker:0 tail 3\n"),
+            LogsPart(notes=[LogNote("worker:0", "waits for ps:0", "start ps:0")]),
+            LogsPart(errors=["h1: unreachable"]),
+        ]
+
+
+def test_a_down_answer_carries_the_stop_report_and_what_the_backend_released(tmp_path: Path) -> None:
+    from tfctl.backends.base import BackendReport
+    from tfctl.cluster.supervisors import StopReport
+
+    report = StopReport(5, {"h1": [42]}, {"h1:2222": [42]}, 2, [2222, 2223], {"h2": "timed out"})
+    released = BackendReport("slurm job 7", "CANCELLED", True, {"job_id": "7", "state": "CANCELLED"})
+    record = this_process_controls(tmp_path)
+    with live.ControllerDoor(live.socket_path(tmp_path), {DownAsk: lambda request: DownReply(report, released)}):
+        answer = live.ask(tmp_path, record, DownAsk(grace=1.0), 5)
+    assert answer is not None and answer.stop == report and type(answer.stop) is StopReport
+    assert answer.backend == released and type(answer.backend) is BackendReport and not answer.stop.clean
+    assert DownReply.from_wire(DownReply(None).to_wire()) == DownReply(None, None)
+
+
+def test_an_answer_this_tfctl_cannot_read_is_no_answer(tmp_path: Path) -> None:
+    record = this_process_controls(tmp_path)
+    with live.ControllerDoor(live.socket_path(tmp_path), {DownAsk: lambda request: StatusReply(text="?")}):
+        assert live.ask(tmp_path, record, DownAsk(), 5) is None  # `down` then reaches the hosts itself
+
+
+def test_notes_from_a_controller_of_an_older_tfctl_are_read() -> None:
+    part = LogsPart.from_wire({"notes": [["worker:0", "waits", "start ps:0"]]})  # no text, no errors
+    assert part == LogsPart(notes=[LogNote("worker:0", "waits", "start ps:0")])
 
 
 def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_path: Path) -> None:
@@ -56,19 +115,20 @@ def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_pat
     deep.mkdir(parents=True)
     assert len(str(live.socket_path(deep))) > 108
     record = this_process_controls(tmp_path)
-    with live.ControllerDoor(live.socket_path(deep), {"status": lambda args: {"ok": True}}):
-        assert live.ask(deep, record, "status", {}, 5) == {"ok": True}
+    with live.ControllerDoor(live.socket_path(deep), {StatusAsk: lambda request: StatusReply(json={"ok": True})}):
+        assert live.ask(deep, record, StatusAsk(json=True), 5) == StatusReply(json={"ok": True})
 
 
 def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:
     served = []
-    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: served.append(1) or {}}):
+    ask = StatusAsk(json=True)
+    with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: lambda r: served.append(1) or StatusReply()}):
         elsewhere = this_process_controls(tmp_path, host="another-machine")
-        assert live.ask(tmp_path, elsewhere, "status", {}, 5) is None
+        assert live.ask(tmp_path, elsewhere, ask, 5) is None
         dead = this_process_controls(tmp_path, starttime=1)  # this pid, but another process's start
-        assert live.ask(tmp_path, dead, "status", {}, 5) is None
-        ended = dataclasses.replace(this_process_controls(tmp_path), state=RunState.SUCCEEDED)
-        assert live.ask(tmp_path, ended, "status", {}, 5) is None
+        assert live.ask(tmp_path, dead, ask, 5) is None
+        ended = this_process_controls(tmp_path).replace(state=RunState.SUCCEEDED)
+        assert live.ask(tmp_path, ended, ask, 5) is None
     assert served == []
     # A socket file nobody listens on (its controller was SIGKILLed): no answer, no error.
     import socket
@@ -76,13 +136,14 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(live.socket_path(tmp_path)))
     stale.close()
-    assert live.ask(tmp_path, this_process_controls(tmp_path), "status", {}, 5) is None
+    assert live.ask(tmp_path, this_process_controls(tmp_path), ask, 5) is None
 
 
 def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
-    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: time.sleep(3) or {}}):
+    slow = {StatusAsk: lambda request: time.sleep(3) or StatusReply()}
+    with live.ControllerDoor(live.socket_path(tmp_path), slow):
         began = time.monotonic()
-        assert live.ask(tmp_path, this_process_controls(tmp_path), "status", {}, 0.5) is None
+        assert live.ask(tmp_path, this_process_controls(tmp_path), StatusAsk(json=True), 0.5) is None
         assert time.monotonic() - began < 2
 
 
@@ -160,7 +221,7 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert all(line.startswith("[ps:0] ") for line in lines)
     texts = [line.split(None, 1)[1] for line in lines]
     assert texts[0].startswith("ps0 started") and texts[1:4] == ["ps0 line 0", "ps0 line 1", "ps0 line 2"]
-    assert not is_same_process(record.watcher)  # the watcher ended once it had answered
+    assert record.watcher is not None and not is_running(record.watcher)  # it ended once it had answered
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
     assert not live.socket_path(RunStore(home).run_dir(run_id)).exists()
@@ -176,8 +237,8 @@ def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Pa
     wait_listening(cluster, home)
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
-    os.kill(watcher["pid"], signal.SIGKILL)
-    while is_same_process(watcher):
+    os.kill(watcher.pid, signal.SIGKILL)
+    while is_running(watcher):
         time.sleep(0.02)
     assert live.socket_path(RunStore(home).run_dir(run_id)).exists()  # left behind by the kill
 
@@ -234,7 +295,7 @@ def test_a_stopped_controller_is_passed_over_by_logs(tmp_path: Path, home: Path)
     wait_listening(cluster, home)
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
-    os.kill(watcher["pid"], signal.SIGSTOP)
+    os.kill(watcher.pid, signal.SIGSTOP)
     try:
         began = time.monotonic()
         logs = tfctl("-f", str(cluster), "logs", "--tail", "1", "ps", home=home, timeout=60)
@@ -242,7 +303,7 @@ def test_a_stopped_controller_is_passed_over_by_logs(tmp_path: Path, home: Path)
         assert logs.stdout.split(None, 1)[1].strip() == "ps0 line 2"
         assert time.monotonic() - began < live.CONNECT_PATIENCE + 10
     finally:
-        os.kill(watcher["pid"], signal.SIGCONT)
+        os.kill(watcher.pid, signal.SIGCONT)
     down = tfctl("-f", str(cluster), "down", home=home)
     assert down.returncode == 0, down.stderr
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.runs.record import ProgressSpec
+from tfctl.tf.diagnose import Kind
 from tfctl.tf.doctor import FAILURE_HOLD, HOLD, LiveNotes
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
@@ -28,7 +30,7 @@ class QuietCluster:
     """Just enough of a Cluster for explanations: no statuses, reachability unknown."""
 
     class record:
-        progress: dict = {}
+        progress = ProgressSpec()
 
     def status(self, progress=None) -> tuple[list, dict]:
         return [], {}
@@ -64,11 +66,12 @@ def test_a_wait_that_lasts_becomes_a_note_after_its_hold_and_not_before() -> Non
     clock = Clock()
     notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
     assert feed(notes, clock, "worker:0", "createsession_waiting_for_ps.log") == []
-    clock.now += HOLD["waiting_for_peer"] - 5
+    clock.now += HOLD[Kind.WAITING_FOR_PEER] - 5
     assert notes.due() == []
     clock.now += 10
     ((task, finding),) = notes.due()
-    assert (task, finding.kind, finding.peer) == ("worker:0", "waiting_for_peer", "ps:0")
+    assert (task, finding.kind, finding.peer) == ("worker:0", Kind.WAITING_FOR_PEER, "ps:0")
+    assert finding.kind is Kind.WAITING_FOR_PEER
     assert notes.due() == []  # said once
 
 
@@ -88,8 +91,8 @@ def test_waiting_for_model_is_held_past_tfs_own_30_second_retry() -> None:
     feed(notes, clock, "worker:1", "nonchief_waiting_for_model.log")
     clock.now += 35
     assert notes.due() == []
-    clock.now += HOLD["waiting_for_model"]
-    assert [f.kind for _, f in notes.due()] == ["waiting_for_model"]
+    clock.now += HOLD[Kind.WAITING_FOR_MODEL]
+    assert [f.kind for _, f in notes.due()] == [Kind.WAITING_FOR_MODEL]
 
 
 def test_a_failure_is_noted_within_seconds() -> None:
@@ -97,7 +100,7 @@ def test_a_failure_is_noted_within_seconds() -> None:
     notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
     feed(notes, clock, "worker:0", "oom_eager_huge_tensor.log", every=0)
     clock.now += FAILURE_HOLD + 0.1
-    assert [f.kind for _, f in notes.due()] == ["oom"]
+    assert [f.kind for _, f in notes.due()] == [Kind.OOM]
 
 
 def test_a_cancelled_step_while_the_run_ends_normally_is_no_note() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from typing import Callable, ClassVar, List
+from typing import Callable, ClassVar, List, Mapping, Optional, Tuple
 
 import pytest
 
-from tfctl.supervisor.records import Record, field, record
+from tfctl.supervisor.records import Record, Wire, field, record
 
 
 @record
@@ -50,6 +51,32 @@ def test_records_are_frozen() -> None:
         p.x = 2  # type: ignore[misc]
     with pytest.raises(AttributeError, match="frozen"):
         del p.x  # type: ignore[misc]
+
+
+@record
+class Leaf(Wire):
+    name: str
+
+
+@record
+class Tree(Wire):
+    NESTED: ClassVar[Mapping[str, object]] = {"leaves": ("tuple", Leaf), "first": ("one", Leaf)}
+    TUPLES: ClassVar[Tuple[str, ...]] = ("sizes",)
+
+    leaves: Tuple[Leaf, ...]
+    sizes: Optional[Tuple[int, ...]] = None
+    first: Optional[Leaf] = None
+    plain: List[int] = field(default_factory=list)
+
+
+def test_tuples_come_back_as_tuples_from_json() -> None:
+    tree = Tree((Leaf("a"), Leaf("b")), (1, 2), Leaf("a"), [3])
+    wire = json.loads(json.dumps(tree.to_wire()))
+    assert wire == {"leaves": [{"name": "a"}, {"name": "b"}], "sizes": [1, 2], "first": {"name": "a"}, "plain": [3]}
+    back = Tree.from_wire(wire)
+    assert back == tree
+    assert type(back.leaves) is tuple and type(back.sizes) is tuple and type(back.plain) is list
+    assert Tree.from_wire({"leaves": []}) == Tree(())  # absent and None stay as they are
 
 
 def test_the_protocol_imports_without_dataclasses_or_inspect() -> None:

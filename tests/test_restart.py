@@ -14,7 +14,9 @@ from test_cli_localhost import latest_run, write_cluster
 
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import load_config
+from tfctl.controller.plan import make_plan
 from tfctl.errors import ConfigError
+from tfctl.runs.record import ProgressSpec, RestartSpec, RunRecord
 from tfctl.supervisor.protocol import (
     RestartRule,
     StartRequest,
@@ -138,3 +140,21 @@ def test_restart_defaults(tmp_path: Path) -> None:
         3,
         10.0,
     )
+
+
+def test_a_planned_run_keeps_restart_and_progress_settings_as_typed_records(tmp_path: Path, home: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "name: t\ncommand: x\nprogress: {regex: 'it (?P<step>\\d+)', stall_timeout: 30}\njobs:\n"
+        "  ps: {hosts: [localhost:2222], restart: {policy: never}}\n"
+        "  worker: {hosts: [localhost:2223], restart: {policy: exit-code, max_restarts: 2, backoff: 0.5}}\n"
+    )
+    record = make_plan(load_config(path), "t-20260101-000000-0000").record
+    stored = RunRecord.from_json(json.loads(json.dumps(record.to_json())))
+    for r in (record, stored):
+        assert r.task("ps:0").restart is None  # `never` is kept as no policy at all
+        assert r.task("worker:0").restart == RestartSpec("exit-code", 2, 0.5)
+        assert r.progress == ProgressSpec(r"it (?P<step>\d+)", 30.0, 60.0)
+    assert stored == record
+    worker = stored.task("worker:0").restart
+    assert worker is not None and worker.rule() == RestartRule("exit-code", 2, 0.5)  # what its host is told

@@ -17,9 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.backends.slurm.transport import SlurmStepSpec
 from tfctl.config.home import tfctl_home
 from tfctl.errors import EXIT_USAGE, UsageError
-from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
+from tfctl.runs.record import (
+    Controller,
+    ControllerKind,
+    HostSpec,
+    ProgressSpec,
+    RestartSpec,
+    RunRecord,
+    TaskSpec,
+)
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 from tfctl.transport.specs import LocalSpec, SSHSpec
@@ -46,7 +55,7 @@ def record(
             "/srv/a",
         ),
         TaskSpec("worker", 0, "::1", 2223, "python train.py --job_name=worker", {}, None),
-        TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x"),
+        TaskSpec("worker", 1, "gpu1", 2224, "printf '%s\\n' 'ünï'", {"X": "y"}, "~/.tfctl/work/x", None, (0, 1), (3,)),
     )
     hosts = (
         HostSpec("::1", None, "/home/me/.tfctl", LocalSpec()),
@@ -64,7 +73,7 @@ def record(
         decisive=("worker:0",),
         essential=("ps:0",),
     )
-    return RunRecord(**{**base.__dict__, **changes})
+    return base.replace(**changes)
 
 
 @pytest.fixture
@@ -80,7 +89,12 @@ def mode(path: Path) -> int:
 
 
 def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> None:
-    original = record(state="running", reason="why", ended_at=None, watcher={"pid": 123, "starttime": 456})
+    original = record(
+        state=RunState.RUNNING,
+        reason="why",
+        ended_at=None,
+        watcher=Controller(ControllerKind.UP, 123, 456, "laptop-0123"),
+    )
     store.save(original)
     loaded = store.load(original.run_id)
     assert loaded == original
@@ -89,12 +103,32 @@ def test_save_load_roundtrip_keeps_every_field_and_tuples(store: RunStore) -> No
     assert isinstance(loaded.decisive, tuple) and loaded.decisive == ("worker:0",)
     assert isinstance(loaded.essential, tuple) and loaded.essential == ("ps:0",)
     assert loaded.task("worker:1").env == {"X": "y"}
+    assert type(loaded.task("worker:1").gpus) is tuple and loaded.task("worker:1").gpus == (0, 1)
+    assert type(loaded.task("worker:1").cpus) is tuple and loaded.task("worker:1").cpus == (3,)
+    assert loaded.task("worker:0").gpus is None and loaded.task("worker:0").cpus is None
     assert loaded.task("worker:0").cwd is None
     assert loaded.task("worker:0").address == "[::1]:2223"
     hosts = {h.name: h for h in loaded.hosts}
     assert hosts["gpu1"].transport == SSHSpec(user="me", port=2200)
     assert hosts["localhost"].transport == LocalSpec()
     assert loaded.active
+
+
+def test_restart_and_progress_come_back_as_typed_records(store: RunStore) -> None:
+    base = record()
+    restarting = base.tasks[2].replace(restart=RestartSpec("on-failure", 3, 10.0))
+    original = base.replace(
+        tasks=base.tasks[:2] + (restarting,), progress=ProgressSpec(r"step (?P<step>\d+)", 300.0, 30.0)
+    )
+    store.save(original)
+    data = json.loads((store.run_dir(original.run_id) / "run.json").read_text())
+    assert data["progress"] == {"regex": r"step (?P<step>\d+)", "stall_timeout": 300.0, "window": 30.0}
+    assert data["tasks"][2]["restart"] == {"policy": "on-failure", "max_restarts": 3, "backoff": 10.0}
+    loaded = store.load(original.run_id)
+    assert loaded == original
+    assert type(loaded.progress) is ProgressSpec and loaded.progress.stall_timeout == 300.0
+    assert type(loaded.task("worker:1").restart) is RestartSpec and loaded.task("worker:0").restart is None
+    assert record().progress == ProgressSpec(None, 120.0, 60.0)  # the cluster file's defaults
 
 
 def test_roundtrip_of_a_finished_record(store: RunStore) -> None:
@@ -139,9 +173,119 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
     assert data["decisive"] == ["worker:0"]
 
 
+# --- schema versions -----------------------------------------------------------------------------
+
+V1_RECORD = Path(__file__).resolve().parent / "data" / "run-record-v1.json"
+
+
+def test_a_record_of_version_1_is_read_forever_with_its_values_migrated(store: RunStore) -> None:
+    """run-record-v1.json was written by tfctl before records said their version (at dbf4c58):
+    its controller, progress settings and restart policies were dicts."""
+    r = RunRecord.from_json(json.loads(V1_RECORD.read_text()))
+    assert r.watcher == Controller(ControllerKind.UP, 41234, 987654, "laptop-1f2e3d4c5b6a")
+    assert r.watcher.attached and type(r.watcher.kind) is ControllerKind
+    assert r.progress == ProgressSpec(r"step (?P<step>\d+)", 300.0, 30.0)
+    assert [t.restart for t in r.tasks] == [
+        None,
+        RestartSpec("on-failure", 3, 10.0),
+        RestartSpec("on-failure", 3, 10.0),
+    ]
+    assert [(t.name, t.address, t.gpus, t.cpus) for t in r.tasks] == [
+        ("ps:0", "tfh0:2222", None, None),
+        ("worker:0", "tfh1:2223", (0, 1), (0, 1, 2, 3)),
+        ("worker:1", "localhost:2224", (), None),
+    ]
+    assert r.task("ps:0").env == {"TF_CONFIG": '{"cluster":{}}'} and r.task("worker:1").cwd == "/srv/mnist"
+    assert [(h.name, h.python, h.root, h.transport, h.shares_files) for h in r.hosts] == [
+        ("localhost", None, "/home/me/.tfctl", LocalSpec(), True),
+        ("tfh0", "python3", "~/.tfctl", SSHSpec(user="me", port=2200), False),
+        ("tfh1", "/opt/venv/bin/python", "~/.tfctl", SlurmStepSpec("4711"), True),
+    ]
+    assert (r.run_id, r.cluster_name, r.cluster_file, r.created_at) == (
+        "mnist-20250301-101500-ab12",
+        "mnist",
+        "/srv/mnist/cluster.yaml",
+        1740823500.25,
+    )
+    assert (r.decisive, r.essential, r.state, r.active) == (("worker:0",), ("ps:0",), RunState.RUNNING, True)
+    assert (r.grace_period, r.hang_timeout, r.startup_timeout, r.lease_timeout, r.idle_timeout, r.host_timeout) == (
+        10.0,
+        300.0,
+        90.0,
+        30.0,
+        600.0,
+        120.0,
+    )
+    assert (r.unreachable, r.store, r.ended_at, r.reason) == ({"tfh0": 1740823600.5}, "0123456789ab", None, None)
+    assert (r.logdir, r.backend, r.backend_state, r.left_nothing) == (
+        "logs/mnist-20250301-101500-ab12",
+        "slurm",  # the backend whose transport its hosts' was: the only one that had an allocation
+        {"job_id": "4711", "owned": True},
+        False,
+    )
+    # In a store: read as it is, written back in the current version, which reads back the same.
+    (store.runs_dir / r.run_id).mkdir(parents=True)
+    (store.run_dir(r.run_id) / "run.json").write_bytes(V1_RECORD.read_bytes())
+    assert store.load(r.run_id) == r and store.all() == [r]
+    updated = store.update(r.run_id, reason="read by a newer tfctl")
+    data = json.loads((store.run_dir(r.run_id) / "run.json").read_text())
+    assert data["schema_version"] == RunRecord.schema_version == 2
+    assert data["watcher"] == {"kind": "up", "pid": 41234, "starttime": 987654, "host": "laptop-1f2e3d4c5b6a"}
+    assert store.load(r.run_id) == updated == r.replace(reason="read by a newer tfctl")
+
+
+@pytest.mark.parametrize(
+    ("watcher", "controller"),
+    [
+        ({"pid": 7, "starttime": 8, "host": "h-1", "attached": False}, Controller(ControllerKind.WATCHER, 7, 8, "h-1")),
+        ({"pid": 7, "starttime": 8}, Controller(ControllerKind.WATCHER, 7, 8, None)),  # before `host`, `attached`
+        (None, None),
+    ],
+)
+def test_a_version_1_controller_becomes_a_typed_controller(watcher, controller) -> None:
+    data = json.loads(V1_RECORD.read_text())
+    data["watcher"] = watcher
+    assert RunRecord.from_json(data).watcher == controller
+
+
+def test_the_current_version_round_trips_as_it_is(store: RunStore) -> None:
+    r = record(state=RunState.RUNNING, watcher=Controller(ControllerKind.WATCHER, 5, 6, "h-1"))
+    data = r.to_json()
+    assert next(iter(data)) == "schema_version" and data["schema_version"] == 2
+    assert data["watcher"] == {"kind": "watcher", "pid": 5, "starttime": 6, "host": "h-1"}
+    assert RunRecord.from_json(json.loads(json.dumps(data))) == r
+    store.save(r)
+    assert store.load(r.run_id) == r
+
+
+def test_a_record_of_a_newer_tfctl_is_refused_saying_so(store: RunStore) -> None:
+    from tfctl.errors import TfctlError
+    from tfctl.runs.record import NewerRecordError
+
+    data = {**record().to_json(), "schema_version": 3, "something_new": {"x": 1}}
+    with pytest.raises(NewerRecordError):
+        RunRecord.from_json(data)
+    store.save(record("m-1", created_at=1.0))
+    (store.runs_dir / "m-new").mkdir()
+    path = store.run_dir("m-new") / "run.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TfctlError) as e:
+        store.load("m-new")
+    assert str(path) in e.value.message and "newer tfctl" in e.value.message and "version 3" in e.value.message
+    assert e.value.hint is not None and "upgrade tfctl" in e.value.hint
+    with pytest.raises(TfctlError, match="newer tfctl"):  # not skipped as damaged: its run may be live
+        store.all()
+
+
+@pytest.mark.parametrize("version", ["2", 0, True, None])
+def test_a_record_whose_version_is_no_version_is_damaged(version) -> None:
+    with pytest.raises(ValueError, match="schema_version"):
+        RunRecord.from_json({**record().to_json(), "schema_version": version})
+
+
 def test_save_overwrites(store: RunStore) -> None:
     store.save(record())
-    store.save(record(state="succeeded", reason="done"))
+    store.save(record(state=RunState.SUCCEEDED, reason="done"))
     assert (store.load(record().run_id).state, store.load(record().run_id).reason) == ("succeeded", "done")
 
 
@@ -275,7 +419,7 @@ def test_failed_save_keeps_the_old_record_and_leaves_no_temp_file(store: RunStor
     r = record()
     store.save(r)
     with pytest.raises(TypeError):
-        store.save(record(watcher={"not json": object()}))
+        store.save(record(unreachable={"gpu1": object()}))
     assert store.load(r.run_id) == r  # the rename never happened: the old record is intact
     assert sorted(p.name for p in store.run_dir(r.run_id).iterdir()) == ["run.json"]
 
@@ -284,8 +428,7 @@ def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
     # A biggish record (~30 KB, written in several chunks) so a non-atomic write would be seen half-done.
     big_env = {f"VAR_{i}": "x" * 60 for i in range(400)}
     base = record()
-    task0 = TaskSpec(**{**base.tasks[0].__dict__, "env": big_env})
-    base = RunRecord(**{**base.__dict__, "tasks": (task0,) + base.tasks[1:]})
+    base = base.replace(tasks=(base.tasks[0].replace(env=big_env),) + base.tasks[1:])
     store.save(base)
     path = store.run_dir(base.run_id) / "run.json"
     done = threading.Event()
@@ -309,7 +452,7 @@ def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
     thread.start()
     try:
         for i in range(200):
-            store.save(RunRecord(**{**base.__dict__, "reason": f"write {i}"}))
+            store.save(base.replace(reason=f"write {i}"))
     finally:
         done.set()
         thread.join(30)
@@ -366,7 +509,7 @@ def test_update_from_several_processes(store: RunStore) -> None:
     final = store.load(r.run_id)
     # The last update of all is the last update of whichever process finished last.
     assert final.reason in {f"p{i}-24" for i in range(4)}
-    assert RunRecord(**{**final.__dict__, "reason": None}) == r  # nothing else changed
+    assert final.replace(reason=None) == r  # nothing else changed
     assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]
 
 
@@ -383,7 +526,7 @@ def test_lock_serialises_read_modify_write_across_processes(store: RunStore, tmp
 def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
     r = record()
     store.save(r)
-    new = store.update(r.run_id, state="succeeded", reason="worker:0 finished successfully", ended_at=5.0)
+    new = store.update(r.run_id, state=RunState.SUCCEEDED, reason="worker:0 finished successfully", ended_at=5.0)
     assert (new.state, new.reason, new.ended_at) == ("succeeded", "worker:0 finished successfully", 5.0)
     assert store.load(r.run_id) == new
     assert new.tasks == r.tasks
@@ -391,7 +534,7 @@ def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
 
 def test_update_of_an_unknown_run_is_a_usage_error(store: RunStore) -> None:
     with pytest.raises(UsageError):
-        store.update("nope-20260101-000000-0000", state="stopped")
+        store.update("nope-20260101-000000-0000", state=RunState.STOPPED)
 
 
 def test_update_of_an_unknown_field_changes_nothing(store: RunStore) -> None:

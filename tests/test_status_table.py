@@ -7,8 +7,8 @@ import io
 from fakes import record_of
 from rich.console import Console
 
-from tfctl.cli.render import Snapshot, status_table
 from tfctl.cluster.supervisors import TaskStatus
+from tfctl.controller.status_view import Snapshot, status_table
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.doctor import RunDiagnosis
 from tfctl.tf.progress import TaskProgress, unread_progress

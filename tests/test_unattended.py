@@ -17,8 +17,8 @@ from pathlib import Path
 from conftest import fake, free_ports, port_listening, tfctl
 from test_cli_localhost import latest_run, run_processes, write_cluster
 
+from tfctl.controller.watcher import is_running
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.procfs import is_same_process
 
 
 def statuses(cluster: Path, home: Path) -> dict[str, dict]:
@@ -100,9 +100,9 @@ def test_with_its_watcher_killed_a_detached_run_trains_on_and_its_ps_stops_alone
     run_id = up.stdout.strip()
     store = RunStore(home)
     watcher = store.load(run_id).watcher
-    assert watcher and not watcher["attached"]
-    os.kill(watcher["pid"], signal.SIGKILL)
-    wait_for(lambda: not is_same_process(watcher), 5, "the watcher's death")
+    assert watcher is not None and not watcher.attached
+    os.kill(watcher.pid, signal.SIGKILL)
+    wait_for(lambda: not is_running(watcher), 5, "the watcher's death")
     time.sleep(2)  # past the lease: a detached run has none, the workers go on
     assert set(statuses_quiet(store, run_id)) == {"running"}
 

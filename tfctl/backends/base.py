@@ -13,8 +13,11 @@ form; only the backend reads it, as its own typed record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Protocol
+
+from tfctl.supervisor.records import Wire, record
+from tfctl.supervisor.records import field as wire_field
 
 if TYPE_CHECKING:
     from tfctl.cluster.control import Judge
@@ -35,9 +38,10 @@ class Acquired:
     state: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class BackendReport:
-    """What a backend says of its own state for a run, for `status` and `down`.
+@record
+class BackendReport(Wire):
+    """What a backend says of its own state for a run, for `status` and `down` (it travels through
+    the live controller's door).
 
     `label` names the thing (`slurm job 4711`), `text` says how it is (`RUNNING`, `CANCELLED by 0`);
     `ended` is True once it holds nothing any more; `fields` go to `--json` under the backend's name.
@@ -46,7 +50,7 @@ class BackendReport:
     label: str
     text: str
     ended: bool
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    fields: Dict[str, Any] = wire_field(default_factory=dict)
 
     def line(self) -> str:
         return f"{self.label}: {self.text}"

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
 import click
 
@@ -14,6 +14,9 @@ from tfctl.cli.app import cli
 from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
 from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
+
+if TYPE_CHECKING:
+    from tfctl.controller.rpc_messages import LogsPart, StatusReply
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
 STATUS_PATIENCE = 15.0
@@ -38,41 +41,43 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
 
     from tfctl import console
     from tfctl.controller import rpc as live
+    from tfctl.controller.rpc_messages import StatusAsk, Terminal
 
     if TYPE_CHECKING:
         from tfctl.cluster.supervisors import Cluster
     record = run_record(ctx, cluster_file, run_id)
     run_dir = run_store().run_dir(record.run_id)
-    args: dict[str, Any] = {"json": True} if as_json else {"console": console.stdout_traits()}
     with contextlib.ExitStack() as stack:
         clusters: list[Cluster] = []
 
-        def ask() -> dict[str, Any]:
+        def ask(request: StatusAsk) -> StatusReply:
             """From the run's live controller if it has one here, else from the hosts."""
-            answer = live.ask(run_dir, record, "status", args, STATUS_PATIENCE)
+            answer = live.ask(run_dir, record, request, STATUS_PATIENCE)
             if answer is not None:
                 return answer
-            from tfctl.cli import render  # rich, paramiko: only when this process asks the hosts itself
             from tfctl.cluster.supervisors import Cluster
+            from tfctl.controller import status_view  # rich, paramiko: only when this process asks the hosts
 
             if not clusters:
                 clusters.append(stack.enter_context(Cluster(record)))
-            return render.status_answer(clusters[0], record, args)
+            return status_view.status_answer(clusters[0], record, request)
+
+        def table() -> str:  # as this terminal prints it; it may have been resized since the last one
+            return ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or ""
 
         if as_json:
-            console.out().print_json(json.dumps(ask()["json"]))
+            console.out().print_json(json.dumps(ask(StatusAsk(json=True)).json))
             return 0
         if not watch:
-            sys.stdout.write(ask()["text"])
+            sys.stdout.write(table())
             return 0
         from rich.live import Live
         from rich.text import Text
 
-        with Live(Text.from_ansi(ask()["text"]), console=console.out(), auto_refresh=False) as screen:
+        with Live(Text.from_ansi(table()), console=console.out(), auto_refresh=False) as screen:
             while True:
                 time.sleep(1)
-                args["console"] = console.stdout_traits()  # the terminal may have been resized
-                screen.update(Text.from_ansi(ask()["text"]), refresh=True)
+                screen.update(Text.from_ansi(table()), refresh=True)
 
 
 @cli.command(
@@ -111,6 +116,7 @@ def logs(
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
     from tfctl import console
     from tfctl.controller import rpc as live
+    from tfctl.controller.rpc_messages import LogsAsk
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
     if files:
@@ -122,9 +128,16 @@ def logs(
     record = run_record(ctx, cluster_file, run_id)
     selected = select_tasks(record, tasks)
     store = run_store()
-    ask = {"tasks": [t.name for t in selected], "follow": follow, "tail": tail, "since": since}
-    ask.update(timestamps=timestamps, color=console.color_enabled(sys.stdout), terminal=sys.stdout.isatty() and not raw)
-    parts = live.stream(store.run_dir(record.run_id), record, "logs", ask)
+    ask = LogsAsk(
+        tasks=[t.name for t in selected],
+        follow=follow,
+        tail=tail,
+        since=since,
+        timestamps=timestamps,
+        color=console.color_enabled(sys.stdout),
+        terminal=sys.stdout.isatty() and not raw,
+    )
+    parts = live.stream(store.run_dir(record.run_id), record, ask)
     if parts is not None:  # the run's live controller reads them with the connections it holds
         return _print_parts(parts)
     from tfctl.cluster.supervisors import Cluster
@@ -134,22 +147,22 @@ def logs(
         return _print_parts(logs_parts(store, cluster, ask, lambda: True))
 
 
-def _print_parts(parts: Iterator[Mapping[str, Any]]) -> int:
-    """Print `logs` as `door.logs_parts` makes it, here or in the run's live controller: text,
-    notes on TF patterns that last, the readers' errors."""
+def _print_parts(parts: Iterator[LogsPart]) -> int:
+    """Print `logs` as `rpc_handlers.logs_parts` makes it, here or in the run's live controller:
+    text, notes on TF patterns that last, the readers' errors."""
     from tfctl import console
 
     errors: list[str] = []
     try:
         for part in parts:
-            if "text" in part:
-                sys.stdout.write(part["text"])
+            if part.text:
+                sys.stdout.write(part.text)
                 sys.stdout.flush()
-            for task, cause, fix in part.get("notes", ()):
-                from tfctl.cli.render import note_text
+            for note in part.notes:
+                from tfctl.controller.status_view import note_text
 
-                console.err().print(note_text(task, cause, fix))
-            errors += part.get("errors", ())
+                console.err().print(note_text(note.task, note.cause, note.fix))
+            errors += part.errors
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     finally:

@@ -199,7 +199,7 @@ def _print_detached(plan: Plan, hint_file: str) -> None:
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task."""
     from tfctl import console
-    from tfctl.cli.render import number_ranges
+    from tfctl.controller.status_view import number_ranges
 
     out = console.out()
     if plan.setup is not None:
@@ -228,7 +228,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl import console
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
-    from tfctl.controller import supervise
+    from tfctl.controller import status_view, supervise
     from tfctl.tf.doctor import LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
@@ -260,7 +260,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     # One last look at every task: which never trained and, if the run failed, why.
     run_progress = RunProgress(record.progress)
     statuses, _ = cluster.status(progress=run_progress.rule())
-    for note in render.untrained_notes(statuses, run_progress.assess(statuses)):
+    for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
@@ -270,7 +270,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         if culprit:
             finding = diagnose_run(cluster, statuses).findings.get(culprit)
             if finding is not None:
-                err.print(render.finding_text(culprit, finding))
+                err.print(status_view.finding_text(culprit, finding))
     render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 

@@ -21,6 +21,7 @@ from tfctl.cluster.group import GroupResult, fan_out
 from tfctl.config.devices import HostDevices
 from tfctl.errors import HostError, StartupError
 from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.supervisor import records
 from tfctl.supervisor.protocol import (
     IdleRule,
     InfoRequest,
@@ -31,7 +32,6 @@ from tfctl.supervisor.protocol import (
     ProbeRequest,
     ProbeResult,
     ProgressRule,
-    RestartRule,
     StartRequest,
     StatusAnswer,
     StatusRequest,
@@ -41,6 +41,7 @@ from tfctl.supervisor.protocol import (
     TaskLaunch,
     TaskState,
 )
+from tfctl.supervisor.records import Wire, record
 
 Progress = Callable[[str, str], None]  # (task or host, message)
 STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long counts as unreachable
@@ -249,16 +250,17 @@ class HostInfo:
     filesystem: str = ""  # the same on hosts that share a home (`supervisor.sync.filesystem_token`)
 
 
-@dataclass
-class StopReport:
-    """What `stop` did on every host, and what it could not prove gone."""
+@record
+class StopReport(Wire):
+    """What `stop` did on every host, and what it could not prove gone. A live controller sends it
+    to the `down` that asked it (`controller/rpc_messages.py`)."""
 
     processes: int = 0
-    remaining: dict[str, list[int]] = field(default_factory=dict)
-    busy_ports: dict[str, list[int]] = field(default_factory=dict)
+    remaining: dict[str, list[int]] = records.field(default_factory=dict)  # host -> pids
+    busy_ports: dict[str, list[int]] = records.field(default_factory=dict)  # host:port -> pids
     hosts: int = 0
-    ports: list[int] = field(default_factory=list)
-    unreachable: dict[str, str] = field(default_factory=dict)
+    ports: list[int] = records.field(default_factory=list)
+    unreachable: dict[str, str] = records.field(default_factory=dict)  # host -> why
 
     @property
     def clean(self) -> bool:
@@ -466,7 +468,7 @@ class Cluster:
                             record.grace_period,
                             record.store,
                             self._idle_rule(t),
-                            RestartRule.from_wire(t.restart) if t.restart else None,
+                            t.restart.rule() if t.restart else None,
                             bin_dir(self.agents[a.host].python),
                             None if t.cpus is None else list(t.cpus),
                         )
@@ -543,15 +545,19 @@ class Cluster:
         answers = self.fan_out(
             hosts, lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120)
         )
-        report = StopReport(hosts=len(hosts))
-        report.unreachable = {h: error_text(e) for h, e in answers.failed.items()}
+        remaining: dict[str, list[int]] = {}
+        busy: dict[str, list[int]] = {}
         for host, answer in answers.succeeded.items():
-            report.processes += answer.processes
             if answer.remaining:
-                report.remaining[host] = answer.remaining
+                remaining[host] = answer.remaining
             for port, info in answer.ports.items():  # checked on the host once all was stopped
                 if info.listening:
-                    report.busy_ports[f"{host}:{port}"] = info.pids
-            report.ports.extend(ports[host])
-        report.ports = sorted(set(report.ports))
-        return report
+                    busy[f"{host}:{port}"] = info.pids
+        return StopReport(
+            processes=sum(answer.processes for answer in answers.succeeded.values()),
+            remaining=remaining,
+            busy_ports=busy,
+            hosts=len(hosts),
+            ports=sorted({port for host in answers.succeeded for port in ports[host]}),
+            unreachable={h: error_text(e) for h, e in answers.failed.items()},
+        )

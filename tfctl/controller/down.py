@@ -5,7 +5,7 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfctl import backends
 from tfctl.cluster.agent import open_agent
@@ -41,23 +41,17 @@ def _down_patience(record: RunRecord, grace: float | None) -> float:
     return (record.grace_period if grace is None else grace) + 60.0
 
 
-def _backend_report(fields: dict[str, Any]) -> BackendReport:
-    from tfctl.backends.base import BackendReport
-
-    return BackendReport(fields["label"], fields["text"], fields["ended"], fields["fields"])
-
-
 def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, BackendReport | None]:
     """Stop every task, then release what the run's backend holds; the report, and what the
     backend says once released (None: it held nothing). A live controller on this machine does
     it with the connections it holds; else this process connects to every host."""
     from tfctl.controller import rpc as live
+    from tfctl.controller.rpc_messages import DownAsk
 
-    answer = live.ask(store.run_dir(record.run_id), record, "down", {"grace": grace}, _down_patience(record, grace))
-    if answer is not None and answer["stop"] is not None:
+    answer = live.ask(store.run_dir(record.run_id), record, DownAsk(grace), _down_patience(record, grace))
+    if answer is not None and answer.stop is not None:
         wait_gone(record)  # a detached watcher ends once it has answered
-        held = answer["backend"]
-        return StopReport(**answer["stop"]), None if held is None else _backend_report(held)
+        return answer.stop, answer.backend
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)

@@ -135,7 +135,7 @@ def _holders(record: RunRecord) -> tuple[PruneTarget, ...]:
 
 def _key(target: PruneTarget) -> str:
     """One key per way of reaching one place, so two runs there are pruned in one request."""
-    return json.dumps({**target.spec.to_json(), "every_host": target.every_host}, sort_keys=True)
+    return json.dumps({**target.spec.to_wire(), "every_host": target.every_host}, sort_keys=True)
 
 
 def _note(run: RunPruned, host: str, answer: PruneAnswer | None) -> None:

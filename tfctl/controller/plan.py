@@ -14,7 +14,7 @@ from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.setup_commands import Setup, plan_setup
-from tfctl.runs.record import HostSpec, RunRecord
+from tfctl.runs.record import HostSpec, ProgressSpec, RunRecord
 from tfctl.tf import tasks as tf_cluster
 
 
@@ -77,7 +77,7 @@ def make_plan(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | Non
         lease_timeout=config.lease_timeout,
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
-        progress=dataclasses.asdict(config.progress),
+        progress=ProgressSpec(config.progress.regex, config.progress.stall_timeout, config.progress.window),
         logdir=config.logdir_for(run_id),
         backend=config.backend,
         backend_state=None if state is None else dict(state),
@@ -105,6 +105,6 @@ def with_devices(plan: Plan, devices: Mapping[str, HostDevices]) -> Plan:
     tasks = tf_cluster.plan_tasks(plan.config, record.run_id, python_for, cwd_for, devices)
     return dataclasses.replace(
         plan,
-        record=dataclasses.replace(record, tasks=tuple(tasks)),
+        record=record.replace(tasks=tuple(tasks)),
         phases=tuple(tf_cluster.start_phases(tasks, plan.config.start_order)),
     )

@@ -4,7 +4,8 @@ attached `up`) already holds, instead of opening one SSH connection per host aga
 
 One request per connection: a JSON line `{"verb": ..., "args": {...}}`, answered by one JSON
 line, `{"ok": {...}}` or `{"error": ..., "hint": ...}`; a streamed verb (`logs`) first says
-`{"streaming": true}` at once, then sends any number of `{"part": {...}}` lines. The socket is
+`{"streaming": true}` at once, then sends any number of `{"part": {...}}` lines. Requests and
+answers are the typed records of `rpc_messages`, encoded and decoded here only. The socket is
 owner-only (mode 0600, and the peer's uid is checked), and it is only ever used on the machine
 whose controller made it: a run store on a shared home is read from other machines too.
 """
@@ -18,12 +19,14 @@ import socket
 import struct
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, TypeVar, cast
 
 from tfctl import trace
+from tfctl.controller.rpc_messages import DoorRequest
 from tfctl.controller.watcher import controller_lives
 from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord
+from tfctl.supervisor.records import Wire
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024
@@ -32,9 +35,11 @@ MAX_REQUEST = 64 * 1024
 MAX_SOCKET_PATH = 100
 CONNECT_PATIENCE = 5.0  # seconds, for a streamed answer's first exchange
 
-Handler = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+A = TypeVar("A", bound=Wire)
+RequestClass = type[DoorRequest[Any]]
+Handler = Callable[[Any], Wire]  # a request of its class -> its answer
 # A streamed answer: its parts, given the request and whether the asker is still there.
-StreamHandler = Callable[[Mapping[str, Any], Callable[[], bool]], Iterator[Mapping[str, Any]]]
+StreamHandler = Callable[[Any, Callable[[], bool]], Iterator[Wire]]
 
 
 def socket_path(run_dir: Path) -> Path:
@@ -55,14 +60,18 @@ def _short(path: Path) -> Iterator[str]:
 
 
 class ControllerDoor:
-    """Serves `handlers` (verb -> answer) on the run's socket while open. No I/O until `open`."""
+    """Serves `handlers` (request class -> its answer) and `streams` (request class -> its parts)
+    on the run's socket while open. No I/O until `open`."""
 
     def __init__(
-        self, path: Path, handlers: Mapping[str, Handler], streams: Mapping[str, StreamHandler] | None = None
+        self,
+        path: Path,
+        handlers: Mapping[RequestClass, Handler],
+        streams: Mapping[RequestClass, StreamHandler] | None = None,
     ) -> None:
         self.path = path
-        self._handlers = dict(handlers)
-        self._streams = dict(streams or {})
+        self._handlers = {cls.VERB: (cls, handler) for cls, handler in handlers.items()}
+        self._streams = {cls.VERB: (cls, stream) for cls, stream in (streams or {}).items()}
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._busy: list[threading.Thread] = []
@@ -108,35 +117,38 @@ class ControllerDoor:
                 if not _same_user(conn):
                     return
                 conn.settimeout(5)
-                request = json.loads(_read_line(conn))
-                verb, args = request["verb"], request.get("args") or {}
+                line = json.loads(_read_line(conn))
+                verb, args = line["verb"], line.get("args") or {}
                 conn.settimeout(None)
                 if verb in self._streams:
-                    answer = self._stream(conn, verb, args)
+                    cls, stream = self._streams[verb]
+                    answer = self._stream(conn, verb, stream, cls.from_wire(args))
+                elif verb in self._handlers:
+                    cls, handler = self._handlers[verb]
+                    answer = self._answer(verb, handler, cls.from_wire(args))
                 else:
-                    answer = self._answer(verb, args)
+                    answer = {"error": f"the run's controller does not serve `{verb}`"}
                 conn.sendall(json.dumps(answer).encode() + b"\n")
             except (OSError, ValueError, KeyError, TypeError):
                 return  # the asker went away or sent nonsense: it falls back to the hosts
 
-    def _answer(self, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
-        handler = self._handlers.get(verb)
-        if handler is None:
-            return {"error": f"the run's controller does not serve `{verb}`"}
+    def _answer(self, verb: str, handler: Handler, request: DoorRequest[Any]) -> dict[str, Any]:
         try:
-            return {"ok": dict(handler(args))}
+            return {"ok": handler(request).to_wire()}
         except TfctlError as e:
             return {"error": e.message, "hint": e.hint}
         except Exception as e:  # noqa: BLE001 - the asker reports it; the controller keeps the run
             return {"error": f"the run's controller failed to answer `{verb}`: {e!r}"}
 
-    def _stream(self, conn: socket.socket, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    def _stream(
+        self, conn: socket.socket, verb: str, stream: StreamHandler, request: DoorRequest[Any]
+    ) -> dict[str, Any]:
         """Send the parts as they come; the final answer, once they end (or the asker left)."""
-        parts = self._streams[verb](args, lambda: _still_there(conn))
+        parts = stream(request, lambda: _still_there(conn))
         conn.sendall(b'{"streaming": true}\n')
         try:
             for part in parts:
-                conn.sendall(json.dumps({"part": dict(part)}).encode() + b"\n")
+                conn.sendall(json.dumps({"part": part.to_wire()}).encode() + b"\n")
         except TfctlError as e:
             return {"error": e.message, "hint": e.hint}
         except OSError:
@@ -189,40 +201,48 @@ def _read_line(conn: socket.socket) -> bytes:
     return data
 
 
-def ask(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any], timeout: float) -> dict[str, Any] | None:
-    """The live controller's answer to `verb`; None when the run has no live controller here that
-    answers (none, gone, one too old to have a door, or silent for `timeout` seconds): the caller
-    then connects to the hosts itself. An error the controller reports is raised."""
+def _request_line(request: DoorRequest[Any]) -> bytes:
+    return json.dumps({"verb": request.VERB, "args": request.to_wire()}).encode() + b"\n"
+
+
+def ask(run_dir: Path, record: RunRecord, request: DoorRequest[A], timeout: float) -> A | None:
+    """The live controller's answer to `request`; None when the run has no live controller here
+    that answers (none, gone, one too old to have a door, or silent for `timeout` seconds, or an
+    answer this tfctl cannot read): the caller then connects to the hosts itself. An error the
+    controller reports is raised."""
     path = socket_path(run_dir)
     if not controller_lives(record) or not path.exists():
         return None
-    with trace.span("live.ask", verb=verb):
-        line = _exchange(path, verb, args, timeout)
+    with trace.span("live.ask", verb=request.VERB):
+        line = _exchange(path, request, timeout)
     if line is None:
         return None
     try:
         answer = json.loads(line)
     except ValueError:  # it closed without answering
         return None
-    if "error" in answer:
+    if isinstance(answer, dict) and "error" in answer:
         raise TfctlError(answer["error"], hint=answer.get("hint"))
-    return dict(answer["ok"])
+    try:
+        return cast(A, request.ANSWER.from_wire(answer["ok"]))
+    except (ValueError, KeyError, TypeError):  # an answer in a form this tfctl cannot read
+        return None
 
 
-def _exchange(path: Path, verb: str, args: Mapping[str, Any], timeout: float) -> bytes | None:
+def _exchange(path: Path, request: DoorRequest[Any], timeout: float) -> bytes | None:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout)
             with _short(path) as name:
                 conn.connect(name)
-            conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+            conn.sendall(_request_line(request))
             return _read_line(conn)
     except OSError:
         return None
 
 
-def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any]) -> Iterator[dict[str, Any]] | None:
-    """The live controller's streamed answer to `verb`, part by part; None as for `ask` (a
+def stream(run_dir: Path, record: RunRecord, request: DoorRequest[A]) -> Iterator[A] | None:
+    """The live controller's streamed answer to `request`, part by part; None as for `ask` (a
     controller that does not start streaming within CONNECT_PATIENCE seconds counts as none).
     An error the controller reports (before or between parts) is raised."""
     path = socket_path(run_dir)
@@ -230,11 +250,11 @@ def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any])
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with trace.span("live.stream", verb=verb):  # until the request is sent
+        with trace.span("live.stream", verb=request.VERB):  # until the request is sent
             conn.settimeout(CONNECT_PATIENCE)
             with _short(path) as name:
                 conn.connect(name)
-            conn.sendall(json.dumps({"verb": verb, "args": dict(args)}).encode() + b"\n")
+            conn.sendall(_request_line(request))
             answers = conn.makefile("rb")
             first = answers.readline()
         conn.settimeout(None)
@@ -251,15 +271,21 @@ def stream(run_dir: Path, record: RunRecord, verb: str, args: Mapping[str, Any])
     if not started.get("streaming"):
         conn.close()
         return None
-    return _parts(conn, answers)
+    return _parts(conn, answers, cast("type[A]", request.ANSWER))
 
 
-def _parts(conn: socket.socket, answers: BinaryIO) -> Iterator[dict[str, Any]]:
+def _parts(conn: socket.socket, answers: BinaryIO, part_type: type[A]) -> Iterator[A]:
     with conn, answers:
         for line in answers:
             answer = json.loads(line)
             if "part" in answer:
-                yield answer["part"]
+                try:
+                    yield part_type.from_wire(answer["part"])
+                except (ValueError, KeyError, TypeError) as e:
+                    raise TfctlError(
+                        f"the run's controller sent a part this tfctl cannot read: {e}",
+                        hint="the controller may be of another tfctl version; run the command again once the run ended",
+                    ) from None
                 continue
             if "error" in answer:
                 raise TfctlError(answer["error"], hint=answer.get("hint"))

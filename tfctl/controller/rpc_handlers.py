@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller.rpc import ControllerDoor, socket_path
+from tfctl.controller.rpc_messages import DownAsk, DownReply, LogNote, LogsAsk, LogsPart, StatusAsk, StatusReply
 from tfctl.runs.store import RunStore
 
 if TYPE_CHECKING:
@@ -25,28 +25,25 @@ def controller_door(
     """This controller's socket. `on_down(grace)` stops the run as this controller must (the
     watcher ends its supervision first; an attached `up` stops at once) and says what it did."""
 
-    def status(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        from tfctl.cli.render import status_answer
+    def status(request: StatusAsk) -> StatusReply:
+        from tfctl.controller.status_view import status_answer
 
-        return status_answer(cluster, store.load(cluster.record.run_id), args)
+        return status_answer(cluster, store.load(cluster.record.run_id), request)
 
-    def down(args: Mapping[str, Any]) -> Mapping[str, Any]:
-        report, released = on_down(args.get("grace"))
-        return {
-            "stop": None if report is None else dataclasses.asdict(report),
-            "backend": None if released is None else dataclasses.asdict(released),
-        }
+    def down(request: DownAsk) -> DownReply:
+        report, released = on_down(request.grace)
+        return DownReply(report, released)
 
-    def logs(args: Mapping[str, Any], asker_there: Callable[[], bool]) -> Iterator[Mapping[str, Any]]:
-        return logs_parts(store, cluster, args, asker_there)
+    def logs(request: LogsAsk, asker_there: Callable[[], bool]) -> Iterator[LogsPart]:
+        return logs_parts(store, cluster, request, asker_there)
 
     path = socket_path(store.run_dir(cluster.record.run_id))
-    return ControllerDoor(path, {"status": status, "down": down}, {"logs": logs})
+    return ControllerDoor(path, {StatusAsk: status, DownAsk: down}, {LogsAsk: logs})
 
 
 def logs_parts(
-    store: RunStore, cluster: Cluster, args: Mapping[str, Any], asker_there: Callable[[], bool]
-) -> Iterator[Mapping[str, Any]]:
+    store: RunStore, cluster: Cluster, request: LogsAsk, asker_there: Callable[[], bool]
+) -> Iterator[LogsPart]:
     """`tfctl logs` for another terminal: its lines prefixed as it would (`color`), the notes
     on TF patterns that last while following, and the readers' errors at the end."""
     from tfctl.cluster.output import LogFollower, Prefixer
@@ -54,26 +51,24 @@ def logs_parts(
     from tfctl.tf.noise import NoiseFolder
 
     record = cluster.record
-    selected = [record.task(name) for name in args["tasks"]]
-    follow = bool(args.get("follow")) and store.load(record.run_id).active
-    prefix = Prefixer([t.name for t in record.tasks], bool(args.get("color")), bool(args.get("terminal")))
+    selected = [record.task(name) for name in request.tasks]
+    follow = request.follow and store.load(record.run_id).active
+    prefix = Prefixer([t.name for t in record.tasks], request.color, request.terminal)
     notes = LiveNotes(cluster) if follow else None
     last_check = time.monotonic()
-    with LogFollower(
-        cluster, selected, follow, args.get("tail"), args.get("since"), bool(args.get("timestamps"))
-    ) as follower:
+    with LogFollower(cluster, selected, follow, request.tail, request.since, request.timestamps) as follower:
         folder = NoiseFolder() if follow else None  # live, TF's healthy noise is folded; after the fact, all shows
         for blocks in follower.blocks():
             if blocks:
                 shown = blocks if folder is None else [(task, folder.fold(task, lines)) for task, lines in blocks]
-                yield {"text": prefix.text(shown)}
+                yield LogsPart(text=prefix.text(shown))
             if notes is not None:
                 for task, lines in blocks:
                     for line in lines:
                         notes.feed(task, line)
                 due = notes.due()
                 if due:
-                    yield {"notes": [[task, finding.cause, finding.fix] for task, finding in due]}
+                    yield LogsPart(notes=[LogNote(task, finding.cause, finding.fix) for task, finding in due])
             if follow and not blocks and time.monotonic() - last_check > RUN_END_CHECK:
                 last_check = time.monotonic()
                 if not asker_there():
@@ -81,4 +76,4 @@ def logs_parts(
                 if not store.load(record.run_id).active:  # tasks never started send no end
                     follower.finish()
                     follow = False
-        yield {"errors": follower.errors}
+        yield LogsPart(errors=follower.errors)

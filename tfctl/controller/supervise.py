@@ -19,7 +19,7 @@ from tfctl.controller.plan import Plan
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
 from tfctl.errors import TfctlError
-from tfctl.runs.record import RunRecord
+from tfctl.runs.record import ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
@@ -155,7 +155,7 @@ def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, re
             lambda who, message: report({"progress": [who, message]}),
             accept_new_host_keys,
             detach=True,
-            watcher=controller_of_this_process(attached=False),
+            watcher=controller_of_this_process(ControllerKind.WATCHER),
         )
     except KeyboardInterrupt:
         report({"interrupted": True})

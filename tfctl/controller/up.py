@@ -21,6 +21,7 @@ from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
 from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.errors import StartupError, TfctlError, UsageError
+from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 from tfctl.tf.tasks import exposed_addresses
@@ -40,10 +41,11 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
         return  # its stop proved nothing of it left on any host: no need to ask them again
     if backends.get(record.backend).is_over(record):
         return
-    if record.state is RunState.STARTING and record.watcher and not controller_gone(record):
+    controller = record.watcher
+    if record.state is RunState.STARTING and controller is not None and not controller_gone(record):
         raise UsageError(
             f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
-            f"{'its `tfctl up`' if record.watcher.get('attached') else 'its watcher'} is pid {record.watcher['pid']})",
+            f"{'its `tfctl up`' if controller.attached else 'its watcher'} is pid {controller.pid})",
             hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
         )
     with Cluster(record) as cluster:
@@ -63,7 +65,7 @@ def plan_run(
     """The run as it would start, acquiring nothing: for `--dry-run`, `check`, and runs whose
     backend has nothing to acquire (`state`: what it acquired, when it did)."""
     plan = make_plan(config, run_id or new_run_id(config.name), state)
-    return dataclasses.replace(plan, record=dataclasses.replace(plan.record, store=store.store_id))
+    return dataclasses.replace(plan, record=plan.record.replace(store=store.store_id))
 
 
 def acquire(store: RunStore, config: ClusterConfig, progress: Progress) -> Plan:
@@ -91,7 +93,7 @@ def launch(
     progress: Progress,
     accept_new_host_keys: bool = False,
     detach: bool = False,
-    watcher: dict[str, Any] | None = None,
+    watcher: Controller | None = None,
 ) -> Cluster:
     """Preflight every host, place the tasks on its GPUs and cores, check ports, record the run,
     sync code, run `setup`, and start the tasks phase by phase.
@@ -102,9 +104,9 @@ def launch(
     records this process as its controller; a detached one records `watcher`, if given.
     """
     if detach:
-        record = dataclasses.replace(plan.record, lease_timeout=0.0, watcher=watcher)
+        record = plan.record.replace(lease_timeout=0.0, watcher=watcher)
     else:
-        record = dataclasses.replace(plan.record, watcher=controller_of_this_process(attached=True))
+        record = plan.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     backend = backends.get(record.backend)
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
@@ -114,7 +116,7 @@ def launch(
             progress("warning", warning)
         if not backend.places_devices:
             plan = with_devices(plan, {i.host: i.devices for i in infos})
-            record = cluster.record = dataclasses.replace(record, tasks=plan.record.tasks)
+            record = cluster.record = record.replace(tasks=plan.record.tasks)
         busy = cluster.busy_ports(list(record.tasks))
         if busy:
             lines = [

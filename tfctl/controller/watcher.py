@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import IO, Any, Callable
 
-from tfctl.runs.record import RunRecord
+from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.files import host_key
 from tfctl.supervisor.procfs import is_same_process, proc_stat
@@ -43,7 +43,7 @@ def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
             start_new_session=True,
             env={**os.environ, "TFCTL_HOME": str(store.home)},
         )
-    return store.update(record.run_id, watcher=controller_of(proc.pid, attached=False))
+    return store.update(record.run_id, watcher=controller_of(proc.pid, ControllerKind.WATCHER))
 
 
 def fork_starter(body: Callable[[Report], None]) -> tuple[int, IO[str]]:
@@ -105,21 +105,29 @@ def log_to_run_dir(store: RunStore, run_id: str) -> None:
     os.close(log)
 
 
-def controller_of(pid: int, attached: bool) -> dict[str, Any]:
-    """What identifies a run's controller process later: pid, kernel start time and machine
-    (a run store on a shared home is read from other machines, where that pid means nothing)."""
+def controller_of(pid: int, kind: ControllerKind) -> Controller:
+    """What identifies a run's controller process later: pid, kernel start time and machine."""
     st = proc_stat(pid) or {}
-    return {"pid": pid, "starttime": st.get("starttime"), "host": host_key(), "attached": attached}
+    return Controller(kind, pid, st.get("starttime"), host_key())
 
 
-def controller_of_this_process(attached: bool) -> dict[str, Any]:
-    return controller_of(os.getpid(), attached)
+def controller_of_this_process(kind: ControllerKind) -> Controller:
+    return controller_of(os.getpid(), kind)
 
 
-def _controller_here(record: RunRecord) -> dict[str, Any] | None:
+def is_running(controller: Controller) -> bool:
+    """That very process still runs (not another that got its pid); only meaningful on its machine."""
+    return is_same_process({"pid": controller.pid, "starttime": controller.starttime})
+
+
+def _here(controller: Controller) -> bool:
+    return controller.host in (None, host_key())
+
+
+def _controller_here(record: RunRecord) -> Controller | None:
     """The controller of an active run, if it ran on this machine (a pid elsewhere means nothing)."""
     w = record.watcher
-    if not record.active or not w or w.get("host", host_key()) != host_key():
+    if not record.active or w is None or not _here(w):
         return None
     return w
 
@@ -127,30 +135,30 @@ def _controller_here(record: RunRecord) -> dict[str, Any] | None:
 def controller_lives(record: RunRecord) -> bool:
     """The active run's controller (attached `up` or detached watcher) runs on this machine."""
     w = _controller_here(record)
-    return w is not None and is_same_process(w)
+    return w is not None and is_running(w)
 
 
 def controller_gone(record: RunRecord) -> bool:
     """An active run whose controller has died on this machine. False when it lives, when it
     ran elsewhere, or when the run is over."""
     w = _controller_here(record)
-    return w is not None and not is_same_process(w)
+    return w is not None and not is_running(w)
 
 
 def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
     """A run whose controller died gets a new watcher, so it still ends when its job does;
     the sentence to tell the user, or None when nothing was amiss."""
-    if not controller_gone(record):
+    w = record.watcher
+    if w is None or not controller_gone(record):
         return None
-    w = record.watcher or {}
-    was = f"the `tfctl up` that started it (pid {w['pid']})" if w.get("attached") else f"its watcher (pid {w['pid']})"
+    was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
     fresh = spawn_watcher(store, record)
     lease = (
         f"; its tasks stop on their hosts {record.lease_timeout:g}s after their controller (lease_timeout)"
-        if w.get("attached") and record.lease_timeout
+        if w.attached and record.lease_timeout
         else ""
     )
-    pid = (fresh.watcher or {}).get("pid")
+    pid = fresh.watcher.pid if fresh.watcher is not None else None
     return f"run {record.run_id}: {was} is gone; a new watcher (pid {pid}) supervises it{lease}"
 
 
@@ -158,20 +166,20 @@ def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
 def stop_watcher(record: RunRecord) -> None:
     """`down` takes over from the detached watcher: end it first so the two never race. An
     attached `up` is left alone: it sees its tasks stopped and ends by itself."""
-    w = record.watcher  # see controller_of
-    if not w or w.get("attached") or w.get("host", host_key()) != host_key() or not is_same_process(w):
+    w = record.watcher
+    if w is None or w.attached or not _here(w) or not is_running(w):
         return
-    os.kill(w["pid"], signal.SIGTERM)
+    os.kill(w.pid, signal.SIGTERM)
     wait_gone(record)
 
 
 def wait_gone(record: RunRecord, patience: float = 5.0) -> None:
     """Wait for the detached watcher to end; after `patience` seconds, kill it."""
     w = record.watcher
-    if not w or w.get("attached") or w.get("host", host_key()) != host_key():
+    if w is None or w.attached or not _here(w):
         return
     deadline = time.monotonic() + patience
-    while is_same_process(w) and time.monotonic() < deadline:
+    while is_running(w) and time.monotonic() < deadline:
         time.sleep(0.01)
-    if is_same_process(w):
-        os.kill(w["pid"], signal.SIGKILL)
+    if is_running(w):
+        os.kill(w.pid, signal.SIGKILL)

@@ -1,23 +1,31 @@
 """What the run store keeps of a run: its hosts, its tasks as started, and how it went.
 
-Stored as JSON in run.json; every field here is read back by `RunRecord.from_json`.
+Stored as JSON in run.json: typed records on the one base (`Wire`), written by `to_wire` and
+read back by `from_wire`, so every field here is read back as the type it was written as.
+
+A record says its `schema_version`. `RunRecord.from_json` reads a record of an older version by
+migrating it one version at a time (`MIGRATIONS`), so runs recorded by an older tfctl stay
+readable; a record of a newer version is refused (`NewerRecordError`), never guessed at.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+import enum
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from tfctl.config.model import host_port
-from tfctl.supervisor.protocol import RunState
+from tfctl.config.model import DEFAULT_PROGRESS_WINDOW, DEFAULT_STALL_TIMEOUT, host_port
+from tfctl.supervisor.protocol import RestartRule, RunState
+from tfctl.supervisor.records import Wire, field, record
 from tfctl.transport.specs import LocalSpec, TransportSpec, read_spec
 
 if TYPE_CHECKING:
     from tfctl.transport.base import Transport
 
+SCHEMA_VERSION = 2  # of the records this tfctl writes; `MIGRATIONS` reads every older one
 
-@dataclass(frozen=True)
-class HostSpec:
+
+@record
+class HostSpec(Wire):
     """How to reach one host and where its supervisor keeps its files."""
 
     name: str
@@ -34,17 +42,45 @@ class HostSpec:
         """Its transport; constructing it does no I/O."""
         return self.transport.connect(self.name, accept_new_host_keys)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, Any]:
+        """The transport's spec says its kind, so it is read back as the spec it was."""
         return {"name": self.name, "python": self.python, "root": self.root, "transport": self.transport.to_json()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostSpec:
-        return cls(data["name"], data["python"], data["root"], read_spec(data.get("transport") or {}))
+    def from_wire(cls, data: Mapping[str, Any]) -> HostSpec:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"HostSpec: expected an object, got {data!r}")
+        return cls(data["name"], data.get("python"), data["root"], read_spec(data.get("transport") or {}))
 
 
-@dataclass(frozen=True)
-class TaskSpec:
+@record
+class RestartSpec(Wire):
+    """When a task of the job that ended is started again (the job's `model.RestartPolicy`)."""
+
+    policy: str  # on-failure | exit-code (a job whose tasks never restart keeps no RestartSpec)
+    max_restarts: int
+    backoff: float  # seconds before each restart
+
+    def rule(self) -> RestartRule:
+        """As the task's supervisor applies it."""
+        return RestartRule(self.policy, self.max_restarts, self.backoff)
+
+
+@record
+class ProgressSpec(Wire):
+    """How `status` reads the run's training progress (the cluster file's `model.ProgressSettings`)."""
+
+    regex: str | None = None  # replaces the built-in shapes (`tf/progress.py`)
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
+    window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+
+
+@record
+class TaskSpec(Wire):
     """One task as started: everything needed to start, find, or explain it again."""
+
+    NESTED: ClassVar[Mapping[str, Any]] = {"restart": ("one", RestartSpec)}
+    TUPLES: ClassVar[tuple[str, ...]] = ("gpus", "cpus")
 
     job: str
     index: int
@@ -53,14 +89,9 @@ class TaskSpec:
     command: str
     env: dict[str, str]
     cwd: str | None
-    restart: dict[str, Any] | None = None  # model.RestartPolicy's fields, when the job restarts its tasks
+    restart: RestartSpec | None = None  # when the job restarts its tasks
     gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES as placed (`devices.Placement`)
     cpus: tuple[int, ...] | None = None  # the cores it runs on; None: any
-
-    def __post_init__(self) -> None:
-        for name in ("gpus", "cpus"):  # JSON gives lists back
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def name(self) -> str:
@@ -71,8 +102,48 @@ class TaskSpec:
         return host_port(self.host, self.port)
 
 
-@dataclass(frozen=True)
-class RunRecord:
+class ControllerKind(str, enum.Enum):
+    """Which process controls a run."""
+
+    UP = "up"  # the attached `tfctl up` that started it
+    WATCHER = "watcher"  # a detached watcher (`up -d`, or one started for a run whose controller died)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@record
+class Controller(Wire):
+    """The process that controls a run, and how to tell it from a later process with its pid:
+    its kernel start time, and the machine it runs on (a run store on a shared home is read from
+    other machines, where that pid means nothing)."""
+
+    ENUMS: ClassVar[Mapping[str, Any]] = {"kind": ControllerKind}
+
+    kind: ControllerKind
+    pid: int
+    starttime: int | None  # in clock ticks since boot (/proc/<pid>/stat); None: unknown
+    host: str | None = None  # `files.host_key()`; None: not noted, taken as this machine
+
+    @property
+    def attached(self) -> bool:
+        return self.kind is ControllerKind.UP
+
+
+@record
+class RunRecord(Wire):
+    """One run: what was started where, who controls it, and how it went."""
+
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "tasks": ("tuple", TaskSpec),
+        "hosts": ("tuple", HostSpec),
+        "progress": ("one", ProgressSpec),
+        "watcher": ("one", Controller),
+    }
+    ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
+    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential")
+    schema_version: ClassVar[int] = SCHEMA_VERSION  # of every record in memory: older ones are migrated
+
     run_id: str
     cluster_name: str
     cluster_file: str
@@ -92,15 +163,12 @@ class RunRecord:
     state: RunState = RunState.STARTING
     ended_at: float | None = None
     reason: str | None = None
-    watcher: dict[str, Any] | None = None
-    progress: dict[str, Any] = field(default_factory=dict)  # model.ProgressSettings's fields
+    watcher: Controller | None = None  # who controls the run while it is active
+    progress: ProgressSpec = ProgressSpec()
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
     backend: str = "ssh"  # the cluster file's `backend:`, which runs the tasks (`tfctl.backends`)
     backend_state: dict[str, Any] | None = None  # what the backend holds for the run, in its wire form
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state", RunState(self.state))  # a plain string from JSON or a caller
 
     @property
     def active(self) -> bool:
@@ -113,20 +181,61 @@ class RunRecord:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "hosts": [h.to_json() for h in self.hosts], "state": self.state.value}
+        return {"schema_version": SCHEMA_VERSION, **self.to_wire()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        """Raises ValueError for a record that is not one (hand-edited, truncated, another version)."""
-        data = dict(data)
-        if not isinstance(data.get("created_at"), (int, float)) or isinstance(data.get("created_at"), bool):
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        """The record, migrated to this version if it is of an older one. Raises NewerRecordError
+        for a record of a newer tfctl, ValueError for one that is not a record (hand-edited, truncated)."""
+        if not isinstance(data, Mapping):
+            raise ValueError("it is not a JSON object")
+        version = data.get("schema_version", 1)  # version 1 did not say so
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"schema_version {version!r} is not a version")
+        if version > SCHEMA_VERSION:
+            raise NewerRecordError(version)
+        for older in range(version, SCHEMA_VERSION):
+            data = MIGRATIONS[older](data)
+        created = data.get("created_at")
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
             raise ValueError("created_at is not a timestamp")
-        data["tasks"] = tuple(TaskSpec(**t) for t in data["tasks"])
-        data["hosts"] = tuple(HostSpec.from_json(h) for h in data["hosts"])
-        if "allocation" in data:  # written before backends were peers: only a scheduler's runs had one
-            allocation = data.pop("allocation")
-            if allocation is not None:
-                data["backend"], data["backend_state"] = data["hosts"][0].transport.KIND, allocation
-        data["decisive"] = tuple(data.get("decisive", ()))
-        data["essential"] = tuple(data.get("essential", ()))
-        return cls(**data)
+        return cls.from_wire(data)
+
+
+class NewerRecordError(ValueError):
+    """A record written by a newer tfctl, in a version this one cannot read."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"it was written by a newer tfctl (record version {version}; this tfctl reads up to {SCHEMA_VERSION})"
+        )
+        self.version = version
+
+
+def _v1_to_v2(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1 (no `schema_version`) kept its controller as a dict: {pid, starttime, host,
+    attached}, where `attached` (or its absence, in the oldest records) told `up` from a watcher;
+    and a scheduler's allocation as `allocation`, now the state of the backend its hosts' transport
+    is named after."""
+    out = {**data, "schema_version": 2}
+    allocation = out.pop("allocation", None)
+    if allocation is not None:  # the backend is the one whose own transport its hosts have
+        kinds = [(h.get("transport") or {}).get("kind", "local") for h in data.get("hosts") or ()]
+        out["backend"] = next((k for k in kinds if k not in ("local", "ssh")), "ssh")
+        out["backend_state"] = allocation
+    watcher = data.get("watcher")
+    if watcher is not None:
+        if not isinstance(watcher, Mapping) or "pid" not in watcher:
+            raise ValueError(f"watcher {watcher!r} names no process")
+        kind = ControllerKind.UP if watcher.get("attached") else ControllerKind.WATCHER
+        out["watcher"] = {
+            "kind": kind.value,
+            "pid": watcher["pid"],
+            "starttime": watcher.get("starttime"),
+            "host": watcher.get("host"),
+        }
+    return out
+
+
+# Version -> the step that makes a record of that version one of the next.
+MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}

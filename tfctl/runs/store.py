@@ -16,13 +16,12 @@ import secrets
 import socket
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from tfctl.config.home import tfctl_home
 from tfctl.errors import TfctlError, UsageError
-from tfctl.runs.record import RunRecord
+from tfctl.runs.record import SCHEMA_VERSION, NewerRecordError, RunRecord
 from tfctl.supervisor.protocol import RunState
 
 
@@ -87,7 +86,7 @@ class RunStore:
     def update(self, run_id: str, **changes: Any) -> RunRecord:
         """Change fields of a stored record under the lock; returns the new record."""
         with self.lock():
-            record = replace(self.load(run_id), **changes)
+            record = self.load(run_id).replace(**changes)
             self.save(record)
             return record
 
@@ -98,7 +97,7 @@ class RunStore:
     def load(self, run_id: str) -> RunRecord:
         path = self.runs_dir / run_id / "run.json"
         try:
-            return RunRecord.from_json(json.loads(path.read_text()))
+            return _read(path)
         except FileNotFoundError:
             raise UsageError(
                 f"no run {run_id!r} in {self.runs_dir}", hint="`tfctl runs` lists the runs tfctl knows"
@@ -116,9 +115,9 @@ class RunStore:
         records = []
         for path in self.runs_dir.glob("*/run.json"):
             try:
-                records.append(RunRecord.from_json(json.loads(path.read_text())))
+                records.append(_read(path))
             except (ValueError, TypeError, KeyError):
-                continue
+                continue  # damaged: `load` says so when asked for it (a newer one is refused: `_read`)
         return sorted(records, key=lambda r: r.created_at)
 
     def latest(self, cluster_file: Path) -> RunRecord | None:
@@ -129,6 +128,19 @@ class RunStore:
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
+
+
+def _read(path: Path) -> RunRecord:
+    """The record in `path`. A record written by a newer tfctl is refused, not skipped as damaged:
+    its run may be live, and a `down --all` that took its tasks for orphans would stop them."""
+    try:
+        return RunRecord.from_json(json.loads(path.read_text()))
+    except NewerRecordError as e:
+        raise TfctlError(
+            f"{path} was written by a newer tfctl (run record version {e.version}; "
+            f"this tfctl reads versions up to {SCHEMA_VERSION})",
+            hint="upgrade tfctl to use this run store",
+        ) from None
 
 
 def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:

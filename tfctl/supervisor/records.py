@@ -113,12 +113,14 @@ W = TypeVar("W", bound="Wire")
 class Wire(Record):
     """A record that converts to and from plain JSON values.
 
-    `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "dict", class);
-    `ENUMS` names the fields that hold enums. Unknown keys from a newer peer are ignored.
+    `NESTED` names the fields that hold other Wire classes, as ("one" | "list" | "tuple" | "dict",
+    class); `ENUMS` names the fields that hold enums; `TUPLES` the fields of plain values kept as
+    tuples (JSON gives lists back). Unknown keys from a newer peer are ignored.
     """
 
     NESTED: ClassVar[Mapping[str, Any]] = {}
     ENUMS: ClassVar[Mapping[str, Any]] = {}
+    TUPLES: ClassVar[Tuple[str, ...]] = ()
 
     def to_wire(self) -> Dict[str, Any]:
         return {name: _plain(getattr(self, name)) for name in type(self).FIELDS}
@@ -137,11 +139,16 @@ class Wire(Record):
                 values[name] = kind.from_wire(value)
             elif shape == "list":
                 values[name] = [kind.from_wire(v) for v in value]
+            elif shape == "tuple":
+                values[name] = tuple(kind.from_wire(v) for v in value)
             else:
                 values[name] = {k: kind.from_wire(v) for k, v in value.items()}
         for name, kind in cls.ENUMS.items():
             if values.get(name) is not None:
                 values[name] = kind(values[name])
+        for name in cls.TUPLES:
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         try:
             return cls(**values)
         except TypeError as e:

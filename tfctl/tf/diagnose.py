@@ -19,25 +19,32 @@ produce in those scenarios (it says `Failed to add port` and `Connection reset b
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-# Most important first: a root cause beats its symptoms.
-KINDS = (
-    "port_in_use",
-    "bad_cluster_spec",
-    "oom",
-    "nan_loss",
-    "peer_died",
-    "waiting_for_peer",
-    "mwms_waiting",
-    "waiting_for_model",
-    "step_cancelled",
-    "unknown_failure",
-)
+
+class Kind(str, enum.Enum):
+    """What a finding is about. Most important first: a root cause beats its symptoms."""
+
+    PORT_IN_USE = "port_in_use"
+    BAD_CLUSTER_SPEC = "bad_cluster_spec"
+    OOM = "oom"
+    NAN_LOSS = "nan_loss"
+    PEER_DIED = "peer_died"
+    WAITING_FOR_PEER = "waiting_for_peer"
+    MWMS_WAITING = "mwms_waiting"
+    WAITING_FOR_MODEL = "waiting_for_model"
+    STEP_CANCELLED = "step_cancelled"
+    UNKNOWN_FAILURE = "unknown_failure"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 # Kinds that describe a wait (or a suspicion of one): a later line showing progress ends them.
-CLEARED_BY_PROGRESS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model", "step_cancelled")
+CLEARED_BY_PROGRESS = (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING, Kind.WAITING_FOR_MODEL, Kind.STEP_CANCELLED)
 EVIDENCE_MAX = 300
 DEVICE_FILTERS_FIX = (
     'give the session tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % task_index])'
@@ -47,7 +54,7 @@ DEVICE_FILTERS_FIX = (
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # one of KINDS
+    kind: Kind
     task: str  # the task whose log shows it, e.g. "worker:1"
     cause: str  # one line: what is going on
     fix: str  # one line: what to do
@@ -301,7 +308,7 @@ def _unknown(task: str, m: re.Match) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class _Pattern:
-    kind: str
+    kind: Kind
     needle: str  # literal substring that must be in the line (cheap pre-check)
     regex: re.Pattern
     build: Callable  # (task, match) -> (cause, fix) or None
@@ -313,39 +320,39 @@ _STRAGGLERS = "Example stragglers:"  # the straggler names follow, one per line
 # Order matters: the first pattern whose needle and regex match a line wins.
 PATTERNS: tuple[_Pattern, ...] = (
     _Pattern(
-        "port_in_use",
+        Kind.PORT_IN_USE,
         "Failed to add port to server",
         re.compile(r"Failed to add port to server.*?:(?P<port>\d+)'"),
         _port_in_use,
     ),
     # Older gRPC wording; TF 2.21 says "Failed to add port ... No address added" for a taken port.
     _Pattern(
-        "port_in_use",
+        Kind.PORT_IN_USE,
         "Address already in use",
         re.compile(r"Address already in use(?:.*?:(?P<port>\d+)\b)?"),
         _port_in_use,
     ),
     _Pattern(
-        "port_in_use",
+        Kind.PORT_IN_USE,
         "Could not start gRPC server",
         re.compile(r"Could not start gRPC server"),
         _port_in_use,
         specific=False,
     ),
     _Pattern(
-        "bad_cluster_spec",
+        Kind.BAD_CLUSTER_SPEC,
         "was not defined in",
         re.compile(r'Task (?P<index>\d+) was not defined in job "(?P<job>[^"]+)"'),
         _bad_cluster_spec,
     ),
     _Pattern(
-        "bad_cluster_spec",
+        Kind.BAD_CLUSTER_SPEC,
         "was not defined in",
         re.compile(r'Job "(?P<job>[^"]+)" was not defined in cluster'),
         _bad_cluster_spec,
     ),
     _Pattern(
-        "oom",
+        Kind.OOM,
         "OOM when allocating",
         re.compile(
             r"OOM when allocating tensor with shape\[(?P<shape>[\d,]*)\] and type (?P<dtype>\w+) "
@@ -354,55 +361,59 @@ PATTERNS: tuple[_Pattern, ...] = (
         _oom,
     ),
     _Pattern(
-        "oom", "ResourceExhausted", re.compile(r"^(?!.*larger than max).*ResourceExhaustedError"), _oom, specific=False
+        Kind.OOM,
+        "ResourceExhausted",
+        re.compile(r"^(?!.*larger than max).*ResourceExhaustedError"),
+        _oom,
+        specific=False,
     ),
     _Pattern(
-        "oom", "RESOURCE_EXHAUSTED", re.compile(r"^(?!.*larger than max).*RESOURCE_EXHAUSTED"), _oom, specific=False
+        Kind.OOM, "RESOURCE_EXHAUSTED", re.compile(r"^(?!.*larger than max).*RESOURCE_EXHAUSTED"), _oom, specific=False
     ),
-    _Pattern("nan_loss", "NaN loss during training", re.compile(r"NaN loss during training"), _nan),
-    _Pattern("nan_loss", "Model diverged with loss = NaN", re.compile(r"Model diverged with loss = NaN"), _nan),
+    _Pattern(Kind.NAN_LOSS, "NaN loss during training", re.compile(r"NaN loss during training"), _nan),
+    _Pattern(Kind.NAN_LOSS, "Model diverged with loss = NaN", re.compile(r"Model diverged with loss = NaN"), _nan),
     _Pattern(
-        "nan_loss",
+        Kind.NAN_LOSS,
         "Tensor had ",
         re.compile(r"(?:(?P<msg>[^:{}\]\[]*?) : )?Tensor had (?P<what>[A-Za-z ]+?) values"),
         _nan,
     ),
     _Pattern(
-        "peer_died",
+        Kind.PEER_DIED,
         "CreateSession failed because worker",
         re.compile(rf"CreateSession failed because worker {_TASK_RE} returned error: UNAVAILABLE"),
         _peer_died,
     ),
-    _Pattern("peer_died", "Collective ops is aborted by", re.compile(r"Collective ops is aborted by"), _peer_died),
+    _Pattern(Kind.PEER_DIED, "Collective ops is aborted by", re.compile(r"Collective ops is aborted by"), _peer_died),
     # Older gRPC wording, not seen with TF 2.21 (a killed peer gave "Connection reset by peer").
-    _Pattern("peer_died", "Socket closed", re.compile(r"Socket closed"), _peer_died, specific=False),
+    _Pattern(Kind.PEER_DIED, "Socket closed", re.compile(r"Socket closed"), _peer_died, specific=False),
     _Pattern(
-        "peer_died", "Connection reset by peer", re.compile(r"Connection reset by peer"), _peer_died, specific=False
+        Kind.PEER_DIED, "Connection reset by peer", re.compile(r"Connection reset by peer"), _peer_died, specific=False
     ),
     _Pattern(
-        "peer_died",
+        Kind.PEER_DIED,
         "failed to connect to all addresses",
         re.compile(r"failed to connect to all addresses"),
         _peer_died,
         specific=False,
     ),
-    _Pattern("peer_died", "UNAVAILABLE", re.compile(r"\bUNAVAILABLE\b"), _peer_died, specific=False),
-    _Pattern("peer_died", "UnavailableError", re.compile(r"UnavailableError"), _peer_died, specific=False),
+    _Pattern(Kind.PEER_DIED, "UNAVAILABLE", re.compile(r"\bUNAVAILABLE\b"), _peer_died, specific=False),
+    _Pattern(Kind.PEER_DIED, "UnavailableError", re.compile(r"UnavailableError"), _peer_died, specific=False),
     _Pattern(
-        "waiting_for_peer",
+        Kind.WAITING_FOR_PEER,
         "CreateSession still waiting",
         re.compile(rf"CreateSession still waiting for response from worker: {_TASK_RE}"),
         _waiting_for_peer,
     ),
     _Pattern(
-        "mwms_waiting",
+        Kind.MWMS_WAITING,
         "tasks to connect",
         re.compile(r"Waiting for (?P<n>\d+)/(?P<m>\d+) tasks to connect"),
         _mwms_waiting,
     ),
-    _Pattern("mwms_waiting", _STRAGGLERS, re.compile(_STRAGGLERS), _stragglers, specific=False),
+    _Pattern(Kind.MWMS_WAITING, _STRAGGLERS, re.compile(_STRAGGLERS), _stragglers, specific=False),
     _Pattern(
-        "waiting_for_model",
+        Kind.WAITING_FOR_MODEL,
         "Waiting for model to be ready",
         re.compile(
             r"Waiting for model to be ready(?:.*?Variables not initialized: (?P<vars>.*?)"
@@ -411,21 +422,21 @@ PATTERNS: tuple[_Pattern, ...] = (
         _waiting_for_model,
     ),
     _Pattern(
-        "step_cancelled",
+        Kind.STEP_CANCELLED,
         "Cancellation requested for RunGraph",
         re.compile(r"Cancellation requested for RunGraph"),
         _step_cancelled,
         specific=False,
     ),
     _Pattern(
-        "step_cancelled",
+        Kind.STEP_CANCELLED,
         "Local rendezvous send item cancelled",
         re.compile(r"Local rendezvous send item cancelled"),
         _step_cancelled,
         specific=False,
     ),
 )
-_UNKNOWN = _Pattern("unknown_failure", "", _EXCEPTION, _unknown, specific=False)
+_UNKNOWN = _Pattern(Kind.UNKNOWN_FAILURE, "", _EXCEPTION, _unknown, specific=False)
 # One pass over the line decides whether any pattern can match at all (most lines: none).
 _TRIGGER = re.compile("|".join(sorted({re.escape(p.needle) for p in PATTERNS}, key=len, reverse=True)))
 
@@ -441,7 +452,7 @@ def _match(task: str, line: str) -> tuple[Finding, _Pattern] | None:
                     built = p.build(task, m)
                     if built is None:
                         return None
-                    peer = tf_task_name(line) if p.kind in ("waiting_for_peer", "peer_died") else None
+                    peer = tf_task_name(line) if p.kind in (Kind.WAITING_FOR_PEER, Kind.PEER_DIED) else None
                     if peer == task:
                         peer = None  # its own device, not a peer
                     return Finding(p.kind, task, built[0], built[1], _trim(line), peer), p
@@ -450,7 +461,7 @@ def _match(task: str, line: str) -> tuple[Finding, _Pattern] | None:
         m = _EXCEPTION.match(line.rstrip())
         if m is not None:
             cause, fix = _unknown(task, m)
-            return Finding("unknown_failure", task, cause, fix, _trim(line)), _UNKNOWN
+            return Finding(Kind.UNKNOWN_FAILURE, task, cause, fix, _trim(line)), _UNKNOWN
     return None
 
 
@@ -486,8 +497,8 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
     same kind. Waits a later line shows to be over (progress printed by the program, `Waiting for
     0/N tasks`, a barrier passed) are dropped, and so is a cancelled step a peer's death explains.
     """
-    current: dict[str, tuple[Finding, _Pattern]] = {}
-    open_kind: str | None = None  # the last peer-less finding, waiting for a peer on the next lines
+    current: dict[Kind, tuple[Finding, _Pattern]] = {}
+    open_kind: Kind | None = None  # the last peer-less finding, waiting for a peer on the next lines
     open_age = 0
     stragglers: list[str] = []
     in_stragglers = False
@@ -510,7 +521,7 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
                 inline = tf_task_name(line)
                 if inline:
                     stragglers.append(inline)
-                if "mwms_waiting" in current:
+                if Kind.MWMS_WAITING in current:
                     _set_stragglers(current, stragglers)
                     continue
             old = current.get(finding.kind)
@@ -532,28 +543,28 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
         if any(kind in current for kind in CLEARED_BY_PROGRESS) and _progress(line):
             for kind in CLEARED_BY_PROGRESS:
                 current.pop(kind, None)
-    if "peer_died" in current:
-        current.pop("step_cancelled", None)  # the death explains the cancelled step
-    return [current[k][0] for k in KINDS if k in current]
+    if Kind.PEER_DIED in current:
+        current.pop(Kind.STEP_CANCELLED, None)  # the death explains the cancelled step
+    return [current[k][0] for k in Kind if k in current]  # most important first
 
 
-def _attach_peer(current: dict, kind: str, peer: str | None) -> None:
+def _attach_peer(current: dict, kind: Kind, peer: str | None) -> None:
     """The peer named on a continuation line (`... from remote target /job:ps/...`) of a finding."""
     if peer is None or kind not in current or current[kind][0].peer is not None:
         return
     finding, pattern = current[kind]
-    cause, fix = _peer_died_for(peer) if kind == "peer_died" else (finding.cause, finding.fix)
+    cause, fix = _peer_died_for(peer) if kind is Kind.PEER_DIED else (finding.cause, finding.fix)
     current[kind] = (replace(finding, peer=peer, cause=cause, fix=fix), pattern)
 
 
 def _set_stragglers(current: dict, stragglers: list[str]) -> None:
-    if "mwms_waiting" not in current or not stragglers:
+    if Kind.MWMS_WAITING not in current or not stragglers:
         return
-    finding, pattern = current["mwms_waiting"]
+    finding, pattern = current[Kind.MWMS_WAITING]
     named = ", ".join(stragglers[:3]) + (f" and {len(stragglers) - 3} more" if len(stragglers) > 3 else "")
     cause = finding.cause.split(" (missing:")[0] + f" (missing: {named})"
     fix = f"start {named}, or check that its TF_CONFIG has the same cluster and its own task index"
-    current["mwms_waiting"] = (replace(finding, peer=stragglers[0], cause=cause, fix=fix), pattern)
+    current[Kind.MWMS_WAITING] = (replace(finding, peer=stragglers[0], cause=cause, fix=fix), pattern)
 
 
 def _progress(line: str) -> bool:

@@ -16,17 +16,17 @@ from typing import Callable, Sequence
 from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster, TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf.diagnose import Finding, diagnose, last_meaningful, match_line
+from tfctl.tf.diagnose import Finding, Kind, diagnose, last_meaningful, match_line
 from tfctl.tf.explain import PeerInfo, explain
 from tfctl.tf.progress import RunProgress
 
 TAIL_LINES = 200
-HANGS = ("waiting_for_peer", "mwms_waiting", "waiting_for_model")  # kinds that fail a run once they last
+HANGS = (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING, Kind.WAITING_FOR_MODEL)  # kinds that fail a run once they last
 NOTE_EVERY = 30.0  # seconds before the same finding of the same task is noted again
 # How long a finding must stand before it becomes a note: waits end by themselves in healthy runs
 # (a peer connecting 1 s late; TF's own 30 s "Waiting for model" loop), and a failure line seen
 # as a run ends normally (a cancelled step when the ps is stopped) is no news.
-HOLD = {"waiting_for_peer": 30.0, "mwms_waiting": 30.0, "waiting_for_model": 65.0, "step_cancelled": 10.0}
+HOLD = {Kind.WAITING_FOR_PEER: 30.0, Kind.MWMS_WAITING: 30.0, Kind.WAITING_FOR_MODEL: 65.0, Kind.STEP_CANCELLED: 10.0}
 FAILURE_HOLD = 2.0
 
 
@@ -79,7 +79,7 @@ class HangJudge:
         self.cluster = cluster
         self.limit = limit
         self.every = every
-        self._first_seen: dict[tuple[str, str], float] = {}
+        self._first_seen: dict[tuple[str, Kind], float] = {}
         self._last_check = 0.0
 
     def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
@@ -89,7 +89,7 @@ class HangJudge:
         self._last_check = now
         running = [s.task for s in statuses if s.state is TaskState.RUNNING]
         tails = self.cluster.tails(running, TAIL_LINES) if running else {}
-        waiting: dict[tuple[str, str], Finding] = {}
+        waiting: dict[tuple[str, Kind], Finding] = {}
         for task, lines in tails.items():
             for finding in diagnose(task, lines):
                 if finding.kind in HANGS:
@@ -118,8 +118,8 @@ class LiveNotes:
         self.cluster = cluster
         self.clock = clock
         self._recent: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=50))
-        self._pending: dict[tuple[str, str], float] = {}  # (task, kind) -> when first seen
-        self._noted: dict[tuple[str, str], float] = {}
+        self._pending: dict[tuple[str, Kind], float] = {}  # (task, kind) -> when first seen
+        self._noted: dict[tuple[str, Kind], float] = {}
 
     def feed(self, task: str, line: str) -> None:
         self._recent[task].append(line)
@@ -136,7 +136,7 @@ class LiveNotes:
             del self._pending[(task, kind)]
             if now - self._noted.get((task, kind), -NOTE_EVERY) < NOTE_EVERY:
                 continue
-            found = [f for f in diagnose(task, self._recent[task]) if f.kind == kind]
+            found = [f for f in diagnose(task, self._recent[task]) if f.kind is kind]
             if not found:
                 continue  # later lines ended it
             self._noted[(task, kind)] = now
@@ -148,7 +148,7 @@ def finding_json(finding: Finding | None) -> dict | None:
     if finding is None:
         return None
     return {
-        "kind": finding.kind,
+        "kind": finding.kind.value,
         "cause": finding.cause,
         "fix": finding.fix,
         "evidence": finding.evidence,

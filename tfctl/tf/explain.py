@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from tfctl.cluster.supervisors import describe_end
 from tfctl.config.model import host_port
 from tfctl.supervisor.protocol import TaskState
-from tfctl.tf.diagnose import DEVICE_FILTERS_FIX, Finding
+from tfctl.tf.diagnose import DEVICE_FILTERS_FIX, Finding, Kind
 
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import TaskStatus
@@ -73,11 +73,11 @@ def explain(finding: Finding, peers: Mapping[str, PeerInfo], reachable: Reachabl
     its host). `reachable(src_host, "host:port")` is only called for a peer that runs and
     listens. Findings of other kinds, or naming no peer tfctl can judge, come back unchanged.
     """
-    if finding.kind in ("waiting_for_peer", "mwms_waiting"):
+    if finding.kind in (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING):
         return _explain_wait(finding, peers, reachable)
-    if finding.kind == "waiting_for_model":
+    if finding.kind is Kind.WAITING_FOR_MODEL:
         return _explain_model(finding, peers)
-    if finding.kind in ("peer_died", "step_cancelled"):
+    if finding.kind in (Kind.PEER_DIED, Kind.STEP_CANCELLED):
         return _explain_death(finding, peers)
     return finding
 
@@ -86,7 +86,7 @@ def _explain_wait(f: Finding, peers: Mapping[str, PeerInfo], reachable: Reachabl
     name = f.peer
     if name is None:
         return f
-    mwms = f.kind == "mwms_waiting"
+    mwms = f.kind is Kind.MWMS_WAITING
     waits = "MultiWorkerMirroredStrategy waits for" if mwms else "CreateSession waits for"
     no_filters = not mwms and _job(f.task) in ("worker", "chief") and _job(name) in ("worker", "chief")
     p = peers.get(name)
@@ -247,7 +247,7 @@ def _explain_death(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
         return f
     first = culprits[0]
     more = f" (and {len(culprits) - 1} more)" if len(culprits) > 1 else ""
-    if f.kind == "step_cancelled":
+    if f.kind is Kind.STEP_CANCELLED:
         return replace(
             f,
             peer=first.task,

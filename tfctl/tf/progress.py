@@ -19,15 +19,15 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
 
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import TaskStatus
+    from tfctl.runs.record import ProgressSpec
 
 DEFAULT_WINDOW = 60.0
-DEFAULT_STALL_TIMEOUT = 120.0
 MIN_SPAN = 2.0  # seconds between two samples for a rate: line times are exact to a second
 STRAGGLER_RATIO = 0.5
 
@@ -184,9 +184,9 @@ class TaskProgress:
 class RunProgress:
     """Progress of every task of a run, from the run's `progress` settings."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.reader = ProgressReader(settings.get("regex"), settings.get("window", DEFAULT_WINDOW))
-        self.stall_timeout = settings.get("stall_timeout", DEFAULT_STALL_TIMEOUT)
+    def __init__(self, settings: ProgressSpec) -> None:
+        self.reader = ProgressReader(settings.regex, settings.window)
+        self.stall_timeout = settings.stall_timeout
 
     def rule(self) -> ProgressRule:
         return self.reader.rule()

@@ -10,13 +10,12 @@ import ipaddress
 import json
 import shlex
 import string
-from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Mapping
 
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices, Placement, enough_for, place
 from tfctl.config.model import ClusterConfig
-from tfctl.runs.record import TaskSpec
+from tfctl.runs.record import RestartSpec, TaskSpec
 from tfctl.transport.base import shell_path
 
 # Jobs whose tasks run a tf.train.Server / tf.distribute.Server and so listen on their port.
@@ -161,10 +160,12 @@ def plan_tasks(
     return tasks
 
 
-def restart_of(config: ClusterConfig, job: str) -> dict[str, Any] | None:
+def restart_of(config: ClusterConfig, job: str) -> RestartSpec | None:
     """The job's restart policy as a task keeps it, or None when its tasks never restart."""
     policy = config.jobs[job].restart
-    return asdict(policy) if policy is not None and policy.policy != "never" else None
+    if policy is None or policy.policy == "never":
+        return None
+    return RestartSpec(policy.policy, policy.max_restarts, policy.backoff)
 
 
 def start_phases(tasks: list[TaskSpec], order: str) -> list[Phase]:

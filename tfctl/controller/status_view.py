@@ -1,0 +1,235 @@
+"""`status` as a person sees it: the snapshot of every task, the table, and the notes under it.
+
+The run's live controller renders it too, for a `status` asked from another terminal through its
+door (`rpc_handlers`), exactly as that terminal would print it; so it lives below the CLI.
+rich is imported with this module, which the CLI and a started run's controller load only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+from rich.console import Group
+from rich.text import Text
+
+from tfctl import backends, console
+from tfctl.backends.base import BackendReport
+from tfctl.cluster.supervisors import Cluster, TaskStatus
+from tfctl.config.model import host_port
+from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.runs.record import RunRecord
+from tfctl.supervisor.protocol import TaskState
+from tfctl.tf.diagnose import Finding
+from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
+from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
+
+
+def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
+    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'; cores with separator "," -> `0-3,6`, as
+    /proc's Cpus_allowed_list and taskset write them."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return separator.join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+def state_style(state: str) -> str:
+    return {
+        TaskState.RUNNING: "green",
+        TaskState.SUCCEEDED: "green",
+        TaskState.STOPPED: "yellow",
+        TaskState.PENDING: "dim",
+        TaskState.STARTING: "cyan",
+        TaskState.RESTARTING: "yellow",
+    }.get(TaskState(state), "red")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Everything `status` shows, asked for once."""
+
+    statuses: list[TaskStatus]
+    unreachable: dict[str, Exception]
+    diagnosis: RunDiagnosis
+    progress: dict[str, TaskProgress]
+    backend: BackendReport | None = None  # what the run's backend says of its own state
+
+    def to_json(self, record: RunRecord) -> dict[str, Any]:
+        run = {
+            "id": record.run_id,
+            "cluster": record.cluster_name,
+            "file": record.cluster_file,
+            "state": record.state.value,
+            "reason": record.reason,
+            "started_at": record.created_at,
+            "ended_at": record.ended_at,
+            "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
+        }
+        if self.backend is not None:
+            run[record.backend] = dict(self.backend.fields)
+        tasks = []
+        for s in self.statuses:
+            p = self.progress[s.task]
+            tasks.append(
+                {
+                    **s.to_json(),
+                    "step": p.step,
+                    "steps_per_sec": p.steps_per_sec,
+                    "epoch": p.epoch,
+                    "flags": list(p.flags),
+                    "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
+                }
+            )
+        return {"run": run, "tasks": tasks}
+
+
+def snapshot(cluster: Cluster) -> Snapshot:
+    progress = RunProgress(cluster.record.progress)
+    statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES)
+    found = diagnose_run(cluster, statuses)
+    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
+    held = backends.get(cluster.record.backend).report(cluster.record)
+    return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
+
+
+def gpus_text(status: TaskStatus) -> str:
+    """A task's GPUs as CUDA_VISIBLE_DEVICES names them; `none` when they are hidden from it."""
+    if status.gpus is None:
+        return "-"
+    return ",".join(map(str, status.gpus)) or "none"
+
+
+def rate_text(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
+
+
+def status_answer(cluster: Cluster, record: RunRecord, request: StatusAsk) -> StatusReply:
+    """`status`, asked here or of the run's live controller from another terminal (see `rpc`):
+    the JSON, or the table as that terminal's console would print it (`console.stdout_traits`)."""
+    shot = snapshot(cluster)
+    if request.json:
+        return StatusReply(json=shot.to_json(record))
+    if request.console is None:
+        raise ValueError("a status table needs the terminal to render it for")
+    traits = request.console
+    return StatusReply(text=console.rendered(status_table(shot, record, traits.width), traits.to_wire()))
+
+
+def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
+    from rich.table import Table
+
+    statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
+    title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
+    if shot.backend is not None:
+        title += f"  {shot.backend.line()}"
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    # Device columns only for runs that place devices: (heading, a task's cell).
+    device_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
+    if any(s.gpus is not None for s in statuses):
+        device_columns.append(("GPUS", gpus_text))
+    if any(s.cpus is not None for s in statuses):
+        device_columns.append(("CPUS", lambda s: number_ranges(s.cpus, ",") if s.cpus else "-"))
+    progress_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
+    if any(shot.progress[s.task].epoch is not None for s in statuses):
+        progress_columns.append(("EPOCH", lambda s: str(shot.progress[s.task].epoch or "-")))
+    rows = []
+    for s in statuses:
+        exit_text = (
+            "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
+        )
+        listen = "yes" if s.listening else ("no" if s.state.value == "running" else "-")
+        p = shot.progress[s.task]
+        rows.append(
+            [
+                s.task,
+                host_port(s.host, s.port),
+                s.state.value
+                + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
+                + (f" ({s.restarts}x restarted)" if s.restarts else "")
+                + (f" {duration(time.time() - s.unreachable_since)}" if s.unreachable_since else ""),
+                str(s.pid or "-"),
+                exit_text,
+                duration(s.uptime),
+                listen,
+                *(cell(s) for _, cell in progress_columns),
+                "-" if p.step is None else str(p.step),
+                rate_text(p.steps_per_sec),
+                *(cell(s) for _, cell in device_columns),
+                console.inert(s.last_line)[:300],  # task output: shown, never obeyed
+            ]
+        )
+    columns = (
+        *("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN"),
+        *(heading for heading, _ in progress_columns),
+        *("STEP", "STEPS/S"),
+        *(heading for heading, _ in device_columns),
+        "LAST LINE",
+    )
+    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
+    # Every column keeps its full width; only the last line is cut to what the screen has left.
+    widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
+    for col, width in zip(columns, widths):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
+    for row in rows:
+        table.add_row(
+            *row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:-1], Text(row[-1])
+        )
+    if unreachable:
+        table.caption = "\n".join(
+            f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
+        )
+    notes = [finding_text(task, f) for task, f in found.findings.items()]
+    notes += untrained_notes(shot.statuses, shot.progress)
+    notes += unread_progress_notes(shot.statuses, shot.progress)
+    return Group(table, *notes) if notes else table
+
+
+def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
+    """One note for the training tasks whose output tfctl cannot read progress from, and how to
+    tell it what progress looks like."""
+    unread = unread_progress(statuses, progress)
+    if not unread:
+        return []
+    return [
+        Text(f"{', '.join(unread)}: ", style="bold yellow")
+        + Text("print, but no line reads as a step or an epoch")
+        + Text("\n  fix: ", style="bold")
+        + Text(
+            "set `progress: {regex: '...(?P<step>\\d+)...'}` in the cluster file to a pattern of your progress lines"
+        )
+    ]
+
+
+def untrained_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
+    return [
+        Text(f"{task}: ", style="bold yellow")
+        + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")
+        for task, peers in never_stepped(statuses, progress).items()
+    ]
+
+
+def finding_text(task: str, finding: Finding) -> Any:
+    return note_text(task, finding.cause, finding.fix)
+
+
+def note_text(task: str, cause: str, fix: str) -> Any:
+    return Text(f"{task}: ", style="bold yellow") + Text(cause) + Text("\n  fix: ", style="bold") + Text(fix)
