@@ -407,7 +407,7 @@ OTHER_PYTHONS = [SYSTEM_PYTHON, "/root/.pyenv/versions/3.8.18/bin/python"]
 @pytest.mark.parametrize("python", OTHER_PYTHONS)
 def test_the_zipapp_runs_isolated_on_other_interpreters(root: Path, python: str) -> None:
     if not os.access(python, os.X_OK):
-        pytest.skip(f"{python} is not installed")
+        pytest.skip(f"{python} is not installed here, or not runnable by this user")
     version = subprocess.run(
         [python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True, check=True
     ).stdout.strip()
