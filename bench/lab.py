@@ -1,9 +1,9 @@
-"""The benchmark's lab: simulated hosts (tests/netns_hosts.py), timed commands, the SSH floors.
+"""The benchmark's lab: simulated hosts (bench/netns_hosts.py), timed commands, the SSH floors.
 
 Everything measured runs as a subprocess, so wall time is what a user waits and the CPU counters
 of the controller (our reaped children) and of the lab hosts (each host's sshd is PID 1 of its
-PID namespace and reaps all that ran there) say who did the work. The caller puts tests/ and the
-tfctl tree under test on sys.path before importing this module.
+PID namespace and reaps all that ran there) say who did the work. The caller puts the tfctl
+tree under test first on sys.path before importing this module.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netns_hosts import TestHost, TestHostLab
-
+from bench.netns_hosts import TestHost, TestHostLab
 from tfctl.supervisor.procfs import is_same_process, proc_env_markers
 
 REPO = Path(__file__).resolve().parent.parent

@@ -27,9 +27,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from lab import PS_PORT, WORKER_PORT, Bench, BenchError, live_hosts_cpu
-from netns_hosts import TestHost
-from report import Say, median
+from bench.lab import PS_PORT, WORKER_PORT, Bench, BenchError, live_hosts_cpu
+from bench.netns_hosts import TestHost
+from bench.report import Say, median
 
 PY = sys.executable
 CONTROLLER_IMPORTS = "import tfctl.cli, tfctl.controller.supervise, tfctl.transport.ssh, rich.console"

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from lab import Sample
-from tracefile import Summary
+from bench.lab import Sample
+from bench.tracefile import Summary
 
 VERBS3 = ("up", "status", "down")
 TARGETS = {"up": 2.0, "status": 1.0, "down": 2.0}

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
+from tests.conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 from tfctl.cli.render import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, marked_processes, tfctl
+
+from tests.conftest import fake, free_ports, marked_processes, tfctl
 
 
 def write_cluster(tmp_path: Path, setup: list[str]) -> Path:

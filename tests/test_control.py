@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 
+from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
 from tfctl.cluster.control import Outcome, Phase
 from tfctl.cluster.supervisors import Cluster

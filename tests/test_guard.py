@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports
 
+from tests.conftest import FAKE_TASK, free_ports
 from tfctl.cluster.agent import HostAgent
 from tfctl.supervisor import guard
 from tfctl.supervisor.procfs import proc_stat

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports, marked_processes
 
+from tests.conftest import FAKE_TASK, free_ports, marked_processes
 from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
 from tfctl.supervisor import bundle

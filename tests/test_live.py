@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
-from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
-from fakes import record_of
 
+from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
+from tests.fakes import record_of
 from tfctl.controller import rpc as live
 from tfctl.controller.watcher import controller_of_this_process
 from tfctl.errors import TfctlError, UsageError

@@ -1,4 +1,4 @@
-"""The simulated SSH hosts (tests/netns_hosts.py) behave like separate machines."""
+"""The simulated SSH hosts (bench/netns_hosts.py) behave like separate machines."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from netns_hosts import (
+
+from bench.netns_hosts import (
     LabError,
     TestHostLab,
     cleanup_leftovers,
@@ -241,8 +242,8 @@ def test_rerun_after_a_crash_cleans_up_the_leftovers(tmp_path):
     must not stop the next lab with the same prefix from starting."""
     crash = textwrap.dedent(f"""
         import json, os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from netns_hosts import TestHostLab
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})  # the repo root: bench is a package
+        from bench.netns_hosts import TestHostLab
         lab = TestHostLab(2, workdir={str(tmp_path / "crashed")!r}, die_with_parent=False,
                           **{OTHER!r})
         lab.start()
@@ -289,7 +290,7 @@ def test_sshd_failure_is_reported_with_its_log(tmp_path):
 
 def test_require_netns_skips_or_fails(monkeypatch):
     assert skip_reason() is None  # the autouse fixture let us get here
-    monkeypatch.setattr("netns_hosts.skip_reason", lambda: "no netns here")
+    monkeypatch.setattr("bench.netns_hosts.skip_reason", lambda: "no netns here")
     monkeypatch.delenv("TFCTL_REQUIRE_NETNS", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no netns here"):
         require_netns()

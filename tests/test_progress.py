@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, tfctl
 
+from tests.conftest import fake, free_ports, tfctl
 from tfctl.supervisor.marks import recent_marks
 from tfctl.supervisor.protocol import Mark, TaskState
 from tfctl.supervisor.timeline import Timeline, TimeNotes, times_path

@@ -22,8 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, port_listening, tfctl
 
+from tests.conftest import fake, free_ports, port_listening, tfctl
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
 from tfctl.config.loader import load_config, parse_config

@@ -1,5 +1,5 @@
 """`tfctl exec`, `tfctl ssh` and `tfctl tensorboard` on simulated SSH hosts (real sshd in network
-namespaces, tests/netns_hosts.py), against a run that has ended: the record still knows each
+namespaces, bench/netns_hosts.py), against a run that has ended: the record still knows each
 task's host, directory and environment, and the synced workdir stays on the hosts.
 
 The lab has its own prefix, bridge and subnet, so it runs beside the other modules' labs.
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import free_ports, port_listening, tfctl
-from netns_hosts import make_lab_fixture
-from test_reach import NO_TENSORBOARD, Terminal, fed, fetch, find_tensorboard_python, start_tensorboard
-from test_ssh_cluster import PORT, no_leftovers, wait_until, write_cluster
 
+from bench.netns_hosts import make_lab_fixture
+from tests.conftest import free_ports, port_listening, tfctl
+from tests.test_reach import NO_TENSORBOARD, Terminal, fed, fetch, find_tensorboard_python, start_tensorboard
+from tests.test_ssh_cluster import PORT, no_leftovers, wait_until, write_cluster
 from tfctl.supervisor.procfs import proc_cmdline
 
 __all__ = ["no_leftovers"]  # a fixture: imported to be used here

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import fake, free_ports, tfctl
-from test_cli_localhost import latest_run, write_cluster
 
+from tests.conftest import fake, free_ports, tfctl
+from tests.test_cli_localhost import latest_run, write_cluster
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import load_config
 from tfctl.errors import ConfigError

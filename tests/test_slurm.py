@@ -1,4 +1,4 @@
-"""`backend: slurm`: decisions with a fake Slurm, then whole runs on a real one (`slurm_lab.py`)."""
+"""`backend: slurm`: decisions with a fake Slurm, then whole runs on a real one (`bench/slurm_lab.py`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
-from netns_hosts import require_netns
-from slurm_lab import SlurmLab, missing_binaries
 
+from bench.netns_hosts import require_netns
+from bench.slurm_lab import SlurmLab, missing_binaries
+from tests.conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
 from tfctl.backends.slurm.allocation import sbatch_argv, submit, wait_running
 from tfctl.backends.slurm.placement import place, step_options
 from tfctl.config.loader import parse_config

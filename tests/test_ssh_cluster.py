@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, read_rest, tfctl
-from netns_hosts import TestHost, TestHostLab, require_netns
 
+from bench.netns_hosts import TestHost, TestHostLab, require_netns
+from tests.conftest import FAKE_TASK, REPO, read_rest, tfctl
 from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns

@@ -1,4 +1,4 @@
-"""SSHTransport against real OpenSSH servers: the simulated hosts of tests/netns_hosts.py.
+"""SSHTransport against real OpenSSH servers: the simulated hosts of bench/netns_hosts.py.
 
 No mocks: every test talks to an sshd in its own network namespace. The lab uses its own
 prefix/bridge/subnet so it can run while other test modules hold the default lab.
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from netns_hosts import SSHD, TestHost, make_lab_fixture
 
+from bench.netns_hosts import SSHD, TestHost, make_lab_fixture
 from tfctl.errors import HostError
 from tfctl.transport.base import Stream, Transport
 from tfctl.transport.ssh import SSHStream, SSHTransport

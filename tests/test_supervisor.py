@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports
 
+from tests.conftest import FAKE_TASK, free_ports
 from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
 from tfctl.supervisor.files import state_root
@@ -136,7 +136,7 @@ def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> N
     deadline = time.monotonic() + 10
     mine: list[int] = []
     groups: set[int] = set()
-    from conftest import marked_processes
+    from tests.conftest import marked_processes
 
     try:
         # The escaped child carries the marker from its fork on, and calls setsid() a moment
@@ -160,7 +160,7 @@ def test_children_left_behind_by_a_finished_task_are_cleaned_up(agent: HostAgent
     start(agent, "r6", "worker:0", f"{PY} {FAKE_TASK} --fork 1 --sleep 0.5", grace=0.5)
     info = wait_state(agent, "r6", "worker:0", (TaskState.SUCCEEDED,))
     assert info.exit_code == 0
-    from conftest import marked_processes
+    from tests.conftest import marked_processes
 
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(run == "r6" for _, run in marked_processes().values()):

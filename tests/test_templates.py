@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, no_warnings, tfctl
 
+from tests.conftest import REPO, free_ports, no_warnings, tfctl
 from tfctl.supervisor.procfs import live_pids, proc_env_markers
 
 pytestmark = [

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl
+
+from tests.conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl
 
 pytestmark = [
     pytest.mark.tf,

@@ -4,18 +4,14 @@ reading of trace files (bench/tracefile.py, bench/report.py). Fast: no hosts, no
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench import report, tracefile
+from bench.lab import Sample
 from tfctl import trace
 from tfctl.transport.local import LocalTransport
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import report
-import tracefile
-from lab import Sample
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import fake, free_ports, port_listening, tfctl
-from test_cli_localhost import latest_run, run_processes, write_cluster
-
+from tests.conftest import fake, free_ports, port_listening, tfctl
+from tests.test_cli_localhost import latest_run, run_processes, write_cluster
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import is_same_process
 

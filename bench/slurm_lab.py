@@ -1,6 +1,6 @@
 """A real Slurm on simulated hosts: slurmctld on this machine, one slurmd in each lab host.
 
-Built on `netns_hosts.TestHostLab` (each host its own network, hostname, pid and mount
+Built on `bench.netns_hosts.TestHostLab` (each host its own network, hostname, pid and mount
 namespace; all hosts share one home, as Slurm clusters share /home). What makes Slurm run there,
 in a VM without systemd:
 
@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from netns_hosts import LabError, TestHost, TestHostLab
+from bench.netns_hosts import LabError, TestHost, TestHostLab
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "munged")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer")

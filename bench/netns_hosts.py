@@ -1,4 +1,4 @@
-"""Simulated hosts for SSH integration tests: real OpenSSH servers in network namespaces.
+"""Simulated hosts for SSH integration tests and benchmarks: real OpenSSH servers in network namespaces.
 
 Each simulated host is
 
@@ -27,17 +27,17 @@ per-host is kept in the shared one).
 
 Usage::
 
-    from netns_hosts import TestHostLab, skip_reason
+    from bench.netns_hosts import TestHostLab, skip_reason
     with TestHostLab(3, workdir=tmp_path) as lab:   # shared_home=True: one HOME for all hosts
         h0 = lab.hosts[0]                       # TestHost(name="tfh0", address="10.77.0.10", ...)
         subprocess.run(["ssh", "-F", lab.ssh_config, "tfh0", "hostname"])   # -> tfh0
         h0.exec(["ps", "-e"])                  # runs inside the host
         h0.set_link(False)                      # cable pulled
 
-pytest (e.g. in ``tests/conftest.py``; ``tests/`` is on ``sys.path`` under pytest's default
-``prepend`` import mode because it has no ``__init__.py``)::
+pytest (in a test module or ``tests/conftest.py``; pytest puts the repo root on ``sys.path``
+because ``tests/`` is a package)::
 
-    from netns_hosts import make_lab_fixture
+    from bench.netns_hosts import make_lab_fixture
     netns_lab = make_lab_fixture(3)          # session-scoped fixture named "netns_lab"
     netns_lab16 = make_lab_fixture(16, scope="module")
 

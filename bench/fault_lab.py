@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from netns_hosts import TestHost, TestHostLab
-
+from bench.netns_hosts import TestHost, TestHostLab
 from tfctl.supervisor.procfs import proc_cmdline, proc_env_markers
 
 REPO = Path(__file__).resolve().parent.parent
