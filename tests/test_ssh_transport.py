@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from bench.netns_hosts import SSHD, TestHost, make_lab_fixture
+from tests.conftest import free_ports
 from tfctl.errors import HostError
+from tfctl.transport import ssh
 from tfctl.transport.base import Stream, Transport
 from tfctl.transport.ssh import SSHStream, SSHTransport
 
@@ -594,6 +596,27 @@ def test_trace_has_one_connect_per_connection_and_a_span_per_command(make, tmp_p
     assert {e["host"] for e in events} == {"tfh0"} and events[1]["command"] == "true"
     assert events[0]["start"] >= events[1]["start"]  # the handshake happens inside the first command
     assert events[3]["path"] == "~/traced/file" and events[3]["bytes"] == 1
+
+
+@pytest.mark.netns
+def test_connect_makes_the_connection_the_next_command_uses(make, tmp_path, monkeypatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("TFCTL_TRACE", str(path))
+    t = make("tfh0")
+    ssh.connect(t)
+    ssh.connect(t)  # connected already: nothing to do
+    assert t.run("true").ok
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
+        "transport.connect",
+        "transport.run",
+    ]
+
+
+def test_connect_fails_as_a_command_would(tmp_path):
+    port = free_ports(1)[0]  # nothing listens there
+    t = SSHTransport("nowhere", destination="127.0.0.1", port=port, ssh_config_path=tmp_path / "no-config")
+    with pytest.raises(HostError, match=f"127.0.0.1:{port}\\): connection refused"):
+        ssh.connect(t)
 
 
 # -- the interface ----------------------------------------------------------------------------
