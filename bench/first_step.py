@@ -42,7 +42,8 @@ from pathlib import Path
 
 from tfctl.config.loader import load_config
 from tfctl.controller.up import plan_run
-from tfctl.runs.store import RunStore, TaskSpec
+from tfctl.runs.record import TaskSpec
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import Mark
 from tfctl.tf.progress import ProgressReader
 from tfctl.tf.tasks import GRPC_OPTIONS
