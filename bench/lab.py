@@ -129,12 +129,14 @@ class Bench:
             text=True,
             errors="replace",
         )
-        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        reader = threading.Thread(target=lambda: out.append(stdout.read()), daemon=True)
         reader.start()
         killer = threading.Timer(timeout, proc.kill)  # our own child, by its Popen handle
         killer.start()
         try:
-            for line in proc.stderr:
+            for line in stderr:
                 lines.append((time.perf_counter() - t0, line.rstrip("\n")))
             rc = proc.wait()
         finally:

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from bench.lab import PS_PORT, WORKER_PORT, Bench, BenchError, live_hosts_cpu
 from bench.netns_hosts import TestHost
@@ -86,7 +86,7 @@ def trees_from_argv() -> list[Path]:
     return [Path(d).resolve() for d in [args.src, *args.compare]]
 
 
-def in_threads(calls: list[Callable[[], Any]]) -> None:
+def in_threads(calls: Sequence[Callable[[], object]]) -> None:
     """Run the calls at once, one thread each, as tfctl fans out."""
     threads = [threading.Thread(target=c) for c in calls]
     for th in threads:
@@ -304,7 +304,7 @@ def channel_costs(bench: Bench, n: int, reps: int, say: Say) -> str:
 
     # the same n supervisor calls at once over n open connections (one status fan-out)
     agents = [HostAgent(transport(bench, h), PY, REMOTE_ROOT) for h in hosts]
-    fan_out = [lambda a=a: a.call(PortsRequest([1])) for a in agents]
+    fan_out = [functools.partial(a.call, PortsRequest([1])) for a in agents]
     in_threads(fan_out)  # connect, and start each host's conversation
     xs, cpus = [], []
     for _ in range(reps):

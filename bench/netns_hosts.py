@@ -69,7 +69,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import IO, Iterable, Literal, Sequence
 
 __all__ = [
     "DEFAULT_BRIDGE",
@@ -479,7 +479,7 @@ class _HostState:  # mutable bookkeeping while creating / removing
     veth: str
     dir: Path
     proc: subprocess.Popen | None = None
-    log: object = None
+    log: IO[bytes] | None = None
     init_pid: int = 0
     pidfd: int | None = None
 
@@ -561,24 +561,31 @@ class TestHostLab:
 
     # -- paths
     @property
+    def _root(self) -> Path:
+        """The workdir: given, or made by start()."""
+        if self.workdir is None:
+            raise LabError("the lab has no workdir before start()")
+        return self.workdir
+
+    @property
     def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
+        return self._root / "ssh_config"
 
     @property
     def known_hosts(self) -> Path:
-        return self.workdir / "known_hosts"
+        return self._root / "known_hosts"
 
     @property
     def client_key(self) -> Path:
-        return self.workdir / "id_ed25519"
+        return self._root / "id_ed25519"
 
     @property
     def authorized_keys(self) -> Path:
-        return self.workdir / "authorized_keys"
+        return self._root / "authorized_keys"
 
     @property
     def hosts_file(self) -> Path:
-        return self.workdir / "hosts"
+        return self._root / "hosts"
 
     @property
     def home_mode(self) -> str:
@@ -587,7 +594,7 @@ class TestHostLab:
 
     def _home_of(self, st: _HostState) -> Path:
         """HOME of a host's SSH sessions (only meaningful with isolate_home)."""
-        return self.workdir / "shared-home" if self.shared_home else st.dir / "home"
+        return self._root / "shared-home" if self.shared_home else st.dir / "home"
 
     # -- conveniences
     def host(self, key: int | str) -> TestHost:
@@ -836,6 +843,7 @@ class TestHostLab:
         pending = list(self._states)
         while pending:
             for st in list(pending):
+                assert st.proc is not None  # started by _spawn_hosts
                 if st.proc.poll() is not None:
                     raise LabError(
                         f"{st.name}: sshd exited with {st.proc.returncode} before "
@@ -859,6 +867,7 @@ class TestHostLab:
                 time.sleep(0.02)
 
     def _find_init(self, st: _HostState) -> None:
+        assert st.proc is not None  # started by _spawn_hosts
         kids = _children(st.proc.pid)
         if len(kids) != 1:
             raise LabError(f"{st.name}: expected one child of unshare {st.proc.pid}, got {kids}")
@@ -934,7 +943,9 @@ class TestHostLab:
 # pytest
 
 
-def make_lab_fixture(n: int = 3, scope: str = "session", **lab_kwargs):
+def make_lab_fixture(
+    n: int = 3, scope: Literal["session", "package", "module", "class", "function"] = "session", **lab_kwargs
+):
     """A pytest fixture yielding a started TestHostLab of `n` hosts.
 
     Assign it in a conftest or test module; the fixture's name is the variable's name::

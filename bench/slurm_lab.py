@@ -46,6 +46,7 @@ class SlurmLab:
         self.lab = TestHostLab(n, workdir=workdir / "hosts", shared_home=True, **lab_kwargs)  # type: ignore[arg-type]
         self.conf = workdir / "slurm.conf"
         self._procs: list[subprocess.Popen] = []
+        self._names: dict[int, str] = {}  # pid -> the daemon, and where it runs
 
     @property
     def hosts(self) -> list[TestHost]:
@@ -77,6 +78,7 @@ class SlurmLab:
             proc = host.popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         self._procs.append(proc)
+        self._names[proc.pid] = argv[0] if host is None else f"{argv[0]} on {host.name}"
         return proc
 
     def _start_munge(self) -> None:
@@ -178,7 +180,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
             dead = [p for p in self._procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
                 logs = "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
-                raise LabError(f"waiting for {what} failed (exited: {[p.args[0] for p in dead]})\n{logs}")
+                raise LabError(f"waiting for {what} failed (exited: {[self._names[p.pid] for p in dead]})\n{logs}")
             time.sleep(0.1)
 
     def close(self) -> None:

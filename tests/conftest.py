@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -77,7 +78,7 @@ def leak_guard(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private TFCTL_HOME; stops any detached watcher the test left behind, and fails for it."""
     path = tmp_path / "tfctl-home"
     monkeypatch.setenv("TFCTL_HOME", str(path))

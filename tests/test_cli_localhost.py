@@ -341,6 +341,7 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
+    assert up.stderr is not None
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and "following" not in (up.stderr.readline() or ""):
         pass

@@ -62,7 +62,12 @@ def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_pat
 
 def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:
     served = []
-    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: served.append(1) or {}}):
+
+    def status(args):
+        served.append(1)
+        return {}
+
+    with live.ControllerDoor(live.socket_path(tmp_path), {"status": status}):
         elsewhere = this_process_controls(tmp_path, host="another-machine")
         assert live.ask(tmp_path, elsewhere, "status", {}, 5) is None
         dead = this_process_controls(tmp_path, starttime=1)  # this pid, but another process's start
@@ -80,7 +85,11 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
 
 
 def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
-    with live.ControllerDoor(live.socket_path(tmp_path), {"status": lambda args: time.sleep(3) or {}}):
+    def late_status(args):
+        time.sleep(3)  # longer than the asker waits
+        return {}
+
+    with live.ControllerDoor(live.socket_path(tmp_path), {"status": late_status}):
         began = time.monotonic()
         assert live.ask(tmp_path, this_process_controls(tmp_path), "status", {}, 0.5) is None
         assert time.monotonic() - began < 2
@@ -125,7 +134,8 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
-    record = RunStore(home).load(run_id)
+    watcher = RunStore(home).load(run_id).watcher
+    assert watcher is not None
     assert all(t["listening"] for t in wait_listening(cluster, home))
 
     traced = tmp_path / "status.trace"
@@ -160,7 +170,7 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert all(line.startswith("[ps:0] ") for line in lines)
     texts = [line.split(None, 1)[1] for line in lines]
     assert texts[0].startswith("ps0 started") and texts[1:4] == ["ps0 line 0", "ps0 line 1", "ps0 line 2"]
-    assert not is_same_process(record.watcher)  # the watcher ended once it had answered
+    assert not is_same_process(watcher)  # the watcher ended once it had answered
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
     assert not live.socket_path(RunStore(home).run_dir(run_id)).exists()

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -33,8 +34,14 @@ def _needs_netns():
     require_netns()  # for the tests that build their own lab
 
 
+class LabNames(TypedDict):
+    prefix: str
+    bridge: str
+    subnet: str
+
+
 # A second, independent lab must not clash with the module's lab (default prefix/bridge/subnet).
-OTHER = dict(prefix="tfctl-tx", bridge="tfctlbr9", subnet="10.77.9")
+OTHER = LabNames(prefix="tfctl-tx", bridge="tfctlbr9", subnet="10.77.9")
 
 
 def _netns_names() -> list[str]:
@@ -227,7 +234,9 @@ def test_closed_lab_leaves_nothing_behind(tmp_path):
         sleeper = lab.hosts[0].popen(["sleep", "600"])  # dies with its host
         time.sleep(0.2)
         pids = [pid for h in lab.hosts for pid in h.pids()]
-        pids += [st.proc.pid for st in lab._states]  # the unshare parents we started
+        unshares = [st.proc for st in lab._states]  # the unshare parents we started
+        pids += [proc.pid for proc in unshares if proc is not None]
+        assert len(unshares) == 2 and None not in unshares
         assert len(pids) >= 5 and all(_pid_alive(p) for p in pids)
     assert not set(netns) & set(_netns_names())
     assert not _link_exists("tfctlbr9")
@@ -272,7 +281,7 @@ def test_second_lab_with_a_busy_prefix_is_refused(lab3, tmp_path):
     assert lab3.hosts[0].is_reachable()  # the running lab was not touched
 
 
-def test_sshd_failure_is_reported_with_its_log(tmp_path):
+def test_sshd_failure_is_reported_with_its_log(tmp_path, monkeypatch):
     lab = TestHostLab(1, workdir=tmp_path, **OTHER)
     orig = lab._write_sshd_config
 
@@ -281,7 +290,7 @@ def test_sshd_failure_is_reported_with_its_log(tmp_path):
         with open(st.dir / "sshd_config", "a") as f:
             f.write("NoSuchSshdOption yes\n")
 
-    lab._write_sshd_config = broken
+    monkeypatch.setattr(lab, "_write_sshd_config", broken)
     with pytest.raises(LabError, match="(?s)sshd exited.*NoSuchSshdOption"):
         lab.start()
     assert not any(n.startswith("tfctl-tx-") for n in _netns_names())

@@ -83,8 +83,8 @@ def test_exec_runs_on_the_tasks_host_in_its_directory_with_its_environment(finis
     args = ["-f", str(finished.cluster), "exec", "worker:0", "--", "sh", "-c", "cat; hostname"]
     copied = fed(args, finished.home, "piped\n")
     assert (copied.returncode, copied.stdout) == (0, "piped\ntfh1\n")
-    script = fed(["-f", str(finished.cluster), "ssh", "worker:0"], finished.home, "hostname\nexit 6\n")
-    assert (script.returncode, script.stdout) == (6, "tfh1\n")
+    typed = fed(["-f", str(finished.cluster), "ssh", "worker:0"], finished.home, "hostname\nexit 6\n")
+    assert (typed.returncode, typed.stdout) == (6, "tfh1\n")
 
 
 def test_ssh_gives_a_terminal_sized_like_ours_and_passes_the_shells_exit_code(finished, lab, no_leftovers):

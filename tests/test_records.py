@@ -37,7 +37,7 @@ def test_equality_hash_repr_and_replace() -> None:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Point(), lambda: Point(1, 2, [], 4), lambda: Point(1, z=3), lambda: Point(1, x=1)],  # type: ignore[call-arg]
+    [lambda: Point(), lambda: Point(1, 2, [], 4), lambda: Point(1, z=3), lambda: Point(1, x=1)],  # type: ignore[call-arg, misc]
 )
 def test_wrong_arguments_are_type_errors(make: Callable[[], Point]) -> None:
     with pytest.raises(TypeError):
@@ -49,7 +49,7 @@ def test_records_are_frozen() -> None:
     with pytest.raises(AttributeError, match="frozen"):
         p.x = 2  # type: ignore[misc]
     with pytest.raises(AttributeError, match="frozen"):
-        del p.x  # type: ignore[misc]
+        del p.x
 
 
 def test_the_protocol_imports_without_dataclasses_or_inspect() -> None:

@@ -176,6 +176,7 @@ def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path
         d.mkdir(parents=True)
         (d / "spec.json").write_text(json.dumps({"task": "ps:0", "command": "true"}))
         real = proc_stat(bystander.pid)
+        assert real is not None
         (d / "proc.json").write_text(
             json.dumps(
                 {

@@ -337,7 +337,8 @@ def test_a_chunk_crosses_the_wire_byte_for_byte_even_cut_inside_a_character(tmp_
     raw = line.encode() + b"\n\xff\xfe not utf-8\n"
     write_log(tmp_path, "r", "worker:0", raw)
     events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0})))
-    assert len(events) == 2 and events[0].data == raw[: logs.CHUNK]  # cut mid-character
+    first = events[0]
+    assert len(events) == 2 and isinstance(first, p.LogChunk) and first.data == raw[: logs.CHUNK]  # cut mid-character
     received = [p.follow_event_from_wire(json.loads(json.dumps(p.follow_event_to_wire(e)))) for e in events]
     assert received == events
     assert b"".join(e.data for e in received if isinstance(e, p.LogChunk)) == raw
@@ -355,7 +356,12 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
     write_json(str(d / "proc.json"), {"pid": os.getpid(), "pgid": me["pgid"], "starttime": me["starttime"]})
     reads: list[float] = []
     real_state = logs.task_state
-    monkeypatch.setattr(logs, "task_state", lambda *a: reads.append(time.monotonic()) or real_state(*a))
+
+    def counted_state(*a):
+        reads.append(time.monotonic())
+        return real_state(*a)
+
+    monkeypatch.setattr(logs, "task_state", counted_state)
     events = logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
     assert next(events) == p.LogChunk("worker:0", 6, b"first\n")
     got: list[tuple[float, p.FollowEvent]] = []

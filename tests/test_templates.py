@@ -223,7 +223,8 @@ def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(
     assert (states["worker:0"]["state"], states["worker:0"]["restarts"]) == ("succeeded", 0)
     assert states["worker:1"]["restarts"] == 1
     chief = tfctl("logs", "--run", run_id, "worker:0", home=home).stdout
-    assert re.search(r"final step (\d+)", chief) and int(re.search(r"final step (\d+)", chief).group(1)) >= 12000
+    final = re.search(r"final step (\d+)", chief)
+    assert final and int(final.group(1)) >= 12000
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:

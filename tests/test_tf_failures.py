@@ -93,6 +93,7 @@ jobs:
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
+    assert up.stdout is not None
     try:
         deadline = time.monotonic() + 90
         line = ""

@@ -160,7 +160,9 @@ def test_up_breakdown_cuts_at_progress_lines():
         (0.90, "[  0.6s] tfh1        ok: python 3.11"),
         (1.40, "[  1.1s] all 3 tasks running"),
     ]
-    steps = {name: (stamp, at, step) for name, stamp, at, step, _ in report.up_breakdown(lines, 2, 2.0)}
+    steps: dict[str, tuple[object, ...]] = {
+        name: (stamp, at, step) for name, stamp, at, step, _ in report.up_breakdown(lines, 2, 2.0)
+    }
     assert steps["tfctl started"] == (None, 0.30, 0.30)
     assert steps["all hosts connected"] == (0.6, 0.90, pytest.approx(0.60))
     assert steps["all running"] == (1.1, 1.40, pytest.approx(0.50))
