@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.lab import TICK, Bench, BenchError, Sample, children_cpu, hosts_cpu, proc_cpu_ticks
 from bench.netns_hosts import TestHost, TestHostLab, skip_reason
+from bench.waiting import WaitTimeout, wait_until
 from tfctl.supervisor.tasks import MONITOR_NAME
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,11 +162,15 @@ def speed(bench: Bench, args: argparse.Namespace, trees: list[Path]) -> None:
     run_id = up.out.strip().splitlines()[-1]
     try:
         want = args.tasks * args.lines
-        deadline = time.monotonic() + 120
-        while sum(len(p.read_bytes().splitlines()) for h in hosts for p in logs_of(h, run_id)) < want:
-            if time.monotonic() > deadline:
-                raise BenchError("the writers did not finish within 120 s")
-            time.sleep(0.5)
+        try:
+            wait_until(
+                lambda: sum(len(p.read_bytes().splitlines()) for h in hosts for p in logs_of(h, run_id)) >= want,
+                120,
+                "the writers finishing",
+                interval=0.5,
+            )
+        except WaitTimeout:
+            raise BenchError("the writers did not finish within 120 s") from None
         record = json.loads((home / "runs" / run_id / "run.json").read_text())
         watcher = record["watcher"]["pid"]
         # The same run seen from a TFCTL_HOME whose record names no controller: `logs` there reads

@@ -71,6 +71,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, Iterable, Literal, Sequence
 
+from bench.waiting import WaitTimeout, wait_until
+
 __all__ = [
     "DEFAULT_BRIDGE",
     "DEFAULT_PREFIX",
@@ -173,12 +175,14 @@ def _kill_pids(pids: Iterable[int], timeout: float = 5.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + timeout
-    alive = [p for p in pids if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = [p for p in alive if _alive(p)]
-    return alive
+    try:
+        wait_until(
+            lambda: [p for p in pids if _alive(p)], timeout, "killed", until=lambda alive: not alive, interval=0.02
+        )
+    except WaitTimeout as late:
+        assert isinstance(late.last, list)
+        return late.last
+    return []
 
 
 def _children(pid: int) -> list[int]:
@@ -262,12 +266,16 @@ def _cleanup(prefix: str, bridge: str) -> dict[str, list]:
 
 
 def _wait_links_gone(names: Iterable[str], timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    left = [n for n in names if _link_exists(n)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = [n for n in left if _link_exists(n)]
-    return left
+    """Waits until none of the links exists; returns those still there after `timeout`."""
+    names = list(names)
+    try:
+        wait_until(
+            lambda: [n for n in names if _link_exists(n)], timeout, "gone", until=lambda left: not left, interval=0.02
+        )
+    except WaitTimeout as late:
+        assert isinstance(late.last, list)
+        return late.last
+    return []
 
 
 class _Lock:
@@ -280,19 +288,24 @@ class _Lock:
 
     def acquire(self, timeout: float) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def locked() -> bool:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LabError(
-                        f"another test host lab using this prefix is running ({self.path} is "
-                        f"locked); use a different prefix/bridge/subnet"
-                    ) from exc
-                time.sleep(0.1)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                return False
+            return True
+
+        try:
+            wait_until(locked, timeout, f"the lock on {self.path}", interval=0.1)
+        except (WaitTimeout, OSError) as exc:
+            os.close(fd)
+            raise LabError(
+                f"another test host lab using this prefix is running ({self.path} is "
+                f"locked); use a different prefix/bridge/subnet"
+            ) from exc
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -463,11 +476,11 @@ class TestHost:
 
     def wait_port(self, port: int | None = None, timeout: float = 10.0) -> None:
         """Wait until address:port accepts TCP from the root namespace (LabError on timeout)."""
-        deadline = time.monotonic() + timeout
-        while not self.is_reachable(port, timeout=0.3):
-            if time.monotonic() >= deadline:
-                raise LabError(f"{self.name} {self.address}:{port or self.sshd_port} not reachable after {timeout}s")
-            time.sleep(0.05)
+        where = f"{self.name} {self.address}:{port or self.sshd_port}"
+        try:
+            wait_until(lambda: self.is_reachable(port, timeout=0.3), timeout, f"{where} reachable")
+        except WaitTimeout:
+            raise LabError(f"{where} not reachable after {timeout}s") from None
 
 
 @dataclass
@@ -839,9 +852,9 @@ class TestHostLab:
             )
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
         pending = list(self._states)
-        while pending:
+
+        def all_ready() -> bool:
             for st in list(pending):
                 assert st.proc is not None  # started by _spawn_hosts
                 if st.proc.poll() is not None:
@@ -856,15 +869,17 @@ class TestHostLab:
                 if b"Server listening on" in _read_bytes(st.dir / "sshd.log") and _tcp_connect(st.address, 22, 0.5):
                     self._find_init(st)
                     pending.remove(st)
-            if pending and time.monotonic() >= deadline:
-                st = pending[0]
-                raise LabError(
-                    f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
-                    f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
-                    f"{_tail(st.dir / 'sshd.log')}"
-                )
-            if pending:
-                time.sleep(0.02)
+            return not pending
+
+        try:
+            wait_until(all_ready, self.start_timeout, "every sshd accepting TCP", interval=0.02)
+        except WaitTimeout:
+            st = pending[0]
+            raise LabError(
+                f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
+                f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
+                f"{_tail(st.dir / 'sshd.log')}"
+            ) from None
 
     def _find_init(self, st: _HostState) -> None:
         assert st.proc is not None  # started by _spawn_hosts

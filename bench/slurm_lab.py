@@ -23,10 +23,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+from typing import Callable
 
 from bench.netns_hosts import LabError, TestHost, TestHostLab
+from bench.waiting import WaitTimeout, wait_until
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "munged")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer")
@@ -174,14 +175,24 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     def steps(self) -> list[str]:
         return self.run(["squeue", "--steps", "--noheader", "--format=%i"]).stdout.split()
 
-    def _wait(self, ready, what: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            dead = [p for p in self._procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                logs = "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
-                raise LabError(f"waiting for {what} failed (exited: {[self._names[p.pid] for p in dead]})\n{logs}")
-            time.sleep(0.1)
+    def _wait(self, ready: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+        """Until `ready()`; fails at once if a daemon of the lab exits. Failures show the daemons' logs."""
+
+        def check() -> object:
+            if ready():
+                return True
+            dead = [self._names[p.pid] for p in self._procs if p.poll() is not None]
+            if dead:
+                raise LabError(f"waiting for {what} failed (exited: {dead})\n{self._logs()}")
+            return False
+
+        try:
+            wait_until(check, timeout, what, interval=0.1)
+        except WaitTimeout as e:
+            raise LabError(f"waiting for {what} failed: {e}\n{self._logs()}") from None
+
+    def _logs(self) -> str:
+        return "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
 
     def close(self) -> None:
         for job in self.jobs() if self.conf.exists() and self._procs else []:
