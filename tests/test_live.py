@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import pytest
 
+from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
 from tests.fakes import record_of
 from tfctl.controller import rpc as live
@@ -86,7 +87,7 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
 
 def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
     def late_status(args):
-        time.sleep(3)  # longer than the asker waits
+        time.sleep(3)  # deliberately longer than the asker waits
         return {}
 
     with live.ControllerDoor(live.socket_path(tmp_path), {"status": late_status}):
@@ -120,13 +121,17 @@ jobs:
 
 
 def wait_listening(cluster: Path, home: Path) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 20
-    while True:
+    def tasks() -> list[dict[str, Any]]:
         shown = tfctl("-f", str(cluster), "status", "--json", home=home)  # fails until the run is recorded
-        tasks = json.loads(shown.stdout)["tasks"] if shown.returncode == 0 else []
-        if (tasks and all(t["listening"] for t in tasks)) or time.monotonic() > deadline:
-            return tasks
-        time.sleep(0.2)
+        return json.loads(shown.stdout)["tasks"] if shown.returncode == 0 else []
+
+    return wait_until(
+        tasks,
+        20,
+        "every task listening",
+        until=lambda tasks: tasks and all(t["listening"] for t in tasks),
+        interval=0.2,
+    )
 
 
 def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: Path) -> None:
@@ -187,8 +192,7 @@ def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Pa
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
     os.kill(watcher["pid"], signal.SIGKILL)
-    while is_same_process(watcher):
-        time.sleep(0.02)
+    wait_until(lambda: not is_same_process(watcher), 10, "the killed watcher gone", interval=0.02)
     assert live.socket_path(RunStore(home).run_dir(run_id)).exists()  # left behind by the kill
 
     traced = tmp_path / "status.trace"

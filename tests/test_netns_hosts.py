@@ -23,6 +23,7 @@ from bench.netns_hosts import (
     require_netns,
     skip_reason,
 )
+from bench.waiting import wait_until
 
 pytestmark = pytest.mark.netns
 
@@ -119,10 +120,7 @@ def test_process_on_one_host_is_invisible_on_another(lab3):
     before = set(h0.pids())
     nsenter = h0.popen(["sleep", "4242.5"])
     try:
-        deadline = time.monotonic() + 5
-        while "sleep 4242.5" not in h0.exec(["ps", "-eo", "args"]).stdout:
-            assert time.monotonic() < deadline, "sleep never showed up in tfh0's ps"
-            time.sleep(0.05)
+        wait_until(lambda: "sleep 4242.5" in h0.exec(["ps", "-eo", "args"]).stdout, 5, "the sleep in tfh0's ps")
         ps1 = h1.exec(["ps", "-eo", "pid,args"]).stdout
         assert "sleep 4242.5" not in ps1
         # in its own PID namespace, sshd is PID 1
@@ -232,7 +230,7 @@ def test_closed_lab_leaves_nothing_behind(tmp_path):
         assert set(netns) <= set(_netns_names())
         assert _link_exists("tfctlbr9")
         sleeper = lab.hosts[0].popen(["sleep", "600"])  # dies with its host
-        time.sleep(0.2)
+        wait_until(lambda: "sleep 600" in lab.hosts[0].exec(["ps", "-eo", "args"]).stdout, 5, "the sleep in tfh0's ps")
         pids = [pid for h in lab.hosts for pid in h.pids()]
         unshares = [st.proc for st in lab._states]  # the unshare parents we started
         pids += [proc.pid for proc in unshares if proc is not None]

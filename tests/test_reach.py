@@ -17,12 +17,12 @@ import subprocess
 import sys
 import termios
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench.waiting import WaitTimeout, wait_until
 from tests.conftest import fake, free_ports, port_listening, tfctl
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
@@ -429,10 +429,19 @@ class Terminal:
     def expect(self, pattern: str, timeout: float = 30) -> None:
         """Wait for output matching `pattern` after what earlier calls matched, and move past it
         (output may arrive in any chunks: a reply and the next prompt together, or apart)."""
-        deadline = time.monotonic() + timeout
-        while not (found := re.compile(pattern.encode()).search(self.output, self.seen)):
-            assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}"
-            self._read(0.2)
+        regex = re.compile(pattern.encode())
+
+        def match() -> re.Match[bytes] | None:
+            found = regex.search(self.output, self.seen)
+            if found is None:
+                self._read(0.2)  # up to 0.2 s for more output
+            return found
+
+        try:
+            found = wait_until(match, timeout, f"output matching {pattern!r}", interval=0)
+        except WaitTimeout:
+            raise AssertionError(f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}") from None
+        assert found is not None
         self.seen = found.end()
 
     def prompt(self) -> None:
@@ -441,10 +450,17 @@ class Terminal:
 
     def finish(self, timeout: float = 30) -> int:
         """The exit code, once the CLI has ended and everything it wrote was read."""
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            assert time.monotonic() < deadline, f"still running after {timeout}s: {self.output!r}"
-            self._read(0.2)
+
+        def ended() -> bool:
+            if self.proc.poll() is not None:
+                return True
+            self._read(0.2)  # up to 0.2 s for more output
+            return False
+
+        try:
+            wait_until(ended, timeout, "the CLI ending", interval=0)
+        except WaitTimeout:
+            raise AssertionError(f"still running after {timeout}s: {self.output!r}") from None
         while self._read(0.2):
             pass
         assert termios.tcgetattr(self.slave) == self.modes, "the terminal's modes were not restored"

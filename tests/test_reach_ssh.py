@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from bench.netns_hosts import make_lab_fixture
+from bench.waiting import wait_until
 from tests.conftest import free_ports, port_listening, tfctl
 from tests.test_reach import NO_TENSORBOARD, Terminal, fed, fetch, find_tensorboard_python, start_tensorboard
-from tests.test_ssh_cluster import PORT, no_leftovers, wait_until, write_cluster
+from tests.test_ssh_cluster import PORT, no_leftovers, write_cluster
 from tfctl.supervisor.procfs import proc_cmdline
 
 __all__ = ["no_leftovers"]  # a fixture: imported to be used here
@@ -96,6 +97,8 @@ def test_ssh_gives_a_terminal_sized_like_ours_and_passes_the_shells_exit_code(fi
         term.expect(r"\r30 100\r\n")
         term.prompt()
         term.resize(40, 120)  # SIGWINCH to tfctl, which tells the remote terminal
+        # Deliberately 1 s for that to arrive: only a command run there could see the new size,
+        # and each try would add to the output this test reads.
         time.sleep(1)
         term.send("stty size\n")
         term.expect(r"\r40 120\r\n")

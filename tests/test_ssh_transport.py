@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.netns_hosts import SSHD, TestHost, make_lab_fixture
+from bench.waiting import wait_until
 from tests.conftest import free_ports
 from tfctl.errors import HostError
 from tfctl.transport import ssh
@@ -141,19 +142,18 @@ def test_stream_sends_remote_stderr_to_the_sink(make, capfd):
     got: list[str] = []
     s = make("tfh1", stderr_sink=got.append).stream("echo out; echo 'é err' >&2; sleep 0.5")
     assert list(s.lines()) == ["out"]
-    deadline = time.monotonic() + 2
-    while "".join(got) != "é err\n" and time.monotonic() < deadline:  # copied by its own thread
-        time.sleep(0.05)
-    assert "".join(got) == "é err\n"
+    # copied by its own thread
+    wait_until(lambda: "".join(got), 2, "the remote stderr at the sink", until=lambda text: text == "é err\n")
     assert "err" not in capfd.readouterr().err
     s = make("tfh1").stream("echo default >&2")  # the default sink: our stderr, as before
     assert list(s.lines()) == []
-    deadline = time.monotonic() + 2
-    err = ""
-    while "default" not in err and time.monotonic() < deadline:
-        time.sleep(0.05)
-        err += capfd.readouterr().err
-    assert "default\n" in err
+    err: list[str] = []
+
+    def our_stderr() -> str:
+        err.append(capfd.readouterr().err)
+        return "".join(err)
+
+    wait_until(our_stderr, 2, "the remote stderr on ours", until=lambda text: "default\n" in text)
 
 
 @pytest.mark.netns
@@ -227,7 +227,7 @@ def test_late_stdin_eof_keeps_the_connection(make, monkeypatch, stdin):
     def late_eof(message) -> None:
         late = message.asbytes()[0] == 96 and threading.current_thread() is not connection  # CHANNEL_EOF
         if late:
-            time.sleep(0.5)
+            time.sleep(0.5)  # deliberately: the EOF goes out well after the command has exited
         send(message)
         if late:
             eof_sent.set()
@@ -235,7 +235,7 @@ def test_late_stdin_eof_keeps_the_connection(make, monkeypatch, stdin):
     monkeypatch.setattr(connection, "_send_user_message", late_eof)
     assert t.run("echo quick", stdin=stdin).stdout == "quick\n"
     assert eof_sent.wait(5)
-    time.sleep(0.2)  # the server's answer to a stray EOF would be to disconnect at once
+    time.sleep(0.2)  # deliberately: the server's answer to a stray EOF would be to disconnect at once
     assert t.run("echo $SSH_CONNECTION").stdout == before  # the same connection, still up
 
 
@@ -372,10 +372,7 @@ def test_keys_from_ssh_agent_are_used(make, lab, tmp_path, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            if sock.exists():
-                break
-            time.sleep(0.05)
+        wait_until(sock.exists, 5, "ssh-agent's socket")
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         subprocess.run(["ssh-add", "-q", str(lab.client_key)], env=env, check=True, capture_output=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
@@ -442,10 +439,14 @@ def start_hidden_sshd(host: TestHost, address: str, workdir: Path) -> subprocess
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 10
-    while b"Server listening on" not in log.read_bytes():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.02)
+
+    def log_so_far() -> bytes:
+        text = log.read_bytes()
+        assert b"Server listening on" in text or proc.poll() is None, text.decode(errors="replace")
+        return text
+
+    listening = f"the sshd on {address} listening"
+    wait_until(log_so_far, 10, listening, until=lambda text: b"Server listening on" in text, interval=0.02)
     return proc
 
 

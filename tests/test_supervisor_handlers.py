@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.waiting import wait_until
 from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
@@ -311,10 +312,10 @@ def test_a_listening_task_is_found_in_its_process_tree_without_reading_every_pro
     )
     shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{child}"; true'])  # the listener is a child
     try:
-        deadline = time.monotonic() + 10
-        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        port = int(ready.read_text())
+        written = wait_until(
+            lambda: ready.read_text() if ready.exists() else "", 10, "the listener's port", interval=0.02
+        )
+        port = int(written)
         st = procfs.proc_stat(shell.pid)
         assert st is not None
         proc = {"pid": shell.pid, "starttime": st["starttime"], "pgid": st["pgid"]}
@@ -367,7 +368,7 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
     got: list[tuple[float, p.FollowEvent]] = []
     reader = threading.Thread(target=lambda: got.extend((time.monotonic(), e) for e in events), daemon=True)
     reader.start()
-    time.sleep(2.5)
+    time.sleep(2.5)  # deliberately: count the state reads of an idle follow over 2.5 s
     assert len(reads) <= 5  # polling every 0.01 s would read it 250 times
     written = time.monotonic()
     with open(d / "output.log", "ab") as f:
