@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Fan-out benchmark: tfctl up/status/down over SSH against the pdsh / ssh floor.
 
 Creates a lab of simulated hosts (network namespaces each running a real sshd, see
-tests/netns_hosts.py) and measures, side by side, for each N in --hosts (default 4 16):
+bench/netns_hosts.py) and measures, side by side, for each N in --hosts (default 4 16):
 
 * floor:  `pdsh -R ssh -w <N hosts> true` (parallel OpenSSH) and a sequential `ssh -F cfg h true` loop;
           and a bash launcher's `up -d`: one pdsh that starts the same tasks in the background;
@@ -21,7 +20,7 @@ Needs root, pdsh, openssh-server, iproute2 (like the netns tests). Traffic goes 
 addresses. Every run is stopped (`tfctl down` in a finally), the lab hosts are checked for any
 process carrying TFCTL_RUN_ID, and the lab is removed at the end.
 
-    python bench/fanout.py [--hosts 4 16] [--repeat 3] [--warmup 1] [--settle 2]
+    python -m bench.fanout [--hosts 4 16] [--repeat 3] [--warmup 1] [--settle 2]
                            [--src DIR] [--compare DIR ...] [--no-trace] [--no-micro] [--keep]
 
 See bench/README.md for how to read the output; lab.py runs commands, tracefile.py reads traces,
@@ -54,10 +53,9 @@ def _src_arg() -> Path:
 
 
 SRC = _src_arg()
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(SRC))
-import tracefile  # noqa: E402
-from lab import (  # noqa: E402
+sys.path.insert(0, str(SRC))  # the tree under test, for what this process imports of tfctl
+from bench import tracefile  # noqa: E402
+from bench.lab import (  # noqa: E402
     SUBNET,
     TICK,
     Bench,
@@ -68,9 +66,9 @@ from lab import (  # noqa: E402
     proc_cpu_ticks,
     watcher_pid,
 )
-from micro import micro  # noqa: E402
-from netns_hosts import TestHost, skip_reason  # noqa: E402
-from report import VERBS3, Results, Say, Traced, report  # noqa: E402
+from bench.micro import micro  # noqa: E402
+from bench.netns_hosts import TestHost, skip_reason  # noqa: E402
+from bench.report import VERBS3, Results, Say, Traced, report  # noqa: E402
 
 
 def tfctl_cycle(bench: Bench, n: int, src: Path, settle: float, trace: bool = False) -> dict:

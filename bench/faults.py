@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""The long fault-injection series: many cycles of tests/faults.py, with the figures.
+"""The long fault-injection series: many cycles of bench/fault_lab.py, with the figures.
 
 Each cycle starts a ps and two ticking workers on 3 simulated SSH hosts, injects one fault
 (SIGKILL of the attached `up`, of the watcher, of a ps, of a worker with and without a restart
@@ -7,7 +6,7 @@ policy, of every tfctl process on a host; a link down for a moment; a host gone 
 failed), lets tfctl clean up by itself, then checks that no process of the run is left on any
 host, every task port is free and every line the tasks wrote reads back through `tfctl logs`.
 
-    python bench/faults.py [--cycles 80] [--seed N] [--home own|shared|both]
+    python -m bench.faults [--cycles 80] [--seed N] [--home own|shared|both]
 
 Prints one line per cycle and a summary per home mode: cycles, seed, slowest and median
 clean-up, lines compared, lines lost (must be 0). Needs root, like the netns tests.
@@ -23,11 +22,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
-from faults import FaultError, FaultLab, series  # noqa: E402
-from netns_hosts import TestHostLab, require_netns  # noqa: E402
+from bench.fault_lab import FaultError, FaultLab, series
+from bench.netns_hosts import TestHostLab, require_netns
 
 
 def main() -> int:

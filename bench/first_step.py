@@ -17,10 +17,10 @@ a non-chief TF1 worker that found the variables uninitialised sleeps 30 s before
 Steps are recognised as `tfctl status` recognises them (tfctl/tf/progress.py). Each attempt is
 then stopped (tasks killed by process group, `tfctl down`) before the next.
 
-    python bench/first_step.py                 # every program, 3 attempts of each variant
-    python bench/first_step.py --reps 2 --only between-graph-async,allreduce
-    python bench/first_step.py --reps 5 --variants bash,bash-env,together
-    python bench/first_step.py --reps 5 --variants bash,bash-env,together --warm-home
+    python -m bench.first_step                 # every program, 3 attempts of each variant
+    python -m bench.first_step --reps 2 --only between-graph-async,allreduce
+    python -m bench.first_step --reps 5 --variants bash,bash-env,together
+    python -m bench.first_step --reps 5 --variants bash,bash-env,together --warm-home
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -39,17 +40,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from tfctl.config.loader import load_config
+from tfctl.controller.up import plan_run
+from tfctl.runs.record import TaskSpec
+from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import Mark
+from tfctl.tf.progress import ProgressReader
+from tfctl.tf.tasks import GRPC_OPTIONS
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from conftest import free_ports  # noqa: E402
-
-from tfctl.config.loader import load_config  # noqa: E402
-from tfctl.controller.up import plan_run  # noqa: E402
-from tfctl.runs.store import RunStore, TaskSpec  # noqa: E402
-from tfctl.supervisor.protocol import Mark  # noqa: E402
-from tfctl.tf.progress import ProgressReader  # noqa: E402
-from tfctl.tf.tasks import GRPC_OPTIONS  # noqa: E402
 
 PROGRAMS = {
     "between-graph-async": "templates/between-graph-async/cluster.yaml",
@@ -65,6 +64,18 @@ POLL = 0.05
 READER = ProgressReader()
 Attempt = tuple[float | None, float | None, bool]  # seconds to the first step, to every trainer's; a wait seen
 VARIANTS = ("bash", "bash-env", "together", "ordered")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now: all bound at once to port 0, so the kernel picks distinct ones."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def prepared(name: str, work: Path) -> Path:

@@ -1,13 +1,15 @@
-"""The benchmark's lab: simulated hosts (tests/netns_hosts.py), timed commands, the SSH floors.
+"""The benchmark's lab: simulated hosts (bench/netns_hosts.py), timed commands, the SSH floors.
 
 Everything measured runs as a subprocess, so wall time is what a user waits and the CPU counters
 of the controller (our reaped children) and of the lab hosts (each host's sshd is PID 1 of its
-PID namespace and reaps all that ran there) say who did the work. The caller puts tests/ and the
-tfctl tree under test on sys.path before importing this module.
+PID namespace and reaps all that ran there) say who did the work. The caller puts the tfctl
+tree under test first on sys.path before importing this module.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import resource
@@ -21,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netns_hosts import TestHost, TestHostLab
-
+from bench.netns_hosts import TestHost, TestHostLab
+from bench.waiting import WaitTimeout, wait_until
 from tfctl.supervisor.procfs import is_same_process, proc_env_markers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,12 +132,14 @@ class Bench:
             text=True,
             errors="replace",
         )
-        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        reader = threading.Thread(target=lambda: out.append(stdout.read()), daemon=True)
         reader.start()
         killer = threading.Timer(timeout, proc.kill)  # our own child, by its Popen handle
         killer.start()
         try:
-            for line in proc.stderr:
+            for line in stderr:
                 lines.append((time.perf_counter() - t0, line.rstrip("\n")))
             rc = proc.wait()
         finally:
@@ -208,9 +212,11 @@ jobs:
         )
         try:
             s = self._pdsh(n, script, settle=False)
-            deadline = time.monotonic() + 10  # each host's sessions end before its task has its marker
-            while time.monotonic() < deadline and sum(map(len, self.leftovers(LAUNCH_MARK).values())) < n + 1:
-                time.sleep(0.05)
+            # Each host's sessions end before its task has its marker. Those still missing after
+            # that are found by check_clean.
+            launched = f"the {n + 1} tasks pdsh launched"
+            with contextlib.suppress(WaitTimeout):
+                wait_until(lambda: sum(map(len, self.leftovers(LAUNCH_MARK).values())) >= n + 1, 10, launched)
         finally:
             self.stop_leftovers(LAUNCH_MARK)
         return s
@@ -235,9 +241,8 @@ jobs:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 5
-        while self.leftovers(run_id) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(WaitTimeout):  # the caller's check_clean reports what is left
+            wait_until(lambda: not self.leftovers(run_id), 5, "the killed processes gone")
 
     def sequential_ssh(self, n: int) -> Sample:
         hosts = self.lab.hosts[:n]
@@ -261,20 +266,18 @@ jobs:
         """No process with a TFCTL_RUN_ID on any lab host, and no detached watcher left running;
         whatever is found is killed by pid and reported."""
         problems = []
-        deadline = time.monotonic() + 5
-        while (left := self.leftovers()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if left:
-            problems.append(f"processes with TFCTL_RUN_ID left on lab hosts: {left} (killed)")
+        try:
+            wait_until(self.leftovers, 5, "no process left", until=lambda left: not left, interval=0.1)
+        except WaitTimeout as late:
+            problems.append(f"processes with TFCTL_RUN_ID left on lab hosts: {late.last} (killed)")
             self.stop_leftovers()
         for run_json in (home / "runs").glob("*/run.json"):
             w = _watcher(run_json)
             if not w:
                 continue
-            deadline = time.monotonic() + 5
-            while is_same_process(w) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if is_same_process(w):
+            try:
+                wait_until(functools.partial(is_same_process, w), 5, "the watcher gone", until=lambda alive: not alive)
+            except WaitTimeout:
                 problems.append(f"detached watcher pid {w['pid']} still running after down (killed)")
                 os.kill(w["pid"], signal.SIGKILL)
         return problems

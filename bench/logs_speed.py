@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Logs benchmark: `tfctl logs` against `ssh host cat` of the same files, and CPU per run.
 
 Two measurements on simulated hosts (network namespaces with a real sshd each, see
-tests/netns_hosts.py), on the lab prefix `tfctl-lg`, bridge `tfctlbr7`, subnet 10.77.7:
+bench/netns_hosts.py), on the lab prefix `tfctl-lg`, bridge `tfctlbr7`, subnet 10.77.7:
 
 * speed: 8 tasks x 100k lines on 2 hosts (the tasks print everything at once, then wait); then
   `tfctl logs` (whole logs, no -f) is timed beside the floor, `ssh host cat <its logs>` on every
@@ -16,7 +15,7 @@ tests/netns_hosts.py), on the lab prefix `tfctl-lg`, bridge `tfctlbr7`, subnet 1
 Needs root, openssh-server and iproute2. Every run is stopped with `tfctl down` and the lab is
 removed at the end.
 
-    python bench/logs_speed.py [--lines 100000] [--tasks 8] [--repeat 3] [--compare DIR ...]
+    python -m bench.logs_speed [--lines 100000] [--tasks 8] [--repeat 3] [--compare DIR ...]
                                [--run-cpu] [--run-lines 10000] [--run-seconds 30] [--mnist]
 """
 
@@ -33,15 +32,12 @@ import threading
 import time
 from pathlib import Path
 
+from bench.lab import TICK, Bench, BenchError, Sample, children_cpu, hosts_cpu, proc_cpu_ticks
+from bench.netns_hosts import TestHost, TestHostLab, skip_reason
+from bench.waiting import WaitTimeout, wait_until
+from tfctl.supervisor.tasks import MONITOR_NAME
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO))
-from lab import TICK, Bench, BenchError, Sample, children_cpu, hosts_cpu, proc_cpu_ticks  # noqa: E402
-from netns_hosts import TestHost, TestHostLab, skip_reason  # noqa: E402
-
-from tfctl.supervisor.tasks import MONITOR_NAME  # noqa: E402
-
 PREFIX, BRIDGE, SUBNET = "tfctl-lg", "tfctlbr7", "10.77.7"  # a lab of its own
 WRITER = """\
 import json, os, signal, socket, sys, time
@@ -166,11 +162,15 @@ def speed(bench: Bench, args: argparse.Namespace, trees: list[Path]) -> None:
     run_id = up.out.strip().splitlines()[-1]
     try:
         want = args.tasks * args.lines
-        deadline = time.monotonic() + 120
-        while sum(len(p.read_bytes().splitlines()) for h in hosts for p in logs_of(h, run_id)) < want:
-            if time.monotonic() > deadline:
-                raise BenchError("the writers did not finish within 120 s")
-            time.sleep(0.5)
+        try:
+            wait_until(
+                lambda: sum(len(p.read_bytes().splitlines()) for h in hosts for p in logs_of(h, run_id)) >= want,
+                120,
+                "the writers finishing",
+                interval=0.5,
+            )
+        except WaitTimeout:
+            raise BenchError("the writers did not finish within 120 s") from None
         record = json.loads((home / "runs" / run_id / "run.json").read_text())
         watcher = record["watcher"]["pid"]
         # The same run seen from a TFCTL_HOME whose record names no controller: `logs` there reads

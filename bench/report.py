@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from lab import Sample
-from tracefile import Summary
+from bench.lab import Sample
+from bench.tracefile import Summary
 
 VERBS3 = ("up", "status", "down")
 TARGETS = {"up": 2.0, "status": 1.0, "down": 2.0}
@@ -236,12 +236,12 @@ def up_breakdown(
         ),
     ]
     out, prev = [], 0.0
-    for name, (stamp, at), what in steps:
-        if at is None:
+    for name, (stamp, arrived), what in steps:
+        if arrived is None:
             out.append((name, stamp, NAN, NAN, what))
             continue
-        out.append((name, stamp, at, at - prev, what))
-        prev = at
+        out.append((name, stamp, arrived, arrived - prev, what))
+        prev = arrived
     return out
 
 

@@ -1,13 +1,13 @@
 """Time from `tfctl up -d` to every task running: on Slurm beside the same hosts over ssh.
 
-One lab (tests/slurm_lab.py): three simulated hosts, each with its sshd and a slurmd, slurmctld
+One lab (bench/slurm_lab.py): three simulated hosts, each with its sshd and a slurmd, slurmctld
 on this machine. The same three tasks (a ps that serves, two workers) start on the same hosts in
 turn through each backend, `--attempts` times each, alternating so that both see the same
 machine; `down` after each start. Slurm's figure includes asking for and being granted the
 allocation; ssh's includes connecting. Prints a table (median and spread) and, with --json, the
 samples.
 
-    sudo python bench/slurm_start.py --attempts 5
+    sudo python -m bench.slurm_start --attempts 5
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.slurm_lab import SlurmLab
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO)]
-
-from slurm_lab import SlurmLab  # noqa: E402
-
 FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
 TASKS = {
     "ps": f"{{python}} {FAKE_TASK} --name ps --port -1 --sleep -1",

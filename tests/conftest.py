@@ -7,6 +7,7 @@ by PID (never by name) and fails the test.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -15,9 +16,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO, Iterator
 
 import pytest
 
+from bench.waiting import WaitTimeout, wait_until
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
@@ -66,19 +69,23 @@ def kill_by_pid(pids: list[int]) -> None:
 def leak_guard(request: pytest.FixtureRequest):
     before = marked_processes()
     yield
-    deadline = time.monotonic() + 3  # monitors clean up right after a task ends; give them a moment
-    leaked = {}
-    while time.monotonic() < deadline:
-        leaked = {p: v for p, v in marked_processes().items() if before.get(p) != v}
-        if not leaked:
-            return
-        time.sleep(0.1)
-    kill_by_pid(list(leaked))
-    pytest.fail(f"test left processes running: {sorted(leaked)} (runs {sorted({v[1] for v in leaked.values()})})")
+    try:  # monitors clean up right after a task ends; give them a moment
+        wait_until(
+            lambda: {p: v for p, v in marked_processes().items() if before.get(p) != v},
+            3,
+            "the test's processes to end",
+            until=lambda leaked: not leaked,
+            interval=0.1,
+        )
+    except WaitTimeout as late:
+        leaked = late.last
+        assert isinstance(leaked, dict)
+        kill_by_pid(list(leaked))
+        pytest.fail(f"test left processes running: {sorted(leaked)} (runs {sorted({v[1] for v in leaked.values()})})")
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private TFCTL_HOME; stops any detached watcher the test left behind, and fails for it."""
     path = tmp_path / "tfctl-home"
     monkeypatch.setenv("TFCTL_HOME", str(path))
@@ -89,10 +96,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for record in RunStore(path).all():
         w = record.watcher
         if w is not None:
-            deadline = time.monotonic() + 10
-            while is_running(w) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if is_running(w):
+            try:
+                wait_until(
+                    functools.partial(is_running, w),
+                    10,
+                    f"the watcher of {record.run_id} to end",
+                    until=lambda alive: not alive,
+                    interval=0.1,
+                )
+            except WaitTimeout:
                 kill_by_pid([w.pid])
                 stray.append(record.run_id)
     assert not stray, f"detached watcher still running after the test for runs {stray}"
@@ -152,6 +164,19 @@ def read_rest(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
+def wait_for_line(stream: IO[str], text: str, timeout: float) -> str:
+    """Read `stream` up to the first line holding `text`, and return that line; fail if the stream
+    ends first, or after `timeout` seconds. A read that blocks is not interrupted: the writer must
+    go on writing, or exit."""
+
+    def next_line() -> str:
+        line = stream.readline()
+        assert line, f"the output ended before a line with {text!r}"
+        return line
+
+    return wait_until(next_line, timeout, f"a line with {text!r}", until=lambda line: text in line, interval=0)
+
+
 def add_run(home: Path, run_id: str, cluster_file: Path, created_at: float, jobs: dict[str, int]) -> RunRecord:
     """A finished run in the store at `home`, with no process anywhere: for what reads the store only."""
     tasks = tuple(
@@ -184,12 +209,11 @@ def no_warnings(stderr: str) -> None:
 def fake_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The tests' backend (`tests/fake_backend`), registered as any backend is, with a fresh lab
     of in-process hosts and a private TFCTL_HOME; yields the lab."""
-    from fake_backend import backend as fake
-
+    from tests.fake_backend import backend as fake
     from tfctl import backends
     from tfctl.cluster import control
 
-    monkeypatch.setitem(backends.PACKAGES, "fake", "fake_backend")
+    monkeypatch.setitem(backends.PACKAGES, "fake", "tests.fake_backend")
     monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)  # fake hosts answer at once: look often
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
     return fake.reset()

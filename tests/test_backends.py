@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from fakes import TaskScript
 
+from tests.fakes import TaskScript
 from tfctl import backends
 from tfctl.backends.base import Backend
 from tfctl.config.loader import load_config

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import add_run
 
+from tests.conftest import add_run
 from tfctl.runs.record import RunRecord
 
 

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl
 
+from bench.waiting import wait_until
+from tests.conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl, wait_for_line
 from tfctl.controller.status_view import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 
@@ -65,12 +66,13 @@ def test_detached_up_status_logs_down(tmp_path: Path, home: Path) -> None:
     run_id = up.stdout.strip()
     assert run_id.startswith("t-") and "tfctl" in up.stderr and "down" in up.stderr
 
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        tasks = json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)["tasks"]
-        if all(t["listening"] for t in tasks):
-            break
-        time.sleep(0.2)
+    tasks = wait_until(
+        lambda: json.loads(tfctl("status", "--json", "-f", str(cluster), home=home).stdout)["tasks"],
+        20,
+        "every task listening",
+        until=lambda tasks: all(t["listening"] for t in tasks),
+        interval=0.2,
+    )
     assert [t["task"] for t in tasks] == ["ps:0", "worker:0", "worker:1"]
     for t, port in zip(tasks, ports):
         assert set(t) >= {"task", "job", "index", "host", "port", "state", "pid", "exit_code", "listening"}
@@ -132,11 +134,8 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     record = json.loads((home / "runs" / run_id / "run.json").read_text())
     watcher = record["watcher"]
     assert watcher["kind"] == "watcher"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and latest_state(home, run_id) == "running":
-        time.sleep(0.1)
-    while time.monotonic() < deadline and is_same_process(watcher):  # the run recorded, it writes its last line
-        time.sleep(0.05)
+    # The run recorded as over, then the watcher, which writes its last line after that, gone.
+    wait_until(lambda: latest_state(home, run_id) != "running" and not is_same_process(watcher), 30, "the run's end")
     ended = json.loads((home / "runs" / run_id / "run.json").read_text())
     assert ended["state"] == "succeeded", ended
     assert run_processes(run_id) == []
@@ -235,9 +234,7 @@ def test_ports_in_use_are_reported_before_anything_starts(tmp_path: Path, home: 
         ]
     )
     try:
-        deadline = time.monotonic() + 10
-        while not port_listening(ports[1]) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: port_listening(ports[1]), 10, "the squatter listening")
         cluster = write_cluster(tmp_path, ports, fake(f"--port {ports[0]} --sleep -1"), fake("--sleep -1"))
         up = tfctl("up", "-f", str(cluster), home=home)
         assert up.returncode == 1
@@ -341,9 +338,8 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "following" not in (up.stderr.readline() or ""):
-        pass
+    assert up.stderr is not None
+    wait_for_line(up.stderr, "following", 20)
     run_id = latest_run(home)
     assert len(run_processes(run_id)) == 3
     up.send_signal(signal.SIGINT)
@@ -399,9 +395,7 @@ def test_check_names_a_busy_port_and_starts_nothing(tmp_path: Path, home: Path) 
         ]
     )
     try:
-        deadline = time.monotonic() + 10
-        while not port_listening(ports[1]) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: port_listening(ports[1]), 10, "the squatter listening")
         busy = tfctl("check", "-f", str(cluster), home=home)
         assert busy.returncode == 1
         assert f"port in use: localhost:{ports[1]} (pid {squatter.pid}" in busy.stderr
@@ -464,15 +458,16 @@ def with_gpus(dirpath: Path, count: int) -> dict[str, str]:
 
 def devices_seen(cluster: Path, home: Path) -> dict[str, dict]:
     """task -> what it printed about its devices, once all three did (read with `tfctl logs`)."""
-    seen: dict[str, dict] = {}
-    deadline = time.monotonic() + 20
-    while len(seen) < 3 and time.monotonic() < deadline:
+
+    def seen() -> dict[str, dict]:
+        found = {}
         for line in tfctl("-f", str(cluster), "logs", home=home).stdout.splitlines():
             task, _, text = line.partition(" ")
             if text.strip().startswith("devices "):
-                seen[task.strip("[]")] = json.loads(text.strip().split(" ", 1)[1])
-        time.sleep(0.2)
-    return seen
+                found[task.strip("[]")] = json.loads(text.strip().split(" ", 1)[1])
+        return found
+
+    return wait_until(seen, 20, "every task printing its devices", until=lambda found: len(found) >= 3, interval=0.2)
 
 
 def test_each_worker_gets_its_own_gpus_and_the_ps_none(tmp_path: Path, home: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import add_run, fake, free_ports, tfctl
 
+from tests.conftest import add_run, fake, free_ports, tfctl
 from tfctl.cli.common import Duration
 from tfctl.controller.forget import candidates
 from tfctl.runs.record import HostSpec, RunRecord

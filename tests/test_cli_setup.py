@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, marked_processes, tfctl
+
+from bench.waiting import wait_until
+from tests.conftest import fake, free_ports, marked_processes, tfctl, wait_for_line
 
 
 def write_cluster(tmp_path: Path, setup: list[str]) -> Path:
@@ -110,10 +112,8 @@ def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: P
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
     try:
-        deadline = time.monotonic() + 20
         assert up.stderr is not None
-        while time.monotonic() < deadline and "$ sleep 60" not in (up.stderr.readline() or ""):
-            pass
+        wait_for_line(up.stderr, "$ sleep 60", 20)
         run_id = last_run(home, cluster)["run_id"]
         controller = RunStore(home).load(run_id).watcher
         assert controller is not None and (controller.pid != up.pid) is detach
@@ -128,10 +128,7 @@ def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: P
     assert "stopping what was started" in err and "interrupted: everything started has been stopped" in err
     assert run_processes(run_id) == [] and out == ""
     assert last_run(home, cluster)["state"] == "stopped"
-    deadline = time.monotonic() + 10
-    while is_running(controller) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not is_running(controller)
+    wait_until(lambda: not is_running(controller), 10, "the watcher's exit")
 
 
 def test_dry_run_lists_setup_and_the_warnings_up_would_print(tmp_path: Path, home: Path) -> None:
@@ -160,10 +157,8 @@ def test_a_second_up_is_refused_while_the_first_is_in_setup(tmp_path: Path, home
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
     try:
-        deadline = time.monotonic() + 20
         assert first.stderr is not None
-        while time.monotonic() < deadline and "$ sleep 60" not in (first.stderr.readline() or ""):
-            pass
+        wait_for_line(first.stderr, "$ sleep 60", 20)
         second = tfctl("-f", str(cluster), "up", home=home)
         assert second.returncode == 2
         assert f"is starting (syncing, setup or starting tasks; its `tfctl up` is pid {first.pid})" in second.stderr

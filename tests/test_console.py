@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, tfctl
 
+from tests.conftest import fake, free_ports, tfctl
 from tfctl.cluster.output import Prefixer
 from tfctl.console import color_enabled, make_console
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 
+from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
 from tfctl.cluster.control import Outcome, Phase
 from tfctl.cluster.supervisors import Cluster
@@ -335,7 +335,7 @@ def test_finish_reports_a_host_it_could_not_check(store: RunStore) -> None:
 def with_fakes(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, FakeHost]) -> None:
     """Make the controller's own Cluster(...) calls use these fake hosts."""
     for module in (up, supervise, down):
-        monkeypatch.setattr(module, "Cluster", functools.partial(Cluster, agents=hosts))
+        monkeypatch.setattr(module, "Cluster", functools.partial(Cluster, agents=hosts))  # type: ignore[arg-type]
 
 
 def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
@@ -347,14 +347,14 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     with_fakes(monkeypatch, hosts)
     config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
     with pytest.raises(UsageError, match=r"run fake-run of cluster 'fake' is still running \(3 tasks"):
-        up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+        up.ensure_no_live_run(store, config)
     hosts["h2"].down = True  # unknown counts as alive: the tasks may well be running
     with pytest.raises(UsageError, match="still running"):
-        up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+        up.ensure_no_live_run(store, config)
     cluster.stop()
     hosts["h2"].down = False
     hosts["h2"].tasks["worker:1"] = p.TaskInfo("worker:1", TaskState.STOPPED)
-    up.ensure_no_live_run(store, config)  # type: ignore[arg-type]
+    up.ensure_no_live_run(store, config)
     assert all(h.closed for h in hosts.values())
 
 

@@ -142,10 +142,11 @@ def stand_in_nvidia_smi(directory: Path, output: str, code: int = 0) -> None:
 def test_the_host_reports_the_gpus_nvidia_smi_lists(tmp_path: Path, monkeypatch) -> None:
     stand_in_nvidia_smi(tmp_path, "0, GPU-aa\\n1, GPU-bb\\n")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    answer = checks.info("/unused", InfoRequest(gpus=True))
+    root = str(tmp_path / "root")  # info() keeps the host's filesystem token there
+    answer = checks.info(root, InfoRequest(gpus=True))
     assert (answer.gpus, answer.gpu_error) == ([Gpu(0, "GPU-aa"), Gpu(1, "GPU-bb")], None)
     assert answer.cpus == sorted(os.sched_getaffinity(0))
-    assert checks.info("/unused", InfoRequest()).gpus == []  # not asked: nvidia-smi is not run
+    assert checks.info(root, InfoRequest()).gpus == []  # not asked: nvidia-smi is not run
 
 
 def test_a_failing_or_missing_nvidia_smi_means_no_gpu(tmp_path: Path, monkeypatch) -> None:

@@ -430,7 +430,7 @@ def test_noise_alone_gives_no_finding_and_no_last_line() -> None:
     assert diagnose("worker:0", before_server) == []
     assert last_meaningful(before_server) is None
     upto_server = lines[: len(before_server) + 1]
-    assert "Started server with target" in last_meaningful(upto_server)
+    assert "Started server with target" in (last_meaningful(upto_server) or "")
 
 
 @pytest.mark.parametrize(
@@ -445,7 +445,7 @@ def test_noise_alone_gives_no_finding_and_no_last_line() -> None:
     ],
 )
 def test_last_meaningful(name, expected) -> None:
-    assert expected in last_meaningful(load(name))
+    assert expected in (last_meaningful(load(name)) or "")
 
 
 def test_last_meaningful_skips_the_line_after_instructions_for_updating() -> None:
@@ -454,7 +454,7 @@ def test_last_meaningful_skips_the_line_after_instructions_for_updating() -> Non
     # Make the free-text line look like anything: it is skipped because of its position.
     block = lines[: i + 1] + ["data: " + lines[i + 1]]
     assert last_meaningful(block) is None
-    assert last_meaningful(block + [first("healthy_chief_worker0.log", "step ")]).startswith("step ")
+    assert (last_meaningful(block + [first("healthy_chief_worker0.log", "step ")]) or "").startswith("step ")
 
 
 def test_noise_list_has_no_pattern_needle() -> None:
@@ -710,7 +710,7 @@ class CountingLines(list):
 def test_last_meaningful_reads_from_the_end_only() -> None:
     lines = CountingLines(load("healthy_chief_worker0.log") * 5000)
     CountingLines.reads = 0
-    assert last_meaningful(lines).startswith("final test accuracy")
+    assert (last_meaningful(lines) or "").startswith("final test accuracy")
     assert CountingLines.reads < 10
 
 

@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, no_warnings, tfctl
+
+from tests.conftest import REPO, free_ports, no_warnings, tfctl
 
 pytestmark = [
     pytest.mark.tf,

@@ -1,4 +1,4 @@
-"""The fault-injection series (tests/faults.py) on simulated SSH hosts, in both home modes.
+"""The fault-injection series (bench/fault_lab.py) on simulated SSH hosts, in both home modes.
 
 Every fault of FAULTS at least once per home mode, in an order and with timings drawn from a
 seed: TFCTL_FAULT_SEED replays a series (the seed is in every failure message); unset, each run
@@ -12,8 +12,9 @@ import os
 import random
 
 import pytest
-from faults import FAULTS, FaultLab, series
-from netns_hosts import TestHostLab, require_netns
+
+from bench.fault_lab import FAULTS, FaultLab, series
+from bench.netns_hosts import TestHostLab, require_netns
 
 pytestmark = pytest.mark.netns
 

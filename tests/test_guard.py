@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports
 
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, free_ports
 from tfctl.cluster.agent import HostAgent
 from tfctl.supervisor import guard
 from tfctl.supervisor.procfs import proc_stat
@@ -163,13 +164,13 @@ def states(agent: HostAgent, run: str, tasks: list[str], renew: bool = False) ->
 
 
 def wait_stopped(agent: HostAgent, run: str, task: str, timeout: float) -> TaskInfo:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = states(agent, run, [task])[task]
-        if info.state.is_final:
-            return info
-        time.sleep(0.1)
-    raise AssertionError(f"{task} of {run} still {info.state.value} after {timeout}s")
+    return wait_until(
+        lambda: states(agent, run, [task])[task],
+        timeout,
+        f"{task} of {run} ending",
+        until=lambda info: info.state.is_final,
+        interval=0.1,
+    )
 
 
 def gone(pid: int | None) -> bool:
@@ -184,7 +185,7 @@ def test_a_lease_stops_the_runs_tasks_only_when_nobody_renews_it(agent: HostAgen
     agent.call(StartRequest("detached", [TaskLaunch("ps:0", forever, grace=1)]))
     try:
         began = time.monotonic()
-        while time.monotonic() - began < 4:
+        while time.monotonic() - began < 4:  # deliberately well past the 1.5 s lease, renewing one run's
             states(agent, "renewed", ["ps:0"], renew=True)
             time.sleep(0.3)
         orphaned = states(agent, "orphaned", ["ps:0"])["ps:0"]
@@ -206,8 +207,8 @@ def test_the_ps_stops_on_its_own_once_the_worker_it_served_is_gone(agent: HostAg
     ]
     agent.call(StartRequest("job", launches))
     try:
-        time.sleep(1.5)
-        assert states(agent, "job", ["ps:0"])["ps:0"].state is TaskState.RUNNING  # the worker still works
+        time.sleep(1.5)  # deliberately past the idle timeout, while the worker still works
+        assert states(agent, "job", ["ps:0"])["ps:0"].state is TaskState.RUNNING
         ps = wait_stopped(agent, "job", "ps:0", timeout=10)
         assert states(agent, "job", ["worker:0"])["worker:0"].state is TaskState.SUCCEEDED
         assert ps.state is TaskState.STOPPED and gone(ps.pid)
@@ -221,16 +222,17 @@ def test_a_peer_connected_to_the_ps_keeps_it_running(agent: HostAgent) -> None:
     rule = IdleRule(ps_port, timeout=1.0, watch={"worker:0": f"127.0.0.1:{worker_port}"}, startup_timeout=0.5)
     started = agent.call(StartRequest("held", [TaskLaunch("ps:0", fake(f"--port {ps_port} --sleep -1"), idle=rule)]))
     try:
-        deadline = time.monotonic() + 10
-        while True:  # connect once the fake ps listens
+
+        def connected() -> socket.socket | None:
             try:
-                peer = socket.create_connection(("127.0.0.1", ps_port), timeout=1)
-                break
+                return socket.create_connection(("127.0.0.1", ps_port), timeout=1)
             except ConnectionRefusedError:
-                assert time.monotonic() < deadline, "the ps never listened"
-                time.sleep(0.1)
+                return None
+
+        peer = wait_until(connected, 10, "the ps listening", interval=0.1)
+        assert peer is not None
         with peer:
-            time.sleep(3)  # the worker never listened, yet something uses the ps
+            time.sleep(3)  # deliberately past both timeouts: the worker never listened, yet a peer uses the ps
             assert states(agent, "held", ["ps:0"])["ps:0"].state is TaskState.RUNNING
         ps = wait_stopped(agent, "held", "ps:0", timeout=10)
         assert ps.state is TaskState.STOPPED and gone(started.tasks["ps:0"].pid)

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports, marked_processes
 
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, free_ports, marked_processes
 from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
 from tfctl.supervisor import bundle
@@ -66,13 +67,6 @@ def monitors_of(task_dir: Path) -> list[int]:
 
 def processes_of(run_id: str) -> list[int]:
     return [pid for pid, (_, run) in marked_processes().items() if run == run_id]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never met"
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------- replays
@@ -205,7 +199,7 @@ def test_a_replay_waits_for_the_running_first_execution_and_answers_with_its_res
             assert replay.stdin is not None
             replay.stdin.write(line)
             replay.stdin.close()
-            time.sleep(0.5)
+            time.sleep(0.5)  # deliberately: a replay that did not wait would answer and exit by then
             assert replay.poll() is None  # waiting for the first execution
             recorded = {"id": "first-1", "ok": {"tasks": {}}}
             (journal / "first-1.json").write_text(json.dumps(recorded))
@@ -225,11 +219,11 @@ def test_a_supervisor_ended_during_a_start_finishes_and_records_it_first(root: P
     stream = transport.stream(HostAgent(transport, None, str(root))._serve_command())
     try:
         stream.send(line)
-        wait_until(lambda: (host_state(root) / "requests" / "ended-1.lock").exists())
+        wait_until(lambda: (host_state(root) / "requests" / "ended-1.lock").exists(), 10, "the start under way")
     finally:
         stream.close()  # SIGTERM, while the start runs
     try:
-        wait_until(lambda: (host_state(root) / "requests" / "ended-1.json").exists())
+        wait_until(lambda: (host_state(root) / "requests" / "ended-1.json").exists(), 10, "the start recorded")
         record = json.loads((host_state(root) / "requests" / "ended-1.json").read_text())
         assert record["ok"]["tasks"]["worker:0"]["state"] == "running"
         assert processes_of("ended") == [record["ok"]["tasks"]["worker:0"]["pid"]]
@@ -407,14 +401,15 @@ OTHER_PYTHONS = [SYSTEM_PYTHON, "/root/.pyenv/versions/3.8.18/bin/python"]
 @pytest.mark.parametrize("python", OTHER_PYTHONS)
 def test_the_zipapp_runs_isolated_on_other_interpreters(root: Path, python: str) -> None:
     if not os.access(python, os.X_OK):
-        pytest.skip(f"{python} is not installed")
+        pytest.skip(f"{python} is not installed here, or not runnable by this user")
     version = subprocess.run(
         [python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True, check=True
     ).stdout.strip()
     with HostAgent(LocalTransport(), python, str(root)) as agent:
         assert agent.call(InfoRequest()).agent_python == version
         agent.call(StartRequest("other", [TaskLaunch("worker:0", "echo done", grace=1)]))
-        wait_until(lambda: (host_state(root) / "tasks" / "other" / "worker-0" / "exit.json").exists())
+        exited = host_state(root) / "tasks" / "other" / "worker-0" / "exit.json"
+        wait_until(exited.exists, 10, "the task's exit recorded")
         assert agent.call(StopRequest("other", 1)).tasks["worker:0"].state is TaskState.SUCCEEDED
 
 

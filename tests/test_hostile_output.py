@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_ports
 
+from tests.conftest import free_ports
 from tfctl.cluster.output import Prefixer
 from tfctl.console import has_controls, inert
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tfctl
 
+from tests.conftest import REPO, tfctl
 from tfctl.config.loader import load_config
 
 TEMPLATES = sorted(p.name for p in (REPO / "templates").iterdir() if (p / "cluster.yaml").is_file())

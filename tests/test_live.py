@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
-from fakes import record_of
 
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
+from tests.fakes import record_of
 from tfctl.controller import rpc as live
 from tfctl.controller.rpc_messages import (
     DownAsk,
@@ -122,7 +123,12 @@ def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_pat
 def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:
     served = []
     ask = StatusAsk(json=True)
-    with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: lambda r: served.append(1) or StatusReply()}):
+
+    def status(request: StatusAsk) -> StatusReply:
+        served.append(1)
+        return StatusReply()
+
+    with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: status}):
         elsewhere = this_process_controls(tmp_path, host="another-machine")
         assert live.ask(tmp_path, elsewhere, ask, 5) is None
         dead = this_process_controls(tmp_path, starttime=1)  # this pid, but another process's start
@@ -140,8 +146,11 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
 
 
 def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
-    slow = {StatusAsk: lambda request: time.sleep(3) or StatusReply()}
-    with live.ControllerDoor(live.socket_path(tmp_path), slow):
+    def late_status(request):
+        time.sleep(3)  # deliberately longer than the asker waits
+        return StatusReply()
+
+    with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: late_status}):
         began = time.monotonic()
         assert live.ask(tmp_path, this_process_controls(tmp_path), StatusAsk(json=True), 0.5) is None
         assert time.monotonic() - began < 2
@@ -172,13 +181,17 @@ jobs:
 
 
 def wait_listening(cluster: Path, home: Path) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 20
-    while True:
+    def tasks() -> list[dict[str, Any]]:
         shown = tfctl("-f", str(cluster), "status", "--json", home=home)  # fails until the run is recorded
-        tasks = json.loads(shown.stdout)["tasks"] if shown.returncode == 0 else []
-        if (tasks and all(t["listening"] for t in tasks)) or time.monotonic() > deadline:
-            return tasks
-        time.sleep(0.2)
+        return json.loads(shown.stdout)["tasks"] if shown.returncode == 0 else []
+
+    return wait_until(
+        tasks,
+        20,
+        "every task listening",
+        until=lambda tasks: tasks and all(t["listening"] for t in tasks),
+        interval=0.2,
+    )
 
 
 def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: Path) -> None:
@@ -186,7 +199,8 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
-    record = RunStore(home).load(run_id)
+    watcher = RunStore(home).load(run_id).watcher
+    assert watcher is not None
     assert all(t["listening"] for t in wait_listening(cluster, home))
 
     traced = tmp_path / "status.trace"
@@ -221,7 +235,7 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert all(line.startswith("[ps:0] ") for line in lines)
     texts = [line.split(None, 1)[1] for line in lines]
     assert texts[0].startswith("ps0 started") and texts[1:4] == ["ps0 line 0", "ps0 line 1", "ps0 line 2"]
-    assert record.watcher is not None and not is_running(record.watcher)  # it ended once it had answered
+    assert not is_running(watcher)  # it ended once it had answered
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
     assert not live.socket_path(RunStore(home).run_dir(run_id)).exists()
@@ -238,8 +252,7 @@ def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Pa
     watcher = RunStore(home).load(run_id).watcher
     assert watcher is not None
     os.kill(watcher.pid, signal.SIGKILL)
-    while is_running(watcher):
-        time.sleep(0.02)
+    wait_until(lambda: not is_running(watcher), 10, "the killed watcher gone", interval=0.02)
     assert live.socket_path(RunStore(home).run_dir(run_id)).exists()  # left behind by the kill
 
     traced = tmp_path / "status.trace"

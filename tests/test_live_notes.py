@@ -109,5 +109,5 @@ def test_a_cancelled_step_while_the_run_ends_normally_is_no_note() -> None:
     clock = Clock()
     notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
     assert feed(notes, clock, "worker:0", "ps_killed_worker0_default.log", every=0) == []
-    clock.now += HOLD["step_cancelled"] - 1
+    clock.now += HOLD[Kind.STEP_CANCELLED] - 1
     assert notes.due() == []

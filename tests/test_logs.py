@@ -13,10 +13,12 @@ from typing import Iterator, cast
 
 import pytest
 
+from bench.waiting import wait_until
 from tfctl.cluster.agent import HostAgent
 from tfctl.cluster.output import LogFollower, Prefixer, split_block
 from tfctl.cluster.supervisors import Cluster
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
+from tfctl.supervisor import timeline
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.protocol import FollowRequest, LogChunk
 from tfctl.transport.local import LocalStream, LocalTransport
@@ -42,12 +44,23 @@ def collect(follower: LogFollower, until=lambda lines: False, then=lambda: None)
 
 
 def wait_last_line(cluster: Cluster, text: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if cluster.status()[0][0].last_line == text:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"task never printed {text!r}")
+    wait_until(
+        lambda: cluster.status()[0][0].last_line, 20, f"the task printing {text!r}", until=lambda last: last == text
+    )
+
+
+def output_log(root: Path, cluster: Cluster) -> Path:
+    return host_state(root) / "tasks" / cluster.record.run_id / "worker-0" / "output.log"
+
+
+def noted_whole(log: Path) -> bool:
+    """The task's monitor has noted the log's whole size in its output.times (it looks once a second)."""
+    times = Path(timeline.times_path(str(log)))
+    notes = times.read_bytes() if times.exists() else b""
+    if len(notes) < timeline.RECORD.size:
+        return False
+    _when, size = timeline.RECORD.unpack(notes[-timeline.RECORD.size :])
+    return size == log.stat().st_size
 
 
 def test_finish_mid_stream_reads_the_rest_exactly_once(tmp_path: Path) -> None:
@@ -70,12 +83,13 @@ def test_a_held_partial_line_is_not_repeated_after_a_reconnect(tmp_path: Path) -
     )
     cluster = one_task_cluster(tmp_path, source)
     try:
-        log = host_state(tmp_path) / "tasks" / cluster.record.run_id / "worker-0" / "output.log"
-        deadline = time.monotonic() + 20
-        while (not log.exists() or log.stat().st_size < len(long_line)) and time.monotonic() < deadline:
-            time.sleep(0.05)  # wait until the long line is on disk, still unfinished
+        log = output_log(tmp_path, cluster)
+        on_disk = "the long line on disk, still unfinished"
+        wait_until(lambda: log.exists() and log.stat().st_size >= len(long_line), 20, on_disk)
         follower = LogFollower(cluster, cluster.record.tasks, follow=True)
-        time.sleep(1)  # the reader has taken the long line's first piece and holds it back
+        # Deliberately 1 s for the reader to take the long line's first piece and hold it back:
+        # nothing outside the reader shows when it has.
+        time.sleep(1)
         follower._streams["localhost"].close()  # as if the link dropped; the reader reconnects
         lines = collect(follower, until=lambda got: "after" in got, then=follower.close)
         assert lines[:2] == [long_line + "END", "after"]
@@ -115,7 +129,8 @@ def test_since_and_timestamps_use_when_each_line_was_written(tmp_path: Path) -> 
     cluster = one_task_cluster(tmp_path, source)
     try:
         wait_last_line(cluster, "late 4")
-        time.sleep(1.2)  # the task's monitor notes the log's growth once a second
+        log = output_log(tmp_path, cluster)
+        wait_until(lambda: noted_whole(log), 5, "the monitor noting when the last lines were written")
         with LogFollower(cluster, cluster.record.tasks, follow=False, since=2.0, timestamps=True) as follower:
             recent = collect(follower)
         assert [line.split(" ", 1)[1] for line in recent] == [f"late {i}" for i in range(5)]

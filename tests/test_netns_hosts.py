@@ -1,4 +1,4 @@
-"""The simulated SSH hosts (tests/netns_hosts.py) behave like separate machines."""
+"""The simulated SSH hosts (bench/netns_hosts.py) behave like separate machines."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
-from netns_hosts import (
+
+from bench.netns_hosts import (
     LabError,
     TestHostLab,
     cleanup_leftovers,
@@ -21,6 +23,7 @@ from netns_hosts import (
     require_netns,
     skip_reason,
 )
+from bench.waiting import wait_until
 
 pytestmark = pytest.mark.netns
 
@@ -32,8 +35,14 @@ def _needs_netns():
     require_netns()  # for the tests that build their own lab
 
 
+class LabNames(TypedDict):
+    prefix: str
+    bridge: str
+    subnet: str
+
+
 # A second, independent lab must not clash with the module's lab (default prefix/bridge/subnet).
-OTHER = dict(prefix="tfctl-tx", bridge="tfctlbr9", subnet="10.77.9")
+OTHER = LabNames(prefix="tfctl-tx", bridge="tfctlbr9", subnet="10.77.9")
 
 
 def _netns_names() -> list[str]:
@@ -111,10 +120,7 @@ def test_process_on_one_host_is_invisible_on_another(lab3):
     before = set(h0.pids())
     nsenter = h0.popen(["sleep", "4242.5"])
     try:
-        deadline = time.monotonic() + 5
-        while "sleep 4242.5" not in h0.exec(["ps", "-eo", "args"]).stdout:
-            assert time.monotonic() < deadline, "sleep never showed up in tfh0's ps"
-            time.sleep(0.05)
+        wait_until(lambda: "sleep 4242.5" in h0.exec(["ps", "-eo", "args"]).stdout, 5, "the sleep in tfh0's ps")
         ps1 = h1.exec(["ps", "-eo", "pid,args"]).stdout
         assert "sleep 4242.5" not in ps1
         # in its own PID namespace, sshd is PID 1
@@ -224,9 +230,11 @@ def test_closed_lab_leaves_nothing_behind(tmp_path):
         assert set(netns) <= set(_netns_names())
         assert _link_exists("tfctlbr9")
         sleeper = lab.hosts[0].popen(["sleep", "600"])  # dies with its host
-        time.sleep(0.2)
+        wait_until(lambda: "sleep 600" in lab.hosts[0].exec(["ps", "-eo", "args"]).stdout, 5, "the sleep in tfh0's ps")
         pids = [pid for h in lab.hosts for pid in h.pids()]
-        pids += [st.proc.pid for st in lab._states]  # the unshare parents we started
+        unshares = [st.proc for st in lab._states]  # the unshare parents we started
+        pids += [proc.pid for proc in unshares if proc is not None]
+        assert len(unshares) == 2 and None not in unshares
         assert len(pids) >= 5 and all(_pid_alive(p) for p in pids)
     assert not set(netns) & set(_netns_names())
     assert not _link_exists("tfctlbr9")
@@ -241,8 +249,8 @@ def test_rerun_after_a_crash_cleans_up_the_leftovers(tmp_path):
     must not stop the next lab with the same prefix from starting."""
     crash = textwrap.dedent(f"""
         import json, os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from netns_hosts import TestHostLab
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})  # the repo root: bench is a package
+        from bench.netns_hosts import TestHostLab
         lab = TestHostLab(2, workdir={str(tmp_path / "crashed")!r}, die_with_parent=False,
                           **{OTHER!r})
         lab.start()
@@ -271,7 +279,7 @@ def test_second_lab_with_a_busy_prefix_is_refused(lab3, tmp_path):
     assert lab3.hosts[0].is_reachable()  # the running lab was not touched
 
 
-def test_sshd_failure_is_reported_with_its_log(tmp_path):
+def test_sshd_failure_is_reported_with_its_log(tmp_path, monkeypatch):
     lab = TestHostLab(1, workdir=tmp_path, **OTHER)
     orig = lab._write_sshd_config
 
@@ -280,7 +288,7 @@ def test_sshd_failure_is_reported_with_its_log(tmp_path):
         with open(st.dir / "sshd_config", "a") as f:
             f.write("NoSuchSshdOption yes\n")
 
-    lab._write_sshd_config = broken
+    monkeypatch.setattr(lab, "_write_sshd_config", broken)
     with pytest.raises(LabError, match="(?s)sshd exited.*NoSuchSshdOption"):
         lab.start()
     assert not any(n.startswith("tfctl-tx-") for n in _netns_names())
@@ -289,7 +297,7 @@ def test_sshd_failure_is_reported_with_its_log(tmp_path):
 
 def test_require_netns_skips_or_fails(monkeypatch):
     assert skip_reason() is None  # the autouse fixture let us get here
-    monkeypatch.setattr("netns_hosts.skip_reason", lambda: "no netns here")
+    monkeypatch.setattr("bench.netns_hosts.skip_reason", lambda: "no netns here")
     monkeypatch.delenv("TFCTL_REQUIRE_NETNS", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no netns here"):
         require_netns()

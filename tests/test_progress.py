@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, tfctl
 
+from tests.conftest import fake, free_ports, tfctl
 from tfctl.supervisor.marks import recent_marks
 from tfctl.supervisor.protocol import Mark, TaskState
 from tfctl.supervisor.timeline import Timeline, TimeNotes, times_path
@@ -231,6 +231,8 @@ jobs:
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     try:
+        # Deliberately 8 s: rates measured over seconds of steps, and the chief's 2 s of steps
+        # followed by more than stall_timeout (4 s) of none.
         time.sleep(8)
         shot = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)
         assert shot["run"]["state"] == "running", shot["run"]["reason"]

@@ -17,19 +17,19 @@ import subprocess
 import sys
 import termios
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import fake, free_ports, port_listening, tfctl
 
+from bench.waiting import WaitTimeout, wait_until
+from tests.conftest import fake, free_ports, port_listening, tfctl
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
 from tfctl.config.loader import load_config, parse_config
 from tfctl.controller import up
 from tfctl.errors import ConfigError, UsageError
-from tfctl.runs.record import RunRecord
+from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import live_pids, proc_cmdline
 from tfctl.supervisor.protocol import RunState
@@ -61,6 +61,11 @@ def stored_run(tmp_path: Path, text: str | None = None) -> tuple[Path, RunRecord
 # -- task names ---------------------------------------------------------------------------------
 
 
+def cwd_of(task: TaskSpec) -> Path:
+    assert task.cwd is not None  # every task of stored_run has one
+    return Path(task.cwd)
+
+
 def test_a_task_is_named_by_job_and_index_or_by_a_job_with_one_task(tmp_path, home):
     _, record = stored_run(tmp_path)
     assert select_task(record, "worker:1").name == "worker:1"
@@ -83,7 +88,7 @@ def test_the_command_line_quotes_every_value_and_each_word_of_the_command(tmp_pa
     out = subprocess.run(["/bin/sh", "-c", line + ' && printf "%s|%s" "$WEIRD" "$PWD"'], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"$HOME|a  b|; touch pwned2|'|{task.env['WEIRD']}|{task.cwd}"
-    assert list(Path(task.cwd).iterdir()) == []  # no `pwned`: nothing ran that should not have
+    assert list(cwd_of(task).iterdir()) == []  # no `pwned`: nothing ran that should not have
     assert task_command(task, None).endswith('exec "${SHELL:-/bin/sh}"')
     assert "TFCTL_RUN_ID" not in line  # the user's processes are not the run's: `down` leaves them alone
 
@@ -157,7 +162,7 @@ def test_exec_runs_in_the_tasks_directory_with_its_environment_and_passes_the_ex
     assert done.stderr == "oops\n"
     builtin = tfctl("-f", str(path), "exec", "ps", "exit", "4", home=home)  # a builtin, without `--`
     assert builtin.returncode == 4
-    assert not (Path(task.cwd) / "pwned").exists()
+    assert not (cwd_of(task) / "pwned").exists()
 
 
 def fed(args: list[str], home: Path, text: str) -> subprocess.CompletedProcess:
@@ -196,7 +201,7 @@ def test_exec_streams_output_while_the_command_runs(tmp_path, home):
         assert proc.stdout is not None and proc.stderr is not None
         assert readline(proc.stdout, 30) == "first\n"  # while the command still waits for `go`
         assert readline(proc.stderr, 30) == "first-err\n"
-        (Path(record.task("worker:0").cwd) / "go").touch()
+        (cwd_of(record.task("worker:0")) / "go").touch()
         assert proc.stdout.read() == "second\n"
         assert proc.wait(30) == 0
     finally:
@@ -424,10 +429,19 @@ class Terminal:
     def expect(self, pattern: str, timeout: float = 30) -> None:
         """Wait for output matching `pattern` after what earlier calls matched, and move past it
         (output may arrive in any chunks: a reply and the next prompt together, or apart)."""
-        deadline = time.monotonic() + timeout
-        while not (found := re.compile(pattern.encode()).search(self.output, self.seen)):
-            assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}"
-            self._read(0.2)
+        regex = re.compile(pattern.encode())
+
+        def match() -> re.Match[bytes] | None:
+            found = regex.search(self.output, self.seen)
+            if found is None:
+                self._read(0.2)  # up to 0.2 s for more output
+            return found
+
+        try:
+            found = wait_until(match, timeout, f"output matching {pattern!r}", interval=0)
+        except WaitTimeout:
+            raise AssertionError(f"no {pattern!r} within {timeout}s in {self.output[self.seen :]!r}") from None
+        assert found is not None
         self.seen = found.end()
 
     def prompt(self) -> None:
@@ -436,10 +450,17 @@ class Terminal:
 
     def finish(self, timeout: float = 30) -> int:
         """The exit code, once the CLI has ended and everything it wrote was read."""
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            assert time.monotonic() < deadline, f"still running after {timeout}s: {self.output!r}"
-            self._read(0.2)
+
+        def ended() -> bool:
+            if self.proc.poll() is not None:
+                return True
+            self._read(0.2)  # up to 0.2 s for more output
+            return False
+
+        try:
+            wait_until(ended, timeout, "the CLI ending", interval=0)
+        except WaitTimeout:
+            raise AssertionError(f"still running after {timeout}s: {self.output!r}") from None
         while self._read(0.2):
             pass
         assert termios.tcgetattr(self.slave) == self.modes, "the terminal's modes were not restored"

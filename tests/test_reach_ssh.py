@@ -1,5 +1,5 @@
 """`tfctl exec`, `tfctl ssh` and `tfctl tensorboard` on simulated SSH hosts (real sshd in network
-namespaces, tests/netns_hosts.py), against a run that has ended: the record still knows each
+namespaces, bench/netns_hosts.py), against a run that has ended: the record still knows each
 task's host, directory and environment, and the synced workdir stays on the hosts.
 
 The lab has its own prefix, bridge and subnet, so it runs beside the other modules' labs.
@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import free_ports, port_listening, tfctl
-from netns_hosts import make_lab_fixture
-from test_reach import NO_TENSORBOARD, Terminal, fed, fetch, find_tensorboard_python, start_tensorboard
-from test_ssh_cluster import PORT, no_leftovers, wait_until, write_cluster
 
+from bench.netns_hosts import make_lab_fixture
+from bench.waiting import wait_until
+from tests.conftest import free_ports, port_listening, tfctl
+from tests.test_reach import NO_TENSORBOARD, Terminal, fed, fetch, find_tensorboard_python, start_tensorboard
+from tests.test_ssh_cluster import PORT, no_leftovers, write_cluster
 from tfctl.supervisor.procfs import proc_cmdline
 
 __all__ = ["no_leftovers"]  # a fixture: imported to be used here
@@ -83,8 +84,8 @@ def test_exec_runs_on_the_tasks_host_in_its_directory_with_its_environment(finis
     args = ["-f", str(finished.cluster), "exec", "worker:0", "--", "sh", "-c", "cat; hostname"]
     copied = fed(args, finished.home, "piped\n")
     assert (copied.returncode, copied.stdout) == (0, "piped\ntfh1\n")
-    script = fed(["-f", str(finished.cluster), "ssh", "worker:0"], finished.home, "hostname\nexit 6\n")
-    assert (script.returncode, script.stdout) == (6, "tfh1\n")
+    typed = fed(["-f", str(finished.cluster), "ssh", "worker:0"], finished.home, "hostname\nexit 6\n")
+    assert (typed.returncode, typed.stdout) == (6, "tfh1\n")
 
 
 def test_ssh_gives_a_terminal_sized_like_ours_and_passes_the_shells_exit_code(finished, lab, no_leftovers):
@@ -96,6 +97,8 @@ def test_ssh_gives_a_terminal_sized_like_ours_and_passes_the_shells_exit_code(fi
         term.expect(r"\r30 100\r\n")
         term.prompt()
         term.resize(40, 120)  # SIGWINCH to tfctl, which tells the remote terminal
+        # Deliberately 1 s for that to arrive: only a command run there could see the new size,
+        # and each try would add to the output this test reads.
         time.sleep(1)
         term.send("stty size\n")
         term.expect(r"\r40 120\r\n")

@@ -38,7 +38,7 @@ def test_equality_hash_repr_and_replace() -> None:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Point(), lambda: Point(1, 2, [], 4), lambda: Point(1, z=3), lambda: Point(1, x=1)],  # type: ignore[call-arg]
+    [lambda: Point(), lambda: Point(1, 2, [], 4), lambda: Point(1, z=3), lambda: Point(1, x=1)],  # type: ignore[call-arg, misc]
 )
 def test_wrong_arguments_are_type_errors(make: Callable[[], Point]) -> None:
     with pytest.raises(TypeError):
@@ -50,7 +50,7 @@ def test_records_are_frozen() -> None:
     with pytest.raises(AttributeError, match="frozen"):
         p.x = 2  # type: ignore[misc]
     with pytest.raises(AttributeError, match="frozen"):
-        del p.x  # type: ignore[misc]
+        del p.x
 
 
 @record

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import fake, free_ports, tfctl
-from test_cli_localhost import latest_run, write_cluster
 
+from bench.waiting import wait_until
+from tests.conftest import fake, free_ports, tfctl
+from tests.test_cli_localhost import latest_run, write_cluster
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import load_config
 from tfctl.controller.plan import make_plan
@@ -42,13 +43,12 @@ def once_then(first: str, then: str, marker: Path) -> str:
 
 
 def wait_state(agent: HostAgent, run: str, states: tuple[TaskState, ...], timeout: float = 20) -> TaskInfo:
-    deadline = time.monotonic() + timeout
-    while True:
-        info = agent.call(StatusRequest(run, {"worker:1": 0})).tasks["worker:1"]
-        if info.state in states:
-            return info
-        assert time.monotonic() < deadline, f"still {info.state.value}"
-        time.sleep(0.05)
+    return wait_until(
+        lambda: agent.call(StatusRequest(run, {"worker:1": 0})).tasks["worker:1"],
+        timeout,
+        f"worker:1 of {run} in {[s.value for s in states]}",
+        until=lambda info: info.state in states,
+    )
 
 
 def start(agent: HostAgent, run: str, command: str, rule: RestartRule) -> None:

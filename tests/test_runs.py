@@ -292,6 +292,11 @@ def test_save_overwrites(store: RunStore) -> None:
 # --- all, latest ---------------------------------------------------------------------------------
 
 
+def latest_id(store: RunStore, cluster_file: Path) -> str | None:
+    found = store.latest(cluster_file)
+    return None if found is None else found.run_id
+
+
 def test_latest_is_the_newest_run_of_the_same_cluster_file_only(
     store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,14 +307,14 @@ def test_latest_is_the_newest_run_of_the_same_cluster_file_only(
     b_newest = record("mnist-20261122-183210-8888", str(b.resolve()), created_at=300.0)
     for r in (a_new, b_newest, a_old):
         store.save(r)
-    assert store.latest(a).run_id == a_new.run_id
-    assert store.latest(b).run_id == b_newest.run_id
+    assert latest_id(store, a) == a_new.run_id
+    assert latest_id(store, b) == b_newest.run_id
     assert store.latest(tmp_path / "c" / "cluster.yaml") is None
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     monkeypatch.chdir(tmp_path / "a")
-    assert store.latest(Path("cluster.yaml")).run_id == a_new.run_id  # relative path: same file
-    assert store.latest(Path("../b/./cluster.yaml")).run_id == b_newest.run_id
+    assert latest_id(store, Path("cluster.yaml")) == a_new.run_id  # relative path: same file
+    assert latest_id(store, Path("../b/./cluster.yaml")) == b_newest.run_id
 
 
 def test_latest_of_an_empty_store_is_none(store: RunStore, tmp_path: Path) -> None:
@@ -359,7 +364,7 @@ def test_all_skips_a_run_json_with_a_non_numeric_created_at(store: RunStore, cre
     data["created_at"] = created_at
     (bad / "run.json").write_text(json.dumps(data))
     assert [r.run_id for r in store.all()] == ["m-1", "m-2"]
-    assert store.latest(Path("/srv/a/cluster.yaml")).run_id == "m-2"
+    assert latest_id(store, Path("/srv/a/cluster.yaml")) == "m-2"
 
 
 def test_load_of_a_corrupt_run_is_a_tfctl_error(store: RunStore) -> None:

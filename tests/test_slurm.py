@@ -1,4 +1,4 @@
-"""`backend: slurm`: decisions with a fake Slurm, then whole runs on a real one (`slurm_lab.py`)."""
+"""`backend: slurm`: decisions with a fake Slurm, then whole runs on a real one (`bench/slurm_lab.py`)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import importlib.util
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
-from netns_hosts import require_netns
-from slurm_lab import SlurmLab, missing_binaries
 
+from bench.netns_hosts import require_netns
+from bench.slurm_lab import SlurmLab, missing_binaries
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
 from tfctl.backends.slurm.allocation import SlurmError, sbatch_argv, submit, wait_running
 from tfctl.backends.slurm.placement import place, step_options
 from tfctl.config.loader import parse_config
@@ -198,19 +198,17 @@ def test_slurm_ending_the_job_fails_the_run_with_slurms_reason(slurm, tmp_path, 
     run_id = up.stdout.strip()
     (job,) = slurm.jobs()
     slurm.run(["scancel", job])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        run = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"]
-        if run["state"] != "running":
-            break
-        time.sleep(0.5)
+    run = wait_until(
+        lambda: json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"],
+        30,
+        "the run's end",
+        until=lambda run: run["state"] != "running",
+        interval=0.5,
+    )
     assert run["state"] == "failed"
     assert run["reason"] == f"Slurm ended job {job}: CANCELLED"
     assert slurm.jobs() == []
-    deadline = time.monotonic() + 10
-    while run_processes(slurm, run_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert run_processes(slurm, run_id) == []
+    wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
 
 
 @pytest.mark.netns
@@ -221,10 +219,10 @@ def test_inside_an_allocation_the_run_uses_it_and_leaves_it_to_its_owner(slurm, 
     )
     job = holder.stdout.strip()
     try:
-        deadline = time.monotonic() + 20
-        while slurm.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
-            assert time.monotonic() < deadline, "the holder job never started"
-            time.sleep(0.2)
+        holder_state = ["squeue", "-h", "-j", job, "-o", "%T"]
+        wait_until(
+            lambda: slurm.run(holder_state).stdout.strip() == "RUNNING", 20, "the holder job running", interval=0.2
+        )
         cluster = tmp_path / "cluster.yaml"
         cluster.write_text(fake_file(sleep=0))
         up = tfctl("-f", str(cluster), "up", home=home, timeout=120, env={**slurm.env(), "SLURM_JOB_ID": job})

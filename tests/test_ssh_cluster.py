@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, read_rest, tfctl
-from netns_hosts import TestHost, TestHostLab, require_netns
 
+from bench.netns_hosts import TestHost, TestHostLab, require_netns
+from bench.waiting import WaitTimeout, wait_until
+from tests.conftest import FAKE_TASK, REPO, read_rest, tfctl, wait_for_line
 from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns
@@ -141,18 +142,19 @@ JOBS = f"""  ps: [tfh0:{PORT}]
 def no_leftovers(lab):
     """After the test, nothing carrying a tfctl marker runs on any lab host."""
     yield
-    deadline = time.monotonic() + 5
-    left: dict = {}
-    while time.monotonic() < deadline:
-        left = {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in lab.hosts}
-        left = {k: v for k, v in left.items() if v}
-        if not left:
-            return
-        time.sleep(0.1)
-    for pids in left.values():
-        for pid in pids:
-            os.kill(pid, 9)
-    pytest.fail(f"processes left on lab hosts: {left}")
+
+    def left() -> dict[str, list[int]]:
+        found = {h.name: [p for p in h.pids() if proc_env_markers(p)[0]] for h in lab.hosts}
+        return {k: v for k, v in found.items() if v}
+
+    try:
+        wait_until(left, 5, "no tfctl process on the lab hosts", until=lambda found: not found, interval=0.1)
+    except WaitTimeout as late:
+        assert isinstance(late.last, dict)
+        for pids in late.last.values():
+            for pid in pids:
+                os.kill(pid, 9)
+        pytest.fail(f"processes left on lab hosts: {late.last}")
 
 
 @homes(OWN, SHARED)
@@ -174,11 +176,13 @@ def test_detached_up_status_down_over_ssh_with_sigterm_ignoring_workers(tmp_path
         ("worker:0", "tfh1", "running"),
         ("worker:1", "tfh2", "running"),
     ]
-    deadline = time.monotonic() + 15
-    while not all(t["listening"] for t in tasks) and time.monotonic() < deadline:
-        time.sleep(0.3)
-        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
-    assert all(t["listening"] for t in tasks)
+    wait_until(
+        lambda: json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"],
+        15,
+        "every task listening",
+        until=lambda tasks: all(t["listening"] for t in tasks),
+        interval=0.3,
+    )
     # Each task ran on its own host, in the synced copy, and saw the cluster through TF_CONFIG.
     logs = tfctl("-f", str(cluster), "logs", home=home).stdout
     assert '"task":{"type":"worker","index":1}' in logs
@@ -258,16 +262,17 @@ def test_every_host_keeps_its_own_state_whether_or_not_homes_are_shared(
 
         # logs: every task's lines
         want = [(task, f"{task.replace(':', '')} line {i}") for task in expected for i in range(3)]
-        deadline = time.monotonic() + 15
-        while True:
+
+        def logs_and_missing() -> tuple[subprocess.CompletedProcess, list[tuple[str, str]]]:
             logs = tfctl("-f", str(cluster), "logs", home=home)
             parts = (line.partition("]") for line in logs.stdout.splitlines())  # "[ps:0]     ps0 line 0"
             seen = {(label.lstrip("["), text.strip()) for label, _, text in parts}
-            missing = [(task, text) for task, text in want if (task, text) not in seen]
-            if not missing or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert logs.returncode == 0 and missing == [], logs.stdout + logs.stderr
+            return logs, [(task, text) for task, text in want if (task, text) not in seen]
+
+        logs, _ = wait_until(
+            logs_and_missing, 15, "every task's lines in `logs`", until=lambda got: not got[1], interval=0.3
+        )
+        assert logs.returncode == 0, logs.stdout + logs.stderr
         for task, host_name in expected.items():
             assert "line 2" in (host_task_dir(lab.host(host_name), run_id, task) / "output.log").read_text()
     except BaseException:
@@ -329,13 +334,6 @@ def test_setup_runs_once_per_workdir_so_hosts_sharing_a_home_never_install_at_on
     assert run_pids(lab, run_id) == {}
 
 
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
-        time.sleep(0.2)
-
-
 @homes(OWN, SHARED)
 def test_each_host_stops_the_tasks_of_a_killed_attached_up_once_its_lease_ran_out(tmp_path, home, lab, no_leftovers):
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
@@ -349,20 +347,18 @@ def test_each_host_stops_the_tasks_of_a_killed_attached_up_once_its_lease_ran_ou
     )
     try:
         assert up.stderr is not None
-        deadline = time.monotonic() + 60
-        while "following" not in (up.stderr.readline() or "") and time.monotonic() < deadline:
-            pass
+        wait_for_line(up.stderr, "following", 60)
         run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-        time.sleep(3)  # a live controller keeps its lease
+        time.sleep(3)  # deliberately past the 2 s lease: a live controller renews it, nothing stops
         assert sorted(run_pids(lab, run_id)) == ["tfh0", "tfh1", "tfh2"]
     finally:
         up.kill()
         up.wait()
-    wait_until(lambda: run_pids(lab, run_id) == {}, 15, "every host stopping its tasks")
+    wait_until(lambda: run_pids(lab, run_id) == {}, 15, "every host stopping its tasks", interval=0.2)
     status = tfctl("-f", str(cluster), "status", "--json", home=home)
     assert "a new watcher" in status.stderr
     assert all("no controller for" in t["stop_reason"] for t in json.loads(status.stdout)["tasks"])
-    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "stopped", 20, "run end")
+    wait_until(lambda: runs(home)[-1]["state"] == "stopped", 20, "run end", interval=0.2)
 
 
 @homes(OWN, SHARED)
@@ -377,11 +373,11 @@ def test_a_detached_runs_ps_stops_on_its_host_when_the_job_ends_without_any_tfct
     run_id = up.stdout.strip()
     watcher = json.loads((home / "runs" / run_id / "run.json").read_text())["watcher"]
     os.kill(watcher["pid"], 9)  # the laptop is gone; the ps on tfh0 probes the workers itself
-    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the ps stopping on its host")
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the ps stopping on its host", interval=0.2)
     status = tfctl("-f", str(cluster), "status", "--json", home=home)
     ps = {t["task"]: t for t in json.loads(status.stdout)["tasks"]}["ps:0"]
     assert ps["state"] == "stopped" and "worker:0 gone" in ps["stop_reason"]
-    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "succeeded", 20, "end")
+    wait_until(lambda: runs(home)[-1]["state"] == "succeeded", 20, "end", interval=0.2)
 
 
 @homes(OWN)
@@ -398,7 +394,7 @@ def test_a_host_gone_silent_fails_the_run_after_host_timeout_and_down_cleans_it_
     tfh2.set_link(False)
     try:
         began = time.monotonic()
-        wait_until(lambda: runs(home)[-1]["state"] == "failed", 60, "the run failing")
+        wait_until(lambda: runs(home)[-1]["state"] == "failed", 60, "the run failing", interval=0.2)
         assert time.monotonic() - began >= 4
         assert runs(home)[-1]["reason"].startswith("lost contact with tfh2 for 4s (host_timeout)")
         status = tfctl("-f", str(cluster), "status", "--json", home=home)
@@ -567,7 +563,7 @@ def test_logs_follow_resumes_after_the_link_drops_without_loss_or_repeats(tmp_pa
     assert follower.stdout is not None
     assert follower.stdout.readline().startswith("[worker:0] tick 0")
     lab.host("tfh1").set_link(False)
-    time.sleep(4)  # longer than the keepalive-based timeout: the stream notices and reconnects
+    time.sleep(4)  # deliberately down longer than the keepalive-based timeout: the stream notices, reconnects
     lab.host("tfh1").set_link(True)
     out = read_rest(follower, timeout=60)  # not communicate(): it would drop what readline() buffered
     ticks = ["[worker:0] tick 0"] + [line for line in out.splitlines() if "tick" in line]

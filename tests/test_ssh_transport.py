@@ -1,4 +1,4 @@
-"""SSHTransport against real OpenSSH servers: the simulated hosts of tests/netns_hosts.py.
+"""SSHTransport against real OpenSSH servers: the simulated hosts of bench/netns_hosts.py.
 
 No mocks: every test talks to an sshd in its own network namespace. The lab uses its own
 prefix/bridge/subnet so it can run while other test modules hold the default lab.
@@ -18,9 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from netns_hosts import SSHD, TestHost, make_lab_fixture
 
+from bench.netns_hosts import SSHD, TestHost, make_lab_fixture
+from bench.waiting import wait_until
+from tests.conftest import free_ports
 from tfctl.errors import HostError
+from tfctl.transport import ssh
 from tfctl.transport.base import Stream, Transport
 from tfctl.transport.ssh import SSHStream, SSHTransport
 
@@ -139,19 +142,18 @@ def test_stream_sends_remote_stderr_to_the_sink(make, capfd):
     got: list[str] = []
     s = make("tfh1", stderr_sink=got.append).stream("echo out; echo 'é err' >&2; sleep 0.5")
     assert list(s.lines()) == ["out"]
-    deadline = time.monotonic() + 2
-    while "".join(got) != "é err\n" and time.monotonic() < deadline:  # copied by its own thread
-        time.sleep(0.05)
-    assert "".join(got) == "é err\n"
+    # copied by its own thread
+    wait_until(lambda: "".join(got), 2, "the remote stderr at the sink", until=lambda text: text == "é err\n")
     assert "err" not in capfd.readouterr().err
     s = make("tfh1").stream("echo default >&2")  # the default sink: our stderr, as before
     assert list(s.lines()) == []
-    deadline = time.monotonic() + 2
-    err = ""
-    while "default" not in err and time.monotonic() < deadline:
-        time.sleep(0.05)
-        err += capfd.readouterr().err
-    assert "default\n" in err
+    err: list[str] = []
+
+    def our_stderr() -> str:
+        err.append(capfd.readouterr().err)
+        return "".join(err)
+
+    wait_until(our_stderr, 2, "the remote stderr on ours", until=lambda text: "default\n" in text)
 
 
 @pytest.mark.netns
@@ -225,7 +227,7 @@ def test_late_stdin_eof_keeps_the_connection(make, monkeypatch, stdin):
     def late_eof(message) -> None:
         late = message.asbytes()[0] == 96 and threading.current_thread() is not connection  # CHANNEL_EOF
         if late:
-            time.sleep(0.5)
+            time.sleep(0.5)  # deliberately: the EOF goes out well after the command has exited
         send(message)
         if late:
             eof_sent.set()
@@ -233,7 +235,7 @@ def test_late_stdin_eof_keeps_the_connection(make, monkeypatch, stdin):
     monkeypatch.setattr(connection, "_send_user_message", late_eof)
     assert t.run("echo quick", stdin=stdin).stdout == "quick\n"
     assert eof_sent.wait(5)
-    time.sleep(0.2)  # the server's answer to a stray EOF would be to disconnect at once
+    time.sleep(0.2)  # deliberately: the server's answer to a stray EOF would be to disconnect at once
     assert t.run("echo $SSH_CONNECTION").stdout == before  # the same connection, still up
 
 
@@ -270,7 +272,8 @@ def test_unknown_host_key_is_refused_by_default(make, lab, tmp_path, tfctl_home)
     msg = str(err.value)
     assert msg.startswith("tfh1: unknown host key for 10.77.7.11 (ssh-ed25519 ")
     assert fingerprint(host_pub(lab.hosts[1])) in msg
-    assert "--accept-new-host-keys" in err.value.hint and "ssh-keyscan 10.77.7.11" in err.value.hint
+    hint = err.value.hint or ""
+    assert "--accept-new-host-keys" in hint and "ssh-keyscan 10.77.7.11" in hint
     assert not (tfctl_home / "known_hosts").exists()
 
 
@@ -302,7 +305,7 @@ def test_changed_host_key_is_fatal_even_with_accept_new(make, lab, tmp_path, tfc
     msg = str(err.value)
     assert msg.startswith("tfh1: host key for 10.77.7.11 has CHANGED")
     assert fingerprint(host_pub(lab.hosts[0])) in msg and fingerprint(host_pub(lab.hosts[1])) in msg
-    assert "ssh-keygen -R '10.77.7.11'" in err.value.hint
+    assert "ssh-keygen -R '10.77.7.11'" in (err.value.hint or "")
     assert not (tfctl_home / "known_hosts").exists()  # nothing pinned
 
 
@@ -359,7 +362,8 @@ def test_auth_failure_names_user_host_and_keys_tried(make, lab, tmp_path, monkey
     msg = str(err.value)
     assert "root@tfh0 (10.77.7.10) refused authentication" in msg
     assert "ssh-agent (0 keys)" in msg and str(stranger) in msg
-    assert "authorized_keys" in err.value.hint and "ssh-copy-id" in err.value.hint
+    hint = err.value.hint or ""
+    assert "authorized_keys" in hint and "ssh-copy-id" in hint
 
 
 @pytest.mark.netns
@@ -368,10 +372,7 @@ def test_keys_from_ssh_agent_are_used(make, lab, tmp_path, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            if sock.exists():
-                break
-            time.sleep(0.05)
+        wait_until(sock.exists, 5, "ssh-agent's socket")
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         subprocess.run(["ssh-add", "-q", str(lab.client_key)], env=env, check=True, capture_output=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
@@ -438,10 +439,14 @@ def start_hidden_sshd(host: TestHost, address: str, workdir: Path) -> subprocess
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 10
-    while b"Server listening on" not in log.read_bytes():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.02)
+
+    def log_so_far() -> bytes:
+        text = log.read_bytes()
+        assert b"Server listening on" in text or proc.poll() is None, text.decode(errors="replace")
+        return text
+
+    listening = f"the sshd on {address} listening"
+    wait_until(log_so_far, 10, listening, until=lambda text: b"Server listening on" in text, interval=0.02)
     return proc
 
 
@@ -594,6 +599,27 @@ def test_trace_has_one_connect_per_connection_and_a_span_per_command(make, tmp_p
     assert {e["host"] for e in events} == {"tfh0"} and events[1]["command"] == "true"
     assert events[0]["start"] >= events[1]["start"]  # the handshake happens inside the first command
     assert events[3]["path"] == "~/traced/file" and events[3]["bytes"] == 1
+
+
+@pytest.mark.netns
+def test_connect_makes_the_connection_the_next_command_uses(make, tmp_path, monkeypatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("TFCTL_TRACE", str(path))
+    t = make("tfh0")
+    ssh.connect(t)
+    ssh.connect(t)  # connected already: nothing to do
+    assert t.run("true").ok
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
+        "transport.connect",
+        "transport.run",
+    ]
+
+
+def test_connect_fails_as_a_command_would(tmp_path):
+    port = free_ports(1)[0]  # nothing listens there
+    t = SSHTransport("nowhere", destination="127.0.0.1", port=port, ssh_config_path=tmp_path / "no-config")
+    with pytest.raises(HostError, match=f"127.0.0.1:{port}\\): connection refused"):
+        ssh.connect(t)
 
 
 # -- the interface ----------------------------------------------------------------------------

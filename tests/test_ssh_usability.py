@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tfctl
-from netns_hosts import TestHost, make_lab_fixture
 
+from bench.netns_hosts import TestHost, make_lab_fixture
+from tests.conftest import tfctl
 from tfctl.errors import HostError
 from tfctl.supervisor.procfs import proc_env_markers
 from tfctl.transport.proxy import proxy_command

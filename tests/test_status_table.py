@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
-from fakes import record_of
 from rich.console import Console
 
+from tests.fakes import record_of
 from tfctl.cluster.supervisors import TaskStatus
 from tfctl.controller.status_view import Snapshot, status_table
 from tfctl.supervisor.protocol import TaskState

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import FAKE_TASK, free_ports
 
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, free_ports
 from tfctl.cluster.agent import HostAgent
 from tfctl.errors import HostError
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.monitor import exec_form
-from tfctl.supervisor.procfs import proc_stat
+from tfctl.supervisor.procfs import proc_env_markers, proc_stat
 from tfctl.supervisor.protocol import (
     FollowEvent,
     FollowRequest,
@@ -60,13 +61,20 @@ def status(agent: HostAgent, run: str, tasks: dict[str, int]) -> dict[str, TaskI
 
 
 def wait_state(agent: HostAgent, run: str, task: str, states: tuple[TaskState, ...], timeout: float = 15) -> TaskInfo:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = status(agent, run, {task: 0})[task]
-        if info.state in states:
-            return info
-        time.sleep(0.05)
-    raise AssertionError(f"{task} never reached {states}: {info}")
+    return wait_until(
+        lambda: status(agent, run, {task: 0})[task],
+        timeout,
+        f"{task} reaching {[s.value for s in states]}",
+        until=lambda info: info.state in states,
+    )
+
+
+def ignores(pid: int, sig: int) -> bool:
+    """The process ignores `sig` (the SigIgn mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
 
 
 def alive(pid: int) -> bool:
@@ -120,7 +128,9 @@ def test_command_that_cannot_start_is_failed(agent: HostAgent) -> None:
 def test_stop_escalates_to_sigkill_for_a_task_ignoring_sigterm(agent: HostAgent) -> None:
     info = start(agent, "r4", "worker:0", f"{PY} {FAKE_TASK} --ignore-term --sleep -1")
     wait_state(agent, "r4", "worker:0", (TaskState.RUNNING,))
-    time.sleep(0.3)  # let it install its SIGTERM handler
+    pid = info.pid
+    assert pid is not None
+    wait_until(lambda: ignores(pid, signal.SIGTERM), 10, "the task ignoring SIGTERM")
     began = time.monotonic()
     report = agent.call(StopRequest("r4", 0.5))
     assert time.monotonic() - began >= 0.5  # it waited the grace period before SIGKILL
@@ -133,22 +143,23 @@ def test_stop_escalates_to_sigkill_for_a_task_ignoring_sigterm(agent: HostAgent)
 def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> None:
     start(agent, "r5", "worker:0", f"{PY} {FAKE_TASK} --fork 2 --setsid-child --sleep -1")
     wait_state(agent, "r5", "worker:0", (TaskState.RUNNING,))
-    deadline = time.monotonic() + 10
-    mine: list[int] = []
-    groups: set[int] = set()
-    from conftest import marked_processes
+    from tests.conftest import marked_processes
 
+    def mine_and_groups() -> tuple[list[int], set[int]]:
+        mine = [p for p, (_, run) in marked_processes().items() if run == "r5"]
+        return mine, {stat["pgid"] for stat in map(proc_stat, mine) if stat}
+
+    mine: list[int] = []
     try:
         # The escaped child carries the marker from its fork on, and calls setsid() a moment
-        # later (before its exec): wait for both.
-        while time.monotonic() < deadline:
-            mine = [p for p, (_, run) in marked_processes().items() if run == "r5"]
-            groups = {stat["pgid"] for stat in map(proc_stat, mine) if stat}
-            if len(mine) == 4 and len(groups) == 2:
-                break
-            time.sleep(0.05)
-        assert len(mine) == 4, mine  # the task, two children in its group, one in its own session
-        assert len(groups) == 2
+        # later (before its exec): wait for both. The task, two children in its group, one in
+        # its own session.
+        mine, _groups = wait_until(
+            mine_and_groups,
+            10,
+            "4 processes in 2 process groups",
+            until=lambda found: len(found[0]) == 4 and len(found[1]) == 2,
+        )
     finally:
         report = agent.call(StopRequest("r5", 2))
     assert report.processes == 4 and report.remaining == []
@@ -160,12 +171,9 @@ def test_children_left_behind_by_a_finished_task_are_cleaned_up(agent: HostAgent
     start(agent, "r6", "worker:0", f"{PY} {FAKE_TASK} --fork 1 --sleep 0.5", grace=0.5)
     info = wait_state(agent, "r6", "worker:0", (TaskState.SUCCEEDED,))
     assert info.exit_code == 0
-    from conftest import marked_processes
+    from tests.conftest import marked_processes
 
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(run == "r6" for _, run in marked_processes().values()):
-        time.sleep(0.05)
-    assert not any(run == "r6" for _, run in marked_processes().values())
+    wait_until(lambda: not any(run == "r6" for _, run in marked_processes().values()), 5, "the left child stopped")
 
 
 def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path) -> None:
@@ -176,6 +184,7 @@ def test_reused_pid_is_never_taken_for_the_task(agent: HostAgent, tmp_path: Path
         d.mkdir(parents=True)
         (d / "spec.json").write_text(json.dumps({"task": "ps:0", "command": "true"}))
         real = proc_stat(bystander.pid)
+        assert real is not None
         (d / "proc.json").write_text(
             json.dumps(
                 {
@@ -206,12 +215,12 @@ def test_status_reports_listening_only_for_the_tasks_own_socket(agent: HostAgent
     port, other = free_ports(2)
     start(agent, "r9", "ps:0", f"{PY} {FAKE_TASK} --port {port} --sleep -1")
     start(agent, "r9", "worker:0", f"{PY} {FAKE_TASK} --sleep -1")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        st = status(agent, "r9", {"ps:0": port, "worker:0": port})
-        if st["ps:0"].listening:
-            break
-        time.sleep(0.05)
+    st = wait_until(
+        lambda: status(agent, "r9", {"ps:0": port, "worker:0": port}),
+        10,
+        "the ps listening",
+        until=lambda st: st["ps:0"].listening,
+    )
     assert st["ps:0"].listening is True
     assert st["worker:0"].listening is False  # something listens on that port, but not this task
     ports = agent.call(PortsRequest([port, other])).ports
@@ -259,10 +268,8 @@ def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
         ),
     )
     log = Path(host_state(agent.root), "tasks", "r11", "worker-0", "output.log")
-    deadline = time.monotonic() + 10
-    while (not log.exists() or log.read_bytes() != b"abc") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert log.read_bytes() == b"abc"  # the follow below starts while the line is unfinished
+    # the follow below starts while the line is unfinished
+    wait_until(lambda: log.exists() and log.read_bytes() == b"abc", 10, "the unfinished line on disk", interval=0.02)
     chunks = [e.data for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if isinstance(e, LogChunk)]
     assert chunks[0] == b"abcdef\n"
     assert b"".join(chunks) == b"abcdef\ntail-no-newline"
@@ -285,7 +292,8 @@ def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
 
     orphan, live, foreign = marked("gone-run", "mine"), marked("live-run", "mine"), marked("their-run", "theirs")
     try:
-        time.sleep(0.2)
+        sleepers = (orphan, live, foreign)
+        wait_until(lambda: all(proc_env_markers(p.pid)[0] for p in sleepers), 5, "the sleepers carrying their markers")
         report = agent.call(SweepRequest(["live-run"], 1, "mine"))
         orphan.wait(timeout=5)
         assert report.runs == ["gone-run"]

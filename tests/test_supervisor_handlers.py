@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.waiting import wait_until
 from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
@@ -311,10 +312,10 @@ def test_a_listening_task_is_found_in_its_process_tree_without_reading_every_pro
     )
     shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{child}"; true'])  # the listener is a child
     try:
-        deadline = time.monotonic() + 10
-        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        port = int(ready.read_text())
+        written = wait_until(
+            lambda: ready.read_text() if ready.exists() else "", 10, "the listener's port", interval=0.02
+        )
+        port = int(written)
         st = procfs.proc_stat(shell.pid)
         assert st is not None
         proc = {"pid": shell.pid, "starttime": st["starttime"], "pgid": st["pgid"]}
@@ -337,7 +338,8 @@ def test_a_chunk_crosses_the_wire_byte_for_byte_even_cut_inside_a_character(tmp_
     raw = line.encode() + b"\n\xff\xfe not utf-8\n"
     write_log(tmp_path, "r", "worker:0", raw)
     events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0})))
-    assert len(events) == 2 and events[0].data == raw[: logs.CHUNK]  # cut mid-character
+    first = events[0]
+    assert len(events) == 2 and isinstance(first, p.LogChunk) and first.data == raw[: logs.CHUNK]  # cut mid-character
     received = [p.follow_event_from_wire(json.loads(json.dumps(p.follow_event_to_wire(e)))) for e in events]
     assert received == events
     assert b"".join(e.data for e in received if isinstance(e, p.LogChunk)) == raw
@@ -355,13 +357,18 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
     write_json(str(d / "proc.json"), {"pid": os.getpid(), "pgid": me["pgid"], "starttime": me["starttime"]})
     reads: list[float] = []
     real_state = logs.task_state
-    monkeypatch.setattr(logs, "task_state", lambda *a: reads.append(time.monotonic()) or real_state(*a))
+
+    def counted_state(*a):
+        reads.append(time.monotonic())
+        return real_state(*a)
+
+    monkeypatch.setattr(logs, "task_state", counted_state)
     events = logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
     assert next(events) == p.LogChunk("worker:0", 6, b"first\n")
     got: list[tuple[float, p.FollowEvent]] = []
     reader = threading.Thread(target=lambda: got.extend((time.monotonic(), e) for e in events), daemon=True)
     reader.start()
-    time.sleep(2.5)
+    time.sleep(2.5)  # deliberately: count the state reads of an idle follow over 2.5 s
     assert len(reads) <= 5  # polling every 0.01 s would read it 250 times
     written = time.monotonic()
     with open(d / "output.log", "ab") as f:

@@ -14,12 +14,12 @@ import os
 import re
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, no_warnings, tfctl
 
+from bench.waiting import wait_until
+from tests.conftest import REPO, free_ports, no_warnings, tfctl
 from tfctl.supervisor.procfs import live_pids, proc_env_markers
 from tfctl.tf.noise import NOISE
 
@@ -230,24 +230,29 @@ def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(
         return tfctl("logs", "--run", run_id, "worker:1", home=home).stdout
 
     trained = re.compile(r"step \d+ loss \S+ steps/s \S+ worker 1 ")
-    wait_until(lambda: trained.search(worker1_log()) is not None, 120, "worker:1 training")
+    wait_until(lambda: trained.search(worker1_log()) is not None, 120, "worker:1 training", interval=0.5)
     victims = [p for p in live_pids() if proc_env_markers(p) == (run_id, "worker:1")]
     assert victims
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     restarted = "tfctl: worker:1 was killed by signal 9; restart 1 of 2"
-    wait_until(lambda: trained.search(worker1_log().partition(restarted)[2]) is not None, 120, "worker:1 rejoining")
-    wait_until(lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] != "running", 240, "run end")
-    assert json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["state"] == "succeeded"
+    wait_until(
+        lambda: trained.search(worker1_log().partition(restarted)[2]) is not None,
+        120,
+        "worker:1 rejoining",
+        interval=0.5,
+    )
+    run = wait_until(
+        lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1],
+        240,
+        "run end",
+        until=lambda run: run["state"] != "running",
+        interval=0.5,
+    )
+    assert run["state"] == "succeeded"
     states = task_states(home)
     assert (states["worker:0"]["state"], states["worker:0"]["restarts"]) == ("succeeded", 0)
     assert states["worker:1"]["restarts"] == 1
     chief = tfctl("logs", "--run", run_id, "worker:0", home=home).stdout
-    assert re.search(r"final step (\d+)", chief) and int(re.search(r"final step (\d+)", chief).group(1)) >= 12000
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.5)
+    final = re.search(r"final step (\d+)", chief)
+    assert final and int(final.group(1)) >= 12000

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, tfctl
 
+from tests.conftest import REPO, free_ports, tfctl
 from tfctl.cluster.control import Phase
 from tfctl.config.loader import parse_config
 from tfctl.config.model import PLACEHOLDERS, ClusterConfig

@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl
+
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl, wait_for_line
 
 pytestmark = [
     pytest.mark.tf,
@@ -49,26 +50,31 @@ jobs:
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
-    deadline = time.monotonic() + 60
-    diagnosis = None
-    while time.monotonic() < deadline and diagnosis is None:
-        time.sleep(1)
+
+    def worker() -> dict:
         tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
-        worker = next(t for t in tasks if t["task"] == "worker:0")
-        if worker["state"] != "running":
-            break
-        diagnosis = worker["diagnosis"]
-    assert diagnosis is not None, tasks
+        return next(t for t in tasks if t["task"] == "worker:0")
+
+    seen = wait_until(
+        worker,
+        60,
+        "a diagnosis of worker:0",
+        until=lambda w: w["state"] != "running" or w["diagnosis"] is not None,
+        interval=1,
+    )
+    diagnosis = seen["diagnosis"] if seen["state"] == "running" else None
+    assert diagnosis is not None, seen
     assert diagnosis["kind"] == "waiting_for_peer" and diagnosis["peer"] == "ps:0"
     assert "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0" in diagnosis["evidence"]
     assert f"ps:0 (localhost:{ps_port}), but ps:0 exited with code 0 at" in diagnosis["cause"]
     # TF never gives up; tfctl's watcher does, naming the hang and its cause.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        record = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]
-        if record["state"] != "running":
-            break
-        time.sleep(1)
+    record = wait_until(
+        lambda: json.loads(tfctl("runs", "--json", home=home).stdout)[-1],
+        60,
+        "the run's end",
+        until=lambda record: record["state"] != "running",
+        interval=1,
+    )
     assert record["state"] == "failed", record
     assert "worker:0 has been stuck for over 20s" in record["reason"] and "ps:0" in record["reason"]
     assert run_left(run_id) == []
@@ -92,12 +98,9 @@ jobs:
         text=True,
         env={**os.environ, "TFCTL_HOME": str(home)},
     )
+    assert up.stdout is not None
     try:
-        deadline = time.monotonic() + 90
-        line = ""
-        while time.monotonic() < deadline and not line.startswith("[worker:0] step "):
-            line = up.stdout.readline()
-        assert line.startswith("[worker:0] step "), "training never started"
+        wait_for_line(up.stdout, "[worker:0] step ", 90)  # training started
         tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
         ps_pid = next(t["pid"] for t in tasks if t["task"] == "ps:0")
         os.kill(ps_pid, signal.SIGKILL)

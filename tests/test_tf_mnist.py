@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports, marked_processes, no_warnings, port_listening, tfctl
+
+from tests.conftest import REPO, free_ports, marked_processes, no_warnings, port_listening, tfctl
 
 pytestmark = [
     pytest.mark.tf,

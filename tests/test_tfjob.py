@@ -33,7 +33,13 @@ IMAGE = "registry.example/team/train:1.0"
 CLUSTER_FILES = sorted(
     [*ROOT.glob("templates/*/cluster.yaml"), *ROOT.glob("examples/*/cluster*.yaml"), ROOT / "cluster.yaml.example"]
 )
-TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number": (int, float)}
+TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "number": (int, float),
+}
 
 
 def schema_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:

@@ -4,18 +4,14 @@ reading of trace files (bench/tracefile.py, bench/report.py). Fast: no hosts, no
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench import report, tracefile
+from bench.lab import Sample
 from tfctl import trace
 from tfctl.transport.local import LocalTransport
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import report
-import tracefile
-from lab import Sample
 
 
 @pytest.fixture
@@ -164,7 +160,9 @@ def test_up_breakdown_cuts_at_progress_lines():
         (0.90, "[  0.6s] tfh1        ok: python 3.11"),
         (1.40, "[  1.1s] all 3 tasks running"),
     ]
-    steps = {name: (stamp, at, step) for name, stamp, at, step, _ in report.up_breakdown(lines, 2, 2.0)}
+    steps: dict[str, tuple[object, ...]] = {
+        name: (stamp, at, step) for name, stamp, at, step, _ in report.up_breakdown(lines, 2, 2.0)
+    }
     assert steps["tfctl started"] == (None, 0.30, 0.30)
     assert steps["all hosts connected"] == (0.6, 0.90, pytest.approx(0.60))
     assert steps["all running"] == (1.1, 1.40, pytest.approx(0.50))

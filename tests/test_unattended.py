@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import fake, free_ports, port_listening, tfctl
-from test_cli_localhost import latest_run, run_processes, write_cluster
-
+from bench.waiting import wait_until
+from tests.conftest import fake, free_ports, port_listening, tfctl, wait_for_line
+from tests.test_cli_localhost import latest_run, run_processes, write_cluster
 from tfctl.controller.watcher import is_running
 from tfctl.runs.store import RunStore
 
@@ -27,17 +27,10 @@ def statuses(cluster: Path, home: Path) -> dict[str, dict]:
     return {t["task"]: t for t in json.loads(result.stdout)["tasks"]}
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
-        time.sleep(0.2)
-
-
 def wait_run_ended(home: Path, run_id: str, timeout: float = 20):
     store = RunStore(home)
-    wait_for(lambda: not store.load(run_id).active, timeout, f"run {run_id} recorded as over")
-    return store.load(run_id)
+    over = f"run {run_id} recorded as over"
+    return wait_until(lambda: store.load(run_id), timeout, over, until=lambda r: not r.active, interval=0.2)
 
 
 def test_a_killed_attached_up_leaves_nothing_running_once_its_lease_runs_out(tmp_path: Path, home: Path) -> None:
@@ -58,18 +51,16 @@ def test_a_killed_attached_up_leaves_nothing_running_once_its_lease_runs_out(tmp
     )
     try:
         assert up.stderr is not None
-        deadline = time.monotonic() + 30
-        while "following" not in (up.stderr.readline() or "") and time.monotonic() < deadline:
-            pass
+        wait_for_line(up.stderr, "following", 30)
         run_id = latest_run(home)
         assert len(run_processes(run_id)) == 5
-        time.sleep(3)  # past one lease period: the live controller renews it
+        time.sleep(3)  # deliberately past one lease period: the live controller renews it, nothing stops
         assert len(run_processes(run_id)) == 5
     finally:
         up.kill()  # the laptop's lid closes
         up.wait()
     killed_at = time.monotonic()
-    wait_for(lambda: run_processes(run_id) == [], 10, "every task stopped by its host")
+    wait_until(lambda: run_processes(run_id) == [], 10, "every task stopped by its host", interval=0.2)
     assert time.monotonic() - killed_at >= 1.5  # not before the lease ran out
     assert not any(port_listening(p) for p in ports)
 
@@ -102,12 +93,12 @@ def test_with_its_watcher_killed_a_detached_run_trains_on_and_its_ps_stops_alone
     watcher = store.load(run_id).watcher
     assert watcher is not None and not watcher.attached
     os.kill(watcher.pid, signal.SIGKILL)
-    wait_for(lambda: not is_running(watcher), 5, "the watcher's death")
-    time.sleep(2)  # past the lease: a detached run has none, the workers go on
+    wait_until(lambda: not is_running(watcher), 5, "the watcher's death", interval=0.2)
+    time.sleep(2)  # deliberately past the lease: a detached run has none, the workers go on
     assert set(statuses_quiet(store, run_id)) == {"running"}
 
     # The workers finish; nothing of tfctl runs anywhere, yet the ps must not outlive them.
-    wait_for(lambda: run_processes(run_id) == [], 20, "the ps stopped by its host")
+    wait_until(lambda: run_processes(run_id) == [], 20, "the ps stopped by its host", interval=0.2)
     assert not any(port_listening(p) for p in ports)
 
     status = tfctl("status", "-f", str(cluster), home=home)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from fakes import FakeHost, Journal, TaskScript
-
-from fake_backend.settings import FakeSettings
-from fake_backend.transport import FakeSpec
+from tests.fake_backend.settings import FakeSettings
+from tests.fake_backend.transport import FakeSpec
+from tests.fakes import FakeHost, Journal, TaskScript
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.config.model import ClusterConfig

@@ -19,7 +19,7 @@ class FakeSpec(TransportSpec):
         raise HostError(host, "a fake host has no transport; its agent is in-process")
 
     def own_agent(self, host: str) -> Any:
-        from fake_backend.backend import LAB
+        from tests.fake_backend.backend import LAB
 
         return LAB.agent(host)
 

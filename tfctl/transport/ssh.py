@@ -569,6 +569,14 @@ class SSHTransport(Transport):
         )
 
 
+def connect(transport: SSHTransport) -> None:
+    """Connect `transport` now instead of at its first command: the handshake, host key check and
+    authentication, through every jump host; nothing if it is connected. Raises HostError as a
+    command would. For timing or checking the connection alone (bench/micro.py). A function, not
+    a method: every transport has the same methods, and the others have no connection to make."""
+    transport._transport()
+
+
 def _reading_stdin_to_the_end(command: str) -> str:
     """`command`, then a read of whatever it left of its stdin, before the session ends.
 

@@ -1,4 +1,4 @@
-"""Simulated hosts for SSH integration tests: real OpenSSH servers in network namespaces.
+"""Simulated hosts for SSH integration tests and benchmarks: real OpenSSH servers in network namespaces.
 
 Each simulated host is
 
@@ -27,17 +27,17 @@ per-host is kept in the shared one).
 
 Usage::
 
-    from netns_hosts import TestHostLab, skip_reason
+    from bench.netns_hosts import TestHostLab, skip_reason
     with TestHostLab(3, workdir=tmp_path) as lab:   # shared_home=True: one HOME for all hosts
         h0 = lab.hosts[0]                       # TestHost(name="tfh0", address="10.77.0.10", ...)
         subprocess.run(["ssh", "-F", lab.ssh_config, "tfh0", "hostname"])   # -> tfh0
         h0.exec(["ps", "-e"])                  # runs inside the host
         h0.set_link(False)                      # cable pulled
 
-pytest (e.g. in ``tests/conftest.py``; ``tests/`` is on ``sys.path`` under pytest's default
-``prepend`` import mode because it has no ``__init__.py``)::
+pytest (in a test module or ``tests/conftest.py``; pytest puts the repo root on ``sys.path``
+because ``tests/`` is a package)::
 
-    from netns_hosts import make_lab_fixture
+    from bench.netns_hosts import make_lab_fixture
     netns_lab = make_lab_fixture(3)          # session-scoped fixture named "netns_lab"
     netns_lab16 = make_lab_fixture(16, scope="module")
 
@@ -69,7 +69,9 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import IO, Iterable, Literal, Sequence
+
+from bench.waiting import WaitTimeout, wait_until
 
 __all__ = [
     "DEFAULT_BRIDGE",
@@ -173,12 +175,14 @@ def _kill_pids(pids: Iterable[int], timeout: float = 5.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + timeout
-    alive = [p for p in pids if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = [p for p in alive if _alive(p)]
-    return alive
+    try:
+        wait_until(
+            lambda: [p for p in pids if _alive(p)], timeout, "killed", until=lambda alive: not alive, interval=0.02
+        )
+    except WaitTimeout as late:
+        assert isinstance(late.last, list)
+        return late.last
+    return []
 
 
 def _children(pid: int) -> list[int]:
@@ -262,12 +266,16 @@ def _cleanup(prefix: str, bridge: str) -> dict[str, list]:
 
 
 def _wait_links_gone(names: Iterable[str], timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    left = [n for n in names if _link_exists(n)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = [n for n in left if _link_exists(n)]
-    return left
+    """Waits until none of the links exists; returns those still there after `timeout`."""
+    names = list(names)
+    try:
+        wait_until(
+            lambda: [n for n in names if _link_exists(n)], timeout, "gone", until=lambda left: not left, interval=0.02
+        )
+    except WaitTimeout as late:
+        assert isinstance(late.last, list)
+        return late.last
+    return []
 
 
 class _Lock:
@@ -280,19 +288,24 @@ class _Lock:
 
     def acquire(self, timeout: float) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def locked() -> bool:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LabError(
-                        f"another test host lab using this prefix is running ({self.path} is "
-                        f"locked); use a different prefix/bridge/subnet"
-                    ) from exc
-                time.sleep(0.1)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                return False
+            return True
+
+        try:
+            wait_until(locked, timeout, f"the lock on {self.path}", interval=0.1)
+        except (WaitTimeout, OSError) as exc:
+            os.close(fd)
+            raise LabError(
+                f"another test host lab using this prefix is running ({self.path} is "
+                f"locked); use a different prefix/bridge/subnet"
+            ) from exc
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -463,11 +476,11 @@ class TestHost:
 
     def wait_port(self, port: int | None = None, timeout: float = 10.0) -> None:
         """Wait until address:port accepts TCP from the root namespace (LabError on timeout)."""
-        deadline = time.monotonic() + timeout
-        while not self.is_reachable(port, timeout=0.3):
-            if time.monotonic() >= deadline:
-                raise LabError(f"{self.name} {self.address}:{port or self.sshd_port} not reachable after {timeout}s")
-            time.sleep(0.05)
+        where = f"{self.name} {self.address}:{port or self.sshd_port}"
+        try:
+            wait_until(lambda: self.is_reachable(port, timeout=0.3), timeout, f"{where} reachable")
+        except WaitTimeout:
+            raise LabError(f"{where} not reachable after {timeout}s") from None
 
 
 @dataclass
@@ -479,7 +492,7 @@ class _HostState:  # mutable bookkeeping while creating / removing
     veth: str
     dir: Path
     proc: subprocess.Popen | None = None
-    log: object = None
+    log: IO[bytes] | None = None
     init_pid: int = 0
     pidfd: int | None = None
 
@@ -561,24 +574,31 @@ class TestHostLab:
 
     # -- paths
     @property
+    def _root(self) -> Path:
+        """The workdir: given, or made by start()."""
+        if self.workdir is None:
+            raise LabError("the lab has no workdir before start()")
+        return self.workdir
+
+    @property
     def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
+        return self._root / "ssh_config"
 
     @property
     def known_hosts(self) -> Path:
-        return self.workdir / "known_hosts"
+        return self._root / "known_hosts"
 
     @property
     def client_key(self) -> Path:
-        return self.workdir / "id_ed25519"
+        return self._root / "id_ed25519"
 
     @property
     def authorized_keys(self) -> Path:
-        return self.workdir / "authorized_keys"
+        return self._root / "authorized_keys"
 
     @property
     def hosts_file(self) -> Path:
-        return self.workdir / "hosts"
+        return self._root / "hosts"
 
     @property
     def home_mode(self) -> str:
@@ -587,7 +607,7 @@ class TestHostLab:
 
     def _home_of(self, st: _HostState) -> Path:
         """HOME of a host's SSH sessions (only meaningful with isolate_home)."""
-        return self.workdir / "shared-home" if self.shared_home else st.dir / "home"
+        return self._root / "shared-home" if self.shared_home else st.dir / "home"
 
     # -- conveniences
     def host(self, key: int | str) -> TestHost:
@@ -832,10 +852,11 @@ class TestHostLab:
             )
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
         pending = list(self._states)
-        while pending:
+
+        def all_ready() -> bool:
             for st in list(pending):
+                assert st.proc is not None  # started by _spawn_hosts
                 if st.proc.poll() is not None:
                     raise LabError(
                         f"{st.name}: sshd exited with {st.proc.returncode} before "
@@ -848,17 +869,20 @@ class TestHostLab:
                 if b"Server listening on" in _read_bytes(st.dir / "sshd.log") and _tcp_connect(st.address, 22, 0.5):
                     self._find_init(st)
                     pending.remove(st)
-            if pending and time.monotonic() >= deadline:
-                st = pending[0]
-                raise LabError(
-                    f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
-                    f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
-                    f"{_tail(st.dir / 'sshd.log')}"
-                )
-            if pending:
-                time.sleep(0.02)
+            return not pending
+
+        try:
+            wait_until(all_ready, self.start_timeout, "every sshd accepting TCP", interval=0.02)
+        except WaitTimeout:
+            st = pending[0]
+            raise LabError(
+                f"{len(pending)} host(s) ({', '.join(s.name for s in pending)}) not accepting "
+                f"TCP on port 22 after {self.start_timeout}s; log of {st.name}:\n"
+                f"{_tail(st.dir / 'sshd.log')}"
+            ) from None
 
     def _find_init(self, st: _HostState) -> None:
+        assert st.proc is not None  # started by _spawn_hosts
         kids = _children(st.proc.pid)
         if len(kids) != 1:
             raise LabError(f"{st.name}: expected one child of unshare {st.proc.pid}, got {kids}")
@@ -934,7 +958,9 @@ class TestHostLab:
 # pytest
 
 
-def make_lab_fixture(n: int = 3, scope: str = "session", **lab_kwargs):
+def make_lab_fixture(
+    n: int = 3, scope: Literal["session", "package", "module", "class", "function"] = "session", **lab_kwargs
+):
     """A pytest fixture yielding a started TestHostLab of `n` hosts.
 
     Assign it in a conftest or test module; the fixture's name is the variable's name::

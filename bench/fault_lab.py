@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from netns_hosts import TestHost, TestHostLab
-
+from bench.netns_hosts import TestHost, TestHostLab
+from bench.waiting import wait_until
 from tfctl.supervisor.procfs import proc_cmdline, proc_env_markers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,10 +77,11 @@ class FaultLab:
         attached = fault == "kill_attached_up"
         up, run_id = self._start(cluster, attached)
         try:
-            time.sleep(rng.uniform(0.2, 1.5))
+            time.sleep(rng.uniform(0.2, 1.5))  # deliberately: the fault strikes at a random moment of the run
             began = time.monotonic()
             detail = self._inject(fault, rng, up, run_id)
-            self._wait(lambda: self.run_pids(run_id) == {}, SELF_CLEANING_WITHIN, f"{fault}: the run cleaning up")
+            cleaned = f"{fault}: the run cleaning up"
+            wait_until(lambda: self.run_pids(run_id) == {}, SELF_CLEANING_WITHIN, cleaned, interval=0.2)
             cleanup = time.monotonic() - began
         finally:
             if up is not None and up.poll() is None:
@@ -119,13 +120,13 @@ class FaultLab:
             host = rng.choice(self.lab.hosts)
             seconds = rng.uniform(0.5, 2.0)
             host.set_link(False)
-            time.sleep(seconds)
+            time.sleep(seconds)  # deliberately: the link stays down this long
             host.set_link(True)
             return f"{host.name} off for {seconds:.1f}s"
         if fault == "host_gone":
             host = self.lab.host("tfh2")
             host.set_link(False)
-            self._wait(lambda: self._run(run_id)["state"] == "failed", 60, "host_gone: the run failing")
+            wait_until(lambda: self._run(run_id)["state"] == "failed", 60, "host_gone: the run failing", interval=0.2)
             left = self.run_pids(run_id)
             if sorted(left) != ["tfh2"]:
                 raise FaultError(f"host_gone: expected only tfh2's tasks left while it is away, found {left}")
@@ -205,11 +206,19 @@ class FaultLab:
             env=self.env,
         )
         assert proc.stderr is not None
-        deadline = time.monotonic() + 60
-        while "following" not in (proc.stderr.readline() or ""):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise FaultError("attached up did not start")
+        stderr = proc.stderr
+
+        def following() -> bool:
+            if "following" in stderr.readline():
+                return True
+            assert proc.poll() is None, f"attached up exited with {proc.returncode}"
+            return False
+
+        try:
+            wait_until(following, 60, "attached up following its run", interval=0)
+        except AssertionError as e:
+            proc.kill()
+            raise FaultError(f"attached up did not start: {e}") from None
         return proc, self._runs()[-1]["run_id"]
 
     def _runs(self) -> list[dict]:
@@ -220,13 +229,6 @@ class FaultLab:
 
     def _run_record(self, run_id: str) -> dict:
         return json.loads((self.home / "runs" / run_id / "run.json").read_text())
-
-    def _wait(self, predicate, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise FaultError(f"{what}: not within {timeout:g}s")
-            time.sleep(0.2)
 
     def _write_cluster(self, number: int, worker_seconds: float, restart: bool) -> Path:
         work = self.work / f"cycle-{number}"
@@ -282,6 +284,6 @@ def series(lab: FaultLab, seed: int, cycles: int, faults: tuple[str, ...] = FAUL
     for number, fault in enumerate(order):
         try:
             results.append(lab.cycle(number, rng, fault))
-        except FaultError as e:
+        except AssertionError as e:  # a FaultError, or a wait that timed out
             raise FaultError(f"seed {seed}, cycle {number}: {e}") from None
     return results

@@ -1,6 +1,6 @@
 """A real Slurm on simulated hosts: slurmctld on this machine, one slurmd in each lab host.
 
-Built on `netns_hosts.TestHostLab` (each host its own network, hostname, pid and mount
+Built on `bench.netns_hosts.TestHostLab` (each host its own network, hostname, pid and mount
 namespace; all hosts share one home, as Slurm clusters share /home). What makes Slurm run there,
 in a VM without systemd:
 
@@ -23,10 +23,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+from typing import Callable
 
-from netns_hosts import LabError, TestHost, TestHostLab
+from bench.netns_hosts import LabError, TestHost, TestHostLab
+from bench.waiting import WaitTimeout, wait_until
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "munged")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer")
@@ -46,6 +47,7 @@ class SlurmLab:
         self.lab = TestHostLab(n, workdir=workdir / "hosts", shared_home=True, **lab_kwargs)  # type: ignore[arg-type]
         self.conf = workdir / "slurm.conf"
         self._procs: list[subprocess.Popen] = []
+        self._names: dict[int, str] = {}  # pid -> the daemon, and where it runs
 
     @property
     def hosts(self) -> list[TestHost]:
@@ -77,6 +79,7 @@ class SlurmLab:
             proc = host.popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         self._procs.append(proc)
+        self._names[proc.pid] = argv[0] if host is None else f"{argv[0]} on {host.name}"
         return proc
 
     def _start_munge(self) -> None:
@@ -172,14 +175,24 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     def steps(self) -> list[str]:
         return self.run(["squeue", "--steps", "--noheader", "--format=%i"]).stdout.split()
 
-    def _wait(self, ready, what: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            dead = [p for p in self._procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                logs = "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
-                raise LabError(f"waiting for {what} failed (exited: {[p.args[0] for p in dead]})\n{logs}")
-            time.sleep(0.1)
+    def _wait(self, ready: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+        """Until `ready()`; fails at once if a daemon of the lab exits. Failures show the daemons' logs."""
+
+        def check() -> object:
+            if ready():
+                return True
+            dead = [self._names[p.pid] for p in self._procs if p.poll() is not None]
+            if dead:
+                raise LabError(f"waiting for {what} failed (exited: {dead})\n{self._logs()}")
+            return False
+
+        try:
+            wait_until(check, timeout, what, interval=0.1)
+        except WaitTimeout as e:
+            raise LabError(f"waiting for {what} failed: {e}\n{self._logs()}") from None
+
+    def _logs(self) -> str:
+        return "\n".join(f"{p.name}: {p.read_text()[-800:]}" for p in self.workdir.glob("*.out"))
 
     def close(self) -> None:
         for job in self.jobs() if self.conf.exists() and self._procs else []:
