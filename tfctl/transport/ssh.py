@@ -10,7 +10,6 @@ This is the only module that imports paramiko; `tfctl.transport.connect` imports
 
 from __future__ import annotations
 
-import codecs
 import getpass
 import logging
 import os
@@ -19,12 +18,11 @@ import re
 import secrets
 import shlex
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import paramiko
 
@@ -33,13 +31,13 @@ from tfctl.config.home import tfctl_home
 from tfctl.errors import HostError
 from tfctl.transport import terminal
 from tfctl.transport.base import Result, Stream, Transport, Tunnel, shell_path
+from tfctl.transport.channels import CHUNK, ChannelTunnel, SSHStream, write_stderr
 from tfctl.transport.proxy import Proxy, proxy_command
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")  # paramiko's look_for_keys
 MAX_JUMP_DEPTH = 8  # ProxyJump hops whose own config has a ProxyJump: stop loops like `Host *`
-CHUNK = 65536
 
 # Every failure reaches the user as a HostError; paramiko's own log lines would only repeat it.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -101,69 +99,6 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         fd = os.open(self.pin_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as f:  # one short O_APPEND write: concurrent pins do not interleave
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-
-def write_stderr(text: str) -> None:
-    """The default sink for a stream's remote stderr: ours, as a local command's would be."""
-    sys.stderr.write(text)
-    sys.stderr.flush()
-
-
-class SSHStream(Stream):
-    """A remote command's stdout, line by line; its stderr goes to `sink` as it arrives, so it
-    is neither lost nor left to fill the SSH window and stall the command."""
-
-    def __init__(self, chan: paramiko.Channel, sink: Callable[[str], None] = write_stderr) -> None:
-        self._chan = chan
-        self._sink = sink
-        threading.Thread(target=self._copy_stderr, daemon=True).start()
-
-    def _copy_stderr(self) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        while data := self._chan.recv_stderr(CHUNK):
-            if text := decoder.decode(data):
-                self._sink(text)
-
-    def lines(self) -> Iterator[str]:
-        pending = b""
-        while data := self._chan.recv(CHUNK):  # b"" once the command ends, the link drops or close()
-            *complete, pending = (pending + data).split(b"\n")
-            for line in complete:
-                yield line.decode("utf-8", errors="replace")
-        if pending:
-            yield pending.decode("utf-8", errors="replace")
-        self._chan.status_event.wait()  # stdout can close before the command exits, as with local
-
-    def send(self, data: bytes) -> None:
-        try:
-            self._chan.sendall(data)
-        except (OSError, EOFError) as e:
-            raise OSError(f"the remote command's stdin is closed: {e}") from e
-
-    def close(self) -> None:
-        self._chan.close()
-
-
-class ChannelTunnel(Tunnel):
-    """A direct-tcpip channel: a TCP connection the SSH server opened for us."""
-
-    def __init__(self, chan: paramiko.Channel) -> None:
-        self._chan = chan
-
-    def recv(self, size: int) -> bytes:
-        return self._chan.recv(size)
-
-    def sendall(self, data: bytes) -> None:
-        self._chan.sendall(data)
-
-    def shutdown_write(self) -> None:
-        try:
-            self._chan.shutdown_write()
-        except (OSError, EOFError):
-            pass
-
-    def close(self) -> None:
-        self._chan.close()
 
 
 class SSHTransport(Transport):
