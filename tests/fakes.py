@@ -1,10 +1,11 @@
 """A fake host agent: the controller's test seam, like Fabric's MockRemote.
 
 `FakeHost` answers the typed protocol as a host supervisor would, for tasks whose lives are
-scripted (`TaskScript`): when they listen, when they end and how. No process, no socket, no
-sleep: the controller's decisions (phase order, cleanup, patience, success policies) are tested
-in milliseconds. Every request is recorded in a `Journal` shared by the hosts of one test, so
-tests can assert the order of what the controller did across hosts.
+scripted (`TaskScript`): when they listen, when they end and how, what they print, whether their
+restart policy starts them again. No process, no socket, no sleep: the controller's decisions
+(phase order, cleanup, patience, success policies) are tested in milliseconds. Every request is
+recorded in a `Journal` shared by the hosts of one test, so tests can assert the order of what the
+controller did across hosts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterator
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import protocol as p
+from tfctl.transport.base import Stream
 from tfctl.transport.specs import SSHSpec
 
 
@@ -29,7 +31,44 @@ class TaskScript:
     exit_code: int = 0
     signal: int | None = None
     exits_at_start: bool = False
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # its whole output, there from its start
+    after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
+
+    def output(self) -> bytes:
+        return "".join(line + "\n" for line in self.lines).encode()
+
+
+def end_text(exit_code: int | None, signal: int | None) -> str:
+    """How one run of a restarted task ended, as its monitor writes it (`monitor._end_text`)."""
+    return f"was killed by signal {signal}" if signal else f"exited with code {exit_code}"
+
+
+def restart_wanted(rule: p.RestartRule | None, exit_code: int, signal: int | None, restarts: int) -> bool:
+    """The monitor's rule (`monitor._restart_wanted`): `on-failure` restarts any failure,
+    `exit-code` a death by signal or an exit code of 128 or more, each at most `max_restarts` times."""
+    code = -signal if signal else exit_code
+    if rule is None or code == 0 or restarts >= rule.max_restarts:
+        return False
+    return rule.policy == "on-failure" or (rule.policy == "exit-code" and (code < 0 or code >= 128))
+
+
+class FakeStream(Stream):
+    """A follow stream's handle: closing it ends the events its host is sending."""
+
+    def __init__(self, host: FakeHost) -> None:
+        self.host = host
+        self.closed = False
+
+    def lines(self) -> Iterator[str]:
+        return iter(())
+
+    def send(self, data: bytes) -> None:
+        raise AssertionError("a follow stream takes no input")
+
+    def close(self) -> None:
+        with self.host.changed:
+            self.closed = True
+            self.host.changed.notify_all()
 
 
 @dataclass
@@ -63,27 +102,92 @@ class FakeHost:
         self.journal = journal
         self.scripts = scripts or {}
         self.down = False
+        self.cpus = [0, 1, 2, 3]
+        self.gpus: list[int] = []  # indices, as CUDA_VISIBLE_DEVICES names them
         self.fail_verbs: dict[str, Exception] = {}
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
+        self.launches: dict[str, p.TaskLaunch] = {}  # as the last start asked
         self.ticks: dict[str, int] = {}
         self.closed = 0
+        self.lock = threading.Lock()  # one answer at a time, as one supervisor conversation
+        self.changed = threading.Condition()  # notified on every request: follow streams look again
+        self.version = 0
 
     # the HostAgent surface the controller uses
 
     def call(self, request: p.Request[Any], timeout: float | None = 120) -> Any:
         detail = ",".join(self._names(request))
         self.journal.add(self.host, request.VERB, detail)
-        if self.before is not None:
-            self.before(request)
+        try:
+            if self.before is not None:
+                self.before(request)
+            if self.down:
+                raise HostError(self.host, "connection refused")
+            if request.VERB in self.fail_verbs:
+                raise self.fail_verbs[request.VERB]
+            with self.lock:
+                return getattr(self, "_" + request.VERB)(request)
+        finally:
+            self._changed()  # whatever happened, a follow stream looks again (and sees a host gone down)
+
+    def follow(self, request: p.FollowRequest) -> tuple[Stream, Iterator[p.FollowEvent]]:
+        """Stream the tasks' output from the requested byte offsets, as `supervisor.logs.follow`
+        does: chunks of whole lines, each with the offset it ends at; with `follow`, each task's
+        end once all its output was sent, and the stream ends when every task has ended."""
+        self.journal.add(self.host, "follow", ",".join(sorted(request.tasks)))
         if self.down:
             raise HostError(self.host, "connection refused")
-        if request.VERB in self.fail_verbs:
-            raise self.fail_verbs[request.VERB]
-        return getattr(self, "_" + request.VERB)(request)
+        if "follow" in self.fail_verbs:
+            raise self.fail_verbs["follow"]
+        stream = FakeStream(self)
+        return stream, self._events(request, stream)
 
-    def follow(self, request: p.FollowRequest) -> tuple[Any, Iterator[p.FollowEvent]]:
-        raise NotImplementedError("LogFollower is tested against a real supervisor (test_logs.py)")
+    def _wait_change(self, seen: int, stream: FakeStream) -> None:
+        """Until the host answered another request (a task may have moved on) or the stream closed."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.version != seen or stream.closed)
+
+    def _changed(self) -> None:
+        with self.changed:
+            self.version += 1
+            self.changed.notify_all()
+
+    def _output(self, name: str) -> bytes:
+        """What the task printed so far: nothing before it started, all its lines once it did."""
+        return self.scripts[name].output() if name in self.tasks and name in self.scripts else b""
+
+    def _start_offsets(self, request: p.FollowRequest) -> dict[str, int]:
+        offsets = dict(request.tasks)
+        for name in offsets:
+            out = self._output(name)
+            if request.tail is not None:
+                lines = out.splitlines(keepends=True)
+                offsets[name] = max(offsets[name], len(out) - sum(map(len, lines[len(lines) - request.tail :])))
+            info = self.tasks.get(name)
+            if request.since is not None and info is not None and (info.started_at or 0) < time.time() - request.since:
+                offsets[name] = len(out)  # every line was written when the task started
+        return offsets
+
+    def _events(self, request: p.FollowRequest, stream: FakeStream) -> Iterator[p.FollowEvent]:
+        offsets = self._start_offsets(request)
+        while offsets and not stream.closed:
+            seen = self.version
+            if self.down:
+                raise HostError(self.host, "connection lost")
+            for name in sorted(offsets):
+                info = self.tasks.get(name)
+                out = self._output(name)
+                if len(out) > offsets[name]:
+                    stamps = [[len(out), info.started_at or 0.0]] if request.times and info else None
+                    yield p.LogChunk(name, len(out), out[offsets[name] :], stamps)
+                    offsets[name] = len(out)
+                elif request.follow and info is not None and info.state.is_final:
+                    yield p.TaskEnded(name, offsets.pop(name), info.state)
+                elif not request.follow:
+                    del offsets[name]
+            if request.follow and offsets:
+                self._wait_change(seen, stream)
 
     def close(self) -> None:
         self.closed += 1
@@ -107,6 +211,7 @@ class FakeHost:
 
     def _start(self, request: p.StartRequest) -> p.StartAnswer:
         for launch in request.tasks:
+            self.launches[launch.task] = launch
             script = self.scripts.setdefault(launch.task, TaskScript())
             if script.exits_at_start:
                 self.tasks[launch.task] = p.TaskInfo(
@@ -123,6 +228,10 @@ class FakeHost:
         info = self.tasks.get(name)
         if info is None:
             return p.TaskInfo(name, p.TaskState.PENDING)
+        if info.state is p.TaskState.RESTARTING:  # its backoff is one status request
+            info = info.replace(state=p.TaskState.RUNNING, pid=(info.pid or 0) + 1, started_at=time.time())
+            self.tasks[name] = info
+            return info
         if info.state is not p.TaskState.RUNNING:
             return info
         script = self.scripts[name]
@@ -130,6 +239,15 @@ class FakeHost:
         tick = self.ticks[name]
         if script.end_after is not None and tick >= script.end_after:
             state = p.TaskState.SUCCEEDED if script.exit_code == 0 and not script.signal else p.TaskState.FAILED
+            if restart_wanted(self.launches[name].restart, script.exit_code, script.signal, info.restarts):
+                ends = [*info.earlier_ends, end_text(script.exit_code, script.signal)]
+                info = info.replace(
+                    state=p.TaskState.RESTARTING, listening=False, restarts=len(ends), earlier_ends=ends
+                )
+                self.scripts[name] = script.after_restart or script
+                self.ticks[name] = 0
+                self.tasks[name] = info
+                return info
             info = info.replace(
                 state=state,
                 exit_code=None if script.signal else script.exit_code,
@@ -151,7 +269,7 @@ class FakeHost:
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0
         for name, info in self.tasks.items():
-            if info.state is p.TaskState.RUNNING:
+            if info.state in (p.TaskState.RUNNING, p.TaskState.RESTARTING):
                 self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
@@ -161,7 +279,11 @@ class FakeHost:
         return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})
 
     def _info(self, request: p.InfoRequest) -> p.InfoAnswer:
-        return p.InfoAnswer(self.host, "3.11.7", "3.11.7", "tensorflow 2.21.0")
+        gpus = [p.Gpu(i, f"GPU-fake-{self.host}-{i}") for i in self.gpus] if request.gpus else []
+        missing = "nvidia-smi: command not found" if request.gpus and not self.gpus else None
+        return p.InfoAnswer(
+            self.host, "3.11.7", "3.11.7", "tensorflow 2.21.0", cpus=list(self.cpus), gpus=gpus, gpu_error=missing
+        )
 
     def _probe(self, request: p.ProbeRequest) -> p.ProbeAnswer:
         return p.ProbeAnswer({target: p.ProbeResult(True) for target in request.targets})
