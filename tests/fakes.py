@@ -10,6 +10,7 @@ controller did across hosts.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -264,7 +265,18 @@ class FakeHost:
         tails = {}
         if request.tail:
             tails = self._tail(p.TailRequest(request.run_id, list(request.tasks), request.tail)).tails
-        return p.StatusAnswer({name: self._advance(name) for name in request.tasks}, time.time(), tails)
+        now = time.time()
+        infos = {name: self._advance(name) for name in request.tasks}
+        if request.progress is not None:
+            infos = {name: info.replace(marks=self._marks(name, request.progress, now)) for name, info in infos.items()}
+        return p.StatusAnswer(infos, now, tails)
+
+    def _marks(self, name: str, rule: p.ProgressRule, now: float) -> list[p.Mark]:
+        """The task's lines that show progress (`supervisor.marks`), one a second up to now."""
+        if name not in self.tasks or name not in self.scripts:
+            return []
+        found = [line for line in self.scripts[name].lines if re.search(rule.pattern, line)]
+        return [p.Mark(now - len(found) + 1 + i, line) for i, line in enumerate(found)]
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0
