@@ -101,7 +101,7 @@ class FakeHost:
         self.python = "python3"
         self.root = "~/.tfctl"
         self.journal = journal
-        self.scripts = scripts or {}
+        self.scripts = scripts if scripts is not None else {}  # the lab's, even while still empty
         self.down = False
         self.cpus = [0, 1, 2, 3]
         self.gpus: list[int] = []  # indices, as CUDA_VISIBLE_DEVICES names them
@@ -173,7 +173,7 @@ class FakeHost:
     def _events(self, request: p.FollowRequest, stream: FakeStream) -> Iterator[p.FollowEvent]:
         offsets = self._start_offsets(request)
         while offsets and not stream.closed:
-            seen = self.version
+            seen, sent = self.version, False
             if self.down:
                 raise HostError(self.host, "connection lost")
             for name in sorted(offsets):
@@ -182,12 +182,12 @@ class FakeHost:
                 if len(out) > offsets[name]:
                     stamps = [[len(out), info.started_at or 0.0]] if request.times and info else None
                     yield p.LogChunk(name, len(out), out[offsets[name] :], stamps)
-                    offsets[name] = len(out)
+                    offsets[name], sent = len(out), True
                 elif request.follow and info is not None and info.state.is_final:
                     yield p.TaskEnded(name, offsets.pop(name), info.state)
                 elif not request.follow:
                     del offsets[name]
-            if request.follow and offsets:
+            if request.follow and offsets and not sent:
                 self._wait_change(seen, stream)
 
     def close(self) -> None:
