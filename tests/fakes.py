@@ -10,6 +10,7 @@ controller did across hosts.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 import time
@@ -28,15 +29,12 @@ class TaskScript:
     """One task's scripted life, counted in status requests its host answered after the start."""
 
     listen_after: int | None = 0  # None: never listens
-    end_after: int | None = None  # None: runs until stopped
+    end_after: int | None = None  # None: runs until stopped; 0: over by the time its start is answered
     exit_code: int = 0
     signal: int | None = None
     exits_at_start: bool = False
     lines: list[str] = field(default_factory=list)  # its whole output, there from its start
     after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
-
-    def output(self) -> bytes:
-        return "".join(line + "\n" for line in self.lines).encode()
 
 
 def end_text(exit_code: int | None, signal: int | None) -> str:
@@ -105,6 +103,9 @@ class FakeHost:
         self.down = False
         self.cpus = [0, 1, 2, 3]
         self.gpus: list[int] = []  # indices, as CUDA_VISIBLE_DEVICES names them
+        self.filesystem = f"fs-{host}"  # the same on hosts that share a home
+        self.caches: dict[str, dict[str, tuple[p.FileEntry, bytes]]] = {}  # sync cache -> its files
+        self.trees: dict[str, dict[str, bytes]] = {}  # synced workdir -> its files
         self.fail_verbs: dict[str, Exception] = {}
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
@@ -154,9 +155,16 @@ class FakeHost:
             self.version += 1
             self.changed.notify_all()
 
+    def _lines(self, name: str) -> list[str]:
+        """What the task prints: the words of its command's `echo` lines, as a shell would print
+        them (a setup script announces each command so), then its scripted lines."""
+        launch = self.launches.get(name)
+        echoed = [line[5:] for line in launch.command.splitlines() if line.startswith("echo ")] if launch else []
+        return echoed + self.scripts.get(name, TaskScript()).lines
+
     def _output(self, name: str) -> bytes:
         """What the task printed so far: nothing before it started, all its lines once it did."""
-        return self.scripts[name].output() if name in self.tasks and name in self.scripts else b""
+        return "".join(line + "\n" for line in self._lines(name)).encode() if name in self.tasks else b""
 
     def _start_offsets(self, request: p.FollowRequest) -> dict[str, int]:
         offsets = dict(request.tasks)
@@ -223,6 +231,8 @@ class FakeHost:
                     launch.task, p.TaskState.RUNNING, pid=1000 + len(self.tasks), started_at=time.time()
                 )
             self.ticks[launch.task] = 0
+            if script.end_after == 0:  # over before its start is answered (a quick command)
+                self._advance(launch.task)
         return p.StartAnswer({t.task: self.tasks[t.task] for t in request.tasks})
 
     def _advance(self, name: str) -> p.TaskInfo:
@@ -294,16 +304,37 @@ class FakeHost:
         gpus = [p.Gpu(i, f"GPU-fake-{self.host}-{i}") for i in self.gpus] if request.gpus else []
         missing = "nvidia-smi: command not found" if request.gpus and not self.gpus else None
         return p.InfoAnswer(
-            self.host, "3.11.7", "3.11.7", "tensorflow 2.21.0", cpus=list(self.cpus), gpus=gpus, gpu_error=missing
+            self.host,
+            "3.11.7",
+            "3.11.7",
+            "tensorflow 2.21.0",
+            cpus=list(self.cpus),
+            gpus=gpus,
+            gpu_error=missing,
+            filesystem=self.filesystem,
         )
 
     def _probe(self, request: p.ProbeRequest) -> p.ProbeAnswer:
         return p.ProbeAnswer({target: p.ProbeResult(True) for target in request.targets})
 
     def _tail(self, request: p.TailRequest) -> p.TailAnswer:
-        return p.TailAnswer(
-            {name: list(self.scripts.get(name, TaskScript()).lines[-request.lines :]) for name in request.tasks}
-        )
+        return p.TailAnswer({name: self._lines(name)[-request.lines :] for name in request.tasks})
+
+    def _sync_plan(self, request: p.SyncPlanRequest) -> p.SyncPlanAnswer:
+        cache = self.caches.get(request.cache, {})
+        need = sorted(rel for rel, entry in request.files.items() if rel not in cache or cache[rel][0] != entry)
+        return p.SyncPlanAnswer(need, self.filesystem)
+
+    def _sync_apply(self, request: p.SyncApplyRequest) -> p.SyncApplyAnswer:
+        """The cache brought up to the manifest with the blobs sent, then copied whole to `dest`."""
+        cache = self.caches.setdefault(request.cache, {})
+        for rel, blob in request.blobs.items():
+            cache[rel] = (request.files[rel], base64.b64decode(blob))
+        missing = [rel for rel, entry in request.files.items() if rel not in cache or cache[rel][0] != entry]
+        if missing:
+            raise HostError(self.host, f"sync cache lacks {', '.join(missing)}")
+        self.trees[request.dest] = {rel: cache[rel][1] for rel in request.files}
+        return p.SyncApplyAnswer(len(request.blobs), len(request.files), request.dest)
 
     def _listen(self, request: p.ListenRequest) -> p.ListenAnswer:
         return p.ListenAnswer(4242)
