@@ -416,3 +416,26 @@ def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
     ran = tfctl_here("exec", "worker", "--", "true")
     assert ran.code == 2 and "job 'worker' has 2 tasks" in ran.err
     assert tfctl_here("down").code == 0
+
+
+def completed(monkeypatch: pytest.MonkeyPatch, words: str) -> list[str]:
+    """What tfctl offers bash for the last word of `words`."""
+    monkeypatch.setenv("_TFCTL_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", words)
+    monkeypatch.setenv("COMP_CWORD", str(len(words.split(" ")) - 1))
+    ran = tfctl_here()
+    assert (ran.code, ran.err) == (0, "")
+    return [line.split(",", 1)[1] for line in ran.out.splitlines() if line.startswith("plain,")]
+
+
+def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(lab, tmp_path, monkeypatch):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    assert completed(monkeypatch, "tfctl logs ") == ["ps", "worker", "ps:0", "worker:0", "worker:1"]
+    assert completed(monkeypatch, "tfctl logs worker:0 w") == ["worker", "worker:1"]
+    assert completed(monkeypatch, "tfctl exec --run nosuch-run ") == []  # a problem completes nothing
+    assert completed(monkeypatch, f"tfctl status --run {cluster.record.run_id[:6]}") == [cluster.record.run_id]
+    assert completed(monkeypatch, "tfctl init -t multi") == ["multi-worker-mirrored"]
+    assert completed(monkeypatch, "tfctl logs --file other.yaml ") == []  # no run of that file
+    monkeypatch.delenv("_TFCTL_COMPLETE")
+    assert tfctl_here("down").code == 0
