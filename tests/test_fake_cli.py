@@ -70,13 +70,59 @@ def test_up_follows_the_run_printing_its_lines_its_end_and_what_was_stopped(lab)
     assert record.state is RunState.SUCCEEDED and lab.released == [record.run_id]
 
 
-def test_up_of_a_failing_job_exits_1_with_the_culprits_diagnosis(lab):
+def test_up_of_a_failing_job_exits_1_with_the_culprits_diagnosis_and_who_never_trained(lab):
     lab.scripts["worker:0"] = TaskScript(end_after=2, exit_code=1, lines=["step 1", OOM])
+    lab.scripts["worker:1"] = TaskScript(end_after=1, lines=["loading data"])
     ran = tfctl_here("up")
     assert ran.code == 1
+    assert "worker:1: never logged a training step, while worker:0 did: it may not have trained\n" in ran.err
     assert "job failed: worker:0 on h1 exited with code 1\n" in ran.err
     assert "worker:0: " in ran.err and "out of memory" in ran.err.lower() and "  fix: " in ran.err
     assert only_run().state is RunState.FAILED
+
+
+def test_ctrl_c_while_acquiring_or_starting_leaves_nothing_behind(lab, monkeypatch):
+    backend = type(watcher_backend())
+    real_acquire = backend.acquire
+
+    def interrupted(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "acquire", interrupted)
+    ran = tfctl_here("up")
+    assert (ran.code, ran.err) == (130, "interrupted: nothing acquired is left behind\n")
+    monkeypatch.setattr(backend, "acquire", real_acquire)
+
+    lab.agent("h1").before = lambda request: interrupted() if request.VERB == "probe" else None
+    ran = tfctl_here("up")
+    assert ran.code == 130 and ran.err.endswith("interrupted: everything started has been stopped\n")
+    assert (only_run().state, only_run().reason) == (RunState.STOPPED, "interrupted during start")
+    assert lab.hosts["h2"].tasks["worker:1"].state is TaskState.STOPPED and not lab.leases
+
+    fork_in_process(monkeypatch, io.StringIO())  # `up -d`: the forked watcher is interrupted while starting
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 130 and ran.err.endswith("interrupted: everything started has been stopped\n")
+
+
+def test_up_d_whose_watcher_died_before_a_word_says_where_its_log_is(lab, monkeypatch):
+    fork_in_process(monkeypatch, io.StringIO())
+    monkeypatch.setattr(watcher, "fork_starter", lambda body: (0, io.StringIO("")))  # it died at once
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 1 and ran.err.splitlines()[-2:] == [
+        "error: the run's watcher ended before the run started",
+        "hint: its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+    ]
+
+
+def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab, tmp_path, monkeypatch):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    monkeypatch.setattr(os, "nice", lambda increment: 0)
+    with sigterm_kept():
+        ran = tfctl_here("_watch", "--run", cluster.record.run_id)
+    assert ran.code == 0
+    assert ran.out == "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+    assert only_run().state is RunState.SUCCEEDED
 
 
 def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, monkeypatch):
@@ -205,6 +251,15 @@ def test_up_dry_run_prints_setup_tasks_and_devices_and_asks_nothing_of_anyone(la
     assert not lab.journal.entries and not lab.leases and not RunStore().all()
 
 
+def test_up_warns_of_task_addresses_anyone_can_reach(lab, tmp_path):
+    write(tmp_path, FAKE_FILE.replace("h2:2222", "8.8.8.8:2222"))
+    ran = tfctl_here("up", "--dry-run")
+    assert ran.code == 0 and ran.err.startswith(
+        "warning: TF servers are unauthenticated and listen on all interfaces; these task addresses are public: "
+        "8.8.8.8:2222."
+    )
+
+
 # ---------------------------------------------------------------- status, logs, down
 
 
@@ -328,6 +383,30 @@ def test_runs_lists_this_files_runs_and_prune_forgets_the_old_ones_here_and_on_t
     assert (
         ran.err == "nothing to prune: no runs beyond the newest 1 ended runs of their cluster file (1 runs, 0 live)\n"
     )
+    assert json.loads(tfctl_here("runs", "--prune", "--json").out) == {"dry_run": False, "runs": [], "unreachable": {}}
+    ran = tfctl_here("runs", "-f", "other.yaml")
+    assert (ran.out, ran.err) == ("", "no runs of other.yaml (tfctl runs --all lists every run)\n")
+
+
+def test_prune_says_what_it_removes_on_each_host_and_how_much(lab):
+    assert tfctl_here("up").code == 0
+    run_id = only_run().run_id
+    lab.hosts["h1"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+        {run_id: [f"~/.tfctl/runs/{run_id}", f"~/.tfctl/work/{run_id}"]}, {run_id: 1_234_567}, {}
+    )
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+        {run_id: [f"~/.tfctl/runs/{run_id}"]}, {run_id: 2_500_000_000}, {}
+    )
+    ran = tfctl_here("runs", "--prune", "--keep", "0", "--dry-run")
+    assert ran.out.splitlines()[0].endswith(": would remove 2.5 GB")
+    assert ran.out.splitlines()[1:] == [
+        f"  h1: ~/.tfctl/runs/{run_id}, ~/.tfctl/work/{run_id}",
+        f"  h2: ~/.tfctl/runs/{run_id}",
+    ]
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer({}, {}, {run_id: "worker:1 still runs"})  # type: ignore
+    ran = tfctl_here("runs", "--prune", "--keep", "0")
+    assert ran.code == 1 and ran.out.splitlines()[0].endswith(": kept, h2: worker:1 still runs")
+    assert "removed 0 of 1 runs beyond the newest 0 ended runs of their cluster file: 1.2 MB" in ran.err
 
 
 def test_prune_keeps_a_run_whose_host_cannot_be_reached_and_says_how_to_finish(lab):
@@ -413,6 +492,8 @@ def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
     cluster.close()
     ran = tfctl_here("exec", "worker:1", "--", "nvidia-smi")  # a fake host has nothing to exec on
     assert (ran.code, ran.err) == (1, "error: h2: a fake host has no transport; its agent is in-process\n")
+    ran = tfctl_here("ssh", "worker:0")
+    assert (ran.code, ran.err) == (1, "error: h1: a fake host has no transport; its agent is in-process\n")
     ran = tfctl_here("exec", "worker", "--", "true")
     assert ran.code == 2 and "job 'worker' has 2 tasks" in ran.err
     assert tfctl_here("down").code == 0
