@@ -1,14 +1,17 @@
 """A fake host agent: the controller's test seam, like Fabric's MockRemote.
 
 `FakeHost` answers the typed protocol as a host supervisor would, for tasks whose lives are
-scripted (`TaskScript`): when they listen, when they end and how. No process, no socket, no
-sleep: the controller's decisions (phase order, cleanup, patience, success policies) are tested
-in milliseconds. Every request is recorded in a `Journal` shared by the hosts of one test, so
-tests can assert the order of what the controller did across hosts.
+scripted (`TaskScript`): when they listen, when they end and how, what they print, whether their
+restart policy starts them again. No process, no socket, no sleep: the controller's decisions
+(phase order, cleanup, patience, success policies) are tested in milliseconds. Every request is
+recorded in a `Journal` shared by the hosts of one test, so tests can assert the order of what the
+controller did across hosts.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import Any, Callable, Iterator
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import protocol as p
+from tfctl.transport.base import Stream
 from tfctl.transport.specs import SSHSpec
 
 
@@ -25,11 +29,45 @@ class TaskScript:
     """One task's scripted life, counted in status requests its host answered after the start."""
 
     listen_after: int | None = 0  # None: never listens
-    end_after: int | None = None  # None: runs until stopped
+    end_after: int | None = None  # None: runs until stopped; 0: over by the time its start is answered
     exit_code: int = 0
     signal: int | None = None
     exits_at_start: bool = False
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # its whole output, there from its start
+    after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
+
+
+def end_text(exit_code: int | None, signal: int | None) -> str:
+    """How one run of a restarted task ended, as its monitor writes it (`monitor._end_text`)."""
+    return f"was killed by signal {signal}" if signal else f"exited with code {exit_code}"
+
+
+def restart_wanted(rule: p.RestartRule | None, exit_code: int, signal: int | None, restarts: int) -> bool:
+    """The monitor's rule (`monitor._restart_wanted`): `on-failure` restarts any failure,
+    `exit-code` a death by signal or an exit code of 128 or more, each at most `max_restarts` times."""
+    code = -signal if signal else exit_code
+    if rule is None or code == 0 or restarts >= rule.max_restarts:
+        return False
+    return rule.policy == "on-failure" or (rule.policy == "exit-code" and (code < 0 or code >= 128))
+
+
+class FakeStream(Stream):
+    """A follow stream's handle: closing it ends the events its host is sending."""
+
+    def __init__(self, host: FakeHost) -> None:
+        self.host = host
+        self.closed = False
+
+    def lines(self) -> Iterator[str]:
+        return iter(())
+
+    def send(self, data: bytes) -> None:
+        raise AssertionError("a follow stream takes no input")
+
+    def close(self) -> None:
+        with self.host.changed:
+            self.closed = True
+            self.host.changed.notify_all()
 
 
 @dataclass
@@ -61,29 +99,104 @@ class FakeHost:
         self.python = "python3"
         self.root = "~/.tfctl"
         self.journal = journal
-        self.scripts = scripts or {}
+        self.scripts = scripts if scripts is not None else {}  # the lab's, even while still empty
         self.down = False
+        self.cpus = [0, 1, 2, 3]
+        self.gpus: list[int] = []  # indices, as CUDA_VISIBLE_DEVICES names them
+        self.filesystem = f"fs-{host}"  # the same on hosts that share a home
+        self.caches: dict[str, dict[str, tuple[p.FileEntry, bytes]]] = {}  # sync cache -> its files
+        self.trees: dict[str, dict[str, bytes]] = {}  # synced workdir -> its files
         self.fail_verbs: dict[str, Exception] = {}
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
+        self.launches: dict[str, p.TaskLaunch] = {}  # as the last start asked
         self.ticks: dict[str, int] = {}
         self.closed = 0
+        self.lock = threading.Lock()  # one answer at a time, as one supervisor conversation
+        self.changed = threading.Condition()  # notified on every request: follow streams look again
+        self.version = 0
 
     # the HostAgent surface the controller uses
 
     def call(self, request: p.Request[Any], timeout: float | None = 120) -> Any:
         detail = ",".join(self._names(request))
         self.journal.add(self.host, request.VERB, detail)
-        if self.before is not None:
-            self.before(request)
+        try:
+            if self.before is not None:
+                self.before(request)
+            if self.down:
+                raise HostError(self.host, "connection refused")
+            if request.VERB in self.fail_verbs:
+                raise self.fail_verbs[request.VERB]
+            with self.lock:
+                return getattr(self, "_" + request.VERB)(request)
+        finally:
+            self._changed()  # whatever happened, a follow stream looks again (and sees a host gone down)
+
+    def follow(self, request: p.FollowRequest) -> tuple[Stream, Iterator[p.FollowEvent]]:
+        """Stream the tasks' output from the requested byte offsets, as `supervisor.logs.follow`
+        does: chunks of whole lines, each with the offset it ends at; with `follow`, each task's
+        end once all its output was sent, and the stream ends when every task has ended."""
+        self.journal.add(self.host, "follow", ",".join(sorted(request.tasks)))
         if self.down:
             raise HostError(self.host, "connection refused")
-        if request.VERB in self.fail_verbs:
-            raise self.fail_verbs[request.VERB]
-        return getattr(self, "_" + request.VERB)(request)
+        if "follow" in self.fail_verbs:
+            raise self.fail_verbs["follow"]
+        stream = FakeStream(self)
+        return stream, self._events(request, stream)
 
-    def follow(self, request: p.FollowRequest) -> tuple[Any, Iterator[p.FollowEvent]]:
-        raise NotImplementedError("LogFollower is tested against a real supervisor (test_logs.py)")
+    def _wait_change(self, seen: int, stream: FakeStream) -> None:
+        """Until the host answered another request (a task may have moved on) or the stream closed."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.version != seen or stream.closed)
+
+    def _changed(self) -> None:
+        with self.changed:
+            self.version += 1
+            self.changed.notify_all()
+
+    def _lines(self, name: str) -> list[str]:
+        """What the task prints: the words of its command's `echo` lines, as a shell would print
+        them (a setup script announces each command so), then its scripted lines."""
+        launch = self.launches.get(name)
+        echoed = [line[5:] for line in launch.command.splitlines() if line.startswith("echo ")] if launch else []
+        return echoed + self.scripts.get(name, TaskScript()).lines
+
+    def _output(self, name: str) -> bytes:
+        """What the task printed so far: nothing before it started, all its lines once it did."""
+        return "".join(line + "\n" for line in self._lines(name)).encode() if name in self.tasks else b""
+
+    def _start_offsets(self, request: p.FollowRequest) -> dict[str, int]:
+        offsets = dict(request.tasks)
+        for name in offsets:
+            out = self._output(name)
+            if request.tail is not None:
+                lines = out.splitlines(keepends=True)
+                offsets[name] = max(offsets[name], len(out) - sum(map(len, lines[len(lines) - request.tail :])))
+            info = self.tasks.get(name)
+            if request.since is not None and info is not None and (info.started_at or 0) < time.time() - request.since:
+                offsets[name] = len(out)  # every line was written when the task started
+        return offsets
+
+    def _events(self, request: p.FollowRequest, stream: FakeStream) -> Iterator[p.FollowEvent]:
+        offsets = self._start_offsets(request)
+        while offsets and not stream.closed:
+            seen, sent = self.version, False
+            if self.down:
+                raise HostError(self.host, "connection lost")
+            for name in sorted(offsets):
+                info = self.tasks.get(name)
+                out = self._output(name)
+                if len(out) > offsets[name]:
+                    stamps = [[len(out), info.started_at or 0.0]] if request.times and info else None
+                    yield p.LogChunk(name, len(out), out[offsets[name] :], stamps)
+                    offsets[name], sent = len(out), True
+                elif request.follow and info is not None and info.state.is_final:
+                    yield p.TaskEnded(name, offsets.pop(name), info.state)
+                elif not request.follow:
+                    del offsets[name]
+            if request.follow and offsets and not sent:
+                self._wait_change(seen, stream)
 
     def close(self) -> None:
         self.closed += 1
@@ -107,6 +220,7 @@ class FakeHost:
 
     def _start(self, request: p.StartRequest) -> p.StartAnswer:
         for launch in request.tasks:
+            self.launches[launch.task] = launch
             script = self.scripts.setdefault(launch.task, TaskScript())
             if script.exits_at_start:
                 self.tasks[launch.task] = p.TaskInfo(
@@ -117,12 +231,18 @@ class FakeHost:
                     launch.task, p.TaskState.RUNNING, pid=1000 + len(self.tasks), started_at=time.time()
                 )
             self.ticks[launch.task] = 0
+            if script.end_after == 0:  # over before its start is answered (a quick command)
+                self._advance(launch.task)
         return p.StartAnswer({t.task: self.tasks[t.task] for t in request.tasks})
 
     def _advance(self, name: str) -> p.TaskInfo:
         info = self.tasks.get(name)
         if info is None:
             return p.TaskInfo(name, p.TaskState.PENDING)
+        if info.state is p.TaskState.RESTARTING:  # its backoff is one status request
+            info = info.replace(state=p.TaskState.RUNNING, pid=(info.pid or 0) + 1, started_at=time.time())
+            self.tasks[name] = info
+            return info
         if info.state is not p.TaskState.RUNNING:
             return info
         script = self.scripts[name]
@@ -130,6 +250,15 @@ class FakeHost:
         tick = self.ticks[name]
         if script.end_after is not None and tick >= script.end_after:
             state = p.TaskState.SUCCEEDED if script.exit_code == 0 and not script.signal else p.TaskState.FAILED
+            if restart_wanted(self.launches[name].restart, script.exit_code, script.signal, info.restarts):
+                ends = [*info.earlier_ends, end_text(script.exit_code, script.signal)]
+                info = info.replace(
+                    state=p.TaskState.RESTARTING, listening=False, restarts=len(ends), earlier_ends=ends
+                )
+                self.scripts[name] = script.after_restart or script
+                self.ticks[name] = 0
+                self.tasks[name] = info
+                return info
             info = info.replace(
                 state=state,
                 exit_code=None if script.signal else script.exit_code,
@@ -146,12 +275,23 @@ class FakeHost:
         tails = {}
         if request.tail:
             tails = self._tail(p.TailRequest(request.run_id, list(request.tasks), request.tail)).tails
-        return p.StatusAnswer({name: self._advance(name) for name in request.tasks}, time.time(), tails)
+        now = time.time()
+        infos = {name: self._advance(name) for name in request.tasks}
+        if request.progress is not None:
+            infos = {name: info.replace(marks=self._marks(name, request.progress, now)) for name, info in infos.items()}
+        return p.StatusAnswer(infos, now, tails)
+
+    def _marks(self, name: str, rule: p.ProgressRule, now: float) -> list[p.Mark]:
+        """The task's lines that show progress (`supervisor.marks`), one a second up to now."""
+        if name not in self.tasks or name not in self.scripts:
+            return []
+        found = [line for line in self.scripts[name].lines if re.search(rule.pattern, line)]
+        return [p.Mark(now - len(found) + 1 + i, line) for i, line in enumerate(found)]
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0
         for name, info in self.tasks.items():
-            if info.state is p.TaskState.RUNNING:
+            if info.state in (p.TaskState.RUNNING, p.TaskState.RESTARTING):
                 self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
@@ -161,15 +301,40 @@ class FakeHost:
         return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})
 
     def _info(self, request: p.InfoRequest) -> p.InfoAnswer:
-        return p.InfoAnswer(self.host, "3.11.7", "3.11.7", "tensorflow 2.21.0")
+        gpus = [p.Gpu(i, f"GPU-fake-{self.host}-{i}") for i in self.gpus] if request.gpus else []
+        missing = "nvidia-smi: command not found" if request.gpus and not self.gpus else None
+        return p.InfoAnswer(
+            self.host,
+            "3.11.7",
+            "3.11.7",
+            "tensorflow 2.21.0",
+            cpus=list(self.cpus),
+            gpus=gpus,
+            gpu_error=missing,
+            filesystem=self.filesystem,
+        )
 
     def _probe(self, request: p.ProbeRequest) -> p.ProbeAnswer:
         return p.ProbeAnswer({target: p.ProbeResult(True) for target in request.targets})
 
     def _tail(self, request: p.TailRequest) -> p.TailAnswer:
-        return p.TailAnswer(
-            {name: list(self.scripts.get(name, TaskScript()).lines[-request.lines :]) for name in request.tasks}
-        )
+        return p.TailAnswer({name: self._lines(name)[-request.lines :] for name in request.tasks})
+
+    def _sync_plan(self, request: p.SyncPlanRequest) -> p.SyncPlanAnswer:
+        cache = self.caches.get(request.cache, {})
+        need = sorted(rel for rel, entry in request.files.items() if rel not in cache or cache[rel][0] != entry)
+        return p.SyncPlanAnswer(need, self.filesystem)
+
+    def _sync_apply(self, request: p.SyncApplyRequest) -> p.SyncApplyAnswer:
+        """The cache brought up to the manifest with the blobs sent, then copied whole to `dest`."""
+        cache = self.caches.setdefault(request.cache, {})
+        for rel, blob in request.blobs.items():
+            cache[rel] = (request.files[rel], base64.b64decode(blob))
+        missing = [rel for rel, entry in request.files.items() if rel not in cache or cache[rel][0] != entry]
+        if missing:
+            raise HostError(self.host, f"sync cache lacks {', '.join(missing)}")
+        self.trees[request.dest] = {rel: cache[rel][1] for rel in request.files}
+        return p.SyncApplyAnswer(len(request.blobs), len(request.files), request.dest)
 
     def _listen(self, request: p.ListenRequest) -> p.ListenAnswer:
         return p.ListenAnswer(4242)

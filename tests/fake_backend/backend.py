@@ -71,7 +71,9 @@ class FakeBackend:
         return Acquired(config, {"pool": _pool(config)})
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
-        return HostSpec(host, config.python_for(host), "/fake/.tfctl", FakeSpec())
+        settings = config.backend_settings
+        remote = isinstance(settings, FakeSettings) and host in settings.remote
+        return HostSpec(host, config.python_for(host), "~/.tfctl" if remote else "/fake/.tfctl", FakeSpec(remote))
 
     def monitor_launcher(self, record: RunRecord) -> None:
         return None

@@ -1,11 +1,12 @@
-"""The fake backend's cluster-file keys: a `fake:` section naming the pool its hosts come from."""
+"""The fake backend's cluster-file keys: a `fake:` section naming the pool its hosts come from,
+and which of them do not see this machine's files (the workdir is synced to those)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfctl.config.base import Doc, Validator, _section, _string
+from tfctl.config.base import INVALID, Doc, Validator, _section, _string, type_error
 
 DESCRIPTION = "`fake` on the tests' in-process hosts"
 
@@ -13,13 +14,23 @@ DESCRIPTION = "`fake` on the tests' in-process hosts"
 @dataclass(frozen=True)
 class FakeSettings:
     pool: str = "default"
+    remote: tuple[str, ...] = ()  # hosts that do not share this machine's files
 
 
 def _pool(doc: Doc, path: str, value: Any) -> Any:
     return _string(doc, path, value, "pool: default")
 
 
-SECTIONS: dict[str, Validator] = {"fake": _section({"pool": _pool}, FakeSettings, "fake: {pool: default}")}
+def _remote(doc: Doc, path: str, value: Any) -> Any:
+    if not isinstance(value, list):
+        return type_error(doc, path, "a list of host names", value, "e.g. `remote: [h2]`")
+    names = [_string(doc, f"{path}[{i}]", item, "remote: [h2]") for i, item in enumerate(value)]
+    return INVALID if INVALID in names else tuple(names)
+
+
+SECTIONS: dict[str, Validator] = {
+    "fake": _section({"pool": _pool, "remote": _remote}, FakeSettings, "fake: {pool: default}")
+}
 JOB_KEYS: dict[str, Validator] = {}
 
 

@@ -1,4 +1,5 @@
-"""A fake host's spec: its agent is the `FakeHost` of that name in the lab (no transport at all)."""
+"""A fake host's spec: its agent is the `FakeHost` of that name in the lab (no transport at all);
+`remote` hosts get the workdir synced, as a host that does not share this machine's files."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from tfctl.transport.specs import TransportSpec
 @record
 class FakeSpec(TransportSpec):
     KIND: ClassVar[str] = "fake"
-    SHARES_FILES: ClassVar[bool] = True  # nothing to sync: there are no files
+
+    remote: bool = False  # the host does not see this machine's files: the workdir is synced to it
+
+    @property
+    def SHARES_FILES(self) -> bool:  # type: ignore[override]  # per host here; per kind of host elsewhere
+        return not self.remote
 
     def connect(self, host: str, accept_new_host_keys: bool = False) -> Transport:
         raise HostError(host, "a fake host has no transport; its agent is in-process")

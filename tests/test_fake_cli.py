@@ -1,0 +1,522 @@
+"""The verbs as a user types them, on the fake backend, in this process: `up` (attached, -d,
+--dry-run), `status`, `logs`, `down`, `runs`, `check`, `export tfjob`, `init`, and the errors
+`cli.main` turns into a sentence, a hint and an exit code.
+
+Where a verb would fork or exec (`up -d`'s watcher), the fork is replaced by a call of the
+function it runs, in this process; everything else runs as it does for a user."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
+from fakes import TaskScript
+
+from tfctl.cli import render
+from tfctl.controller import supervise, watcher
+from tfctl.runs.store import RunStore
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.protocol import RunState, TaskState
+
+OOM = "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] and type float on /device:GPU:0"
+
+
+@pytest.fixture
+def lab(fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The fake lab, with ./cluster.yaml its cluster file (as most users run tfctl)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    fake_backend.scripts.update(
+        {
+            "ps:0": TaskScript(lines=["ps: listening"]),
+            "worker:0": TaskScript(end_after=3, lines=["step 1", "step 2"]),
+            "worker:1": TaskScript(end_after=2, lines=["step 1"]),
+        }
+    )
+    return fake_backend
+
+
+def only_run() -> Any:
+    (record,) = RunStore().all()
+    return record
+
+
+# ---------------------------------------------------------------- up
+
+
+def test_up_follows_the_run_printing_its_lines_its_end_and_what_was_stopped(lab):
+    ran = tfctl_here("up")
+    assert ran.code == 0, ran.err
+    assert ran.out.splitlines() == [
+        "[ps:0]     ps: listening",
+        "[worker:0] step 1",
+        "[worker:0] step 2",
+        "[worker:1] step 1",
+    ]
+    record = only_run()
+    said = [line.split("] ", 1)[-1].strip() for line in ran.err.splitlines()]
+    assert said[:2] == ["fake         leased pool gpus", f"run {record.run_id}: 3 tasks on 2 fake hosts"]
+    assert "all 3 tasks running" in said and "following all task logs; Ctrl-C stops the cluster" in said
+    assert said[-2:] == [
+        "job succeeded: worker:0 finished successfully",
+        "1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free",
+    ]
+    assert record.state is RunState.SUCCEEDED and lab.released == [record.run_id]
+
+
+def test_up_of_a_failing_job_exits_1_with_the_culprits_diagnosis_and_who_never_trained(lab):
+    lab.scripts["worker:0"] = TaskScript(end_after=2, exit_code=1, lines=["step 1", OOM])
+    lab.scripts["worker:1"] = TaskScript(end_after=1, lines=["loading data"])
+    ran = tfctl_here("up")
+    assert ran.code == 1
+    assert "worker:1: never logged a training step, while worker:0 did: it may not have trained\n" in ran.err
+    assert "job failed: worker:0 on h1 exited with code 1\n" in ran.err
+    assert "worker:0: " in ran.err and "out of memory" in ran.err.lower() and "  fix: " in ran.err
+    assert only_run().state is RunState.FAILED
+
+
+def test_ctrl_c_while_acquiring_or_starting_leaves_nothing_behind(lab, monkeypatch):
+    backend = type(watcher_backend())
+    real_acquire = backend.acquire
+
+    def interrupted(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "acquire", interrupted)
+    ran = tfctl_here("up")
+    assert (ran.code, ran.err) == (130, "interrupted: nothing acquired is left behind\n")
+    monkeypatch.setattr(backend, "acquire", real_acquire)
+
+    lab.agent("h1").before = lambda request: interrupted() if request.VERB == "probe" else None
+    ran = tfctl_here("up")
+    assert ran.code == 130 and ran.err.endswith("interrupted: everything started has been stopped\n")
+    assert (only_run().state, only_run().reason) == (RunState.STOPPED, "interrupted during start")
+    assert lab.hosts["h2"].tasks["worker:1"].state is TaskState.STOPPED and not lab.leases
+
+    fork_in_process(monkeypatch, io.StringIO())  # `up -d`: the forked watcher is interrupted while starting
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 130 and ran.err.endswith("interrupted: everything started has been stopped\n")
+
+
+def test_up_d_whose_watcher_died_before_a_word_says_where_its_log_is(lab, monkeypatch):
+    fork_in_process(monkeypatch, io.StringIO())
+    monkeypatch.setattr(watcher, "fork_starter", lambda body: (0, io.StringIO("")))  # it died at once
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 1 and ran.err.splitlines()[-2:] == [
+        "error: the run's watcher ended before the run started",
+        "hint: its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+    ]
+
+
+def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab, tmp_path, monkeypatch):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    monkeypatch.setattr(os, "nice", lambda increment: 0)
+    with sigterm_kept():
+        ran = tfctl_here("_watch", "--run", cluster.record.run_id)
+    assert ran.code == 0
+    assert ran.out == "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+    assert only_run().state is RunState.SUCCEEDED
+
+
+def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, monkeypatch):
+    lab.scripts["worker:0"] = TaskScript(lines=["step 1"])  # runs until stopped
+
+    def ctrl_c(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(render, "print_lines", ctrl_c)
+    ran = tfctl_here("up")
+    assert ran.code == 130
+    assert "Ctrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)" in ran.err
+    assert ran.err.endswith("3 processes stopped on 2 hosts; 0 remain; ports 2222-2223 free\n")
+    record = only_run()
+    assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
+
+    lab.hosts.clear()
+    monkeypatch.setattr(supervise, "interrupt", ctrl_c)  # Ctrl-C again, while it stops
+    ran = tfctl_here("up")
+    assert ran.code == 130
+    run_id = RunStore().all()[-1].run_id
+    assert (
+        "detached; tasks may still be running (they stop by themselves within 60s). "
+        f"Stop them with: tfctl down --run {run_id}"
+    ) in ran.err
+    assert lab.hosts["h1"].tasks["worker:0"].state is TaskState.RUNNING
+    ran = tfctl_here("down", "--run", run_id)
+    assert ran.code == 0 and lab.hosts["h1"].tasks["worker:0"].state is TaskState.STOPPED
+
+
+def test_a_second_up_of_a_live_cluster_is_refused_with_how_to_stop_the_first(lab, tmp_path):
+    store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    ran = tfctl_here("-f", "cluster.yaml", "up")
+    run_id = cluster.record.run_id
+    assert ran.code == 2
+    assert ran.err.splitlines() == [
+        f"error: run {run_id} of cluster 'fake' is still running (3 tasks: ps:0, worker:0, worker:1)",
+        f"hint: stop it first: tfctl -f cluster.yaml down --run {run_id}",
+    ]
+    assert len(store.all()) == 1
+    assert tfctl_here("down").code == 0
+
+
+def test_up_says_why_its_backend_gave_it_nothing(lab):
+    lab.refuse = "the pool is drained"
+    ran = tfctl_here("up")
+    assert (ran.code, ran.err) == (1, "error: the pool is drained\n")
+    assert not RunStore().all()
+
+
+def test_up_d_starts_here_leaves_the_run_to_its_watcher_and_prints_the_run_id(lab, monkeypatch):
+    spawned: list[str] = []
+    monkeypatch.setattr(watcher, "spawn_watcher", lambda store, record: spawned.append(record.run_id))
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 0, ran.err
+    record = only_run()
+    assert ran.out == record.run_id + "\n" and spawned == [record.run_id]
+    assert "detached. The run stops by itself when worker:0 finishes (a watcher process does it)." in ran.err
+    assert "  tfctl status      tfctl logs -f      tfctl down\n" in ran.err
+    assert record.state is RunState.RUNNING and record.lease_timeout == 0
+    assert tfctl_here("down").code == 0
+
+
+def fork_in_process(monkeypatch: pytest.MonkeyPatch, watch_log: io.StringIO) -> None:
+    """`up -d`'s fork as a call: the watcher's body runs to the run's end in this process (its
+    stdout, meant for watch.log, into `watch_log`), and the parent reads what it reported."""
+
+    def fork_starter(body: Callable[[watcher.Report], None]) -> tuple[int, io.StringIO]:
+        reported: list[str] = []
+        with sigterm_kept(), contextlib.redirect_stdout(watch_log):
+            body(lambda message: reported.append(json.dumps(message) + "\n"))
+        return 0, io.StringIO("".join(reported))
+
+    monkeypatch.setattr(watcher, "fork_starter", fork_starter)
+    monkeypatch.setattr(watcher, "log_to_run_dir", lambda store, run_id: None)
+    monkeypatch.setattr(os, "nice", lambda increment: 0)
+    monkeypatch.setattr(type(watcher_backend()), "waiting_for", None)  # a backend that never waits: it forks
+
+
+def watcher_backend() -> Any:
+    from tfctl import backends
+
+    return backends.get("fake")
+
+
+def test_up_d_of_a_backend_that_never_waits_relays_its_forked_watchers_progress(lab, monkeypatch):
+    watch_log = io.StringIO()
+    fork_in_process(monkeypatch, watch_log)
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 0, ran.err
+    record = only_run()
+    assert ran.out == record.run_id + "\n"
+    said = [line.split("] ", 1)[-1].strip() for line in ran.err.splitlines()]
+    assert said[0] == f"run {record.run_id}: 3 tasks on 2 hosts"
+    assert "h1           connecting" in said and "all 3 tasks running" in said
+    assert watch_log.getvalue() == (
+        "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+    )
+    assert record.state is RunState.SUCCEEDED
+
+
+def test_up_d_says_what_failed_its_forked_watchers_start(lab, monkeypatch):
+    fork_in_process(monkeypatch, io.StringIO())
+    lab.scripts["ps:0"] = TaskScript(exits_at_start=True)
+    ran = tfctl_here("up", "-d")
+    assert ran.code == 1
+    assert ran.err.endswith("error: ps:0 could not start: No such file or directory\n")
+    assert only_run().state is RunState.FAILED
+
+
+def test_up_dry_run_prints_setup_tasks_and_devices_and_asks_nothing_of_anyone(lab, tmp_path):
+    text = FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", "  worker:\n    hosts: [h1:2223, h2:2222]\n")
+    write(tmp_path, text + "    gpus: 1\n    cpus: 2\nsetup: [pip install -r requirements.txt]\n")
+    ran = tfctl_here("up", "--dry-run")
+    assert ran.code == 0, ran.err
+    assert ran.err == "backend fake: the tests' in-process hosts\n"
+    lines = ran.out.splitlines()
+    assert lines[:2] == [
+        "setup  once on each host (h1, h2), in its workdir, before any task",
+        "  $ pip install -r requirements.txt",
+    ]
+    assert "worker:1  h2:2222" in lines and "  gpus:      CUDA_VISIBLE_DEVICES='0'" in lines
+    assert "  cpus:      cores 0-1" in lines
+    assert "  command:   train --job_name=worker --task_index=1" in lines
+    assert not lab.journal.entries and not lab.leases and not RunStore().all()
+
+
+def test_up_warns_of_task_addresses_anyone_can_reach(lab, tmp_path):
+    write(tmp_path, FAKE_FILE.replace("h2:2222", "8.8.8.8:2222"))
+    ran = tfctl_here("up", "--dry-run")
+    assert ran.code == 0 and ran.err.startswith(
+        "warning: TF servers are unauthenticated and listen on all interfaces; these task addresses are public: "
+        "8.8.8.8:2222."
+    )
+
+
+# ---------------------------------------------------------------- status, logs, down
+
+
+def test_status_shows_every_task_as_its_host_says_and_the_backends_own_state(lab, tmp_path):
+    lab.scripts["worker:0"] = TaskScript(lines=["step 10", "step 20", OOM.replace("OOM", "later: OOM")])
+    lab.scripts["worker:1"] = TaskScript()
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    run_id = cluster.record.run_id
+    ran = tfctl_here("status")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert lines[0] == f"{run_id}  (running)  fake pool: leased"
+    assert lines[1].split() == "TASK ADDRESS STATE PID EXIT UPTIME LISTEN STEP STEPS/S LAST LINE".split()
+    rows = {line.split()[0]: line.split() for line in lines[2:5]}
+    assert rows["ps:0"][1:3] == ["h1:2222", "running"] and rows["ps:0"][6] == "yes"
+    assert rows["worker:0"][7] == "20"  # the step, from its progress lines
+
+    answer = json.loads(tfctl_here("status", "--json").out)
+    assert answer["run"]["id"] == run_id and answer["run"]["fake"] == {"pool": "gpus"}
+    tasks = {t["task"]: t for t in answer["tasks"]}
+    assert tasks["worker:1"]["state"] == "running" and tasks["worker:0"]["step"] == 20
+    assert tasks["worker:0"]["diagnosis"]["kind"] == "oom"
+    assert tfctl_here("down").code == 0
+
+
+def test_logs_prints_each_tasks_lines_prefixed_filtered_and_refuses_a_file_for_a_task(lab, tmp_path):
+    lab.scripts["worker:1"] = TaskScript(lines=["a", "b", "c"])
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    assert tfctl_here("logs").out.splitlines() == [
+        "[ps:0]     ps: listening",
+        "[worker:0] step 1",
+        "[worker:0] step 2",
+        "[worker:1] a",
+        "[worker:1] b",
+        "[worker:1] c",
+    ]
+    assert tfctl_here("logs", "--tail", "1", "worker").out.splitlines() == ["[worker:0] step 2", "[worker:1] c"]
+    assert tfctl_here("logs", "--since", "1h", "worker:1").out.splitlines()[-1] == "[worker:1] c"
+    stamped = tfctl_here("logs", "-t", "ps").out
+    assert stamped.startswith("[ps:0]     20") and stamped.endswith("Z ps: listening\n")
+    ran = tfctl_here("logs", "cluster.yaml")
+    assert ran.code == 2 and "error: cluster.yaml is not a task: `-f` after `logs` means --follow" in ran.err
+    ran = tfctl_here("logs", "chief")
+    assert ran.code == 2 and "error: no task 'chief' in run" in ran.err
+    assert "hint: choose from: ps, ps:0, worker, worker:0, worker:1" in ran.err
+    assert tfctl_here("down").code == 0
+    lab.hosts["h2"].down = True
+    ran = tfctl_here("logs", "-f")  # the run is over: what is left, then the host it could not read
+    assert ran.code == 1 and "[worker:0] step 2" in ran.out and "h2: connection refused" in ran.err
+
+
+def test_down_stops_the_run_releases_its_backend_and_down_all_sweeps_its_hosts(lab, tmp_path):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    ran = tfctl_here("down", "--grace", "0")
+    assert ran.code == 0, ran.err
+    assert ran.err.splitlines() == [
+        f"run {cluster.record.run_id}:",
+        "3 processes stopped on 2 hosts; 0 remain; ports 2222-2223 free",
+        "fake pool: released",
+    ]
+    record = only_run()
+    assert (record.state, record.reason) == (RunState.STOPPED, "tfctl down")
+    ran = tfctl_here("down", "--all")
+    assert ran.code == 0
+    assert ran.err.splitlines()[-2:] == [
+        "h1: 0 orphaned processes stopped (runs: none); 0 remain",
+        "h2: 0 orphaned processes stopped (runs: none); 0 remain",
+    ]
+
+
+def test_down_that_cannot_check_a_host_exits_1_naming_it(lab, tmp_path):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    lab.hosts["h2"].down = True
+    ran = tfctl_here("down")
+    assert ran.code == 1 and "h2: could not be checked: h2: connection refused" in ran.err
+    assert not only_run().left_nothing
+    lab.hosts["h2"].down = False
+    assert tfctl_here("down").code == 0 and only_run().left_nothing
+
+
+def test_down_all_without_any_run_sweeps_the_files_hosts(lab):
+    lab.agent("h1")._sweep = lambda request: p.SweepAnswer(2, 1, [4242], ["old-run"])  # type: ignore[method-assign]
+    ran = tfctl_here("down", "--all")
+    assert ran.code == 1  # something remains on h1
+    assert "h1: 2 orphaned processes stopped (runs: old-run); 1 remain" in ran.err.splitlines()
+    ran = tfctl_here("down")
+    assert (ran.code, ran.err.splitlines()[0]) == (2, "error: no run of cluster.yaml yet")
+
+
+# ---------------------------------------------------------------- runs, check, export, init
+
+
+def test_runs_lists_this_files_runs_and_prune_forgets_the_old_ones_here_and_on_their_hosts(lab, tmp_path):
+    assert tfctl_here("up").code == 0
+    assert tfctl_here("up").code == 0
+    first, second = RunStore().all()
+    listed = tfctl_here("runs").out.splitlines()
+    assert [line.split()[0] for line in listed] == [first.run_id, second.run_id]
+    assert listed[0].split()[3:] == ["succeeded", "worker:0", "finished", "successfully"]
+    assert [r["run_id"] for r in json.loads(tfctl_here("runs", "--all", "--json").out)] == [first.run_id, second.run_id]
+    ran = tfctl_here("runs", "--keep", "1")
+    assert ran.code == 2 and ran.err.startswith("error: --keep, --older-than and --dry-run go with --prune")
+
+    ran = tfctl_here("runs", "--prune", "--keep", "1", "--dry-run")
+    assert ran.out.splitlines() == [
+        f"{first.run_id}  (succeeded, started {ran.out.split('started ')[1][:19]}): would remove 0 bytes",
+        "  h1: nothing left there",
+        "  h2: nothing left there",
+    ]
+    assert "(dry run: nothing was removed)" in ran.err and len(RunStore().all()) == 2
+    assert [verb for _, verb, detail in lab.journal.entries if verb == "prune"] == ["prune", "prune"]
+    ran = tfctl_here("runs", "--prune", "--keep", "1", "--json")
+    report = json.loads(ran.out)
+    assert [(r["run_id"], r["removed"]) for r in report["runs"]] == [(first.run_id, True)]
+    assert [r.run_id for r in RunStore().all()] == [second.run_id]
+    ran = tfctl_here("runs", "--prune", "--keep", "1")
+    assert (
+        ran.err == "nothing to prune: no runs beyond the newest 1 ended runs of their cluster file (1 runs, 0 live)\n"
+    )
+    assert json.loads(tfctl_here("runs", "--prune", "--json").out) == {"dry_run": False, "runs": [], "unreachable": {}}
+    ran = tfctl_here("runs", "-f", "other.yaml")
+    assert (ran.out, ran.err) == ("", "no runs of other.yaml (tfctl runs --all lists every run)\n")
+
+
+def test_prune_says_what_it_removes_on_each_host_and_how_much(lab):
+    assert tfctl_here("up").code == 0
+    run_id = only_run().run_id
+    lab.hosts["h1"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+        {run_id: [f"~/.tfctl/runs/{run_id}", f"~/.tfctl/work/{run_id}"]}, {run_id: 1_234_567}, {}
+    )
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+        {run_id: [f"~/.tfctl/runs/{run_id}"]}, {run_id: 2_500_000_000}, {}
+    )
+    ran = tfctl_here("runs", "--prune", "--keep", "0", "--dry-run")
+    assert ran.out.splitlines()[0].endswith(": would remove 2.5 GB")
+    assert ran.out.splitlines()[1:] == [
+        f"  h1: ~/.tfctl/runs/{run_id}, ~/.tfctl/work/{run_id}",
+        f"  h2: ~/.tfctl/runs/{run_id}",
+    ]
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer({}, {}, {run_id: "worker:1 still runs"})  # type: ignore
+    ran = tfctl_here("runs", "--prune", "--keep", "0")
+    assert ran.code == 1 and ran.out.splitlines()[0].endswith(": kept, h2: worker:1 still runs")
+    assert "removed 0 of 1 runs beyond the newest 0 ended runs of their cluster file: 1.2 MB" in ran.err
+
+
+def test_prune_keeps_a_run_whose_host_cannot_be_reached_and_says_how_to_finish(lab):
+    assert tfctl_here("up").code == 0
+    lab.hosts["h2"].down = True
+    ran = tfctl_here("runs", "--prune", "--keep", "0", "--older-than", "1h")
+    assert "nothing to prune" in ran.err and "ended over 1h ago" in ran.err  # it ended just now
+    ran = tfctl_here("runs", "--prune", "--keep", "0")
+    assert ran.code == 1
+    assert ": kept, h2 could not be reached" in ran.out
+    assert "error: h2 could not be reached: connection refused" in ran.err
+    assert "hint: the 1 runs kept keep their records too" in ran.err
+    assert len(RunStore().all()) == 1
+
+
+def test_check_reports_each_host_and_the_network_and_fails_on_a_busy_port(lab):
+    ran = tfctl_here("check")
+    assert ran.code == 0, ran.err
+    assert (
+        ran.out.split()
+        == "HOST HOSTNAME PYTHON TENSORFLOW h1 h1 3.11.7 tensorflow 2.21.0 h2 h2 3.11.7 tensorflow 2.21.0".split()
+    )
+    assert ran.err.endswith("reachability: 2 hosts -> h1:2222: all 2 connections ok\n")
+    verbs = lab.journal.verbs("h1")
+    assert verbs.index("listen") < verbs.index("probe") < verbs.index("stop")  # held, probed, let go
+    assert "start" not in verbs and not RunStore().all()
+
+    lab.agent("h2")._ports = lambda request: p.PortsAnswer(  # type: ignore[method-assign]
+        {str(port): p.PortInfo(True, [77], "sshd") for port in request.ports}
+    )
+    ran = tfctl_here("check", "--json")
+    assert ran.code == 1
+    found = json.loads(ran.out)
+    assert [h["host"] for h in found["hosts"]] == ["h1", "h2"] and found["network"] is None
+    assert found["busy_ports"]["h2:2222"]["pids"] == [77]
+    ran = tfctl_here("check", "--no-network")
+    assert ran.code == 1 and "port in use: h2:2222 (pid 77 sshd)" in ran.err
+
+
+def test_export_tfjob_writes_the_cluster_as_a_tfjob(lab, tmp_path):
+    write(tmp_path, extra="kubernetes: {image: registry/team/train:1.0}\n")
+    ran = tfctl_here("export", "tfjob")
+    assert ran.code == 0, ran.err
+    assert "kind: TFJob" in ran.out and "image: registry/team/train:1.0" in ran.out
+    assert set(("PS:", "Worker:")) <= {line.strip() for line in ran.out.splitlines()}
+    ran = tfctl_here("-f", "cluster.yaml", "export", "tfjob", "-o", "job.yaml")
+    assert (ran.code, ran.out, ran.err) == (0, "", "wrote job.yaml\n")
+    assert (tmp_path / "job.yaml").read_text() == tfctl_here("export", "tfjob").out
+    write(tmp_path)
+    ran = tfctl_here("export", "tfjob")
+    assert ran.code == 2 and "kubernetes.image" in ran.err
+
+
+def test_init_writes_a_template_that_loads_and_refuses_a_cluster_file(lab, tmp_path):
+    listed = tfctl_here("init", "--list").out.splitlines()
+    assert [line.split()[0] for line in listed] == sorted(
+        ["between-graph-async", "between-graph-sync", "multi-worker-mirrored", "parameter-server"]
+    )
+    ran = tfctl_here("init", "-t", "parameter-server", "proj")
+    assert ran.code == 0, ran.err
+    assert (tmp_path / "proj" / "cluster.yaml").is_file() and "wrote proj/cluster.yaml" in ran.err
+    assert ran.err.endswith("next: cd proj && tfctl up        (edit cluster.yaml to add your hosts)\n")
+    ran = tfctl_here("-f", "proj/cluster.yaml", "init")
+    assert ran.code == 2 and "`init` writes cluster.yaml into a directory; it takes no cluster file" in ran.err
+    assert "hint: tfctl init proj" in ran.err
+    assert tfctl_here("init", "-t", "parameter-server", "proj").code != 0  # it would overwrite
+
+
+def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
+    ran = tfctl_here("status")
+    assert (ran.code, ran.err.splitlines()[0]) == (2, "error: no run of cluster.yaml yet")
+    (tmp_path / "cluster.yaml").unlink()
+    ran = tfctl_here("status")
+    assert ran.code == 2 and ran.err.splitlines() == [
+        "error: no cluster.yaml in the current directory",
+        "hint: pass -f FILE, create one with `tfctl init`, or try the localhost example: tfctl -f "
+        "cluster.yaml.example up",
+    ]
+    ran = tfctl_here("status", "--nonsense")
+    assert ran.code == 2 and "Error: No such option '--nonsense'." in ran.err
+    write(tmp_path)
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    ran = tfctl_here("exec", "worker:1", "--", "nvidia-smi")  # a fake host has nothing to exec on
+    assert (ran.code, ran.err) == (1, "error: h2: a fake host has no transport; its agent is in-process\n")
+    ran = tfctl_here("ssh", "worker:0")
+    assert (ran.code, ran.err) == (1, "error: h1: a fake host has no transport; its agent is in-process\n")
+    ran = tfctl_here("exec", "worker", "--", "true")
+    assert ran.code == 2 and "job 'worker' has 2 tasks" in ran.err
+    assert tfctl_here("down").code == 0
+
+
+def completed(monkeypatch: pytest.MonkeyPatch, words: str) -> list[str]:
+    """What tfctl offers bash for the last word of `words`."""
+    monkeypatch.setenv("_TFCTL_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", words)
+    monkeypatch.setenv("COMP_CWORD", str(len(words.split(" ")) - 1))
+    ran = tfctl_here()
+    assert (ran.code, ran.err) == (0, "")
+    return [line.split(",", 1)[1] for line in ran.out.splitlines() if line.startswith("plain,")]
+
+
+def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(lab, tmp_path, monkeypatch):
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    assert completed(monkeypatch, "tfctl logs ") == ["ps", "worker", "ps:0", "worker:0", "worker:1"]
+    assert completed(monkeypatch, "tfctl logs worker:0 w") == ["worker", "worker:1"]
+    assert completed(monkeypatch, "tfctl exec --run nosuch-run ") == []  # a problem completes nothing
+    assert completed(monkeypatch, f"tfctl status --run {cluster.record.run_id[:6]}") == [cluster.record.run_id]
+    assert completed(monkeypatch, "tfctl init -t multi") == ["multi-worker-mirrored"]
+    assert completed(monkeypatch, "tfctl logs --file other.yaml ") == []  # no run of that file
+    monkeypatch.delenv("_TFCTL_COMPLETE")
+    assert tfctl_here("down").code == 0
