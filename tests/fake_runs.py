@@ -17,6 +17,7 @@ from tfctl.cli import main
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller import up
+from tfctl.runs.record import Controller
 from tfctl.runs.store import RunStore
 
 # ps:0 and worker:0 on h1, worker:1 on h2; the ps runs until stopped, as a ps does.
@@ -37,7 +38,7 @@ def write(tmp_path: Path, text: str = FAKE_FILE, extra: str = "") -> Path:
     return path
 
 
-def started(path: Path, attached: bool = False, watcher: dict[str, Any] | None = None) -> tuple[RunStore, Cluster]:
+def started(path: Path, attached: bool = False, watcher: Controller | None = None) -> tuple[RunStore, Cluster]:
     """A run of the cluster file, started on the fake lab; detached with no controller unless
     `attached` (this process holds it) or `watcher` (who the record says supervises it)."""
     store = RunStore()

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
-from fakes import TaskScript
 
+from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
+from tests.fakes import TaskScript
 from tfctl.cli import render
 from tfctl.controller import supervise, watcher
 from tfctl.runs.store import RunStore
@@ -345,7 +345,7 @@ def test_down_that_cannot_check_a_host_exits_1_naming_it(lab, tmp_path):
 
 
 def test_down_all_without_any_run_sweeps_the_files_hosts(lab):
-    lab.agent("h1")._sweep = lambda request: p.SweepAnswer(2, 1, [4242], ["old-run"])  # type: ignore[method-assign]
+    lab.agent("h1")._sweep = lambda request: p.SweepAnswer(2, 1, [4242], ["old-run"])
     ran = tfctl_here("down", "--all")
     assert ran.code == 1  # something remains on h1
     assert "h1: 2 orphaned processes stopped (runs: old-run); 1 remain" in ran.err.splitlines()
@@ -391,10 +391,10 @@ def test_runs_lists_this_files_runs_and_prune_forgets_the_old_ones_here_and_on_t
 def test_prune_says_what_it_removes_on_each_host_and_how_much(lab):
     assert tfctl_here("up").code == 0
     run_id = only_run().run_id
-    lab.hosts["h1"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+    lab.hosts["h1"]._prune = lambda request: p.PruneAnswer(
         {run_id: [f"~/.tfctl/runs/{run_id}", f"~/.tfctl/work/{run_id}"]}, {run_id: 1_234_567}, {}
     )
-    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer(  # type: ignore[method-assign]
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer(
         {run_id: [f"~/.tfctl/runs/{run_id}"]}, {run_id: 2_500_000_000}, {}
     )
     ran = tfctl_here("runs", "--prune", "--keep", "0", "--dry-run")
@@ -403,7 +403,7 @@ def test_prune_says_what_it_removes_on_each_host_and_how_much(lab):
         f"  h1: ~/.tfctl/runs/{run_id}, ~/.tfctl/work/{run_id}",
         f"  h2: ~/.tfctl/runs/{run_id}",
     ]
-    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer({}, {}, {run_id: "worker:1 still runs"})  # type: ignore
+    lab.hosts["h2"]._prune = lambda request: p.PruneAnswer({}, {}, {run_id: "worker:1 still runs"})
     ran = tfctl_here("runs", "--prune", "--keep", "0")
     assert ran.code == 1 and ran.out.splitlines()[0].endswith(": kept, h2: worker:1 still runs")
     assert "removed 0 of 1 runs beyond the newest 0 ended runs of their cluster file: 1.2 MB" in ran.err
@@ -434,7 +434,7 @@ def test_check_reports_each_host_and_the_network_and_fails_on_a_busy_port(lab):
     assert verbs.index("listen") < verbs.index("probe") < verbs.index("stop")  # held, probed, let go
     assert "start" not in verbs and not RunStore().all()
 
-    lab.agent("h2")._ports = lambda request: p.PortsAnswer(  # type: ignore[method-assign]
+    lab.agent("h2")._ports = lambda request: p.PortsAnswer(
         {str(port): p.PortInfo(True, [77], "sshd") for port in request.ports}
     )
     ran = tfctl_here("check", "--json")

@@ -6,7 +6,6 @@ The controller runs on a thread (`in_thread`), the other terminal is `cli.main` 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -14,12 +13,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from fake_runs import in_thread, started, tfctl_here, write
-from fakes import TaskScript
 
+from tests.fake_runs import in_thread, started, tfctl_here, write
+from tests.fakes import TaskScript
+from tfctl.backends.base import BackendReport
 from tfctl.controller import rpc as live
 from tfctl.controller import supervise, watcher
+from tfctl.controller.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
 from tfctl.controller.watcher import controller_of_this_process
+from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.files import host_key
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -45,14 +47,14 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     seen: list[tuple[str, bool]] = []
     real_ask, real_stream = live.ask, live.stream
 
-    def ask(run_dir: Path, record: Any, verb: str, args: Any, timeout: float) -> Any:
-        answer = real_ask(run_dir, record, verb, args, timeout)
-        seen.append((verb, answer is not None))
+    def ask(run_dir: Path, record: Any, request: DoorRequest[Any], timeout: float) -> Any:
+        answer = real_ask(run_dir, record, request, timeout)
+        seen.append((request.VERB, answer is not None))
         return answer
 
-    def stream(run_dir: Path, record: Any, verb: str, args: Any) -> Any:
-        parts = real_stream(run_dir, record, verb, args)
-        seen.append((verb, parts is not None))
+    def stream(run_dir: Path, record: Any, request: DoorRequest[Any]) -> Any:
+        parts = real_stream(run_dir, record, request)
+        seen.append((request.VERB, parts is not None))
         return parts
 
     monkeypatch.setattr(live, "ask", ask)
@@ -127,18 +129,19 @@ def test_logs_f_through_the_attached_up_ends_when_the_run_does(lab, tmp_path, as
 
 
 def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_itself(lab, tmp_path):
-    store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(attached=False))
+    store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(ControllerKind.WATCHER))
     run_id, run_dir = cluster.record.run_id, store.run_dir(cluster.record.run_id)
     stopping = threading.Event()
     with cluster, in_thread(lambda: supervise._watch(store, cluster, stopping)) as ended:
         door_open(store, run_id)
         record = store.load(run_id)
-        answer = live.ask(run_dir, record, "status", {"json": True}, 5)
-        assert answer is not None and answer["json"]["run"]["state"] == "running"
-        answer = live.ask(run_dir, record, "down", {"grace": 0}, 5)
+        status = live.ask(run_dir, record, StatusAsk(json=True), 5)
+        assert status is not None and status.json is not None and status.json["run"]["state"] == "running"
+        answer = live.ask(run_dir, record, DownAsk(grace=0), 5)
     assert ended == [None]  # a watcher told to stop by `down` ends without an outcome of its own
-    assert answer is not None and answer["stop"]["processes"] == 3 and answer["stop"]["unreachable"] == {}
-    assert answer["backend"] == {"label": "fake pool", "text": "released", "ended": True, "fields": {"pool": "gpus"}}
+    assert answer is not None and answer.stop is not None
+    assert answer.stop.processes == 3 and answer.stop.unreachable == {}
+    assert answer.backend == BackendReport("fake pool", "released", True, {"pool": "gpus"})
     assert (store.load(run_id).state, store.load(run_id).reason) == (RunState.STOPPED, "tfctl down")
     assert all(info.state is TaskState.STOPPED for host in lab.hosts.values() for info in host.tasks.values())
     assert not live.socket_path(run_dir).exists()
@@ -146,7 +149,7 @@ def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_its
 
 def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_stopped(lab, tmp_path):
     lab.scripts["worker:0"] = TaskScript(end_after=2)
-    store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(attached=False))
+    store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(ControllerKind.WATCHER))
     run_id, run_dir = cluster.record.run_id, store.run_dir(cluster.record.run_id)
     stopping = threading.Event()  # what the door sets when a `down` arrives
     answers: list[Any] = []
@@ -154,7 +157,7 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
     def down_arrives_during_the_stop(request: Any) -> None:
         if request.VERB == "stop" and not answers:
             asker = threading.Thread(
-                target=lambda: answers.append(live.ask(run_dir, store.load(run_id), "down", {"grace": 0}, 5))
+                target=lambda: answers.append(live.ask(run_dir, store.load(run_id), DownAsk(grace=0), 5))
             )
             asker.start()
             stopping.wait(5)  # the door has handed the `down` over: now let the watcher's stop go on
@@ -165,7 +168,7 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
         ending = supervise._watch(store, cluster, stopping)
     answers[0].join(5)
     assert ending is not None and ending.outcome.reason == "worker:0 finished successfully"
-    assert answers[1] == {"stop": dataclasses.asdict(ending.stop), "backend": None}  # stopped once, by the watcher
+    assert answers[1] == DownReply(ending.stop, None)  # stopped once, by the watcher
     assert lab.journal.verbs().count("stop") == 2  # one per host
     assert store.load(run_id).state is RunState.SUCCEEDED
 
@@ -174,9 +177,9 @@ def test_status_of_a_run_whose_controller_died_starts_a_new_watcher_and_says_so(
     store, cluster = started(tmp_path / "cluster.yaml", attached=True)
     cluster.close()
     run_id = cluster.record.run_id
-    dead = {**controller_of_this_process(attached=True), "starttime": -1}  # that pid is another process now
+    dead = controller_of_this_process(ControllerKind.UP).replace(starttime=-1)  # that pid is another process now
     store.update(run_id, watcher=dead)
-    fresh = {"pid": 4_000_000, "starttime": 1, "host": host_key(), "attached": False}
+    fresh = Controller(ControllerKind.WATCHER, 4_000_000, 1, host_key())
     spawned: list[str] = []
 
     def spawn(store: RunStore, record: Any) -> Any:
@@ -187,7 +190,7 @@ def test_status_of_a_run_whose_controller_died_starts_a_new_watcher_and_says_so(
     ran = tfctl_here("status")
     assert ran.code == 0 and spawned == [run_id]
     assert ran.err == (
-        f"warning: run {run_id}: the `tfctl up` that started it (pid {dead['pid']}) is gone; a new watcher "
+        f"warning: run {run_id}: the `tfctl up` that started it (pid {dead.pid}) is gone; a new watcher "
         f"(pid 4000000) supervises it; its tasks stop on their hosts 60s after their controller (lease_timeout)\n"
     )
     assert tfctl_here("down").code == 0

@@ -10,15 +10,16 @@ import threading
 from typing import Any
 
 import pytest
-from fake_runs import FAKE_FILE, sigterm_kept, started, write
-from fakes import TaskScript
 
+from tests.fake_runs import FAKE_FILE, sigterm_kept, started, write
+from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
 from tfctl.controller import down, supervise, up
 from tfctl.controller.watcher import controller_of_this_process
 from tfctl.errors import StartupError, UsageError
+from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RestartRule, RunState, TaskState
@@ -44,7 +45,7 @@ def test_an_attached_run_streams_every_tasks_lines_then_stops_the_ps_and_release
     )
     store, cluster = started(write(tmp_path), attached=True)
     run_id = cluster.record.run_id
-    assert cluster.record.watcher is not None and cluster.record.watcher["attached"]
+    assert cluster.record.watcher is not None and cluster.record.watcher.attached
     ending, lines = attach(cluster, store)
     assert ending.outcome.state is RunState.SUCCEEDED and ending.outcome.reason == "worker:0 finished successfully"
     assert [line for task, line in lines if task == "worker:0"] == ["step 1", "step 2"]
@@ -209,7 +210,7 @@ def test_a_second_up_is_refused_while_the_run_lives_or_starts_and_allowed_once_i
     run_id = cluster.record.run_id
     with pytest.raises(UsageError, match=rf"run {run_id} of cluster 'fake' is still running \(3 tasks: ps:0, wor"):
         up.ensure_no_live_run(store, config)
-    store.update(run_id, state=RunState.STARTING, watcher=controller_of_this_process(attached=True))
+    store.update(run_id, state=RunState.STARTING, watcher=controller_of_this_process(ControllerKind.UP))
     with pytest.raises(UsageError, match=r"is starting .*its `tfctl up` is pid") as caught:
         up.ensure_no_live_run(store, config)
     assert caught.value.hint and "Ctrl-C in its terminal" in caught.value.hint
@@ -226,7 +227,7 @@ def test_a_second_up_is_refused_while_the_run_lives_or_starts_and_allowed_once_i
 
 
 def test_busy_task_ports_refuse_the_start_before_anything_is_recorded_or_kept(tmp_path, fake_backend):
-    fake_backend.agent("h2")._ports = lambda request: p.PortsAnswer(  # type: ignore[method-assign]
+    fake_backend.agent("h2")._ports = lambda request: p.PortsAnswer(
         {str(port): p.PortInfo(True, [4321], "python old_run.py") for port in request.ports}
     )
     with pytest.raises(StartupError, match="task ports already in use") as caught:
@@ -273,7 +274,7 @@ def test_ctrl_c_during_the_start_records_the_run_stopped(tmp_path, fake_backend)
 
 def test_hosts_that_differ_are_warned_of_and_tasks_are_placed_on_what_each_host_has(tmp_path, fake_backend):
     h2 = fake_backend.agent("h2")
-    h2._info = lambda request: p.InfoAnswer(  # type: ignore[method-assign]
+    h2._info = lambda request: p.InfoAnswer(
         "h2", "3.11.7", "3.12.1", None, "python3: bad interpreter", cpus=[0, 1], gpus=[p.Gpu(0, "GPU-0")]
     )
     fake_backend.agent("h1").gpus = [0, 1]
@@ -319,7 +320,7 @@ def test_the_watcher_that_up_d_forks_starts_the_run_reports_and_watches_it_to_it
     assert said.index(("ps:0", "starting on h1")) < said.index(("ps:0", "running (pid 1000)"))
     assert said[-1] == ("", "reachability: 2 hosts -> h1:2222: all 2 connections ok")
     record = store.load(plan.record.run_id)
-    assert record.state is RunState.SUCCEEDED and record.watcher and not record.watcher["attached"]
+    assert record.state is RunState.SUCCEEDED and record.watcher is not None and not record.watcher.attached
 
 
 def test_the_forked_watcher_reports_a_failed_start_as_its_last_word(tmp_path, fake_backend):

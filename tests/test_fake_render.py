@@ -1,19 +1,21 @@
-"""What people read (tfctl/cli/render.py), rendered from real snapshots of runs on the fake
-backend: the status table with its device columns, restarts, steps and rates, unreachable hosts
-and notes; stop summaries; log lines with the notes that last."""
+"""What people read (tfctl/controller/status_view.py, tfctl/cli/render.py), rendered from real
+snapshots of runs on the fake backend: the status table with its device columns, restarts, steps
+and rates, unreachable hosts and notes; stop summaries; log lines with the notes that last."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from fake_runs import FAKE_FILE, started, write
-from fakes import TaskScript
 
+from tests.fake_runs import FAKE_FILE, started, write
+from tests.fakes import TaskScript
 from tfctl import console
 from tfctl.cli import render
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import StopReport
+from tfctl.controller import status_view
+from tfctl.runs.record import RunRecord
 from tfctl.tf.doctor import FAILURE_HOLD, LiveNotes
 
 PLAIN = {"tty": False, "color": False, "width": 200}
@@ -22,8 +24,8 @@ DEVICES += "    gpus: 1\n    cpus: 2\n    restart: {policy: on-failure, max_rest
 OOM = "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] and type float on /device:GPU:0"
 
 
-def table(shot: render.Snapshot, record: object) -> list[str]:
-    return console.rendered(render.status_table(shot, record, 200), PLAIN).splitlines()  # type: ignore[arg-type]
+def table(shot: status_view.Snapshot, record: RunRecord) -> list[str]:
+    return console.rendered(status_view.status_table(shot, record, 200), PLAIN).splitlines()
 
 
 def cells(lines: list[str], task: str) -> list[str]:
@@ -43,10 +45,10 @@ def test_the_status_table_shows_devices_restarts_steps_rates_and_a_worker_that_n
     )
     store, cluster = started(write(tmp_path, DEVICES))
     with cluster:
-        restarting = table(render.snapshot(cluster), store.load(cluster.record.run_id))  # both failed once
+        restarting = table(status_view.snapshot(cluster), store.load(cluster.record.run_id))  # both failed once
         assert cells(restarting, "worker:0")[2:5] == ["restarting", "(1x", "restarted)"]
-        render.snapshot(cluster)  # both run again
-        shot = render.snapshot(cluster)  # worker:1 failed for good, without training
+        status_view.snapshot(cluster)  # both run again
+        shot = status_view.snapshot(cluster)  # worker:1 failed for good, without training
         lines = table(shot, store.load(cluster.record.run_id))
         assert lines[1].split() == (
             "TASK ADDRESS STATE PID EXIT UPTIME LISTEN STEP STEPS/S GPUS CPUS LAST LINE".split()
@@ -71,7 +73,7 @@ def test_an_unreachable_host_is_a_state_with_its_duration_and_a_caption(tmp_path
         run_id = cluster.record.run_id
         cluster.record = store.update(run_id, unreachable={"h2": time.time() - 75})
         fake_backend.hosts["h2"].down = True
-        shot = render.snapshot(cluster)
+        shot = status_view.snapshot(cluster)
         lines = table(shot, store.load(run_id))
         assert cells(lines, "worker:1")[2:4] == ["unreachable", "1m15s"]
         assert lines[-1] == "unreachable: h2: h2: connection refused"
@@ -89,10 +91,13 @@ def test_a_stop_that_left_something_says_what_and_where(capsys):
         ports=[2222],
         unreachable={"h2": "connection refused"},
     )
-    assert render.stop_summary(report) == "1 process stopped on 2 hosts; 2 remain; port 2222 NOT free"
+    assert (
+        render.stop_summary(report)
+        == "1 process stopped on 1 of 2 hosts (h2 could not be checked); 2 remain there; port 2222 NOT free there"
+    )
     render.render_stop(report)
     assert capsys.readouterr().err.splitlines() == [
-        "1 process stopped on 2 hosts; 2 remain; port 2222 NOT free",
+        "1 process stopped on 1 of 2 hosts (h2 could not be checked); 2 remain there; port 2222 NOT free there",
         "h1: still running: pids 11, 12",
         "h1:2222: still listening (pids 11)",
         "h2: could not be checked: connection refused",
@@ -101,7 +106,7 @@ def test_a_stop_that_left_something_says_what_and_where(capsys):
 
 @pytest.mark.parametrize(("seconds", "shown"), [(None, "-"), (59.9, "59s"), (75, "1m15s"), (3725, "1h02m")])
 def test_durations_are_shown_in_their_largest_units(seconds, shown):
-    assert render.duration(seconds) == shown
+    assert status_view.duration(seconds) == shown
 
 
 def test_log_lines_are_prefixed_and_a_failure_that_lasts_becomes_a_note(tmp_path, fake_backend, capsys):

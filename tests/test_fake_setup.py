@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_runs import FAKE_FILE, write
-from fakes import TaskScript
 
+from tests.fake_runs import FAKE_FILE, write
+from tests.fakes import TaskScript
 from tfctl.config.loader import load_config
 from tfctl.controller import up
 from tfctl.controller.plan import remote_workdir
