@@ -65,7 +65,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                     host_patience=cluster.record.host_timeout,
                     cancelled=quit_watching.is_set,
                     judge=run_judge(cluster),
-                    on_unreachable=note_unreachable(store, cluster.record.run_id),
+                    on_unreachable=note_unreachable(store, cluster),
                 )
             )
         except TfctlError as e:
@@ -103,11 +103,14 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         follower.close()
 
 
-def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]], None]:
-    """Record the hosts the controller cannot reach, and since when, for `status` to show."""
+def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, float]], None]:
+    """Record the hosts the controller cannot reach, and since when, for `status` to show (the
+    controller's own answers through its door included)."""
 
     def note(since: dict[str, float]) -> None:
-        store.update(run_id, unreachable=since)
+        cluster.record = cluster.record.replace(
+            unreachable=store.update(cluster.record.run_id, unreachable=since).unreachable
+        )
 
     return note
 
@@ -194,7 +197,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
             host_patience=record.host_timeout,
             cancelled=stopping.is_set,
             judge=run_judge(cluster),
-            on_unreachable=note_unreachable(store, run_id),
+            on_unreachable=note_unreachable(store, cluster),
         )
         if not stopping.is_set():
             ending = finish(store, cluster, outcome)
