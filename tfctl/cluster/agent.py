@@ -286,7 +286,8 @@ class HostAgent:
     def close(self) -> None:
         """End the conversation and the connection (both reopen on the next call). Behind a
         request still waiting for a frozen host, the connection is closed under it, ending it."""
-        if self._lock.acquire(timeout=BUSY_PATIENCE):
+        late = self._busy_since is not None and time.monotonic() - self._busy_since > BUSY_PATIENCE
+        if self._lock.acquire(blocking=not late, timeout=-1 if late else BUSY_PATIENCE):
             try:
                 self._drop_conversation()
             finally:

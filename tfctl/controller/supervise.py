@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
 
 LOG_DRAIN_SECONDS = 10.0
+UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         if not decided:  # every stream ended: all tasks are over; let the watcher see it
             watcher.join()
         ending = finish(store, cluster, decided[0] if decided else Outcome(RunState.FAILED, "supervision ended"))
-        drain_until = time.monotonic() + LOG_DRAIN_SECONDS
+        # The lines still on their way from the hosts that were stopped; a host that could not be
+        # reached sends no end, so it is not waited for.
+        drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if ending.stop.unreachable else LOG_DRAIN_SECONDS)
         finishing = True
         for batch in follower.batches():
             on_lines(batch)
