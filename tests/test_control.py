@@ -345,7 +345,7 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster, hosts, _journal = make()
-    stored(store, cluster.record)
+    stored(store, cluster.record.replace(state=RunState.RUNNING))  # as its controller recorded it once started
     running(cluster)
     with_fakes(monkeypatch, hosts)
     config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()

@@ -160,9 +160,11 @@ def launch(
 
 def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) -> None:
     """Everything of `launch` after the run is recorded; its end recorded if it fails (unless a
-    `down` ended it first: that said why)."""
+    `down` ended it first: that said why). A run that fails before anything was put on a host
+    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune."""
     record = cluster.record
     backend = backends.get(record.backend)
+    touched = False  # whether anything was put on a host yet
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(plan.config.device_asks()))
         for warning in version_warnings(infos):
@@ -183,6 +185,7 @@ def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) ->
                 hint="stop what holds them (`tfctl down --all` if it is an old run), "
                 "or change the ports in the cluster file",
             )
+        touched = True
         if plan.sync_dir is not None:
             sync_code(cluster, plan, progress)
         if plan.setup is not None:
@@ -195,15 +198,17 @@ def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) ->
             raise StartupError(f"run {record.run_id} was stopped (tfctl down) while it started")
         control.start(cluster, plan.phases, plan.startup_timeout, progress)
     except KeyboardInterrupt:
-        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start")
+        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched)
         raise
     except TfctlError as e:
-        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0])
+        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
         raise
 
 
-def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str) -> None:
-    if store.update_if_active(run_id) is not None:
+def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
+    if not touched:
+        store.forget(run_id)
+    elif store.update_if_active(run_id) is not None:
         store.end(run_id, state, reason)
 
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -136,6 +137,11 @@ class RunStore:
         wanted = str(cluster_file.resolve())
         matches = [r for r in self.all() if r.cluster_file == wanted]
         return matches[-1] if matches else None
+
+    def forget(self, run_id: str) -> None:
+        """Remove a run's record and its directory here (nothing of it on any host to keep)."""
+        with self.lock():
+            shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
 
     def exists(self, run_id: str) -> bool:
         return (self.runs_dir / run_id / "run.json").is_file()
