@@ -54,8 +54,8 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     if detach and not dry_run and backend.waiting_for is None:  # (else this process waits to acquire)
-        up.ensure_no_live_run(store, config)
-        return _up_detached(store, config, accept_new_host_keys, hint_file)
+        cleared = up.ensure_no_live_run(store, config)
+        return _up_detached(store, config, accept_new_host_keys, hint_file, cleared)
     err = console.err()
     _print_warnings(config)
     if dry_run:
@@ -64,7 +64,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
             err.print(note, markup=False)
         _print_plan(up.plan_run(config, store))
         return 0
-    up.ensure_no_live_run(store, config)
+    cleared = up.ensure_no_live_run(store, config)
     start = time.monotonic()
     progress = _progress_printer(start)
     waiting = err.is_terminal and backend.waiting_for is not None
@@ -78,7 +78,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     _print_run(record, backend.host_word)
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = up.launch(store, plan, progress, accept_new_host_keys, detach)
+            cluster = up.launch(store, plan, progress, accept_new_host_keys, detach, cleared=cleared)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
@@ -122,19 +122,24 @@ def _print_run(record: RunRecord, place: str) -> None:
     )
 
 
-def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: bool, hint_file: str) -> int:
+def _up_detached(
+    store: RunStore, config: ClusterConfig, accept_new_host_keys: bool, hint_file: str, cleared: str | None
+) -> int:
     """`up -d` of a backend that never waits to acquire hosts: a fork of this process, the run's
     watcher-to-be, starts the run (and then holds those connections for the run's life); this
     process prints its progress.
-    Forked as soon as the run is planned, so what printing needs loads while the tasks start.
-    Ctrl-C here stops the start, as attached."""
+    Forked as soon as the run is planned and recorded (so a `down` typed at once finds it and
+    stops its start), so what printing needs loads while the tasks start. Ctrl-C here stops the
+    start, as attached."""
     import os
     import signal
 
     from tfctl import console
     from tfctl.controller import supervise, up, watcher
+    from tfctl.runs.record import ControllerKind
 
     plan = up.acquire(store, config, lambda _who, _message: None)  # nothing to wait for: it says nothing
+    up.claim(store, plan.record, cleared)
     start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
@@ -147,6 +152,7 @@ def _up_detached(store: RunStore, config: ClusterConfig, accept_new_host_keys: b
         _log_ending(supervise.launch_and_watch(store, plan, accept_new_host_keys, relayed))
 
     child, messages = watcher.fork_starter(start_then_watch)
+    store.update_if_active(plan.record.run_id, watcher=watcher.controller_of(child, ControllerKind.WATCHER))
     err = console.err()
     progress = _progress_printer(start)
     _print_warnings(config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -42,6 +43,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
     from tfctl.controller import down
 
     store = run_store()
+    typed_at = time.time()
     try:
         record = run_record(ctx, cluster_file, run_id, resume=False)
     except UsageError:
@@ -49,14 +51,20 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
             raise
         record = None
     clean = True
-    if record is not None:
+    stopped: set[str] = set()
+    while record is not None and record.run_id not in stopped:
         report, released = down.down(store, record, grace)
+        stopped.add(record.run_id)
         console.err().print(f"run {record.run_id}:", markup=False)
         render.render_stop(report)
-        clean = report.clean
+        clean = clean and report.clean
         if released is not None:
             console.err().print(released.line(), markup=False)
             clean = clean and released.ended
+        # An `up` typed before this `down` may have recorded its run only meanwhile: it is the
+        # run being started, and stopped too.
+        newer = None if run_id else run_record(ctx, cluster_file, None, resume=False)
+        record = newer if newer is not None and newer.active and newer.created_at <= typed_at else None
     if sweep:
         from tfctl.config.loader import load_config
         from tfctl.controller.plan import host_specs

@@ -13,12 +13,14 @@ from its journal instead of running it again.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import posixpath
 import queue
 import sys
 import threading
+import time
 import uuid
 from types import TracebackType
 from typing import Any, Callable, Iterator, TypeVar, cast
@@ -35,6 +37,9 @@ A = TypeVar("A", bound=Wire)
 T = TypeVar("T")
 
 REMOTE_ROOT = "~/.tfctl"
+# A request that waited this long for its answer marks its host as not answering: requests behind
+# it fail at once (see `HostAgent._turn`) rather than wait their turn on a frozen host.
+BUSY_PATIENCE = 5.0
 MISSING = {"missing": "agent"}  # what the serve command line prints when the zipapp is not there
 
 
@@ -136,6 +141,7 @@ class HostAgent:
         self.root = root
         self._conversation: _Conversation | None = None
         self._lock = threading.Lock()
+        self._busy_since: float | None = None  # monotonic time the request holding the lock began
 
     def __enter__(self) -> HostAgent:
         return self
@@ -174,7 +180,7 @@ class HostAgent:
         verb = request.VERB
         request_id = uuid.uuid4().hex
         line = (json.dumps(envelope(request_id, self.root, request).to_wire()) + "\n").encode()
-        with trace.span("agent." + verb, host=self.host), self._lock:
+        with trace.span("agent." + verb, host=self.host), self._turn(verb, timeout):
             try:
                 answer = self._ask(line, timeout)
             except queue.Empty:
@@ -187,6 +193,25 @@ class HostAgent:
                 self._drop_conversation()
                 raise HostError(self.host, f"supervisor `{verb}` answered nonsense: {e}") from None
         return self._typed(request, request_id, answer)
+
+    @contextlib.contextmanager
+    def _turn(self, verb: str, timeout: float | None) -> Iterator[None]:
+        """One request at a time on the conversation. Behind a request that has waited for its
+        answer longer than BUSY_PATIENCE (a frozen host), fail at once instead of queueing: the
+        caller treats the host as not answering, and no thread piles up behind it."""
+        busy_since = self._busy_since
+        if busy_since is not None and time.monotonic() - busy_since > BUSY_PATIENCE:
+            if not self._lock.acquire(blocking=False):
+                late = time.monotonic() - busy_since
+                raise HostError(self.host, f"no answer: its answer to an earlier request is {late:.0f}s late")
+        elif not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise HostError(self.host, f"supervisor `{verb}` could not be asked within {timeout:g}s")
+        self._busy_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self._busy_since = None
+            self._lock.release()
 
     def _ask(self, line: bytes, timeout: float | None) -> dict[str, Any]:
         """Ask on the conversation, opening it when needed."""
@@ -259,9 +284,14 @@ class HostAgent:
             self._conversation = None
 
     def close(self) -> None:
-        """End the conversation and the connection (both reopen on the next call)."""
-        with self._lock:
-            self._drop_conversation()
+        """End the conversation and the connection (both reopen on the next call). Behind a
+        request still waiting for a frozen host, the connection is closed under it, ending it."""
+        late = self._busy_since is not None and time.monotonic() - self._busy_since > BUSY_PATIENCE
+        if self._lock.acquire(blocking=not late, timeout=-1 if late else BUSY_PATIENCE):
+            try:
+                self._drop_conversation()
+            finally:
+                self._lock.release()
         self.transport.close()
 
     # -- follow: a stream of its own

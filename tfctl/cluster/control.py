@@ -172,9 +172,10 @@ def supervise(
             on_unreachable({host: time.time() - (now - since) for host, since in unreachable_since.items()})
         for host, since in unreachable_since.items():
             if now - since > host_patience:
+                began = time.strftime("%H:%M:%S", time.localtime(time.time() - (now - since)))
                 return Outcome(
                     RunState.FAILED,
-                    f"lost contact with {host} for {host_patience:g}s (host_timeout): {unreachable[host]}",
+                    f"lost contact with {host} since {began} ({host_patience:g}s, host_timeout): {unreachable[host]}",
                 )
         if on_status:
             on_status(statuses)

@@ -5,9 +5,10 @@ A failing host never hides the others: callers get `.succeeded` and `.failed` an
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from tfctl.errors import HostError, TfctlError
 
@@ -38,18 +39,53 @@ class GroupResult(Generic[T]):
 
 
 def fan_out(
-    items: Iterable[H], name: Callable[[H], str], fn: Callable[[H], T], max_parallel: int = MAX_PARALLEL
+    items: Iterable[H],
+    name: Callable[[H], str],
+    fn: Callable[[H], T],
+    max_parallel: int = MAX_PARALLEL,
+    deadline: float | None = None,
 ) -> GroupResult[T]:
-    """Call `fn` on every item in parallel (bounded) and collect results by `name(item)`."""
+    """Call `fn` on every item in parallel (bounded) and collect results by `name(item)`.
+
+    With `deadline` (seconds), an item that has not answered by then is a failure (`HostError`:
+    no answer) and is not waited for: a frozen host never holds the others' answers hostage. Its
+    call goes on in a daemon thread until its own timeout ends it, and never delays an exit."""
     items = list(items)
     result: GroupResult[T] = GroupResult()
     if not items:
         return result
-    with ThreadPoolExecutor(max_workers=min(max_parallel, len(items))) as pool:
-        futures = {name(item): pool.submit(fn, item) for item in items}
-    for key, future in futures.items():
-        try:
-            result.succeeded[key] = future.result()
-        except Exception as e:  # noqa: BLE001 - every host's failure is reported, whatever it is
-            result.failed[key] = e
+    keys = [name(item) for item in items]
+    outcomes: dict[str, tuple[bool, Any]] = {}
+    finished = threading.Condition()
+    slots = threading.Semaphore(max_parallel)
+
+    def run(key: str, item: H) -> None:
+        with slots:
+            try:
+                outcome: tuple[bool, Any] = (True, fn(item))
+            except BaseException as e:  # noqa: BLE001 - every host's failure is reported, whatever it is
+                outcome = (False, e)
+        with finished:
+            outcomes[key] = outcome
+            finished.notify_all()
+
+    for key, item in zip(keys, items):
+        threading.Thread(target=run, args=(key, item), daemon=True, name=f"fan-out {key}").start()
+    end = None if deadline is None else time.monotonic() + deadline
+    with finished:
+        while len(outcomes) < len(keys):
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            finished.wait(left)
+        answered = dict(outcomes)
+    for key in keys:
+        if key not in answered:
+            result.failed[key] = HostError(key, f"no answer within {deadline:g}s")
+        elif answered[key][0]:
+            result.succeeded[key] = answered[key][1]
+        elif isinstance(answered[key][1], Exception):
+            result.failed[key] = answered[key][1]
+        else:
+            raise answered[key][1]  # an interrupt (Ctrl-C) inside a call is the caller's, as if not in a thread
     return result

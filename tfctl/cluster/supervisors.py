@@ -44,7 +44,12 @@ from tfctl.supervisor.protocol import (
 from tfctl.supervisor.records import Wire, record
 
 Progress = Callable[[str, str], None]  # (task or host, message)
-STATUS_TIMEOUT = 30.0  # a host that cannot say how its tasks are in this long counts as unreachable
+STATUS_TIMEOUT = 30.0  # a status request's own timeout on its host's conversation
+# How long one look at every host waits for the slowest: a host that has not answered by then
+# counts as unreachable for this look, and the others' answers are not held back by it.
+STATUS_DEADLINE = 5.0
+STOP_DEADLINE = 30.0  # beyond the grace period: how long `stop` waits for a host to prove its tasks gone
+CLOSE_PATIENCE = 5.0  # closing a frozen host's connection must not hold up the end of a command
 T = TypeVar("T")
 
 
@@ -312,12 +317,16 @@ class Cluster:
             closers = [threading.Thread(target=agent.close, daemon=True) for agent in self.agents.values()]
             for closer in closers:
                 closer.start()
+            until = time.monotonic() + CLOSE_PATIENCE
             for closer in closers:
-                closer.join()
+                closer.join(max(0.0, until - time.monotonic()))
 
-    def fan_out(self, hosts: Iterable[str], fn: Callable[[HostAgent], T]) -> GroupResult[T]:
-        """`fn` on the agent of every host in parallel; each host's failure is kept as data."""
-        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn)
+    def fan_out(
+        self, hosts: Iterable[str], fn: Callable[[HostAgent], T], deadline: float | None = None
+    ) -> GroupResult[T]:
+        """`fn` on the agent of every host in parallel; each host's failure is kept as data, and
+        with `deadline` a host not answering by then is one (see `group.fan_out`)."""
+        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn, deadline=deadline)
 
     @staticmethod
     def by_host(tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
@@ -366,6 +375,7 @@ class Cluster:
                 ),
                 timeout=STATUS_TIMEOUT + wait,
             ),
+            deadline=STATUS_DEADLINE + wait,
         )
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
@@ -521,11 +531,24 @@ class Cluster:
             self._keeper.start()
 
     def _renew_lease(self) -> None:
-        """Six renewals per lease period: a few lost to a slow link do not cost the run."""
+        """Six renewals per lease period: a few lost to a slow link do not cost the run. Each host
+        is renewed on its own: one that does not answer (frozen) is skipped while its renewal is
+        still under way, and never delays the others'."""
+        under_way: dict[str, threading.Thread] = {}
         while not self._closed.wait(self.record.lease_timeout / 6):
             with self._lease_lock:
                 hosts = sorted(self._lease_hosts)
-            self.fan_out(hosts, lambda a: a.call(StatusRequest(self.record.run_id, {}, renew_lease=True), timeout=30))
+            for host in hosts:
+                if host in under_way and under_way[host].is_alive():
+                    continue
+                under_way[host] = threading.Thread(target=self._renew_on, args=(host,), daemon=True, name="lease")
+                under_way[host].start()
+
+    def _renew_on(self, host: str) -> None:
+        try:
+            self.agents[host].call(StatusRequest(self.record.run_id, {}, renew_lease=True), timeout=30)
+        except HostError:
+            pass  # the next renewal tries again; a host silent for host_timeout fails the run
 
     def hold_ports(self, ports_by_host: dict[str, list[int]], marker: str, seconds: float) -> None:
         """Throw-away listeners on these ports (stopped by `stop` of `marker`), to test the network."""
@@ -543,7 +566,9 @@ class Cluster:
         hosts = sorted(h.name for h in self.record.hosts)
         ports = {h: sorted({t.port for t in self.record.tasks if t.host == h}) for h in hosts}
         answers = self.fan_out(
-            hosts, lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120)
+            hosts,
+            lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120),
+            deadline=grace + STOP_DEADLINE,
         )
         remaining: dict[str, list[int]] = {}
         busy: dict[str, list[int]] = {}

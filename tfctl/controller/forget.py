@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -123,7 +122,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
             label = labels[_key(target)]
             _note(run, label, answers.succeeded.get(label))
         if run.complete and not dry_run:
-            _forget(store, run.record.run_id)
+            store.forget(run.record.run_id)  # and what it kept beside it (the watcher's log)
     return PruneReport(result, unreachable, dry_run)
 
 
@@ -147,9 +146,3 @@ def _note(run: RunPruned, host: str, answer: PruneAnswer | None) -> None:
     else:
         run.paths[host] = answer.paths.get(run_id, [])
         run.size += answer.sizes.get(run_id, 0)
-
-
-def _forget(store: RunStore, run_id: str) -> None:
-    """The local record and what the run kept beside it (the detached watcher's log)."""
-    with store.lock():
-        shutil.rmtree(store.run_dir(run_id))

@@ -108,6 +108,11 @@ def snapshot(cluster: Cluster) -> Snapshot:
     return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
 
 
+def unreachable_text(since: float) -> str:
+    """` (since 12:03:04, 41s)`: when the run's controller last heard from the host, and how long ago."""
+    return f" (since {time.strftime('%H:%M:%S', time.localtime(since))}, {duration(time.time() - since)})"
+
+
 def gpus_text(status: TaskStatus) -> str:
     """A task's GPUs as CUDA_VISIBLE_DEVICES names them; `none` when they are hidden from it."""
     if status.gpus is None:
@@ -165,7 +170,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
                 s.state.value
                 + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
                 + (f" ({s.restarts}x restarted)" if s.restarts else "")
-                + (f" {duration(time.time() - s.unreachable_since)}" if s.unreachable_since else ""),
+                + (unreachable_text(s.unreachable_since) if s.unreachable_since else ""),
                 str(s.pid or "-"),
                 exit_text,
                 duration(s.uptime),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
 
 LOG_DRAIN_SECONDS = 10.0
+UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                     host_patience=cluster.record.host_timeout,
                     cancelled=quit_watching.is_set,
                     judge=run_judge(cluster),
-                    on_unreachable=note_unreachable(store, cluster.record.run_id),
+                    on_unreachable=note_unreachable(store, cluster),
                 )
             )
         except TfctlError as e:
@@ -89,7 +90,9 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         if not decided:  # every stream ended: all tasks are over; let the watcher see it
             watcher.join()
         ending = finish(store, cluster, decided[0] if decided else Outcome(RunState.FAILED, "supervision ended"))
-        drain_until = time.monotonic() + LOG_DRAIN_SECONDS
+        # The lines still on their way from the hosts that were stopped; a host that could not be
+        # reached sends no end, so it is not waited for.
+        drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if ending.stop.unreachable else LOG_DRAIN_SECONDS)
         finishing = True
         for batch in follower.batches():
             on_lines(batch)
@@ -103,11 +106,14 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         follower.close()
 
 
-def note_unreachable(store: RunStore, run_id: str) -> Callable[[dict[str, float]], None]:
-    """Record the hosts the controller cannot reach, and since when, for `status` to show."""
+def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, float]], None]:
+    """Record the hosts the controller cannot reach, and since when, for `status` to show (the
+    controller's own answers through its door included)."""
 
     def note(since: dict[str, float]) -> None:
-        store.update(run_id, unreachable=since)
+        cluster.record = cluster.record.replace(
+            unreachable=store.update(cluster.record.run_id, unreachable=since).unreachable
+        )
 
     return note
 
@@ -194,7 +200,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
             host_patience=record.host_timeout,
             cancelled=stopping.is_set,
             judge=run_judge(cluster),
-            on_unreachable=note_unreachable(store, run_id),
+            on_unreachable=note_unreachable(store, cluster),
         )
         if not stopping.is_set():
             ending = finish(store, cluster, outcome)

@@ -8,6 +8,8 @@ used: `up -d` forks as soon as the run is planned, and none of it should load be
 from __future__ import annotations
 
 import dataclasses
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from tfctl import backends
@@ -21,7 +23,7 @@ from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
 from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.errors import StartupError, TfctlError, UsageError
-from tfctl.runs.record import Controller, ControllerKind
+from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import RunState
 from tfctl.tf.tasks import exposed_addresses
@@ -31,21 +33,33 @@ if TYPE_CHECKING:
     pass
 
 LOG_DRAIN_SECONDS = 10.0
+# A run recorded as starting with no controller yet is an `up -d` about to fork its watcher, for
+# this long; after that, one whose `up -d` died in between.
+CLAIM_PATIENCE = 60.0
 
 
 @traced("lifecycle.ensure_no_live_run")
-def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
-    """Refuse a second live run of the same cluster: the ports and the tasks would collide."""
+def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
+    """Refuse a second live run of the same cluster: the ports and the tasks would collide. The
+    id of the newest run it found over, for `claim` to know (None: there was none)."""
     record = store.latest(config.path)
-    if record is None or (not record.active and record.left_nothing):
-        return  # its stop proved nothing of it left on any host: no need to ask them again
+    if record is None:
+        return None
+    if not record.active and record.left_nothing:
+        return record.run_id  # its stop proved nothing of it left on any host: no need to ask them again
     if backends.get(record.backend).is_over(record):
-        return
+        return record.run_id
     controller = record.watcher
-    if record.state is RunState.STARTING and controller is not None and not controller_gone(record):
+    just_claimed = controller is None and time.time() - record.created_at < CLAIM_PATIENCE  # `up -d` forks next
+    if record.state is RunState.STARTING and (just_claimed or controller is not None and not controller_gone(record)):
         raise UsageError(
             f"run {record.run_id} of cluster {config.name!r} is starting (syncing, setup or starting tasks; "
-            f"{'its `tfctl up`' if controller.attached else 'its watcher'} is pid {controller.pid})",
+            + (
+                "its `tfctl up -d` is forking its watcher"
+                if controller is None
+                else f"{'its `tfctl up`' if controller.attached else 'its watcher'} is pid {controller.pid}"
+            )
+            + ")",
             hint=f"wait for it, or stop it (Ctrl-C in its terminal, or tfctl -f {config.path} down)",
         )
     with Cluster(record) as cluster:
@@ -57,6 +71,23 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> None:
             f"{', '.join(s.task for s in alive)})",
             hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}",
         )
+    return record.run_id
+
+
+def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
+    """Record the run as its cluster file's live run, deciding atomically (under the store's
+    lock) against a concurrent `up` of the same file: whichever records first starts, the other
+    is refused. `cleared`: the run `ensure_no_live_run` found over, which may still say running."""
+    with store.lock():
+        latest = store.latest(Path(record.cluster_file))
+        if latest is not None and latest.active and latest.run_id not in (record.run_id, cleared):
+            raise UsageError(
+                f"run {latest.run_id} of cluster {record.cluster_name!r} was started by another `tfctl up` "
+                "at the same moment",
+                hint=f"stop it first: tfctl -f {record.cluster_file} down --run {latest.run_id}",
+            )
+        store.create(record)  # first: whatever follows leaves files on the hosts, for `prune`
+    return record
 
 
 def plan_run(
@@ -94,22 +125,46 @@ def launch(
     accept_new_host_keys: bool = False,
     detach: bool = False,
     watcher: Controller | None = None,
+    cleared: str | None = None,
 ) -> Cluster:
-    """Preflight every host, place the tasks on its GPUs and cores, check ports, record the run,
-    sync code, run `setup`, and start the tasks phase by phase.
+    """Record the run (`claim`, unless `up -d` did before it forked), preflight every host, place
+    the tasks on its GPUs and cores, check ports, sync code, run `setup`, and start the tasks
+    phase by phase.
 
     Nothing is started anywhere until every host has answered; any failure after that stops
-    whatever was started before the error is raised. The caller closes the returned cluster.
-    An attached run (not `detach`) holds a lease on its hosts while the cluster is open, and
-    records this process as its controller; a detached one records `watcher`, if given.
+    whatever was started before the error is raised, and a `down` typed meanwhile stops the
+    start. The caller closes the returned cluster. An attached run (not `detach`) holds a lease
+    on its hosts while the cluster is open, and records this process as its controller; a
+    detached one records `watcher`, if given.
     """
     if detach:
         record = plan.record.replace(lease_timeout=0.0, watcher=watcher)
     else:
         record = plan.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
+    if not store.exists(record.run_id):
+        claim(store, record, cleared)
+    elif store.update_if_active(record.run_id, watcher=record.watcher, lease_timeout=record.lease_timeout) is None:
+        raise StartupError(f"run {record.run_id} was stopped (tfctl down) before it started")
     backend = backends.get(record.backend)
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
+    try:
+        _start(store, cluster, plan, progress)
+    except BaseException:
+        cluster.close()
+        release(record)
+        raise
+    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
+    return cluster
+
+
+def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) -> None:
+    """Everything of `launch` after the run is recorded; its end recorded if it fails (unless a
+    `down` ended it first: that said why). A run that fails before anything was put on a host
+    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune."""
+    record = cluster.record
+    backend = backends.get(record.backend)
+    touched = False  # whether anything was put on a host yet
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(plan.config.device_asks()))
         for warning in version_warnings(infos):
@@ -117,6 +172,7 @@ def launch(
         if not backend.places_devices:
             plan = with_devices(plan, {i.host: i.devices for i in infos})
             record = cluster.record = record.replace(tasks=plan.record.tasks)
+            store.update(record.run_id, tasks=record.tasks)
         busy = cluster.busy_ports(list(record.tasks))
         if busy:
             lines = [
@@ -129,30 +185,31 @@ def launch(
                 hint="stop what holds them (`tfctl down --all` if it is an old run), "
                 "or change the ports in the cluster file",
             )
-        with store.lock():
-            store.create(record)  # first: whatever follows leaves files on the hosts, for `prune`
-        try:
-            if plan.sync_dir is not None:
-                sync_code(cluster, plan, progress)
-            if plan.setup is not None:
-                setup, sharing = once_per_workdir(plan.setup, record.hosts, {i.host: i.filesystem for i in infos})
-                for host, others in sorted(sharing.items()):
-                    for other in others:
-                        progress(other, f"shares its workdir with {host}: set up there, once")
-                run_setup(cluster, setup, progress)
-            control.start(cluster, plan.phases, plan.startup_timeout, progress)
-        except KeyboardInterrupt:
-            store.end(record.run_id, RunState.STOPPED, "interrupted during start")
-            raise
-        except TfctlError as e:
-            store.end(record.run_id, RunState.FAILED, e.message.splitlines()[0])
-            raise
-    except BaseException:
-        cluster.close()
-        release(record)
+        touched = True
+        if plan.sync_dir is not None:
+            sync_code(cluster, plan, progress)
+        if plan.setup is not None:
+            setup, sharing = once_per_workdir(plan.setup, record.hosts, {i.host: i.filesystem for i in infos})
+            for host, others in sorted(sharing.items()):
+                for other in others:
+                    progress(other, f"shares its workdir with {host}: set up there, once")
+            run_setup(cluster, setup, progress)
+        if not store.load(record.run_id).active:
+            raise StartupError(f"run {record.run_id} was stopped (tfctl down) while it started")
+        control.start(cluster, plan.phases, plan.startup_timeout, progress)
+    except KeyboardInterrupt:
+        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched)
         raise
-    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
-    return cluster
+    except TfctlError as e:
+        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
+        raise
+
+
+def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
+    if not touched:
+        store.forget(run_id)
+    elif store.update_if_active(run_id) is not None:
+        store.end(run_id, state, reason)
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:

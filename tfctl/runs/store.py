@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -90,6 +91,17 @@ class RunStore:
             self.save(record)
             return record
 
+    def update_if_active(self, run_id: str, **changes: Any) -> RunRecord | None:
+        """`update` a run that is still active; None, changing nothing, once it has ended (a
+        `down` typed while it started, say)."""
+        with self.lock():
+            record = self.load(run_id)
+            if not record.active:
+                return None
+            record = record.replace(**changes)
+            self.save(record)
+            return record
+
     def end(self, run_id: str, state: RunState, reason: str) -> RunRecord:
         """Record how a run ended, and when."""
         return self.update(run_id, state=state, reason=reason, ended_at=time.time())
@@ -126,6 +138,14 @@ class RunStore:
         matches = [r for r in self.all() if r.cluster_file == wanted]
         return matches[-1] if matches else None
 
+    def forget(self, run_id: str) -> None:
+        """Remove a run's record and its directory here (nothing of it on any host to keep)."""
+        with self.lock():
+            shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
+
+    def exists(self, run_id: str) -> bool:
+        return (self.runs_dir / run_id / "run.json").is_file()
+
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
 
@@ -144,10 +164,14 @@ def _read(path: Path) -> RunRecord:
 
 
 def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
-    """The run named by --run, else the newest run of the cluster file."""
+    """The run named by --run, else the cluster file's live run (starting or running), else its
+    newest run."""
     if run_id:
         return store.load(run_id)
-    record = store.latest(cluster_file)
+    wanted = str(cluster_file.resolve())
+    runs = [r for r in store.all() if r.cluster_file == wanted]
+    live = [r for r in runs if r.active]
+    record = live[-1] if live else (runs[-1] if runs else None)
     if record is None:
         raise UsageError(f"no run of {cluster_file} yet", hint=f"start one with `tfctl -f {cluster_file} up`")
     return record

@@ -1,0 +1,134 @@
+"""Gray failures in the controller: a host that hangs without dying holds nobody hostage.
+
+A frozen host (every process SIGSTOPped: a paused VM, a hung NFS server) accepts connections and
+answers nothing. These tests freeze a fake host's answers; `test_ssh_cluster` freezes a real one.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.fakes import FakeHost, Journal, fake_hosts, record_of
+from tfctl.cluster import agent as agent_module
+from tfctl.cluster import supervisors
+from tfctl.cluster.control import supervise
+from tfctl.cluster.group import fan_out
+from tfctl.cluster.supervisors import Cluster
+from tfctl.errors import HostError
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.protocol import RunState
+
+TASKS = {"ps:0": "h0", "worker:0": "h1", "worker:1": "h2", "worker:2": "h3"}
+
+
+def freeze(host: FakeHost, thaw: threading.Event) -> None:
+    """Every request to `host` hangs until `thaw` (or 30 s), as one to a SIGSTOPped host does."""
+
+    def hang(_request: p.Request[Any]) -> None:
+        thaw.wait(30)
+
+    host.before = hang
+
+
+def test_a_fan_out_with_a_deadline_does_not_wait_for_the_host_that_hangs() -> None:
+    thaw = threading.Event()
+
+    def call(host: str) -> str:
+        if host == "frozen":
+            thaw.wait(30)
+        return host.upper()
+
+    began = time.monotonic()
+    result = fan_out(["a", "frozen", "b"], lambda h: h, call, deadline=0.3)
+    took = time.monotonic() - began
+    thaw.set()
+    assert result.succeeded == {"a": "A", "b": "B"}
+    assert isinstance(result.failed["frozen"], HostError) and "no answer within 0.3s" in str(result.failed["frozen"])
+    assert 0.3 <= took < 2, took
+
+
+def test_every_answering_host_keeps_its_lease_while_one_is_frozen() -> None:
+    record = record_of(TASKS).replace(lease_timeout=0.6)  # renewed every 0.1 s
+    journal = Journal()
+    hosts = fake_hosts(record, journal)
+    cluster = Cluster(record, dict(hosts), holds_lease=True)  # type: ignore[arg-type]
+    thaw = threading.Event()
+    try:
+        cluster.start_tasks(record.tasks)
+        freeze(hosts["h3"], thaw)
+        time.sleep(1.5)  # deliberately: renewals are counted over a time 2.5 leases long
+        renewals = [h for h, verb, _ in journal.entries if verb == "status"]
+    finally:
+        thaw.set()
+        cluster.close()
+    for host in ("h0", "h1", "h2"):
+        assert renewals.count(host) >= 8, (host, renewals.count(host))  # ~14 at one per 0.1 s: never held up
+    assert renewals.count("h3") <= 2  # one renewal under way on the frozen host, not one per period
+
+
+def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_module, "BUSY_PATIENCE", 0.2)
+    host = agent_module.HostAgent.__new__(agent_module.HostAgent)
+    host.host, host._lock, host._busy_since = "tfh3", threading.Lock(), None
+    with host._turn("status", 30):
+        time.sleep(0.3)  # deliberately: the request holding the conversation is now late
+        began = time.monotonic()
+        with pytest.raises(HostError, match=r"tfh3: no answer: its answer to an earlier request is \d+s late"):
+            with host._turn("status", 30):
+                pass
+        assert time.monotonic() - began < 0.1
+    with host._turn("status", 30):  # the conversation free again: asked as ever
+        pass
+
+
+def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisors, "STATUS_DEADLINE", 0.1)
+    record = record_of(TASKS)
+    journal = Journal()
+    hosts = fake_hosts(record, journal)
+    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
+    thaw = threading.Event()
+    try:
+        cluster.start_tasks(record.tasks)
+        freeze(hosts["h3"], thaw)
+        began = time.monotonic()
+        outcome = supervise(cluster, poll=0.05, host_patience=0.5)
+        took = time.monotonic() - began
+        statuses, unreachable = cluster.status()
+    finally:
+        thaw.set()
+        cluster.close()
+    assert outcome.state is RunState.FAILED and took < 3, (outcome, took)
+    assert re.fullmatch(
+        r"lost contact with h3 since \d\d:\d\d:\d\d \(0.5s, host_timeout\): h3: no answer within 0.1s", outcome.reason
+    ), outcome.reason
+    assert set(unreachable) == {"h3"} and {s.task for s in statuses if s.state.value == "running"} == {
+        "ps:0",
+        "worker:0",
+        "worker:1",
+    }  # the others ran on, unhurt
+
+
+def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisors, "STOP_DEADLINE", 0.2)
+    record = record_of(TASKS)
+    hosts = fake_hosts(record, Journal())
+    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
+    thaw = threading.Event()
+    try:
+        cluster.start_tasks(record.tasks)
+        freeze(hosts["h3"], thaw)
+        began = time.monotonic()
+        report = cluster.stop(grace=0)
+        took = time.monotonic() - began
+    finally:
+        thaw.set()
+        cluster.close()
+    assert took < 2 and report.processes == 3 and report.unreachable == {"h3": "h3: no answer within 0.2s"}
+    assert not report.clean
+    assert all(hosts[h].tasks[t].state.value == "stopped" for t, h in TASKS.items() if h != "h3")
