@@ -71,11 +71,14 @@ def test_an_unreachable_host_is_a_state_with_its_duration_and_a_caption(tmp_path
     store, cluster = started(write(tmp_path))
     with cluster:
         run_id = cluster.record.run_id
-        cluster.record = store.update(run_id, unreachable={"h2": time.time() - 75})
+        since = time.time() - 75
+        cluster.record = store.update(run_id, unreachable={"h2": since})
         fake_backend.hosts["h2"].down = True
         shot = status_view.snapshot(cluster)
         lines = table(shot, store.load(run_id))
-        assert cells(lines, "worker:1")[2:4] == ["unreachable", "1m15s"]
+        clock = time.strftime("%H:%M:%S", time.localtime(since))
+        assert cells(lines, "worker:1")[2:5] == ["unreachable", "(since", f"{clock},"]
+        assert f"unreachable (since {clock}, 1m15s)" in next(line for line in lines if line.startswith("worker:1"))
         assert lines[-1] == "unreachable: h2: h2: connection refused"
         assert shot.to_json(store.load(run_id))["run"]["unreachable_hosts"] == {"h2": "h2: connection refused"}
         fake_backend.hosts["h2"].down = False
