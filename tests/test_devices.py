@@ -10,7 +10,7 @@ import pytest
 
 from tfctl.config.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, gpu_hosts, place
 from tfctl.config.loader import parse_config
-from tfctl.controller.plan import make_plan, with_devices
+from tfctl.controller.plan import draft, make_plan
 from tfctl.errors import EXIT_USAGE
 from tfctl.supervisor import checks, devices
 from tfctl.supervisor.protocol import Gpu, InfoRequest
@@ -114,14 +114,16 @@ def test_without_gpus_nothing_is_set(tmp_path: Path) -> None:
     assert "CUDA_VISIBLE_DEVICES" not in task.env and (task.gpus, task.cpus) == (None, None)
 
 
-def test_placing_on_the_hosts_devices_replaces_the_plans_tasks(tmp_path: Path, monkeypatch) -> None:
+def test_a_run_is_planned_once_on_the_devices_its_hosts_have(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "home"))
-    plan = make_plan(parse_config(CLUSTER, tmp_path / "cluster.yaml"), "g-1")
-    placed = with_devices(plan, {"localhost": HostDevices((4, 5, 6, 7), (2, 3))})
+    run = draft(parse_config(CLUSTER, tmp_path / "cluster.yaml"), "g-1")
+    assert run.record.tasks == ()  # drafted: hosts and settings, no task yet
+    placed = make_plan(run, {"localhost": HostDevices((4, 5, 6, 7), (2, 3))})
     assert [t.gpus for t in placed.record.tasks] == [(), (4, 5), (6, 7)]
     assert [t.gpus for phase in placed.phases for t in phase.tasks] == [(), (4, 5), (6, 7)]
+    assert [t.gpus for t in make_plan(run).record.tasks] == [(), (0, 1), (2, 3)]  # on what they ask for
     with pytest.raises(DeviceError):
-        with_devices(plan, {"localhost": HostDevices((0,), (0, 1))})
+        make_plan(run, {"localhost": HostDevices((0,), (0, 1))})
 
 
 def test_setup_gets_the_env_a_host_can_have(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tests.test_cli_localhost import latest_run, write_cluster
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import load_config
-from tfctl.controller.plan import make_plan
+from tfctl.controller.plan import draft, make_plan
 from tfctl.errors import ConfigError
 from tfctl.runs.record import ProgressSpec, RestartSpec, RunRecord
 from tfctl.supervisor.protocol import (
@@ -149,7 +149,7 @@ def test_a_planned_run_keeps_restart_and_progress_settings_as_typed_records(tmp_
         "  ps: {hosts: [localhost:2222], restart: {policy: never}}\n"
         "  worker: {hosts: [localhost:2223], restart: {policy: exit-code, max_restarts: 2, backoff: 0.5}}\n"
     )
-    record = make_plan(load_config(path), "t-20260101-000000-0000").record
+    record = make_plan(draft(load_config(path), "t-20260101-000000-0000")).record
     stored = RunRecord.from_json(json.loads(json.dumps(record.to_json())))
     for r in (record, stored):
         assert r.task("ps:0").restart is None  # `never` is kept as no policy at all

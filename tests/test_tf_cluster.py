@@ -450,10 +450,10 @@ jobs:
 
 
 def _make_plan_cwds(cfg: ClusterConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> set:
-    from tfctl.controller.plan import make_plan
+    from tfctl.controller.plan import draft, make_plan
 
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
-    return {t.cwd for t in make_plan(cfg, RUN_ID).record.tasks}
+    return {t.cwd for t in make_plan(draft(cfg, RUN_ID)).record.tasks}
 
 
 def test_plan_cwd_is_workdir_when_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

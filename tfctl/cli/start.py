@@ -18,9 +18,8 @@ from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import Cluster
     from tfctl.config.model import ClusterConfig
-    from tfctl.controller.plan import Plan
+    from tfctl.controller.plan import Draft, Plan
     from tfctl.controller.supervise import Ending
-    from tfctl.runs.record import RunRecord
     from tfctl.runs.store import RunStore
 
 
@@ -70,24 +69,23 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     waiting = err.is_terminal and backend.waiting_for is not None
     try:
         with err.status(f"waiting for {backend.waiting_for}…", spinner="dots") if waiting else contextlib.nullcontext():
-            plan = up.acquire(store, config, progress)
+            run = up.acquire(store, config, progress)
     except KeyboardInterrupt:
         err.print("interrupted: nothing acquired is left behind")
         return EXIT_INTERRUPTED
-    record = plan.record
-    _print_run(record, backend.host_word)
+    _print_run(run, backend.host_word)
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = up.launch(store, plan, progress, accept_new_host_keys, detach, cleared=cleared)
+            cluster = up.launch(store, run, progress, accept_new_host_keys, detach, cleared=cleared)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
-    err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
+    err.print(f"{stamp(start)} all {len(cluster.record.tasks)} tasks running")
     with cluster:
         if not detach:
             return _attached(store, cluster, hint_file)
         watcher.spawn_watcher(store, cluster.record)
-    _print_detached(plan, hint_file)
+    _print_detached(run, hint_file)
     return 0
 
 
@@ -113,12 +111,12 @@ def _print_warnings(config: ClusterConfig) -> None:
         console.err().print(Text("warning: ", style="bold yellow") + Text(warning))
 
 
-def _print_run(record: RunRecord, place: str) -> None:
+def _print_run(run: Draft, place: str) -> None:
     from tfctl import console
 
     console.err().print(
-        f"run [bold]{record.run_id}[/bold]: {len(record.tasks)} tasks on {len(record.hosts)} "
-        f"{place}{'s' if len(record.hosts) != 1 else ''}"
+        f"run [bold]{run.record.run_id}[/bold]: {len(run.config.tasks())} tasks on {len(run.record.hosts)} "
+        f"{place}{'s' if len(run.record.hosts) != 1 else ''}"
     )
 
 
@@ -138,25 +136,25 @@ def _up_detached(
     from tfctl.controller import supervise, up, watcher
     from tfctl.runs.record import ControllerKind
 
-    plan = up.acquire(store, config, lambda _who, _message: None)  # nothing to wait for: it says nothing
-    up.claim(store, plan.record, cleared)
+    run = up.acquire(store, config, lambda _who, _message: None)  # nothing to wait for: it says nothing
+    up.claim(store, run.record, cleared)
     start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
         def relayed(message: dict[str, Any]) -> None:
             report(message)
             if "running" in message:
-                watcher.log_to_run_dir(store, plan.record.run_id)
+                watcher.log_to_run_dir(store, run.record.run_id)
                 os.nice(10)  # from here it mostly waits
 
-        _log_ending(supervise.launch_and_watch(store, plan, accept_new_host_keys, relayed))
+        _log_ending(supervise.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
     child, messages = watcher.fork_starter(start_then_watch)
-    store.update_if_active(plan.record.run_id, watcher=watcher.controller_of(child, ControllerKind.WATCHER))
+    store.update_if_active(run.record.run_id, watcher=watcher.controller_of(child, ControllerKind.WATCHER))
     err = console.err()
     progress = _progress_printer(start)
     _print_warnings(config)
-    _print_run(plan.record, "host")
+    _print_run(run, "host")
     with messages:
         try:
             with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
@@ -171,8 +169,8 @@ def _up_detached(
     if "running" not in final:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
-    err.print(f"{stamp(start)} all {len(plan.record.tasks)} tasks running")
-    _print_detached(plan, hint_file)
+    err.print(f"{stamp(start)} all {len(run.config.tasks())} tasks running")
+    _print_detached(run, hint_file)
     return 0
 
 
@@ -190,10 +188,10 @@ def _relay(messages: IO[str], progress: Callable[[str, str], None]) -> dict[str,
     }
 
 
-def _print_detached(plan: Plan, hint_file: str) -> None:
+def _print_detached(run: Draft, hint_file: str) -> None:
     from tfctl import console
 
-    err, record = console.err(), plan.record
+    err, record = console.err(), run.record
     err.print(
         f"detached. The run stops by itself when {', '.join(record.decisive)} "
         f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."

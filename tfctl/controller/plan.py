@@ -1,8 +1,12 @@
-"""From a validated cluster file to a run: task specs, hosts, start phases, completion rules."""
+"""From a validated cluster file to a run: task specs, hosts, start phases, completion rules.
+
+A run is drafted first (`draft`: its id, the hosts its backend acquired, how each is reached, its
+settings), then planned once (`make_plan`): on the devices preflight found on the hosts for a
+real run, or on just what the tasks ask for to show a plan (`up --dry-run`, `check`).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +23,17 @@ from tfctl.tf import tasks as tf_cluster
 
 
 @dataclass(frozen=True)
+class Draft:
+    """A run before its tasks are planned: the cluster as its backend placed it, and the run's
+    record with its hosts and settings but no tasks yet (what `up` records first)."""
+
+    config: ClusterConfig
+    record: RunRecord
+
+
+@dataclass(frozen=True)
 class Plan:
-    config: ClusterConfig  # what the plan was made from; devices are placed from it again (`with_devices`)
+    config: ClusterConfig
     record: RunRecord
     phases: tuple[Phase, ...]
     startup_timeout: float
@@ -56,22 +69,17 @@ def _python_and_cwd(
     return python_for, cwd_for
 
 
-def make_plan(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = None) -> Plan:
-    """The run as it would start on hosts with the devices its tasks ask for (`with_devices`
-    places them on what the hosts have); `state`: what the backend acquired for it."""
-    hosts = host_specs(config, state)
-    python_for, cwd_for = _python_and_cwd(config, run_id, hosts)
-    tasks = tf_cluster.plan_tasks(config, run_id, python_for, cwd_for)
+def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = None) -> Draft:
+    """The run on the cluster's hosts, as its backend reaches them (`state`: what it acquired)."""
     record = RunRecord(
         run_id=run_id,
         cluster_name=config.name,
         cluster_file=str(config.path.resolve()),
         created_at=time.time(),
-        tasks=tuple(tasks),
-        hosts=hosts,
+        tasks=(),
+        hosts=host_specs(config, state),
         grace_period=config.grace_period,
         decisive=tuple(tf_cluster.decisive_tasks(config)),
-        essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),
         hang_timeout=config.hang_timeout or config.startup_timeout,
         startup_timeout=config.startup_timeout,
         lease_timeout=config.lease_timeout,
@@ -82,10 +90,25 @@ def make_plan(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | Non
         backend=config.backend,
         backend_state=None if state is None else dict(state),
     )
-    remote = not all(h.shares_files for h in hosts)
+    return Draft(config, record)
+
+
+def make_plan(draft: Draft, devices: Mapping[str, HostDevices] | None = None) -> Plan:
+    """The run planned, once: every task with its command, environment and devices (placed on
+    what each host has, as preflight found it; None: on just what the tasks ask for), the start
+    phases, sync and setup. Raises DeviceError when tasks ask a host for more than it has."""
+    config, record = draft.config, draft.record
+    python_for, cwd_for = _python_and_cwd(config, record.run_id, record.hosts)
+    tasks = tf_cluster.plan_tasks(config, record.run_id, python_for, cwd_for, devices)
+    record = record.replace(
+        tasks=tuple(tasks),
+        essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),
+    )
+    remote = not all(h.shares_files for h in record.hosts)
     setup = None
     if config.setup:
-        setup = plan_setup(config.setup, [h.name for h in hosts], cwd_for, tf_cluster.setup_env(config, run_id))
+        hosts = [h.name for h in record.hosts]
+        setup = plan_setup(config.setup, hosts, cwd_for, tf_cluster.setup_env(config, record.run_id))
     return Plan(
         config,
         record,
@@ -94,17 +117,4 @@ def make_plan(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | Non
         Path(local_workdir(config)) if remote and config.sync else None,
         config.exclude,
         setup,
-    )
-
-
-def with_devices(plan: Plan, devices: Mapping[str, HostDevices]) -> Plan:
-    """The plan with every task placed on the GPUs and cores its host has, as preflight found
-    them. Raises DeviceError when tasks ask a host for more than it has."""
-    record = plan.record
-    python_for, cwd_for = _python_and_cwd(plan.config, record.run_id, record.hosts)
-    tasks = tf_cluster.plan_tasks(plan.config, record.run_id, python_for, cwd_for, devices)
-    return dataclasses.replace(
-        plan,
-        record=record.replace(tasks=tuple(tasks)),
-        phases=tuple(tf_cluster.start_phases(tasks, plan.config.start_order)),
     )

@@ -15,7 +15,7 @@ from tfctl.cluster import control
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller.down import stop_run
-from tfctl.controller.plan import Plan
+from tfctl.controller.plan import Draft
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
 from tfctl.errors import TfctlError
@@ -140,7 +140,7 @@ def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     return report
 
 
-def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, report: Report) -> Ending | None:
+def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> Ending | None:
     """Body of the watcher that `up -d` forks first: start the run (its progress, then
     `running`, or the error, go to `report`, which `up -d` prints), then watch it with the same
     connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
@@ -157,7 +157,7 @@ def launch_and_watch(store: RunStore, plan: Plan, accept_new_host_keys: bool, re
     try:
         cluster = launch(
             store,
-            plan,
+            run,
             lambda who, message: report({"progress": [who, message]}),
             accept_new_host_keys,
             detach=True,

@@ -18,7 +18,7 @@ from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.down import release
-from tfctl.controller.plan import Plan, make_plan, remote_workdir, with_devices
+from tfctl.controller.plan import Draft, Plan, draft, make_plan, remote_workdir
 from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
 from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
@@ -93,18 +93,22 @@ def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
 def plan_run(
     config: ClusterConfig, store: RunStore, run_id: str | None = None, state: Mapping[str, Any] | None = None
 ) -> Plan:
-    """The run as it would start, acquiring nothing: for `--dry-run`, `check`, and runs whose
-    backend has nothing to acquire (`state`: what it acquired, when it did)."""
-    plan = make_plan(config, run_id or new_run_id(config.name), state)
-    return dataclasses.replace(plan, record=plan.record.replace(store=store.store_id))
+    """The run as it would start on hosts with the devices its tasks ask for, acquiring nothing
+    and asking no host: what `--dry-run` shows and `check` checks."""
+    return make_plan(drafted(config, store, run_id or new_run_id(config.name), state))
 
 
-def acquire(store: RunStore, config: ClusterConfig, progress: Progress) -> Plan:
-    """The plan of a run on the hosts its backend acquired for it (an allocation a scheduler
-    granted; over ssh, the file's hosts as they are)."""
+def drafted(config: ClusterConfig, store: RunStore, run_id: str, state: Mapping[str, Any] | None) -> Draft:
+    run = draft(config, run_id, state)
+    return dataclasses.replace(run, record=run.record.replace(store=store.store_id))
+
+
+def acquire(store: RunStore, config: ClusterConfig, progress: Progress) -> Draft:
+    """A run on the hosts its backend acquired for it (an allocation a scheduler granted; over
+    ssh, the file's hosts as they are), drafted: `launch` plans it once it knows their devices."""
     run_id = new_run_id(config.name)
     acquired = backends.get(config.backend).acquire(config, run_id, progress)
-    return plan_run(acquired.config, store, run_id, acquired.state)
+    return drafted(acquired.config, store, run_id, acquired.state)
 
 
 def security_warnings(config: ClusterConfig) -> list[str]:
@@ -120,7 +124,7 @@ def security_warnings(config: ClusterConfig) -> list[str]:
 
 def launch(
     store: RunStore,
-    plan: Plan,
+    run: Draft,
     progress: Progress,
     accept_new_host_keys: bool = False,
     detach: bool = False,
@@ -138,9 +142,9 @@ def launch(
     detached one records `watcher`, if given.
     """
     if detach:
-        record = plan.record.replace(lease_timeout=0.0, watcher=watcher)
+        record = run.record.replace(lease_timeout=0.0, watcher=watcher)
     else:
-        record = plan.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
+        record = run.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     if not store.exists(record.run_id):
         claim(store, record, cleared)
     elif store.update_if_active(record.run_id, watcher=record.watcher, lease_timeout=record.lease_timeout) is None:
@@ -149,7 +153,7 @@ def launch(
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
     try:
-        _start(store, cluster, plan, progress)
+        _start(store, cluster, run.config, progress)
     except BaseException:
         cluster.close()
         release(record)
@@ -158,7 +162,7 @@ def launch(
     return cluster
 
 
-def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) -> None:
+def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: Progress) -> None:
     """Everything of `launch` after the run is recorded; its end recorded if it fails (unless a
     `down` ended it first: that said why). A run that fails before anything was put on a host
     (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune."""
@@ -166,13 +170,15 @@ def _start(store: RunStore, cluster: Cluster, plan: Plan, progress: Progress) ->
     backend = backends.get(record.backend)
     touched = False  # whether anything was put on a host yet
     try:
-        infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(plan.config.device_asks()))
+        infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))
         for warning in version_warnings(infos):
             progress("warning", warning)
-        if not backend.places_devices:
-            plan = with_devices(plan, {i.host: i.devices for i in infos})
-            record = cluster.record = record.replace(tasks=plan.record.tasks)
-            store.update(record.run_id, tasks=record.tasks)
+        # Planned once, here: on the devices the hosts have (a backend that places devices itself
+        # gets what the tasks ask for, and its scheduler hands them out).
+        devices = None if backend.places_devices else {i.host: i.devices for i in infos}
+        plan = make_plan(Draft(config, record), devices)
+        record = cluster.record = plan.record
+        store.update(record.run_id, tasks=record.tasks, essential=record.essential)
         busy = cluster.busy_ports(list(record.tasks))
         if busy:
             lines = [
