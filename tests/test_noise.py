@@ -34,6 +34,12 @@ def test_start_up_noise_is_folded_and_said_once_before_the_first_line_worth_show
     assert folder.fold("worker:0", [cleanup, "step 2"]) == ["step 2"]  # said once per task
     assert folder.folded["worker:0"] == 9
     assert folder.fold("worker:1", ["step 1"]) == ["step 1"]  # nothing folded: nothing said
+    session = [
+        "I0000 00:00:1795727885.114140    3385 mlir_graph_optimization_pass.cc:437] MLIR V1 optimization pass "
+        "is not enabled",
+        "I0000 00:00:1795727885.118806    3385 coordination_service.cc:221] Initializing CoordinationService",
+    ]
+    assert folder.fold("worker:0", [*session, "step 3"]) == ["step 3"]  # each new session's lines too
 
 
 def test_what_is_news_is_never_folded() -> None:

@@ -2,7 +2,8 @@
 
 Every TF process starts with a dozen lines that say nothing is wrong (absl's InitializeLog
 banner, the CUDA stub on a machine without GPUs, CPU instructions TF was not built for, oneDNN,
-factories registered twice, deprecation notices with their "Instructions for updating"), and a
+factories registered twice, deprecation notices with their "Instructions for updating", the MLIR
+pass and the coordination service starting with each session), and a
 healthy parameter-server run logs `local_rendezvous ... ABORTED: Cleanup` as it goes. Users
 silence them with TF_CPP_MIN_LOG_LEVEL=2 and so blind tfctl's diagnosis; folding them here keeps
 the first screen readable while the stored log and the diagnosis still see every byte.
@@ -25,6 +26,8 @@ NOISE = re.compile(
             _GLOG + r"port\.cc:\d+\] oneDNN custom operations are on",
             _GLOG + r"\w+\.cc:\d+\] Unable to register cu\w+ factory",
             _GLOG + r"computation_placer\.cc:\d+\] computation placer already registered",
+            _GLOG + r"mlir_graph_optimization_pass\.cc:\d+\] MLIR V1 optimization pass is not enabled",
+            _GLOG + r"coordination_service\.cc:\d+\] Initializing CoordinationService",
             r"TF-TRT Warning: Could not find TensorRT$",
             _GLOG + r"local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: ABORTED: Cleanup",
         ]
