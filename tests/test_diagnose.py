@@ -28,7 +28,7 @@ from tfctl.tf.diagnose import (
     tf_task_name,
 )
 from tfctl.tf.doctor import diagnose_run, finding_json
-from tfctl.tf.explain import PeerInfo, explain
+from tfctl.tf.explain import PeerInfo, explain, is_news
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 DEVICE_FILTERS = 'device_filters=["/job:ps", "/job:worker/task:%d"'
@@ -656,6 +656,18 @@ def test_explain_peer_died(utc) -> None:
         explain(f, peers, never).cause == "lost the connection to ps:0: ps:0 was killed by signal 9 "
         "(SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03"
     )
+
+
+def test_a_connection_lost_to_a_peer_that_finished_well_is_no_news(utc) -> None:
+    """A TF1 synchronous job whose worker 1 ends (exit 0) before worker 0: worker 0's gRPC logs
+    the dropped connection, which is how the job ends, not a lost peer to report."""
+    (f,) = diagnose("worker:0", load("mwms_peer_killed_survivor.log"))
+    done = cluster(
+        **{"worker:1": PeerInfo("worker:1", "hostB", 2222, TaskState.SUCCEEDED, exit_code=0, ended_at=T_END)}
+    )
+    killed = cluster(**{"worker:1": PeerInfo("worker:1", "hostB", 2222, TaskState.FAILED, signal=9, ended_at=T_END)})
+    assert f.peer == "worker:1" and not is_news(f, done)
+    assert is_news(f, killed) and is_news(f, cluster())  # a peer that failed, or one tfctl cannot tell
 
 
 def test_explain_leaves_other_kinds_alone() -> None:

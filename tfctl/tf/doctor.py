@@ -17,7 +17,7 @@ from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster, TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, Kind, diagnose, last_meaningful, match_line
-from tfctl.tf.explain import PeerInfo, explain
+from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
 
 TAIL_LINES = 200
@@ -61,7 +61,7 @@ def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnos
     findings = {}
     for s in statuses:
         if (s.state is TaskState.RUNNING or s.state.is_bad) and tails.get(s.task):
-            found = diagnose(s.task, tails[s.task])
+            found = [f for f in diagnose(s.task, tails[s.task]) if is_news(f, known)]
             if found:
                 findings[s.task] = explain(found[0], known, cluster.reachable)
     meaningful = {task: last_meaningful(lines) or "" for task, lines in tails.items()}
@@ -139,8 +139,11 @@ class LiveNotes:
             found = [f for f in diagnose(task, self._recent[task]) if f.kind is kind]
             if not found:
                 continue  # later lines ended it
+            now_peers = peers_now(self.cluster)
+            if not is_news(found[0], now_peers):
+                continue
             self._noted[(task, kind)] = now
-            out.append((task, explain(found[0], peers_now(self.cluster), self.cluster.reachable)))
+            out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
         return out
 
 

@@ -82,6 +82,15 @@ def explain(finding: Finding, peers: Mapping[str, PeerInfo], reachable: Reachabl
     return finding
 
 
+def is_news(finding: Finding, peers: Mapping[str, PeerInfo]) -> bool:
+    """Whether a finding is worth telling. A connection lost to a peer that finished
+    successfully (a synchronous worker done before the chief) is how a job ends, not news."""
+    if finding.kind in (Kind.PEER_DIED, Kind.STEP_CANCELLED) and finding.peer is not None:
+        peer = peers.get(finding.peer)
+        return peer is None or peer.state is not TaskState.SUCCEEDED
+    return True
+
+
 def _explain_wait(f: Finding, peers: Mapping[str, PeerInfo], reachable: Reachable) -> Finding:
     name = f.peer
     if name is None:
