@@ -173,6 +173,27 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
     assert store.load(run_id).state is RunState.SUCCEEDED
 
 
+def test_the_first_status_after_the_controller_died_is_true_when_the_job_had_ended(lab, tmp_path, monkeypatch):
+    """Every task ended while nobody watched: the first `status` records how, as the new watcher
+    would a moment later, instead of `(running)` and a lease to wait for."""
+    store, cluster = started(tmp_path / "cluster.yaml", attached=True)
+    cluster.close()
+    run_id = cluster.record.run_id
+    dead = controller_of_this_process(ControllerKind.UP).replace(starttime=-1)
+    store.update(run_id, watcher=dead)
+    for host in lab.hosts.values():  # the job went on and ended: worker:0 done, the rest stopped by their hosts
+        for name, info in host.tasks.items():
+            done = TaskState.SUCCEEDED if name == "worker:0" else TaskState.STOPPED
+            host.tasks[name] = info.replace(state=done, exit_code=0 if done is TaskState.SUCCEEDED else None)
+    monkeypatch.setattr(watcher, "spawn_watcher", lambda *_: pytest.fail("no watcher is needed for a decided run"))
+    ran = tfctl_here("status")
+    assert ran.code == 0, ran.err
+    assert ran.err.startswith(f"warning: run {run_id}: the `tfctl up` that started it (pid {dead.pid}) is gone, and ")
+    assert "its job had ended: recorded as succeeded (worker:0 finished successfully)" in ran.err
+    assert "lease_timeout" not in ran.err and "(running)" not in ran.out
+    assert store.load(run_id).state is RunState.SUCCEEDED
+
+
 def test_status_of_a_run_whose_controller_died_starts_a_new_watcher_and_says_so(lab, tmp_path, monkeypatch):
     store, cluster = started(tmp_path / "cluster.yaml", attached=True)
     cluster.close()

@@ -65,7 +65,9 @@ def test_a_killed_attached_up_leaves_nothing_running_once_its_lease_runs_out(tmp
     assert not any(port_listening(p) for p in ports)
 
     status = tfctl("status", "-f", str(cluster), home=home)
-    assert "`tfctl up` that started it" in status.stderr and "a new watcher" in status.stderr
+    # Every task had ended: the first answer says how the run ended, not `(running)` and a lease.
+    assert "`tfctl up` that started it" in status.stderr and "its job had ended: recorded as stopped" in status.stderr
+    assert "(running)" not in status.stdout and "(stopped" in status.stdout
     record = wait_run_ended(home, run_id)
     assert record.state.value == "stopped"
     assert "was stopped by its host" in (record.reason or "") and "no controller for" in (record.reason or "")
@@ -102,7 +104,8 @@ def test_with_its_watcher_killed_a_detached_run_trains_on_and_its_ps_stops_alone
     assert not any(port_listening(p) for p in ports)
 
     status = tfctl("status", "-f", str(cluster), home=home)
-    assert "its watcher" in status.stderr and "a new watcher" in status.stderr
+    assert "its watcher" in status.stderr and "its job had ended: recorded as succeeded" in status.stderr
+    assert "(running)" not in status.stdout
     record = wait_run_ended(home, run_id)
     assert record.state.value == "succeeded", record.reason
     tasks = statuses(cluster, home)

@@ -92,13 +92,13 @@ def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resum
     """The run the command is about. With `resume`, a live run whose controller died gets a new
     watcher first, and the user hears of it."""
     from tfctl import console
-    from tfctl.controller import watcher
+    from tfctl.controller import supervise
     from tfctl.runs.store import resolve_run
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()
     record = resolve_run(store, path or Path("."), run_id)
-    note = watcher.resume_supervision(store, record) if resume else None
+    note = supervise.resume(store, record) if resume else None
     if note:
         console.err().print(f"[yellow]warning:[/yellow] {note}")
         record = store.load(record.run_id)

@@ -14,6 +14,7 @@ from tfctl import backends
 from tfctl.cluster import control
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
 from tfctl.controller.plan import Draft
 from tfctl.controller.up import launch
@@ -242,3 +243,36 @@ class DownHandover:
         """What was stopped (None: the watcher ends without stopping anything)."""
         self._result = (report, job)
         self._done.set()
+
+
+def resume(store: RunStore, record: RunRecord) -> str | None:
+    """A run whose controller died is decided at once if its job already ended while nobody
+    watched (so this first answer is as true as the next one), else gets a new watcher, so it
+    still ends when its job does. The sentence to tell the user, or None when nothing was amiss."""
+    w = record.watcher
+    if w is None or not watcher.controller_gone(record):
+        return None
+    was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
+    ended = _decided_already(store, record)
+    if ended is not None:
+        how = f"{ended.state.value} ({ended.reason})"
+        return f"run {record.run_id}: {was} is gone, and its job had ended: recorded as {how}"
+    fresh = watcher.spawn_watcher(store, record)
+    lease = (
+        f"; its tasks stop on their hosts {record.lease_timeout:g}s after their controller (lease_timeout)"
+        if w.attached and record.lease_timeout
+        else ""
+    )
+    pid = fresh.watcher.pid if fresh.watcher is not None else None
+    return f"run {record.run_id}: {was} is gone; a new watcher (pid {pid}) supervises it{lease}"
+
+
+def _decided_already(store: RunStore, record: RunRecord) -> RunRecord | None:
+    """The run ended as its new watcher would end it at its first look (every host answered and
+    the tasks decide the job), or None while the job goes on or a host is silent."""
+    with Cluster(record) as cluster:
+        statuses, unreachable = cluster.status()
+        outcome = None if unreachable else control.decide(statuses, record.decisive, record.essential)
+        if outcome is None:
+            return None
+        return finish(store, cluster, outcome).record

@@ -145,23 +145,6 @@ def controller_gone(record: RunRecord) -> bool:
     return w is not None and not is_running(w)
 
 
-def resume_supervision(store: RunStore, record: RunRecord) -> str | None:
-    """A run whose controller died gets a new watcher, so it still ends when its job does;
-    the sentence to tell the user, or None when nothing was amiss."""
-    w = record.watcher
-    if w is None or not controller_gone(record):
-        return None
-    was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
-    fresh = spawn_watcher(store, record)
-    lease = (
-        f"; its tasks stop on their hosts {record.lease_timeout:g}s after their controller (lease_timeout)"
-        if w.attached and record.lease_timeout
-        else ""
-    )
-    pid = fresh.watcher.pid if fresh.watcher is not None else None
-    return f"run {record.run_id}: {was} is gone; a new watcher (pid {pid}) supervises it{lease}"
-
-
 @traced("lifecycle.stop_watcher")
 def stop_watcher(record: RunRecord) -> None:
     """`down` takes over from the detached watcher: end it first so the two never race. An
