@@ -129,3 +129,44 @@ def test_logs_and_status_on_a_terminal_obey_nothing_a_task_prints(tmp_path: Path
     )
     stored = list(home.glob(f"hosts/*/tasks/{runs[-1]['run_id']}/worker-0/output.log"))
     assert [p.read_bytes() for p in stored] == [hostile.encode() + b"\n"]  # the log itself: byte-exact
+
+
+PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+lines = done.stdout.split(bytes([10]))
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, len(done.stdout), max(map(len, lines)))
+"""
+
+
+def logs_footprint(tmp_path: Path, home: Path, name: str, program: str) -> tuple[int, int, int]:
+    """(peak RSS in KiB of `tfctl logs` printing a finished task's output, bytes printed, the
+    longest line printed)."""
+    (port,) = free_ports(1)
+    script = tmp_path / f"{name}.py"
+    script.write_text(program)
+    cluster = tmp_path / f"{name}.yaml"
+    command = f"{{python}} {script}"
+    cluster.write_text(f"name: {name}\njobs:\n  worker:\n    hosts: [localhost:{port}]\n    command: '{command}'\n")
+    env = {**os.environ, "TFCTL_HOME": str(home)}
+    up = subprocess.run(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"], capture_output=True, env=env, timeout=120
+    )
+    assert up.returncode == 0, up.stderr
+    argv = [sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "tfctl", "-f", str(cluster), "logs"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
+    peak, printed, longest = map(int, done.stdout.split())
+    return peak, printed, longest
+
+
+def test_one_huge_line_costs_logs_no_more_memory_than_the_same_bytes_in_short_lines(tmp_path: Path, home: Path) -> None:
+    """A task printing one 20 MB line: `tfctl logs` shows it in 64 KiB pieces and holds no more
+    than a piece of it at a time (84 MB peak before, against 27 MB for short lines)."""
+    size = 20_000_000
+    long_line = f"import sys\nsys.stdout.write('x' * {size} + chr(10))\n"
+    short_lines = f"import sys\nsys.stdout.write(('x' * 99 + chr(10)) * {size // 100})\n"
+    one, one_printed, one_longest = logs_footprint(tmp_path, home, "long", long_line)
+    short, short_printed, _ = logs_footprint(tmp_path, home, "short", short_lines)
+    assert one_longest <= 64 * 1024 + 32  # a piece and its `[worker:0] ` prefix
+    assert one_printed >= size and short_printed >= size
+    assert one <= short * 1.3, (one, short)  # KiB

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from tfctl.cluster.supervisors import Cluster
 
 RECONNECT_DELAY = 1.0
+# A line longer than this is shown (and held in memory) in pieces of at most this many bytes,
+# each printed as a line of its own; the task's log keeps it whole.
+LINE_BOUND = 64 * 1024
 BATCH_LINES = 10000  # at most this many lines per batch handed to the caller
 QUEUED_BLOCKS = 64  # blocks read ahead of the caller, each at most one chunk of a host's
 
@@ -118,9 +121,16 @@ class LogFollower:
                     lines = [f"{utc(t)} {line}" for line, t in zip(lines, times)]
                     bar = f"{utc(times[-1])} {bar}" if bar else ""
                 if lines:
-                    self._queue.put((task, lines))
+                    self._queue.put((task, bounded(lines)))
                 if bar:
                     self._queue.put((task, [bar]))  # the bar's latest state, while its line goes on
+                pieces = []
+                while len(rest) > LINE_BOUND:  # one huge line: shown in pieces, never held whole
+                    cut = utf8_boundary(rest, LINE_BOUND)
+                    pieces.append(rest[:cut].decode(errors="replace"))
+                    rest = rest[cut:]
+                if pieces:
+                    self._queue.put((task, pieces))
                 if rest:
                     held[task] = rest
                 self.offsets[task] = event.offset - len(rest)
@@ -201,6 +211,21 @@ class LogFollower:
                 self._backlog.append(self._queue.get_nowait())
             except queue.Empty:
                 return
+
+
+def bounded(lines: list[str]) -> list[str]:
+    """The lines, a longer one than LINE_BOUND in pieces of LINE_BOUND characters."""
+    if all(len(line) <= LINE_BOUND for line in lines):
+        return lines
+    return [line[i : i + LINE_BOUND] for line in lines for i in range(0, max(len(line), 1), LINE_BOUND)]
+
+
+def utf8_boundary(data: bytes, limit: int) -> int:
+    """The largest cut at or below `limit` that splits no UTF-8 character."""
+    cut = min(limit, len(data))
+    while 0 < cut < len(data) and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return cut or limit
 
 
 def split_block(data: bytes) -> tuple[list[str], str, bytes]:
