@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -90,15 +89,23 @@ def test_two_up_d_of_one_file_at_once_start_one_run_and_status_and_down_address_
     assert run_processes(run_id) == []
 
 
-def test_down_typed_just_after_up_d_stops_the_run_being_started(tmp_path: Path, home: Path) -> None:
+def test_down_typed_while_up_d_starts_stops_the_run_being_started(tmp_path: Path, home: Path) -> None:
+    """`up -d` records its run before it forks and starts anything: a `down` typed from then on
+    stops that run, never the previous one. (One typed before `up -d` has even read its cluster
+    file, a few tenths of a second after it was typed, cannot know of it.)"""
     cluster = cluster_file(tmp_path)
     previous = tfctl("-f", str(cluster), "up", "-d", home=home)  # a run to mistake for the current one
     assert previous.returncode == 0 and tfctl("-f", str(cluster), "down", home=home).returncode == 0
+    before = {r.run_id for r in RunStore(home).all()}
     starting = launch(cluster, home, "up", "-d")
-    time.sleep(0.15)  # deliberately: typed while `up -d` is still starting the run
+    recorded = wait_until(
+        lambda: [r for r in RunStore(home).all() if r.run_id not in before], 30, "the new run recorded", interval=0.01
+    )
+    assert recorded[0].active, recorded[0]  # recorded as starting (or, on a fast machine, running already)
     down = tfctl("-f", str(cluster), "down", home=home)
     starting.communicate(timeout=120)
     newest = stored_runs(home)[-1]
+    assert newest["run_id"] == recorded[0].run_id
     assert f"run {newest['run_id']}:" in down.stderr, down.stderr  # not the previous run
     assert down.returncode == 0, down.stderr
     assert newest["state"] == "stopped", newest
