@@ -297,7 +297,7 @@ def test_sshd_failure_is_reported_with_its_log(tmp_path, monkeypatch):
 
 def test_require_netns_skips_or_fails(monkeypatch):
     assert skip_reason() is None  # the autouse fixture let us get here
-    monkeypatch.setattr("bench.netns_hosts.skip_reason", lambda: "no netns here")
+    monkeypatch.setattr("bench.netns_tools.skip_reason", lambda: "no netns here")
     monkeypatch.delenv("TFCTL_REQUIRE_NETNS", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no netns here"):
         require_netns()

@@ -5,6 +5,7 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import TYPE_CHECKING
 
 from tfctl import backends
@@ -32,7 +33,7 @@ def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> t
     """Stop every task of the run, then release what its backend holds. The record keeps whether
     the stop proved nothing left, so the next `up` need not ask the hosts again."""
     report = cluster.stop(grace)
-    store.update(cluster.record.run_id, left_nothing=report.clean)
+    store.update_if_exists(cluster.record.run_id, left_nothing=report.clean)
     return report, release(cluster.record)
 
 
@@ -55,8 +56,7 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)
-    if record.active:
-        store.end(record.run_id, RunState.STOPPED, "tfctl down")
+    store.update_if_active(record.run_id, state=RunState.STOPPED, reason="tfctl down", ended_at=time.time())
     return report, released
 
 

@@ -203,8 +203,8 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
         if not store.load(record.run_id).active:
             raise StartupError(f"run {record.run_id} was stopped (tfctl down) while it started")
         control.start(cluster, plan.phases, plan.startup_timeout, progress)
-    except KeyboardInterrupt:
-        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched)
+    except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
+        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
         raise
     except TfctlError as e:
         _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)

@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from tfctl.config.home import tfctl_home
 from tfctl.errors import TfctlError, UsageError
@@ -93,10 +93,22 @@ class RunStore:
 
     def update_if_active(self, run_id: str, **changes: Any) -> RunRecord | None:
         """`update` a run that is still active; None, changing nothing, once it has ended (a
-        `down` typed while it started, say)."""
+        `down` typed while it started, say) or is no longer recorded."""
+        return self._update_when(run_id, lambda record: record.active, changes)
+
+    def update_if_exists(self, run_id: str, **changes: Any) -> RunRecord | None:
+        """`update` a run still recorded; None for one forgotten meanwhile (a start that failed
+        before it put anything on a host)."""
+        return self._update_when(run_id, lambda _record: True, changes)
+
+    def _update_when(
+        self, run_id: str, wanted: Callable[[RunRecord], bool], changes: dict[str, Any]
+    ) -> RunRecord | None:
         with self.lock():
+            if not self.exists(run_id):
+                return None
             record = self.load(run_id)
-            if not record.active:
+            if not wanted(record):
                 return None
             record = record.replace(**changes)
             self.save(record)
