@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import inspect
 import threading
-from pathlib import Path
 
 import pytest
 
+from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
 from tfctl import backends
 from tfctl.backends.base import Backend
@@ -19,16 +19,6 @@ from tfctl.errors import BackendError, ConfigError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState, TaskState
-
-FAKE_FILE = """\
-name: fake
-backend: fake
-fake: {pool: gpus}
-command: train --job_name={job_name} --task_index={task_index}
-jobs:
-  ps: [h1:2222]
-  worker: [h1:2223, h2:2222]
-"""
 
 
 def interface_methods() -> set[str]:
@@ -46,12 +36,6 @@ def test_every_backend_implements_the_whole_interface_and_nothing_more_in_public
         ours = inspect.signature(getattr(type(backend), method))
         theirs = inspect.signature(getattr(Backend, method))
         assert list(ours.parameters) == list(theirs.parameters), f"{name}.{method}{ours} != Backend.{method}{theirs}"
-
-
-def write(tmp_path: Path, text: str = FAKE_FILE) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(text)
-    return path
 
 
 def test_a_registered_backend_brings_its_own_section_and_refuses_another_backends(tmp_path, fake_backend):

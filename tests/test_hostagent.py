@@ -434,12 +434,10 @@ def test_the_first_run_unpacks_the_zipapp_and_runs_from_the_copy(root: Path) -> 
 # ---------------------------------------------------------------- TensorFlow in a distro Python's virtualenv
 
 
-@pytest.fixture(scope="module")
-def venv_with_fake_tf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv of the distro Python holding a `tensorflow 9.9.9` distribution (metadata only)."""
-    if not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.skip(f"{SYSTEM_PYTHON} is not installed")
-    venv = tmp_path_factory.mktemp("venv") / "env"
+def distro_venv(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, Path]:
+    """A new virtualenv of the distro Python (skipped where it cannot be made): its python and
+    its site-packages."""
+    venv = tmp_path_factory.mktemp(name) / "env"
     made = subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"cannot make a virtualenv: {made.stderr.strip()}")
@@ -450,7 +448,16 @@ def venv_with_fake_tf(tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    dist_info = Path(site_packages) / "tensorflow-9.9.9.dist-info"
+    return python, Path(site_packages)
+
+
+@pytest.fixture(scope="module")
+def venv_with_fake_tf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv of the distro Python holding a `tensorflow 9.9.9` distribution (metadata only)."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is not installed")
+    python, site_packages = distro_venv(tmp_path_factory, "venv")
+    dist_info = site_packages / "tensorflow-9.9.9.dist-info"
     dist_info.mkdir(parents=True)
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 9.9.9\n")
     return python
@@ -481,18 +488,8 @@ def layered_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 8.8.8\n")
     (base / "tensorflow").mkdir()
     (base / "tensorflow" / "__init__.py").write_text("__version__ = '8.8.8'\n")
-    venv = tmp_path_factory.mktemp("layer") / "env"
-    made = subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a virtualenv: {made.stderr.strip()}")
-    python = venv / "bin" / "python"
-    site_packages = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(site_packages) / "layered.pth").write_text(f"# the base environment\n{base}\nimport os\n")
+    python, site_packages = distro_venv(tmp_path_factory, "layer")
+    (site_packages / "layered.pth").write_text(f"# the base environment\n{base}\nimport os\n")
     imported = subprocess.run(
         [str(python), "-c", "import tensorflow; print(tensorflow.__version__)"], capture_output=True
     )
