@@ -214,8 +214,8 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
 def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
     if not touched:
         store.forget(run_id)
-    elif store.update_if_active(run_id) is not None:
-        store.end(run_id, state, reason)
+    else:  # one step under the store's lock: a `down` ending it meanwhile keeps its own reason
+        store.update_if_active(run_id, state=state, reason=reason, ended_at=time.time())
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:
