@@ -107,6 +107,7 @@ class FakeHost:
         self.caches: dict[str, dict[str, tuple[p.FileEntry, bytes]]] = {}  # sync cache -> its files
         self.trees: dict[str, dict[str, bytes]] = {}  # synced workdir -> its files
         self.fail_verbs: dict[str, Exception] = {}
+        self.refused: set[str] = set()  # probe targets this host cannot connect to
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
         self.launches: dict[str, p.TaskLaunch] = {}  # as the last start asked
@@ -315,7 +316,12 @@ class FakeHost:
         )
 
     def _probe(self, request: p.ProbeRequest) -> p.ProbeAnswer:
-        return p.ProbeAnswer({target: p.ProbeResult(True) for target in request.targets})
+        return p.ProbeAnswer(
+            {
+                target: p.ProbeResult(False, error="refused") if target in self.refused else p.ProbeResult(True)
+                for target in request.targets
+            }
+        )
 
     def _tail(self, request: p.TailRequest) -> p.TailAnswer:
         return p.TailAnswer({name: self._lines(name)[-request.lines :] for name in request.tasks})

@@ -88,12 +88,31 @@ def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: P
                 )
             if phase.probe:
                 later = [t for p in phases[number:] for t in p.tasks]
-                cluster.check_reachable(
-                    sorted({t.host for t in later}), [cluster.record.task(n).address for n in listening], progress
-                )
+                probe_listening(cluster, sorted({t.host for t in later}), listening, progress)
     except BaseException:
         stop_after_failure(cluster, progress)
         raise
+
+
+def probe_listening(cluster: Cluster, sources: Sequence[str], listening: Sequence[str], progress: Progress) -> None:
+    """Probe the listening tasks from every source host. A refused connection to a task that
+    ended meanwhile is not a network fault: a task that finished is left out and probed no more,
+    one that failed is reported as itself."""
+    targets = list(listening)
+    while True:
+        try:
+            cluster.check_reachable(sources, [cluster.record.task(n).address for n in targets], progress)
+            return
+        except StartupError:
+            statuses, _unreachable = cluster.status([cluster.record.task(n) for n in targets])
+            ended = [s for s in statuses if s.final]
+            if not ended:
+                raise
+            for s in ended:
+                if s.state is not TaskState.SUCCEEDED:
+                    raise StartupError(f"{s.task} {s.describe_end()}" + cluster.last_lines_text(s.task)) from None
+                progress(s.task, "finished already (exit code 0)")
+            targets = [n for n in targets if n not in {s.task for s in ended}]
 
 
 def stop_after_failure(cluster: Cluster, progress: Progress) -> None:
