@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import protocol as p
+from tfctl.supervisor import stream as follow_stream
 from tfctl.transport.base import Stream
 from tfctl.transport.specs import SSHSpec
 
@@ -134,7 +135,7 @@ class FakeHost:
         finally:
             self._changed()  # whatever happened, a follow stream looks again (and sees a host gone down)
 
-    def follow(self, request: p.FollowRequest) -> tuple[Stream, Iterator[p.FollowEvent]]:
+    def follow(self, request: follow_stream.FollowRequest) -> tuple[Stream, Iterator[follow_stream.FollowEvent]]:
         """Stream the tasks' output from the requested byte offsets, as `supervisor.logs.follow`
         does: chunks of whole lines, each with the offset it ends at; with `follow`, each task's
         end once all its output was sent, and the stream ends when every task has ended."""
@@ -167,7 +168,7 @@ class FakeHost:
         """What the task printed so far: nothing before it started, all its lines once it did."""
         return "".join(line + "\n" for line in self._lines(name)).encode() if name in self.tasks else b""
 
-    def _start_offsets(self, request: p.FollowRequest) -> dict[str, int]:
+    def _start_offsets(self, request: follow_stream.FollowRequest) -> dict[str, int]:
         offsets = dict(request.tasks)
         for name in offsets:
             out = self._output(name)
@@ -179,7 +180,7 @@ class FakeHost:
                 offsets[name] = len(out)  # every line was written when the task started
         return offsets
 
-    def _events(self, request: p.FollowRequest, stream: FakeStream) -> Iterator[p.FollowEvent]:
+    def _events(self, request: follow_stream.FollowRequest, stream: FakeStream) -> Iterator[follow_stream.FollowEvent]:
         offsets = self._start_offsets(request)
         while offsets and not stream.closed:
             seen, sent = self.version, False
@@ -190,10 +191,10 @@ class FakeHost:
                 out = self._output(name)
                 if len(out) > offsets[name]:
                     stamps = [[len(out), info.started_at or 0.0]] if request.times and info else None
-                    yield p.LogChunk(name, len(out), out[offsets[name] :], stamps)
+                    yield follow_stream.LogChunk(name, len(out), out[offsets[name] :], stamps)
                     offsets[name], sent = len(out), True
                 elif request.follow and info is not None and info.state.is_final:
-                    yield p.TaskEnded(name, offsets.pop(name), info.state)
+                    yield follow_stream.TaskEnded(name, offsets.pop(name), info.state)
                 elif not request.follow:
                     del offsets[name]
             if request.follow and offsets and not sent:

@@ -26,7 +26,6 @@ from tfctl.supervisor import bundle
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.procfs import live_pids
 from tfctl.supervisor.protocol import (
-    FollowRequest,
     InfoRequest,
     StartAnswer,
     StartRequest,
@@ -36,6 +35,7 @@ from tfctl.supervisor.protocol import (
     TaskState,
     envelope,
 )
+from tfctl.supervisor.stream import FollowRequest
 from tfctl.supervisor.tasks import MONITOR_NAME
 from tfctl.transport.base import Result, Stream, Transport, Tunnel
 from tfctl.transport.local import LocalTransport

@@ -20,7 +20,7 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import timeline
 from tfctl.supervisor.files import state_root
-from tfctl.supervisor.protocol import FollowRequest, LogChunk
+from tfctl.supervisor.stream import FollowRequest, LogChunk
 from tfctl.transport.local import LocalStream, LocalTransport
 
 

@@ -22,19 +22,16 @@ from tfctl.supervisor.files import state_root
 from tfctl.supervisor.monitor import exec_form
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
 from tfctl.supervisor.protocol import (
-    FollowEvent,
-    FollowRequest,
-    LogChunk,
     PortsRequest,
     StartRequest,
     StatusRequest,
     StopRequest,
     SweepRequest,
-    TaskEnded,
     TaskInfo,
     TaskLaunch,
     TaskState,
 )
+from tfctl.supervisor.stream import FollowEvent, FollowRequest, LogChunk, TaskEnded
 from tfctl.transport.local import LocalTransport
 
 PY = sys.executable

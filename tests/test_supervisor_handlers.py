@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bench.waiting import wait_until
-from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, sync
+from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, stream, sync
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -35,7 +35,7 @@ def converse(monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> list[dict[str
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-def wire(request_id: str, root: Path, request: p.Request[Any] | p.FollowRequest, verb: str | None = None) -> str:
+def wire(request_id: str, root: Path, request: p.Request[Any] | stream.FollowRequest, verb: str | None = None) -> str:
     body = request.to_wire()
     return json.dumps({"id": request_id, "verb": verb or request.VERB, "root": str(root), "req": body}) + "\n"
 
@@ -127,16 +127,19 @@ def test_tail_and_tail_offset(tmp_path: Path) -> None:
 
 def test_follow_without_follow_reads_what_is_there_including_a_partial_line(tmp_path: Path) -> None:
     write_log(tmp_path, "r", "worker:0", b"a\nb\npartial")
-    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 2})))
-    assert events == [p.LogChunk("worker:0", 11, b"b\npartial")]
+    events = list(logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 2})))
+    assert events == [stream.LogChunk("worker:0", 11, b"b\npartial")]
 
 
 def test_follow_announces_the_end_of_a_task_after_its_last_bytes(tmp_path: Path) -> None:
     d = write_log(tmp_path, "r", "worker:0", b"one\ntwo\n")
     write_json(str(d / "proc.json"), {"pid": 1, "pgid": 1, "starttime": 0, "started_at": 1.0})
     write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": 2.0})
-    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01)))
-    assert events == [p.LogChunk("worker:0", 8, b"one\ntwo\n"), p.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED)]
+    events = list(logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01)))
+    assert events == [
+        stream.LogChunk("worker:0", 8, b"one\ntwo\n"),
+        stream.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED),
+    ]
 
 
 def test_task_state_from_its_files(tmp_path: Path) -> None:
@@ -337,12 +340,14 @@ def test_a_chunk_crosses_the_wire_byte_for_byte_even_cut_inside_a_character(tmp_
     line = "x" * (logs.CHUNK - 1) + "€ tail"
     raw = line.encode() + b"\n\xff\xfe not utf-8\n"
     write_log(tmp_path, "r", "worker:0", raw)
-    events = list(logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0})))
+    events = list(logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0})))
     first = events[0]
-    assert len(events) == 2 and isinstance(first, p.LogChunk) and first.data == raw[: logs.CHUNK]  # cut mid-character
-    received = [p.follow_event_from_wire(json.loads(json.dumps(p.follow_event_to_wire(e)))) for e in events]
+    assert (
+        len(events) == 2 and isinstance(first, stream.LogChunk) and first.data == raw[: logs.CHUNK]
+    )  # cut mid-character
+    received = [stream.follow_event_from_wire(json.loads(json.dumps(stream.follow_event_to_wire(e)))) for e in events]
     assert received == events
-    assert b"".join(e.data for e in received if isinstance(e, p.LogChunk)) == raw
+    assert b"".join(e.data for e in received if isinstance(e, stream.LogChunk)) == raw
 
 
 @pytest.mark.parametrize("inotify", [True, False])
@@ -363,9 +368,9 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
         return real_state(*a)
 
     monkeypatch.setattr(logs, "task_state", counted_state)
-    events = logs.follow(str(tmp_path), p.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
-    assert next(events) == p.LogChunk("worker:0", 6, b"first\n")
-    got: list[tuple[float, p.FollowEvent]] = []
+    events = logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
+    assert next(events) == stream.LogChunk("worker:0", 6, b"first\n")
+    got: list[tuple[float, stream.FollowEvent]] = []
     reader = threading.Thread(target=lambda: got.extend((time.monotonic(), e) for e in events), daemon=True)
     reader.start()
     time.sleep(2.5)  # deliberately: count the state reads of an idle follow over 2.5 s
@@ -376,8 +381,8 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
     write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": time.time()})
     reader.join(5)
     assert [e for _, e in got] == [
-        p.LogChunk("worker:0", 13, b"second\n"),
-        p.TaskEnded("worker:0", 13, p.TaskState.SUCCEEDED),
+        stream.LogChunk("worker:0", 13, b"second\n"),
+        stream.TaskEnded("worker:0", 13, p.TaskState.SUCCEEDED),
     ]
     if inotify and logs.Changes.open() is not None:  # woken by the write, not by the next state read
         assert got[-1][0] - written < 0.5

@@ -29,8 +29,9 @@ from tfctl import trace
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec
 from tfctl.supervisor import bundle
-from tfctl.supervisor.protocol import Envelope, FollowEvent, FollowRequest, Request, envelope, follow_event_from_wire
+from tfctl.supervisor.protocol import Envelope, Request, envelope
 from tfctl.supervisor.records import Wire
+from tfctl.supervisor.stream import FollowEvent, FollowRequest, follow_event_from_wire
 from tfctl.transport.base import Result, Stream, Transport, shell_path
 
 A = TypeVar("A", bound=Wire)

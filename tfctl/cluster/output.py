@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from tfctl import console
 from tfctl.errors import TfctlError
 from tfctl.runs.record import TaskSpec
-from tfctl.supervisor.protocol import FollowRequest, LogChunk, TaskEnded
+from tfctl.supervisor.stream import FollowRequest, LogChunk, TaskEnded
 from tfctl.supervisor.timeline import dated
 from tfctl.transport.base import Stream
 

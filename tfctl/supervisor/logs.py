@@ -10,17 +10,9 @@ from typing import BinaryIO, Dict, Iterator, List, Optional
 from .files import task_dir
 from .inotify import ALL, Changes
 from .marks import TERMINAL_CODES
-from .protocol import (
-    FollowEvent,
-    FollowRequest,
-    Heartbeat,
-    LogChunk,
-    TailAnswer,
-    TailRequest,
-    TaskEnded,
-    TaskInfo,
-)
+from .protocol import TailAnswer, TailRequest, TaskInfo
 from .state import task_state
+from .stream import FollowEvent, FollowRequest, Heartbeat, LogChunk, TaskEnded
 from .timeline import Timeline
 
 CHUNK = 256 * 1024

@@ -9,73 +9,19 @@ answer type and whether running it twice is harmless; on the wire it travels as 
 and its answer as one JSON line `{"id": ..., "ok": {...}}` or `{"id": ..., "error": "..."}`.
 A request that is not idempotent (`start`, `listen`) may reach a host twice when a connection
 drops after it was sent; the supervisor then answers the replay from the first run's record.
-`follow` answers with a stream of events instead (see `FollowEvent`).
+`follow` answers with a stream of events instead (`stream.py`); task and run states are in
+`states.py`.
 """
 
 from __future__ import annotations
 
-import enum
-from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar
 
 from .records import Record, Wire, field, record
+from .states import RunState as RunState  # re-exported: states travel in most answers
+from .states import TaskState as TaskState
 
 PROTOCOL_VERSION = 2
-
-
-class TaskState(str, enum.Enum):
-    """One task's state. `unreachable` is the controller's: the task's host did not answer."""
-
-    PENDING = "pending"
-    STARTING = "starting"
-    RUNNING = "running"
-    RESTARTING = "restarting"  # it ended, and its restart policy starts it again after a backoff
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    LOST = "lost"
-    UNREACHABLE = "unreachable"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_final(self) -> bool:
-        """The task will never run again: its process is gone and how it ended is known."""
-        return self in _FINAL_TASK_STATES
-
-    @property
-    def is_bad(self) -> bool:
-        """A state that ends a job by itself (the task failed, or nobody knows how it ended)."""
-        return self in (TaskState.FAILED, TaskState.LOST)
-
-    @property
-    def may_be_alive(self) -> bool:
-        """A process of the task may exist (or its host could not tell)."""
-        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING, TaskState.UNREACHABLE)
-
-
-_FINAL_TASK_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
-
-
-class RunState(str, enum.Enum):
-    """A whole run's state, as the run store records it."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_final(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED)
-
-    @property
-    def is_bad(self) -> bool:
-        return self is RunState.FAILED
 
 
 # ---------------------------------------------------------------- shared records
@@ -476,77 +422,6 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         PruneRequest,
     )
 }
-
-
-# ---------------------------------------------------------------- follow: a stream, not an answer
-
-
-@record
-class FollowRequest(Wire):
-    """Stream task output from byte offsets; with `follow`, until every task ended and was read."""
-
-    VERB: ClassVar[str] = "follow"  # answered by a stream of events, so not in VERBS
-
-    run_id: str
-    tasks: Dict[str, int]  # task -> byte offset to read from
-    follow: bool = False
-    tail: Optional[int] = None  # start at most this many lines before the end
-    since: Optional[float] = None  # start with the lines written in the last this many seconds
-    times: bool = False  # each chunk carries when its lines were written
-    poll: float = 0.1
-
-
-@record
-class LogChunk(Record):
-    """Output of one task, the bytes as written, up to byte `offset` of its log."""
-
-    task: str
-    offset: int
-    data: bytes
-    stamps: Optional[List[List[float]]] = None  # [log size, time] covering the chunk, when asked for
-
-
-@record
-class TaskEnded(Record):
-    """A followed task ended and all its output was sent."""
-
-    task: str
-    offset: int
-    state: TaskState
-
-
-@record
-class Heartbeat(Record):
-    """Sent when nothing else was for a while, so a dead link is noticed."""
-
-    time: float
-
-
-FollowEvent = Union[LogChunk, TaskEnded, Heartbeat]
-
-
-def follow_event_to_wire(event: FollowEvent) -> Dict[str, Any]:
-    """Compact keys: a follow stream may carry millions of lines. A chunk's bytes travel as text
-    decoded with surrogateescape, so any byte (a UTF-8 character cut by a block's end, output
-    that is not UTF-8) comes back as it was, at the cost of one decode per chunk."""
-    if isinstance(event, LogChunk):
-        out = {"t": event.task, "o": event.offset, "d": event.data.decode("utf-8", "surrogateescape")}
-        if event.stamps is not None:
-            out["w"] = event.stamps
-        return out
-    if isinstance(event, TaskEnded):
-        return {"t": event.task, "o": event.offset, "end": event.state.value}
-    return {"hb": event.time}
-
-
-def follow_event_from_wire(data: Mapping[str, Any]) -> FollowEvent:
-    if "hb" in data:
-        return Heartbeat(float(data["hb"]))
-    if "end" in data:
-        return TaskEnded(data["t"], int(data["o"]), TaskState(data["end"]))
-    if "d" in data:
-        return LogChunk(data["t"], int(data["o"]), data["d"].encode("utf-8", "surrogateescape"), data.get("w"))
-    raise ValueError("not a follow event: %r" % (dict(data),))
 
 
 # ---------------------------------------------------------------- envelopes

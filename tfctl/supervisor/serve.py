@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, Iterator, List
 from . import checks, journal, logs, monitor, prune, sync, tasks
 from .errors import AgentError
 from .files import task_dir
-from .protocol import Envelope, FollowRequest, Request, answer_to_wire, follow_event_to_wire
+from .protocol import Envelope, Request, answer_to_wire
+from .stream import FollowRequest, follow_event_to_wire
 
 HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "start": tasks.start,
