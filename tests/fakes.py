@@ -109,6 +109,7 @@ class FakeHost:
         self.trees: dict[str, dict[str, bytes]] = {}  # synced workdir -> its files
         self.fail_verbs: dict[str, Exception] = {}
         self.refused: set[str] = set()  # probe targets this host cannot connect to
+        self.resumable: dict[str, int] = {}  # earlier run -> how many of its files this host still has
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
         self.launches: dict[str, p.TaskLaunch] = {}  # as the last start asked
@@ -348,6 +349,11 @@ class FakeHost:
 
     def _sweep(self, request: p.SweepRequest) -> p.SweepAnswer:
         return p.SweepAnswer(0, 0, [], [])
+
+    def _resume(self, request: p.ResumeRequest) -> p.ResumeAnswer:
+        """The earlier run's files, as many as the test says this host kept."""
+        kept = self.resumable.get(request.resume_from)
+        return p.ResumeAnswer(kept is not None, f"~/.tfctl/work/{request.run_id}", copied=kept or 0)
 
     def _prune(self, request: p.PruneRequest) -> p.PruneAnswer:
         """Every run's files are gone (there are none): nothing kept, nothing to count."""

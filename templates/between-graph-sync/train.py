@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data_dir", default=None, help="directory holding a Keras-style mnist.npz")
     p.add_argument("--checkpoint_dir", default=None,
                    help="where the chief saves (and resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run never resumes an old one")
+                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
     p.add_argument("--ready_timeout", type=float, default=120.0,
                    help="seconds a non-chief waits for the chief to initialise the variables")
     args = p.parse_args(argv)

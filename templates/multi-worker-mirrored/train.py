@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--checkpoint_dir", default=None,
                    help="where worker 0 saves (and every worker resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run never resumes an old one")
+                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
     args = p.parse_args(argv)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
         run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")

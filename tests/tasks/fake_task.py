@@ -7,7 +7,9 @@ Flags: --port P (listen like a server; 0 = no listening; -1 = its own address in
 seconds, then run on silently), --exit C (exit code), --ignore-term (ignore SIGTERM like an MWMS
 worker), --fork K (start K children that sleep in the same group), --setsid-child (start one
 child in its own session, escaping the process group), --devices (print what a GPU and CPU
-placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on).
+placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
+(resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/step, one step per
+line printed, rewriting that file in place after each).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> int:
     p.add_argument("--steps-per-sec", type=float, default=0)
     p.add_argument("--steps-for", type=float, default=-1)
     p.add_argument("--devices", action="store_true")
+    p.add_argument("--checkpoint", action="store_true")
     a = p.parse_args()
     if a.devices:
         with open("/proc/self/status") as f:
@@ -61,8 +64,11 @@ def main() -> int:
         server.bind(("0.0.0.0", a.port))
         server.listen()
     print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
-    for i in range(a.lines):
-        print(f"{a.name} line {i}")
+    if a.checkpoint:
+        checkpoint(a.lines)
+    else:
+        for i in range(a.lines):
+            print(f"{a.name} line {i}")
     end = None if a.sleep < 0 else time.monotonic() + a.sleep
     tick = step = 0
     begun = time.monotonic()
@@ -79,6 +85,20 @@ def main() -> int:
         time.sleep(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())))
     print(f"{a.name} done, exit {a.exit}")
     return a.exit
+
+
+def checkpoint(steps: int) -> None:
+    saved = os.path.join(os.environ["TFCTL_RUN_DIR"], "checkpoints", "step")
+    os.makedirs(os.path.dirname(saved), exist_ok=True)
+    first = 0
+    if os.path.exists(saved):
+        with open(saved) as f:
+            first = int(f.read())
+        print(f"resumed at step {first}", flush=True)
+    for step in range(first + 1, first + steps + 1):
+        with open(saved, "w") as f:  # in place, as programs that write their own index do
+            f.write(str(step))
+        print(f"checkpoint step {step}", flush=True)
 
 
 if __name__ == "__main__":

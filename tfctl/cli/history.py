@@ -81,7 +81,10 @@ def runs_command(
     if not records and path is not None:
         console.err().print(f"no runs of {path} (tfctl runs --all lists every run)", markup=False)
     for r in records:
-        console.out().print(f"{r.run_id:<40} {_when(r.created_at)}  {r.state.value:<10} {r.reason or ''}", markup=False)
+        resumes = f" (resumes {r.resumes})" if r.resumes else ""
+        console.out().print(
+            f"{r.run_id:<40} {_when(r.created_at)}  {r.state.value:<10} {r.reason or ''}{resumes}", markup=False
+        )
     return 0
 
 
@@ -94,6 +97,7 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "created_at": r.created_at,
         "ended_at": r.ended_at,
         "reason": r.reason,
+        "resumes": r.resumes,
     }
 
 

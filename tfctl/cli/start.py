@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 Examples:
   tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
   tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
-  tfctl up --dry-run         print setup, each task's command, TF_CONFIG, GPUs""",
+  tfctl up --dry-run         print setup, each task's command, TF_CONFIG, GPUs
+  tfctl up --resume          continue the newest run from its checkpoints""",
 )
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
@@ -39,9 +40,26 @@ Examples:
     help="Print the setup commands, then each task's host, command, TF_CONFIG and GPUs and cores, and the "
     "warnings `up` would print; start nothing and connect to no host.",
 )
+@click.option(
+    "--resume",
+    "resume",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[RUN]",
+    help="Continue RUN (default: the file's newest run): its files, checkpoints included, are in each "
+    "task's $TFCTL_RUN_DIR, so the templates resume from its last checkpoint.",
+)
 @accept_new_option
 @click.pass_context
-def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: bool, accept_new_host_keys: bool) -> int:
+def up(
+    ctx: click.Context,
+    cluster_file: Path | None,
+    detach: bool,
+    dry_run: bool,
+    resume: str | None,
+    accept_new_host_keys: bool,
+) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
     from tfctl import backends, console
     from tfctl.config.loader import load_config
@@ -52,9 +70,10 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     backend = backends.get(config.backend)
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    resumes = None if resume is None else up.resumed_run(store, config, resume)
     if detach and not dry_run and backend.waiting_for is None:  # (else this process waits to acquire)
         cleared = up.ensure_no_live_run(store, config)
-        return _up_detached(store, config, accept_new_host_keys, hint_file, cleared)
+        return _up_detached(store, config, accept_new_host_keys, hint_file, cleared, resumes)
     err = console.err()
     _print_warnings(config)
     if dry_run:
@@ -69,7 +88,7 @@ def up(ctx: click.Context, cluster_file: Path | None, detach: bool, dry_run: boo
     waiting = err.is_terminal and backend.waiting_for is not None
     try:
         with err.status(f"waiting for {backend.waiting_for}…", spinner="dots") if waiting else contextlib.nullcontext():
-            run = up.acquire(store, config, progress)
+            run = up.acquire(store, config, progress, resumes)
     except KeyboardInterrupt:
         err.print("interrupted: nothing acquired is left behind")
         return EXIT_INTERRUPTED
@@ -117,11 +136,17 @@ def _print_run(run: Draft, place: str) -> None:
     console.err().print(
         f"run [bold]{run.record.run_id}[/bold]: {len(run.config.tasks())} tasks on {len(run.record.hosts)} "
         f"{place}{'s' if len(run.record.hosts) != 1 else ''}"
+        + (f", resuming run {run.record.resumes}" if run.record.resumes else "")
     )
 
 
 def _up_detached(
-    store: RunStore, config: ClusterConfig, accept_new_host_keys: bool, hint_file: str, cleared: str | None
+    store: RunStore,
+    config: ClusterConfig,
+    accept_new_host_keys: bool,
+    hint_file: str,
+    cleared: str | None,
+    resumes: str | None,
 ) -> int:
     """`up -d` of a backend that never waits to acquire hosts: a fork of this process, the run's
     watcher-to-be, starts the run (and then holds those connections for the run's life); this
@@ -136,7 +161,7 @@ def _up_detached(
     from tfctl.controller import supervise, up, watcher
     from tfctl.runs.record import ControllerKind
 
-    run = up.acquire(store, config, lambda _who, _message: None)  # nothing to wait for: it says nothing
+    run = up.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
     up.claim(store, run.record, cleared)
     start = time.monotonic()
 

@@ -79,6 +79,7 @@ class Snapshot:
             "reason": record.reason,
             "started_at": record.created_at,
             "ended_at": record.ended_at,
+            "resumes": record.resumes,
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
         }
         if self.backend is not None:
@@ -143,6 +144,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
 
     statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
+    if record.resumes:
+        title += f"  resumes {record.resumes}"
     if shot.backend is not None:
         title += f"  {shot.backend.line()}"
 

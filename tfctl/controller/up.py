@@ -25,7 +25,7 @@ from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_fi
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
-from tfctl.supervisor.protocol import RunState
+from tfctl.supervisor.protocol import ResumeRequest, RunState
 from tfctl.tf.tasks import exposed_addresses
 from tfctl.trace import traced
 
@@ -103,12 +103,36 @@ def drafted(config: ClusterConfig, store: RunStore, run_id: str, state: Mapping[
     return dataclasses.replace(run, record=run.record.replace(store=store.store_id))
 
 
-def acquire(store: RunStore, config: ClusterConfig, progress: Progress) -> Draft:
+def acquire(store: RunStore, config: ClusterConfig, progress: Progress, resumes: str | None = None) -> Draft:
     """A run on the hosts its backend acquired for it (an allocation a scheduler granted; over
-    ssh, the file's hosts as they are), drafted: `launch` plans it once it knows their devices."""
+    ssh, the file's hosts as they are), drafted: `launch` plans it once it knows their devices.
+    `resumes`: the earlier run whose files it continues from (`resumed_run`)."""
     run_id = new_run_id(config.name)
     acquired = backends.get(config.backend).acquire(config, run_id, progress)
-    return drafted(acquired.config, store, run_id, acquired.state)
+    run = drafted(acquired.config, store, run_id, acquired.state)
+    return dataclasses.replace(run, record=run.record.replace(resumes=resumes)) if resumes else run
+
+
+def resumed_run(store: RunStore, config: ClusterConfig, wanted: str) -> str:
+    """The run `up --resume` continues: `wanted`, else the cluster file's newest run. Only a
+    run of the same cluster file: its tasks are the ones whose files the new tasks find."""
+    if wanted:
+        record = store.load(wanted)
+    else:
+        latest = store.latest(config.path)
+        if latest is None:
+            raise UsageError(
+                f"no earlier run of {config.path} to resume", hint=f"start one with `tfctl -f {config.path} up`"
+            )
+        record = latest
+    if record.cluster_file != str(config.path.resolve()):
+        raise UsageError(
+            f"run {record.run_id} is a run of {record.cluster_file}, not of {config.path}",
+            hint=f"resume it with `tfctl -f {record.cluster_file} up --resume {record.run_id}`",
+        )
+    if record.active:
+        raise UsageError(f"run {record.run_id} is still {record.state}", hint="stop it first: `tfctl down`")
+    return record.run_id
 
 
 def security_warnings(config: ClusterConfig) -> list[str]:
@@ -194,6 +218,8 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
         touched = True
         if plan.sync_dir is not None:
             sync_code(cluster, plan, progress)
+        if record.resumes:
+            resume_files(cluster, record.resumes, {i.host: i.filesystem for i in infos}, progress)
         if plan.setup is not None:
             setup, sharing = once_per_workdir(plan.setup, record.hosts, {i.host: i.filesystem for i in infos})
             for host, others in sorted(sharing.items()):
@@ -230,6 +256,26 @@ def version_warnings(infos: list[HostInfo]) -> list[str]:
         if info.error:
             warnings.append(f"{info.host}: the configured python does not run: {info.error}")
     return warnings
+
+
+def resume_files(cluster: Cluster, earlier: str, filesystems: Mapping[str, str], progress: Progress) -> None:
+    """Bring the earlier run's files (checkpoints) into this run's directory on every host, once
+    per filesystem: a task finds them in its $TFCTL_RUN_DIR and resumes from them."""
+    groups: dict[str, list[str]] = {}
+    for host, filesystem in sorted(filesystems.items()):
+        groups.setdefault(filesystem or f"host:{host}", []).append(host)
+    firsts = {hosts[0]: hosts[1:] for hosts in groups.values()}
+    answers = cluster.fan_out(list(firsts), lambda a: a.call(ResumeRequest(cluster.record.run_id, earlier)))
+    answers.raise_if_failed(f"resuming run {earlier}")
+    for host, answer in sorted(answers.succeeded.items()):
+        if not answer.found:
+            message = f"nothing of run {earlier} here (pruned, or it never ran here): its tasks start afresh"
+        else:
+            files = answer.linked + answer.copied
+            message = f"resumes run {earlier}: {files} file{'s' if files != 1 else ''} of it now in {answer.dest}"
+        progress(host, message)
+        for other in firsts[host]:
+            progress(other, f"shares its home directory with {host}: resumed there, once")
 
 
 def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:

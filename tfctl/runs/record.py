@@ -169,6 +169,7 @@ class RunRecord(Wire):
     backend: str = "ssh"  # the cluster file's `backend:`, which runs the tasks (`tfctl.backends`)
     backend_state: dict[str, Any] | None = None  # what the backend holds for the run, in its wire form
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
+    resumes: str | None = None  # the earlier run whose files (checkpoints) this one continues from
 
     @property
     def active(self) -> bool:

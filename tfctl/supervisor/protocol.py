@@ -385,6 +385,25 @@ class SyncApplyRequest(Request[SyncApplyAnswer]):
 
 
 @record
+class ResumeAnswer(Wire):
+    found: bool  # whether the earlier run left a directory on this host
+    dest: str
+    linked: int = 0
+    copied: int = 0
+
+
+@record
+class ResumeRequest(Request[ResumeAnswer]):
+    """Bring the files of run `resume_from`'s directory into run `run_id`'s (`resume.py`)."""
+
+    VERB: ClassVar[str] = "resume"
+    ANSWER: ClassVar[Type[Wire]] = ResumeAnswer
+
+    run_id: str
+    resume_from: str
+
+
+@record
 class PruneAnswer(Wire):
     paths: Dict[str, List[str]]  # run -> its files here, removed (or, in a dry run, to remove)
     sizes: Dict[str, int]  # run -> bytes in them
@@ -419,6 +438,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         TailRequest,
         SyncPlanRequest,
         SyncApplyRequest,
+        ResumeRequest,
         PruneRequest,
     )
 }

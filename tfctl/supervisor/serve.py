@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, journal, logs, monitor, prune, sync, tasks
+from . import checks, journal, logs, monitor, prune, resume, sync, tasks
 from .errors import AgentError
 from .files import task_dir
 from .protocol import Envelope, Request, answer_to_wire
@@ -34,6 +34,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "tail": logs.tail,
     "sync_plan": sync.sync_plan,
     "sync_apply": sync.sync_apply,
+    "resume": resume.resume,
     "prune": prune.prune,
 }
 DEFERRED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
