@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.netns_hosts import TestHostLab, require_netns
 from tests.conftest import fake, free_ports, tfctl
 from tests.fake_runs import started, tfctl_here, write
+from tests.test_ssh_cluster import OWN, SHARED, distinct_roots, run_pids, write_cluster
 from tfctl.config.loader import load_config
 from tfctl.controller import down, up
 from tfctl.errors import UsageError
@@ -131,13 +133,44 @@ def test_a_resumed_local_run_counts_on_from_the_earlier_runs_checkpoint_which_st
     )
     first = tfctl("-f", str(path), "up", home=home)
     assert first.returncode == 0, first.stderr
-    assert "checkpoint step 3" in first.stdout and "resumed" not in first.stdout
+    assert "w checkpoint step 3" in first.stdout and "resumed" not in first.stdout
     second = tfctl("-f", str(path), "up", "--resume", home=home)
     assert second.returncode == 0, second.stderr
     runs = json.loads(tfctl("-f", str(path), "runs", "--json", home=home).stdout)
     assert [r["resumes"] for r in runs] == [None, runs[0]["run_id"]]
     assert f", resuming run {runs[0]['run_id']}" in second.stderr
-    assert "resumed at step 3" in second.stdout and "checkpoint step 6" in second.stdout
-    saved = home / "work" / runs[0]["run_id"] / "checkpoints" / "step"
+    assert "w resumed at step 3" in second.stdout and "w checkpoint step 6" in second.stdout
+    saved = home / "work" / runs[0]["run_id"] / "checkpoints" / "w"
     assert saved.read_text() == "3"  # the earlier run's checkpoint is as that run left it
-    assert (home / "work" / runs[1]["run_id"] / "checkpoints" / "step").read_text() == "6"
+    assert (home / "work" / runs[1]["run_id"] / "checkpoints" / "w").read_text() == "6"
+
+
+# ---------------------------------------------------------------- on ssh hosts, own and shared homes
+
+
+@pytest.fixture(scope="module", params=[OWN, SHARED], ids=["own-home", "shared-home"])
+def lab(request, tmp_path_factory):
+    """2 hosts tfh0, tfh1, each with its own home or sharing one."""
+    require_netns()
+    with TestHostLab(2, workdir=tmp_path_factory.mktemp("resume-lab"), shared_home=request.param == SHARED) as lab:
+        yield lab
+
+
+def test_a_resumed_run_on_ssh_hosts_counts_on_from_each_tasks_checkpoint(tmp_path, home, lab):
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --lines 2 --sleep 0 --checkpoint"
+    cluster = write_cluster(tmp_path, lab, "  worker: [tfh0:2222, tfh1:2222]", command)
+    first = tfctl("-f", str(cluster), "up", home=home)
+    assert first.returncode == 0, first.stderr
+    second = tfctl("-f", str(cluster), "up", "--resume", home=home)
+    assert second.returncode == 0, second.stderr
+    runs = [r["run_id"] for r in json.loads(tfctl("-f", str(cluster), "runs", "--json", home=home).stdout)]
+    for task in ("worker0", "worker1"):
+        assert f"{task} resumed at step 2" in second.stdout and f"{task} checkpoint step 4" in second.stdout
+    if lab.home_mode == SHARED:
+        assert "shares its home directory with tfh0: resumed there, once" in second.stderr
+    for root in distinct_roots(lab):
+        kept = sorted(p.name for p in (root / "work" / runs[0] / "checkpoints").iterdir())
+        assert {name: (root / "work" / runs[0] / "checkpoints" / name).read_text() for name in kept} == {
+            name: "2" for name in kept
+        }  # the earlier run's checkpoints as it left them
+    assert run_pids(lab, runs[1]) == {}

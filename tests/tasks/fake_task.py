@@ -8,8 +8,8 @@ seconds, then run on silently), --exit C (exit code), --ignore-term (ignore SIGT
 worker), --fork K (start K children that sleep in the same group), --setsid-child (start one
 child in its own session, escaping the process group), --devices (print what a GPU and CPU
 placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
-(resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/step, one step per
-line printed, rewriting that file in place after each).
+(resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/NAME, one step
+per line printed, rewriting that file in place after each).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> int:
         server.listen()
     print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
     if a.checkpoint:
-        checkpoint(a.lines)
+        checkpoint(a.name, a.lines)
     else:
         for i in range(a.lines):
             print(f"{a.name} line {i}")
@@ -87,18 +87,18 @@ def main() -> int:
     return a.exit
 
 
-def checkpoint(steps: int) -> None:
-    saved = os.path.join(os.environ["TFCTL_RUN_DIR"], "checkpoints", "step")
+def checkpoint(name: str, steps: int) -> None:
+    saved = os.path.join(os.environ["TFCTL_RUN_DIR"], "checkpoints", name)
     os.makedirs(os.path.dirname(saved), exist_ok=True)
     first = 0
     if os.path.exists(saved):
         with open(saved) as f:
             first = int(f.read())
-        print(f"resumed at step {first}", flush=True)
+        print(f"{name} resumed at step {first}", flush=True)
     for step in range(first + 1, first + steps + 1):
         with open(saved, "w") as f:  # in place, as programs that write their own index do
             f.write(str(step))
-        print(f"checkpoint step {step}", flush=True)
+        print(f"{name} checkpoint step {step}", flush=True)
 
 
 if __name__ == "__main__":
