@@ -208,8 +208,60 @@ def test_multi_worker_mirrored(tmp_path: Path, home: Path) -> None:
     assert "tmp-worker-1" not in {p.name for p in Path(final.group(7)).iterdir()}
     states = task_states(home)
     assert states["worker:0"]["step"] == states["worker:1"]["step"] == 200
-    # Both workers left by themselves (MWMS workers ignore SIGTERM: a stop would cost the grace).
+    # Both workers left by themselves (a stop would have them save and exit 143).
     assert states["worker:0"]["state"] == states["worker:1"]["state"] == "succeeded", states
+
+
+def down_then_resume(tmp_path: Path, home: Path, template: str, chief: str, saved_line: str) -> dict[str, dict]:
+    """Start the template for many steps, `down` it mid-training, then `up --resume` it for 100
+    steps more: the checkpoint `saved_line` names must be at the last step trained (nothing lost
+    but the step in flight), and the resumed run must start there and finish 100 steps later.
+    Returns the stopped run's task states."""
+    cluster = copy_template(template, tmp_path, train_steps=100000)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    wait_until(
+        lambda: re.search(rf"^\[{chief}\]\s+step [2-9]00 ", tfctl("logs", "--run", run_id, home=home).stdout, re.M),
+        180,
+        f"{chief} at step 200",
+        interval=0.5,
+    )
+    down = tfctl("-f", str(cluster), "down", home=home)
+    assert down.returncode == 0, down.stderr
+    logs = tfctl("logs", "--run", run_id, home=home).stdout
+    saved = re.search(rf"^\[{chief}\]\s+{saved_line} (\d+) in ", logs, re.M)
+    assert saved, logs[-3000:]
+    step = int(saved.group(1))
+    assert step >= max(int(m.group(2)) for m in STEP.finditer(logs)) >= 200  # saved where it stopped
+    states = task_states(home)
+
+    cluster.write_text(cluster.read_text().replace("--train_steps=100000", f"--train_steps={step + 100}"))
+    resumed = tfctl("-f", str(cluster), "up", "--resume", home=home, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:] + resumed.stdout[-3000:]
+    assert re.search(rf"^\[{chief}\]\s+resumed from \S+/ckpt-\d+ at (global )?step {step}$", resumed.stdout, re.M)
+    assert final_line(resumed.stdout, chief).group(2) == str(step + 100)
+    no_warnings(resumed.stderr)
+    return states
+
+
+def test_multi_worker_mirrored_saves_on_down_and_a_resumed_run_loses_no_step(tmp_path: Path, home: Path) -> None:
+    """`down` sends SIGTERM to both workers at once; TF's PreemptionCheckpointHandler has them
+    finish the step in flight and save at the same step."""
+    states = down_then_resume(
+        tmp_path, home, "multi-worker-mirrored", "worker:0", "worker 0: SIGTERM: saved a checkpoint at step"
+    )
+    assert {states[t]["exit_code"] for t in ("worker:0", "worker:1")} == {143}
+    assert states["worker:0"]["step"] == states["worker:1"]["step"]
+
+
+def test_parameter_server_saves_on_down_and_a_resumed_run_loses_no_step(tmp_path: Path, home: Path) -> None:
+    """The chief lets the steps in flight finish and saves while the ps (holding the variables)
+    waits for it to go."""
+    states = down_then_resume(
+        tmp_path, home, "parameter-server", "chief:0", "chief: SIGTERM: saved a checkpoint at global step"
+    )
+    assert {t: s["exit_code"] for t, s in states.items()} == dict.fromkeys(("chief:0", "ps:0", "worker:0", "worker:1"), 143)
 
 
 def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(tmp_path: Path, home: Path) -> None:

@@ -22,8 +22,10 @@ What TF 2.21 does when a worker is missing or dies (no timeouts, so know the sig
   "Example stragglers" once, then nothing, forever;
 - a worker that dies mid-training: the others exit 1 with "Collective ops is aborted by ...",
   so tfctl fails the run and stops the rest;
-- workers catch SIGTERM and keep running ("preemption_notifier.cc:90] SIGTERM caught at ..."),
-  so `tfctl down` needs the grace period + SIGKILL.
+- SIGTERM (`tfctl down`, a failed run's clean-up, a scheduler's notice) goes to TF's own
+  `PreemptionCheckpointHandler`: every worker finishes the step in flight, saves a checkpoint at
+  that same step, and exits 143 (128 + SIGTERM); `tfctl up --resume` continues from it, losing
+  no step but the one in flight.
 
 Data: nothing is downloaded: scikit-learn's bundled `load_digits` (1797 images 8x8), 80/20 split,
 every worker taking its own shard of each global batch.
@@ -147,10 +149,18 @@ def main(argv: list[str] | None = None) -> int:
                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     checkpoint = tf.train.Checkpoint(model=model, global_step=step_var)
-    latest = tf.train.latest_checkpoint(args.checkpoint_dir)
-    if latest:
-        checkpoint.restore(latest)
-        log(f"resumed from {latest} at step {int(step_var.numpy())}")
+
+    def preempted() -> None:
+        saved = args.checkpoint_dir if is_chief else "a temporary directory"
+        log(f"worker {index}: SIGTERM: saved a checkpoint at step {int(step_var.numpy())} in {saved}; exiting 143")
+        hard_exit(143)
+
+    # TF's own preemption handling: it restores the newest checkpoint in checkpoint_dir now, and on
+    # a SIGTERM to any worker has every worker save at the same step, then calls preempted().
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        resolver, checkpoint, args.checkpoint_dir, tf.distribute.experimental.TerminationConfig(exit_fn=preempted))
+    if int(step_var.numpy()):
+        log(f"resumed from {tf.train.latest_checkpoint(args.checkpoint_dir)} at step {int(step_var.numpy())}")
     lr = args.learning_rate
 
     @tf.function
@@ -188,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     loss = float("nan")
     first = True
     for _ in range(start_step, args.train_steps):
-        loss = float(train_step(iterator))
+        loss = float(handler.run(train_step, iterator))
         step = int(step_var.numpy())
         if first:  # time from the end of the first step, which traces the function
             first = False
