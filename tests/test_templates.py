@@ -261,7 +261,8 @@ def test_parameter_server_saves_on_down_and_a_resumed_run_loses_no_step(tmp_path
     states = down_then_resume(
         tmp_path, home, "parameter-server", "chief:0", "chief: SIGTERM: saved a checkpoint at global step"
     )
-    assert {t: s["exit_code"] for t, s in states.items()} == dict.fromkeys(("chief:0", "ps:0", "worker:0", "worker:1"), 143)
+    tasks = ("chief:0", "ps:0", "worker:0", "worker:1")
+    assert {t: s["exit_code"] for t, s in states.items()} == dict.fromkeys(tasks, 143)
 
 
 def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(tmp_path: Path, home: Path) -> None:
