@@ -146,19 +146,19 @@ def time_range(run: RunReport) -> tuple[float, float]:
 
 def render(run: RunReport) -> str:
     """The whole page."""
-    start, end = time_range(run)
+    scale = Scale(*time_range(run), LABEL, WIDTH - 10)  # one for every chart: times line up
     parts = [
         facts(run),
         "<h2>Timeline</h2>",
-        timeline(run, Scale(start, end, LABEL, WIDTH - 10)),
+        timeline(run, scale),
         events_table(run),
         "<h2>Steps per second</h2>",
-        line_chart([(t.name, t.rates) for t in run.tasks], Scale(start, end, 60, WIDTH - 10), "steps/s", run.started_at)
+        line_chart([(t.name, t.rates) for t in run.tasks], scale, "steps/s", run.started_at)
         if any(t.rates for t in run.tasks)
         else '<p class="none">No task logged steps tfctl could read (see progress.regex in the README).</p>',
     ]
     if any(t.resources is not None for t in run.tasks):
-        parts.append(resources(run, Scale(start, end, 60, WIDTH - 10)))
+        parts.append(resources(run, scale))
     parts.append(diagnosis(run))
     return PAGE.format(title=text(f"tfctl report {run.run_id}"), csp=CSP, style=STYLE, body="\n".join(parts))
 
@@ -218,12 +218,14 @@ def marker(event: Event, x: float, y: float, task: str) -> str:
     return f'<line x1="{x}" x2="{x}" y1="{y - half}" y2="{y + half}" class="edge">{tip}</line>'
 
 
-def axis(scale: Scale, top: float, bottom: float, origin: float) -> list[str]:
+def axis(scale: Scale, top: float, bottom: float, origin: float, labels: float | None = None) -> list[str]:
+    """A grid line per round time from the run's start, labelled at `labels` (default: above)."""
     out = []
+    at = top - 6 if labels is None else labels
     for tick in scale.ticks():
         x = scale.x(tick)
         out.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x}" y="{top - 6}" class="small" text-anchor="middle">{offset(tick - origin)}</text>')
+        out.append(f'<text x="{x}" y="{at}" class="small" text-anchor="middle">{offset(tick - origin)}</text>')
     return out
 
 
@@ -259,14 +261,14 @@ def line_chart(
     top, bottom = 24.0, CHART_HEIGHT - 20.0
     peak = max((v / divide for _, points in series for _, v in points), default=0.0) or 1.0
     out = [svg_open(CHART_HEIGHT, unit)]
-    out += axis(scale, top, bottom, origin)
+    out += axis(scale, top, bottom, origin, labels=bottom + 14)
     for fraction in (0.0, 0.5, 1.0):
         y = round(bottom - fraction * (bottom - top), 1)
         out.append(f'<line x1="{scale.left}" x2="{scale.right}" y1="{y}" y2="{y}" class="grid"/>')
         out.append(
             f'<text x="{scale.left - 4}" y="{y + 4}" class="small" text-anchor="end">{peak * fraction:.3g}</text>'
         )
-    out.append(f'<text x="4" y="{top - 6}" class="small">{text(unit)}</text>')
+    out.append(f'<text x="4" y="{top + 4}" class="small">{text(unit)}</text>')
     legend = []
     for i, (name, points) in enumerate(series):
         if not points:
