@@ -18,7 +18,8 @@ import pytest
 
 from bench.waiting import wait_until
 from tests.conftest import fake, free_ports, tfctl
-from tests.fake_runs import tfctl_here
+from tests.fake_runs import FAKE_FILE, tfctl_here, write
+from tests.fakes import TaskScript
 from tests.test_cli_localhost import latest_run, write_cluster
 from tests.test_restart import agent, once_then, start, wait_state  # noqa: F401 (agent: a fixture)
 from tfctl.cluster.agent import HostAgent
@@ -141,6 +142,34 @@ def test_no_run_yet_and_an_unknown_run_say_what_to_do(
     )
     unknown = tfctl_here("report", "--run", "nope")
     assert unknown.code == 2 and "no run 'nope'" in unknown.err and "tfctl runs" in unknown.err
+
+
+def test_a_failed_run_reports_its_diagnosis_and_restarts_whose_times_were_not_recorded(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake hosts, like a monitor older than `TaskInfo.attempts`, count restarts without times."""
+    monkeypatch.chdir(tmp_path)
+    restarting = (
+        "  worker:\n    hosts: [h1:2223, h2:2222]\n    restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n"
+    )
+    write(tmp_path, FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", restarting))
+    oom = "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] on /device:GPU:0"
+    fake_backend.scripts.update(
+        {
+            "ps:0": TaskScript(lines=["ps: listening"]),
+            "worker:0": TaskScript(end_after=2, exit_code=1, lines=["step 1", oom]),
+            "worker:1": TaskScript(lines=["step 1"]),
+        }
+    )
+    assert tfctl_here("up").code == 1
+    ran = tfctl_here("report", "-o", "-")
+    assert ran.code == 0, ran.err
+    page = ran.out
+    assert page.startswith("<!DOCTYPE html>") and "failed: worker:0 on h1 exited with code 1" in page
+    assert "worker:0</b>: " in page and "out of memory" in page.lower() and "<i>fix:</i>" in page
+    assert "worker:0: restarted before tfctl recorded when" in page
+    assert "exited with code 1 after 1 restart" in page
+    assert not (tmp_path / "report.html").exists() and not list(tmp_path.glob("*.html"))  # stdout only
 
 
 def restarted_run(tmp_path: Path, home: Path) -> str:
