@@ -170,3 +170,46 @@ def _print_parts(parts: Iterator[LogsPart]) -> int:
     for problem in errors:
         console.err().print(f"[red]{problem}[/red]")
     return 1 if errors else 0
+
+
+@cli.command(
+    short_help="Write a run's report: one HTML page that works offline.",
+    epilog="""\b
+Examples:
+  tfctl report                     the newest run, to ./RUN_ID.html
+  tfctl report --run ID -o r.html  that run, to r.html
+  tfctl report -o - | gzip >r.gz   the page on stdout""",
+)
+@file_option()
+@run_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=None,
+    help="Write the page here (default: ./RUN_ID.html; - for stdout).",
+)
+@click.pass_context
+def report(ctx: click.Context, cluster_file: Path | None, run_id: str | None, output: Path | None) -> int:
+    """One HTML page of a run, asked of its hosts: its facts, a timeline of every task (start,
+    listening, first step, restarts, end and how), steps/s over time, and the diagnosis. It
+    fetches nothing, so it opens offline and can be mailed."""
+    from tfctl import console
+    from tfctl.cluster.supervisors import Cluster
+    from tfctl.controller.report import render
+    from tfctl.controller.report_gather import gather
+    from tfctl.errors import TfctlError
+
+    record = run_record(ctx, cluster_file, run_id, resume=False)
+    with Cluster(record) as cluster:
+        page = render(gather(cluster))
+    if str(output) == "-":
+        sys.stdout.write(page)
+        return 0
+    path = output or Path(f"{record.run_id}.html")
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise TfctlError(f"cannot write the report to {path}: {e.strerror}", hint="name another file with -o") from None
+    console.err().print(f"report of {record.run_id} written to {path}")
+    return 0

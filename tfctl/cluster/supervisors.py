@@ -23,6 +23,7 @@ from tfctl.errors import HostError, StartupError
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor import records
 from tfctl.supervisor.protocol import (
+    Attempt,
     IdleRule,
     InfoRequest,
     ListenRequest,
@@ -134,6 +135,8 @@ class TaskStatus:
     gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
     cpus: tuple[int, ...] | None = None
     tail: tuple[str, ...] | None = None  # its last output lines, when asked for with its status
+    started_at: float | None = None  # of its current (or last) run, by its host's clock
+    attempts: tuple[Attempt, ...] = ()  # its earlier runs, when it was restarted
 
     @classmethod
     def of(
@@ -180,6 +183,8 @@ class TaskStatus:
             gpus=spec.gpus,
             cpus=spec.cpus,
             tail=None if tail is None else tuple(tail),
+            started_at=info.started_at,
+            attempts=tuple(info.attempts),
         )
 
     @property

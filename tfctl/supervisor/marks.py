@@ -20,7 +20,6 @@ BLOCK = 64 * 1024
 ENOUGH_CONTEXT = 512 * 1024  # read this far back once the window is covered, for rare lines
 MAX_SCAN = 4 * 1024 * 1024
 NEWEST_KEPT = 8  # of each kind of line, the newest few are all kept; older ones the oldest per bucket
-BUCKETS = 16  # per window
 MAX_TEXT = 200
 MAX_LINE = 4 * BLOCK  # a longer line is no progress line: skipped
 SEGMENT = re.compile(rb"[^\r\n]+")
@@ -64,7 +63,7 @@ def recent_marks(log_path: str, rule: ProgressRule, now: float) -> List[Mark]:
                 kind = found.lastgroup or ""
                 written = date(pos + m.end() - 1)
                 seen = newest.get(kind, 0)
-                bucket = int(written // (rule.window / BUCKETS)) if rule.window > 0 else 0
+                bucket = int(written // (rule.window / rule.buckets)) if rule.window > 0 and rule.buckets > 0 else 0
                 mark = (pos + m.start(), text[:MAX_TEXT], written)
                 if seen < NEWEST_KEPT or last_bucket.get(kind) != bucket:
                     kept.append(mark)

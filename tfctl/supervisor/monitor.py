@@ -7,8 +7,8 @@ reused pid is never taken for the task) and pins the task to the cores it was pl
 any; while the task runs it applies the host's own rules (`guard`: the lease, the idle rule);
 when the task ends it either starts it again (`restart` policy, after `backoff` seconds) or
 records the exit in exit.json and kills whatever the task left behind in its group. Files:
-proc.json (the current process), restarts.json (how earlier runs ended, and whether a restart is
-pending), exit.json (the end), stop.json (who stopped it).
+proc.json (the current process), restarts.json (how and when earlier runs ended, and whether a
+restart is pending), exit.json (the end), stop.json (who stopped it).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             return
     notes = TimeNotes(log_path)
     ends: List[str] = []
+    spans: List[List[float]] = []  # [started_at, ended_at] of each run that was restarted: `report`'s timeline
     while True:
         try:
             child = subprocess.Popen(
@@ -83,6 +84,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         if not _restart_wanted(launch.restart, code, len(ends), d):
             break
         ends.append(_end_text(code))
+        spans.append([proc["started_at"], time.time()])
         assert launch.restart is not None
         log.write(
             (
@@ -91,15 +93,15 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             ).encode()
         )
         notes.note()
-        _write_restarts(d, ends, pending=True)
+        _write_restarts(d, ends, spans, pending=True)
         if not _back_off(d, launch.restart.backoff):
             break
-        _write_restarts(d, ends, pending=False)
+        _write_restarts(d, ends, spans, pending=False)
     notes.note()
     ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
     write_json(os.path.join(d, "exit.json"), ended)
     if ends:
-        _write_restarts(d, ends, pending=False)
+        _write_restarts(d, ends, spans, pending=False)
 
 
 def _record_failed_start(d: str, log: BinaryIO, error: str) -> None:
@@ -160,8 +162,8 @@ def _end_text(code: int) -> str:
     return "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code
 
 
-def _write_restarts(d: str, ends: List[str], pending: bool) -> None:
-    write_json(os.path.join(d, "restarts.json"), {"ends": ends, "pending": pending})
+def _write_restarts(d: str, ends: List[str], spans: List[List[float]], pending: bool) -> None:
+    write_json(os.path.join(d, "restarts.json"), {"ends": ends, "spans": spans, "pending": pending})
 
 
 def _back_off(d: str, seconds: float) -> bool:

@@ -41,6 +41,16 @@ class ProgressRule(Wire):
 
     pattern: str
     window: float = 60.0
+    buckets: int = 16  # of each kind of line, one mark per window/buckets seconds (and the newest few)
+
+
+@record
+class Attempt(Wire):
+    """One earlier run of a task that was restarted: when it started and ended, and how."""
+
+    started_at: float
+    ended_at: float
+    end: str  # "exited with code 1", as `TaskInfo.earlier_ends` says it
 
 
 @record
@@ -48,7 +58,7 @@ class TaskInfo(Wire):
     """The truth about one task on its host: files written by its monitor, checked against /proc."""
 
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": TaskState}
-    NESTED: ClassVar[Mapping[str, Any]] = {"marks": ("list", Mark)}
+    NESTED: ClassVar[Mapping[str, Any]] = {"marks": ("list", Mark), "attempts": ("list", Attempt)}
 
     task: str
     state: TaskState = TaskState.PENDING
@@ -66,6 +76,7 @@ class TaskInfo(Wire):
     restarts: int = 0
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
+    attempts: List[Attempt] = field(default_factory=list)  # the earlier runs whose times were recorded
 
 
 @record

@@ -6,7 +6,7 @@ import os
 
 from . import procfs
 from .files import read_json, task_dir
-from .protocol import TaskInfo, TaskState
+from .protocol import Attempt, TaskInfo, TaskState
 
 
 def task_state(root: str, run_id: str, task: str) -> TaskInfo:
@@ -48,4 +48,6 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         stop_reason=(stop or {}).get("reason") if state is TaskState.STOPPED else None,
         restarts=len(restarts.get("ends", [])),
         earlier_ends=list(restarts.get("ends", [])),
+        # Older monitors kept no times: their restarts are counted, not placed in time.
+        attempts=[Attempt(a, b, end) for (a, b), end in zip(restarts.get("spans", []), restarts.get("ends", []))],
     )

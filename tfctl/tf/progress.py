@@ -42,6 +42,7 @@ BUILT_IN = {
     "epoch": r".*?\b(?i:epoch)\b[ :=#]*(?P<epoch>\d+)",
 }
 NOT_PROGRESS = r"(?![IWEF]\d{4} \d\d:\d\d:)"  # a glog line from TF's C++ runtime
+SERVER_STARTED = r"Started server with target: "  # TF's line once a task's server listens
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,17 @@ class ProgressReader:
 
     def read(self, marks: Sequence[Mark], now: float, uptime: float | None, running: bool) -> Progress:
         """`now` is the host's clock, as the marks' times are."""
-        samples: list[tuple[float, int]] = []  # (time, step), oldest first
+        samples, rates, epoch = self.samples(marks)
+        last_at = samples[-1][0] if samples else (rates[-1][0] if rates else None)
+        quiet = now - last_at if last_at is not None else uptime
+        newest = samples[-1][1] if samples else None
+        if not running:
+            return Progress(newest, None, None, epoch)
+        return Progress(newest, self._rate(samples, rates, now), quiet, epoch)
+
+    def samples(self, marks: Sequence[Mark]) -> tuple[list[tuple[float, int]], list[tuple[float, float]], int | None]:
+        """(time, step) and (time, steps/s) of the marks, oldest first, and the newest epoch named."""
+        samples: list[tuple[float, int]] = []
         rates: list[tuple[float, float]] = []
         epoch: int | None = None
         for mark in marks:
@@ -95,12 +106,24 @@ class ProgressReader:
                         step += (epoch - 1) * int(groups["of"])
                     samples.append((mark.time, step))
                 break
-        last_at = samples[-1][0] if samples else (rates[-1][0] if rates else None)
-        quiet = now - last_at if last_at is not None else uptime
-        newest = samples[-1][1] if samples else None
-        if not running:
-            return Progress(newest, None, None, epoch)
-        return Progress(newest, self._rate(samples, rates, now), quiet, epoch)
+        return samples, rates, epoch
+
+    def history(self, marks: Sequence[Mark]) -> list[tuple[float, float]]:
+        """Steps/s over time, oldest first: the program's own rate lines where it logs them, else
+        each pair of step lines at least `MIN_SPAN` apart (a counter going back, as after a
+        restart, starts afresh)."""
+        samples, rates, _ = self.samples(marks)
+        if rates:
+            return rates
+        out: list[tuple[float, float]] = []
+        anchor: tuple[float, int] | None = None
+        for t, step in samples:
+            if anchor is None or step < anchor[1]:
+                anchor = (t, step)
+            elif t - anchor[0] >= MIN_SPAN:
+                out.append((t, (step - anchor[1]) / (t - anchor[0])))
+                anchor = (t, step)
+        return out
 
     def _rate(self, samples: list[tuple[float, int]], rates: list[tuple[float, float]], now: float) -> float | None:
         horizon = now - self.window

@@ -1,0 +1,310 @@
+"""`tfctl report`: the page drawn from made-up runs (pure), from a real localhost run with a
+restart, and that run's page as a real headless Chromium shows it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bench.waiting import wait_until
+from tests.conftest import fake, free_ports, tfctl
+from tests.fake_runs import FAKE_FILE, tfctl_here, write
+from tests.fakes import TaskScript
+from tests.test_cli_localhost import latest_run, write_cluster
+from tests.test_restart import agent, once_then, start, wait_state  # noqa: F401 (agent: a fixture)
+from tfctl.cluster.agent import HostAgent
+from tfctl.controller.report import OUTCOME_COLOURS, Event, Resources, RunReport, Span, TaskReport, render
+from tfctl.supervisor.protocol import Mark, RestartRule, TaskState
+from tfctl.tf.progress import ProgressReader
+
+T0 = 1_790_000_000.0
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HOSTILE = '</title><script>alert(1)</script><img src=x onerror="fetch(1)">\x1b]52;c;bad\x07'
+
+
+def run_of(*tasks: TaskReport, **changes: object) -> RunReport:
+    facts: dict = dict(
+        run_id="t-20260101-000000-abcd",
+        cluster_name="t",
+        cluster_file="/c/cluster.yaml",
+        backend="ssh",
+        state="succeeded",
+        reason=None,
+        started_at=T0,
+        ended_at=T0 + 100,
+        generated_at=T0 + 200,
+        tasks=tasks,
+    )
+    return RunReport(**{**facts, **changes})
+
+
+def task_of(name: str = "worker:0", **changes: object) -> TaskReport:
+    facts: dict = dict(name=name, address="localhost:2222", state="succeeded", end="exited with code 0")
+    return TaskReport(**{**facts, **changes})
+
+
+def test_every_text_from_a_task_is_escaped_and_its_control_characters_shown() -> None:
+    hostile = task_of(
+        HOSTILE,
+        end=HOSTILE,
+        last_line=HOSTILE,
+        events=(Event(T0 + 5, "end", HOSTILE),),
+        spans=(Span(T0, T0 + 5, "failed", HOSTILE),),
+        rates=((T0 + 1, 1.0), (T0 + 3, 2.0)),
+        diagnosis=(HOSTILE, HOSTILE),
+    )
+    page = render(run_of(hostile, reason=HOSTILE, unreachable=((HOSTILE, HOSTILE),)))
+    assert "<script" not in page and "<img" not in page and "\x1b" not in page and "\x07" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "^[]52;c;bad^G" in page
+    assert page.count("<title>") == page.count("</title>")  # no task closed the page's own title
+
+
+def test_the_page_fetches_nothing_and_runs_nothing() -> None:
+    page = render(run_of(task_of(rates=((T0, 1.0), (T0 + 9, 3.0)), resources=Resources(((T0, 50.0),), ((T0, 1e6),)))))
+    assert not re.search(r"<script|<link|<img|<iframe|@import|url\(|\bsrc=|\bhref=", page, re.I)
+    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"] * page.count("<svg")
+    assert "default-src 'none'" in page  # the page's own policy forbids fetching, whatever it held
+
+
+def test_a_bar_per_run_coloured_by_how_it_ended_and_a_mark_per_moment() -> None:
+    restarted = task_of(
+        spans=(Span(T0 + 10, T0 + 30, "failed", "was killed by signal 9"), Span(T0 + 31, T0 + 90, "succeeded", "ok")),
+        events=(
+            Event(T0 + 10, "start"),
+            Event(T0 + 12, "listening"),
+            Event(T0 + 15, "first step", "step 1"),
+            Event(T0 + 30, "restart", "was killed by signal 9"),
+        ),
+    )
+    page = render(run_of(restarted, task_of("ps:0", spans=(Span(T0 + 1, T0 + 100, "stopped", "down"),))))
+    bars = re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)" height="\d+" fill="(#\w+)"', page)
+    colours = [fill for _, _, fill in bars]
+    assert colours == [OUTCOME_COLOURS["failed"], OUTCOME_COLOURS["succeeded"], OUTCOME_COLOURS["stopped"]]
+    first, second = (float(x) for x, _, _ in bars[:2])
+    assert first < second  # in time order, on one scale
+    assert 'class="listen"' in page and 'class="step"' in page and 'class="restart"' in page
+    assert "was killed by signal 9" in page
+
+
+def test_cpu_and_memory_are_drawn_only_for_a_run_whose_hosts_recorded_them() -> None:
+    plain = render(run_of(task_of()))
+    assert "CPU / memory" not in plain
+    mib = 1024 * 1024
+    measured = task_of(
+        resources=Resources(cpu=((T0, 20.0), (T0 + 50, 180.0)), memory=((T0, 256 * mib), (T0 + 100, 512 * mib)))
+    )
+    page = render(run_of(measured, task_of("ps:0")))
+    panel = page[page.index('id="resources"') :]
+    cpu, memory = re.findall(r'<polyline points="([^"]+)"', panel)
+    cpu_y = [float(p.split(",")[1]) for p in cpu.split()]
+    memory_y = [float(p.split(",")[1]) for p in memory.split()]
+    assert cpu_y[1] < cpu_y[0] and memory_y[1] < memory_y[0]  # up is more
+    assert memory_y[1] == cpu_y[1]  # each chart's peak at its top
+    assert "memory MiB" in panel and ">512<" in panel  # bytes shown in MiB
+
+
+def test_steps_per_second_over_time_start_afresh_after_a_restart() -> None:
+    marks = [Mark(T0 + t, f"step {s}") for t, s in ((0, 0), (2, 20), (4, 40), (6, 0), (8, 10), (10, 20))]
+    assert ProgressReader().history(marks) == [(T0 + 2, 10.0), (T0 + 4, 10.0), (T0 + 8, 5.0), (T0 + 10, 5.0)]
+    rates = [Mark(T0 + 1, "INFO:tensorflow:global_step/sec: 31.5"), Mark(T0 + 2, "step 5")]
+    assert ProgressReader().history(rates) == [(T0 + 1, 31.5)]  # the program's own word wins
+
+
+def test_a_task_host_records_when_each_earlier_run_started_and_ended(agent: HostAgent) -> None:  # noqa: F811
+    start(agent, "r", "echo run; exit 3", RestartRule("on-failure", 2, 0.2))
+    info = wait_state(agent, "r", (TaskState.FAILED,))
+    assert [a.end for a in info.attempts] == info.earlier_ends == ["exited with code 3"] * 2
+    moments = [m for a in info.attempts for m in (a.started_at, a.ended_at)]
+    assert info.started_at is not None and info.ended_at is not None
+    assert moments == sorted(moments) and moments[-1] <= info.started_at <= info.ended_at
+
+
+def test_no_run_yet_and_an_unknown_run_say_what_to_do(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cluster.yaml").write_text("name: t\ncommand: x\njobs:\n  worker: [localhost:2222]\n")
+    monkeypatch.chdir(tmp_path)
+    none_yet = tfctl_here("report")
+    assert (
+        none_yet.code == 2
+        and "no run of cluster.yaml yet" in none_yet.err
+        and "tfctl -f cluster.yaml up" in none_yet.err
+    )
+    unknown = tfctl_here("report", "--run", "nope")
+    assert unknown.code == 2 and "no run 'nope'" in unknown.err and "tfctl runs" in unknown.err
+
+
+def test_a_failed_run_reports_its_diagnosis_and_restarts_whose_times_were_not_recorded(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake hosts, like a monitor older than `TaskInfo.attempts`, count restarts without times."""
+    monkeypatch.chdir(tmp_path)
+    restarting = (
+        "  worker:\n    hosts: [h1:2223, h2:2222]\n    restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n"
+    )
+    write(tmp_path, FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", restarting))
+    oom = "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] on /device:GPU:0"
+    fake_backend.scripts.update(
+        {
+            "ps:0": TaskScript(lines=["ps: listening"]),
+            "worker:0": TaskScript(end_after=2, exit_code=1, lines=["step 1", oom]),
+            "worker:1": TaskScript(lines=["step 1"]),
+        }
+    )
+    assert tfctl_here("up").code == 1
+    ran = tfctl_here("report", "-o", "-")
+    assert ran.code == 0, ran.err
+    page = ran.out
+    assert page.startswith("<!DOCTYPE html>") and "failed: worker:0 on h1 exited with code 1" in page
+    assert "worker:0</b>: " in page and "out of memory" in page.lower() and "<i>fix:</i>" in page
+    assert "worker:0: restarted before tfctl recorded when" in page
+    assert "exited with code 1 after 1 restart" in page
+    assert not (tmp_path / "report.html").exists() and not list(tmp_path.glob("*.html"))  # stdout only
+
+
+def restarted_run(tmp_path: Path, home: Path) -> str:
+    """A finished localhost run: a ps that says it listens as TF does, and two workers that each
+    die once, are restarted by their host, step and succeed."""
+    ports = free_ports(3)
+    tf_line = f"echo 'I0000 grpc_server_lib.cc:467] Started server with target: grpc://localhost:{ports[0]}'"
+    ps = f"{tf_line}; exec " + fake(f"--name ps --port {ports[0]} --sleep -1")
+    cluster = write_cluster(tmp_path, ports, "PS", "WORKER", extra="success_policy: all_workers")
+    worker = fake(
+        f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) "
+        "--steps-per-sec 20 --sleep 5"
+    )
+    dies_once = once_then("sleep 1; kill -9 $$", f"exec {worker}", tmp_path / "died-once-{task_index}")
+    text = cluster.read_text().replace('"PS"', json.dumps(ps))
+    text = text.replace(
+        '    command: "WORKER"',
+        f"    command: {json.dumps(dies_once)}\n    restart: {{policy: on-failure, max_restarts: 1, backoff: 0.5}}",
+    )
+    cluster.write_text(text)
+    up = tfctl("up", "-f", str(cluster), home=home)
+    assert up.returncode == 0, up.stderr + up.stdout
+    return latest_run(home)
+
+
+def test_the_report_of_a_run_with_a_restart_shows_every_task_in_a_real_browser(tmp_path: Path, home: Path) -> None:
+    run_id = restarted_run(tmp_path, home)
+    page = tmp_path / "report.html"
+    made = tfctl("report", "--run", run_id, "-o", str(page), home=home)
+    assert made.returncode == 0, made.stderr
+    html = page.read_text()
+    for task in ("ps:0", "worker:0", "worker:1"):
+        assert f">{task}<" in html
+    assert html.count('class="restart"') == 2 and html.count('class="listen"') == 1  # the ps's TF line
+    assert html.count('class="step"') == 2  # each worker's first step after its restart
+    assert "was killed by signal 9" in html and "exited with code 0 after 1 restart" in html
+    assert re.search(r'<polyline points="[\d.]+,[\d.]+ [\d.]+,[\d.]+', html)  # steps/s drawn over time
+    if CHROMIUM is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium): the page was checked as text only")
+    pixels = screenshot(page, tmp_path / "report.png", tmp_path / "chromium")
+    rows = {
+        colour: coloured_rows(pixels, hex_rgb(OUTCOME_COLOURS[colour])) for colour in ("failed", "succeeded", "stopped")
+    }
+    bands = [set(band) for band in row_bands(set().union(*rows.values()))]
+    assert len(bands) == 3, bands  # one row of bars per task
+    ps, *workers = bands
+    assert rows["stopped"] & ps and not (rows["failed"] | rows["succeeded"]) & ps
+    for band in workers:  # each worker: a red run, then a green one, on its own row
+        assert rows["failed"] & band and rows["succeeded"] & band and not rows["stopped"] & band
+
+
+def screenshot(page: Path, out: Path, profile: Path) -> list[list[tuple[int, int, int]]]:
+    """The page as headless Chromium draws it in a 1200x900 window, as rows of RGB pixels."""
+    assert CHROMIUM is not None
+    browser = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            f"--screenshot={out}",
+            "--window-size=1200,900",
+            page.as_uri(),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its helpers share its process group: stopped with it, by its pid
+    )
+    try:
+        browser.wait(timeout=90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait()
+    wait_until(out.exists, 5, "the screenshot")
+    return read_png(out.read_bytes())
+
+
+def read_png(data: bytes) -> list[list[tuple[int, int, int]]]:
+    """A non-interlaced 8-bit RGB or RGBA PNG, as Chromium writes its screenshots."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        header = body if kind == b"IHDR" else header
+        idat += body if kind == b"IDAT" else b""
+        pos += 12 + length
+    width, height, depth, colour_type, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour_type in (2, 6) and interlace == 0, header
+    size = 3 if colour_type == 2 else 4
+    raw, stride = zlib.decompress(idat), width * size
+    rows: list[list[tuple[int, int, int]]] = []
+    previous = bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - size] if i >= size else 0
+            up, corner = previous[i], previous[i - size] if i >= size else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                near = min((abs(p - left), 0, left), (abs(p - up), 1, up), (abs(p - corner), 2, corner))[2]
+                line[i] = (line[i] + near) & 255
+        rows.append([(line[x], line[x + 1], line[x + 2]) for x in range(0, stride, size)])
+        previous = line
+    return rows
+
+
+def hex_rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+def coloured_rows(pixels: list[list[tuple[int, int, int]]], rgb: tuple[int, int, int], least: int = 20) -> set[int]:
+    """Rows with at least `least` pixels of about that colour: where bars of it are drawn."""
+    return {
+        y
+        for y, row in enumerate(pixels)
+        if sum(1 for px in row if all(abs(a - b) <= 8 for a, b in zip(px, rgb))) >= least
+    }
+
+
+def row_bands(rows: set[int]) -> list[range]:
+    """Runs of adjacent rows, top first."""
+    bands: list[range] = []
+    for y in sorted(rows):
+        if bands and y == bands[-1].stop:
+            bands[-1] = range(bands[-1].start, y + 1)
+        else:
+            bands.append(range(y, y + 1))
+    return bands

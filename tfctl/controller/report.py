@@ -1,0 +1,335 @@
+"""`tfctl report`'s page: typed facts of a run in, one self-contained HTML string out.
+
+Pure: nothing here asks a host or reads a file (`report_gather` does), so every piece can be
+tested with made-up runs. The page fetches nothing (inline style, SVG drawn here, no script; its
+Content-Security-Policy forbids the rest), so it opens offline and can be mailed. Task output is
+hostile: every text that came from a task or a host is escaped, and its control characters
+shown as `^[`, never passed on.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from tfctl import console
+
+WIDTH = 1100  # of every chart, in CSS pixels
+LABEL = 190  # the task names' column of the timeline
+ROW = 34  # one task's row of the timeline
+BAR = 18  # the height of a run's bar in its row
+CHART_HEIGHT = 220
+# How a run of a task ended -> its bar's colour. Charts' lines use `PALETTE`, never these.
+OUTCOME_COLOURS = {
+    "succeeded": "#2ca02c",
+    "failed": "#d62728",
+    "stopped": "#e0a800",
+    "running": "#1f77b4",
+}
+OTHER_OUTCOME = "#7f7f7f"  # lost, unreachable: how it ended is not known
+PALETTE = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#393b79", "#637939")
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+@dataclass(frozen=True)
+class Span:
+    """One run of a task, from its start to its end (None: still running when asked)."""
+
+    start: float
+    end: float | None
+    outcome: str  # a key of OUTCOME_COLOURS, or another state
+    how: str  # "exited with code 1"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A moment of a task: start, listening, first step, restart, end."""
+
+    time: float
+    kind: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A task's CPU and memory over time, where its host recorded them."""
+
+    cpu: tuple[tuple[float, float], ...] = ()  # (epoch seconds, % of one core)
+    memory: tuple[tuple[float, float], ...] = ()  # (epoch seconds, bytes)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    name: str
+    address: str
+    state: str
+    end: str  # how it ended (or what it does now), in words
+    spans: tuple[Span, ...] = ()
+    events: tuple[Event, ...] = ()
+    rates: tuple[tuple[float, float], ...] = ()  # (epoch seconds, steps/s)
+    step: int | None = None  # the last step it logged
+    restarts: int = 0
+    resources: Resources | None = None
+    diagnosis: tuple[str, str] | None = None  # (cause, fix)
+    last_line: str = ""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    cluster_name: str
+    cluster_file: str
+    backend: str
+    state: str
+    reason: str | None
+    started_at: float
+    ended_at: float | None
+    generated_at: float
+    tasks: tuple[TaskReport, ...]
+    unreachable: tuple[tuple[str, str], ...] = ()  # (host, why)
+    notes: tuple[str, ...] = field(default=())
+
+
+def text(value: object) -> str:
+    """Any text for the page: control characters shown (`console.inert`), then HTML-escaped."""
+    return html.escape(console.inert(str(value)), quote=True)
+
+
+def clock(moment: float | None) -> str:
+    return "-" if moment is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+
+
+def offset(seconds: float) -> str:
+    """+75 -> `+1m15s`: a moment of the run, from its start."""
+    s = int(round(seconds))
+    if abs(s) < 60:
+        return f"+{s}s"
+    if abs(s) < 3600:
+        return f"+{s // 60}m{s % 60:02d}s"
+    return f"+{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Scale:
+    """Epoch seconds -> x pixels over [left, right]."""
+
+    def __init__(self, start: float, end: float, left: float, right: float) -> None:
+        self.start, self.end = start, max(end, start + 1.0)
+        self.left, self.right = left, right
+
+    def x(self, moment: float) -> float:
+        share = (moment - self.start) / (self.end - self.start)
+        return round(self.left + min(max(share, 0.0), 1.0) * (self.right - self.left), 1)
+
+    def ticks(self, count: int = 6) -> list[float]:
+        step = nice_step((self.end - self.start) / count)
+        first = self.start
+        return [first + i * step for i in range(int((self.end - self.start) / step) + 1)]
+
+
+def nice_step(rough: float) -> float:
+    """A round interval near `rough` seconds: 1, 2, 5, 10, 15, 30 s, 1, 2, 5, 10, 15, 30 min, hours."""
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400):
+        if step >= rough:
+            return float(step)
+    return 86400.0 * (1 + int(rough // 86400))
+
+
+def time_range(run: RunReport) -> tuple[float, float]:
+    moments = [run.started_at, run.ended_at or run.generated_at]
+    for task in run.tasks:
+        moments += [s.start for s in task.spans] + [s.end for s in task.spans if s.end is not None]
+        moments += [e.time for e in task.events]
+    return min(moments), max(moments)
+
+
+def render(run: RunReport) -> str:
+    """The whole page."""
+    scale = Scale(*time_range(run), LABEL, WIDTH - 10)  # one for every chart: times line up
+    parts = [
+        facts(run),
+        "<h2>Timeline</h2>",
+        timeline(run, scale),
+        events_table(run),
+        "<h2>Steps per second</h2>",
+        line_chart([(t.name, t.rates) for t in run.tasks], scale, "steps/s", run.started_at)
+        if any(t.rates for t in run.tasks)
+        else '<p class="none">No task logged steps tfctl could read (see progress.regex in the README).</p>',
+    ]
+    if any(t.resources is not None for t in run.tasks):
+        parts.append(resources(run, scale))
+    parts.append(diagnosis(run))
+    return PAGE.format(title=text(f"tfctl report {run.run_id}"), csp=CSP, style=STYLE, body="\n".join(parts))
+
+
+def facts(run: RunReport) -> str:
+    rows = [
+        ("run", run.run_id),
+        ("cluster", f"{run.cluster_name} ({run.cluster_file})"),
+        ("backend", run.backend),
+        ("state", run.state + (f": {run.reason}" if run.reason else "")),
+        ("started", clock(run.started_at)),
+        ("ended", clock(run.ended_at) if run.ended_at else "not yet"),
+        ("duration", offset((run.ended_at or run.generated_at) - run.started_at).lstrip("+")),
+        ("tasks", ", ".join(f"{t.name} {t.state}" for t in run.tasks)),
+        ("report made", clock(run.generated_at)),
+    ]
+    rows += [(f"unreachable {host}", why) for host, why in run.unreachable]
+    cells = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in rows)
+    notes = "".join(f'<p class="note">{text(n)}</p>' for n in run.notes)
+    return f"<h1>{text(run.run_id)}</h1><table class=facts>{cells}</table>{notes}"
+
+
+def timeline(run: RunReport, scale: Scale) -> str:
+    """One row per task: a bar per run coloured by how it ended, a mark where it listened,
+    stepped first and was restarted; hovering a bar says how that run ended."""
+    height = 30 + ROW * len(run.tasks)
+    out = [svg_open(height, "timeline of every task")]
+    out += axis(scale, 18, height, run.started_at)
+    for i, task in enumerate(run.tasks):
+        top = 24 + i * ROW
+        middle = top + ROW / 2
+        out.append(f'<text x="4" y="{middle - 2}" class="name">{text(task.name)}</text>')
+        out.append(f'<text x="4" y="{middle + 11}" class="small">{text(task.end[:40])}</text>')
+        for span in task.spans:
+            x1, x2 = scale.x(span.start), scale.x(span.end if span.end is not None else run.generated_at)
+            colour = OUTCOME_COLOURS.get(span.outcome, OTHER_OUTCOME)
+            tip = text(f"{task.name}: {clock(span.start)} - {clock(span.end)}: {span.how}")
+            out.append(
+                f'<rect x="{x1}" y="{middle - BAR / 2}" width="{max(x2 - x1, 2.0):.1f}" height="{BAR}" '
+                f'fill="{colour}"><title>{tip}</title></rect>'
+            )
+        for event in task.events:
+            out.append(marker(event, scale.x(event.time), middle, task.name))
+    out.append("</svg>")
+    return "".join(out) + LEGEND
+
+
+def marker(event: Event, x: float, y: float, task: str) -> str:
+    tip = f"<title>{text(f'{task} {event.kind} at {clock(event.time)} {event.text}'.strip())}</title>"
+    half = BAR / 2
+    if event.kind == "listening":
+        return f'<circle cx="{x}" cy="{y}" r="4" class="listen">{tip}</circle>'
+    if event.kind == "first step":
+        return f'<path d="M{x} {y - 5}L{x + 5} {y}L{x} {y + 5}L{x - 5} {y}Z" class="step">{tip}</path>'
+    if event.kind == "restart":
+        return f'<line x1="{x}" x2="{x}" y1="{y - half - 4}" y2="{y + half + 4}" class="restart">{tip}</line>'
+    return f'<line x1="{x}" x2="{x}" y1="{y - half}" y2="{y + half}" class="edge">{tip}</line>'
+
+
+def axis(scale: Scale, top: float, bottom: float, origin: float, labels: float | None = None) -> list[str]:
+    """A grid line per round time from the run's start, labelled at `labels` (default: above)."""
+    out = []
+    at = top - 6 if labels is None else labels
+    for tick in scale.ticks():
+        x = scale.x(tick)
+        out.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" class="grid"/>')
+        out.append(f'<text x="{x}" y="{at}" class="small" text-anchor="middle">{offset(tick - origin)}</text>')
+    return out
+
+
+def svg_open(height: float, label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{text(label)}">'
+    )
+
+
+def events_table(run: RunReport) -> str:
+    rows = []
+    for task in run.tasks:
+        for event in sorted(task.events, key=lambda e: e.time):
+            rows.append(
+                f"<tr><td>{text(task.name)}</td><td>{offset(event.time - run.started_at)}</td>"
+                f"<td>{text(clock(event.time))}</td><td>{text(event.kind)}</td><td>{text(event.text)}</td></tr>"
+            )
+    if not rows:
+        return ""
+    head = "<tr><th>task</th><th>at</th><th>time</th><th>event</th><th></th></tr>"
+    return f"<details><summary>Every event</summary><table class=events>{head}{''.join(rows)}</table></details>"
+
+
+def line_chart(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    scale: Scale,
+    unit: str,
+    origin: float,
+    divide: float = 1.0,
+) -> str:
+    """One line per named series of (time, value) (values divided by `divide`), a legend under it."""
+    top, bottom = 24.0, CHART_HEIGHT - 20.0
+    peak = max((v / divide for _, points in series for _, v in points), default=0.0) or 1.0
+    out = [svg_open(CHART_HEIGHT, unit)]
+    out += axis(scale, top, bottom, origin, labels=bottom + 14)
+    for fraction in (0.0, 0.5, 1.0):
+        y = round(bottom - fraction * (bottom - top), 1)
+        out.append(f'<line x1="{scale.left}" x2="{scale.right}" y1="{y}" y2="{y}" class="grid"/>')
+        out.append(
+            f'<text x="{scale.left - 4}" y="{y + 4}" class="small" text-anchor="end">{peak * fraction:.3g}</text>'
+        )
+    out.append(f'<text x="4" y="{top + 4}" class="small">{text(unit)}</text>')
+    legend = []
+    for i, (name, points) in enumerate(series):
+        if not points:
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        xy = " ".join(f"{scale.x(t)},{round(bottom - (v / divide) / peak * (bottom - top), 1)}" for t, v in points)
+        out.append(
+            f'<polyline points="{xy}" fill="none" stroke="{colour}" stroke-width="2">'
+            f"<title>{text(name)}</title></polyline>"
+        )
+        legend.append(f'<span style="color:{colour}">&#9632;</span> {text(name)}')
+    out.append("</svg>")
+    return "".join(out) + f'<p class="legend">{" &nbsp; ".join(legend)}</p>'
+
+
+def resources(run: RunReport, scale: Scale) -> str:
+    """CPU and memory, drawn only when some task's host recorded them."""
+    measured = [t for t in run.tasks if t.resources is not None]
+    cpu = [(t.name, t.resources.cpu if t.resources else ()) for t in measured]
+    memory = [(t.name, t.resources.memory if t.resources else ()) for t in measured]
+    return (
+        '<h2 id="resources">CPU / memory</h2>'
+        + line_chart(cpu, scale, "CPU % of one core", run.started_at)
+        + line_chart(memory, scale, "memory MiB", run.started_at, divide=1024 * 1024)
+    )
+
+
+def diagnosis(run: RunReport) -> str:
+    found = [(t.name, t.diagnosis) for t in run.tasks if t.diagnosis is not None]
+    if not found:
+        return "<h2>Diagnosis</h2><p class=none>tfctl found nothing wrong in the tasks' logs.</p>"
+    items = "".join(
+        f"<li><b>{text(name)}</b>: {text(cause)}<br><i>fix:</i> {text(fix)}</li>" for name, (cause, fix) in found
+    )
+    return f"<h2>Diagnosis</h2><ul class=diagnosis>{items}</ul>"
+
+
+LEGEND = (
+    '<p class="legend">Bars: <b style="color:#2b2b2b">one per run of the task</b> - green succeeded, red '
+    "failed, amber stopped, blue running, grey unknown. &#9675; listening, &#9670; first step, tall "
+    "black line: restarted. Hover a bar or a mark for its times.</p>"
+)
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 16px 24px; color: #222; background: #fff; }
+h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 18px 0 6px; }
+table.facts th { text-align: left; padding-right: 14px; color: #555; font-weight: normal; }
+table.events { border-collapse: collapse; font-size: 12px; }
+table.events td, table.events th { padding: 1px 10px 1px 0; text-align: left; }
+svg text { font: 12px system-ui, sans-serif; fill: #222; }
+svg text.small { font-size: 10px; fill: #666; } svg text.name { font-weight: 600; }
+.grid { stroke: #e4e4e4; } .edge { stroke: #222; stroke-width: 1; }
+.restart { stroke: #111; stroke-width: 3; } .listen { fill: #fff; stroke: #111; stroke-width: 1.5; }
+.step { fill: #111; } .legend, .none, .note { color: #555; font-size: 12px; }
+"""
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<title>{title}</title><style>{style}</style></head>
+<body>
+{body}
+</body></html>
+"""

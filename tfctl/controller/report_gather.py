@@ -1,0 +1,114 @@
+"""What `tfctl report` draws, gathered from the run's hosts when it is asked for.
+
+The hosts, not a file the controller writes during the run, are the source: a task's host keeps
+its state after the run ended (as `tfctl logs` reads it), and only the host sees everything that
+happens to a task. Its monitor restarts a task by itself, in less time than a controller's poll
+(and whether any controller is alive at all), and records each earlier run's start and end
+(`TaskInfo.attempts`); its output lines carry their write times (`supervisor/timeline.py`), so one
+`status` with a progress rule over the whole run returns when each task listened (TF's
+`Started server` line) and every step it logged, thinned to a few dozen marks per task. So the
+timeline is the same for an attached run, a detached one, and one whose controller died.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+from tfctl.cluster.supervisors import Cluster, TaskStatus, describe_end
+from tfctl.config.model import host_port
+from tfctl.controller.report import Event, RunReport, Span, TaskReport
+from tfctl.supervisor.protocol import ProgressRule
+from tfctl.tf.doctor import TAIL_LINES, diagnose_run
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader
+
+LISTENING = "listening"  # the kind of mark of a task's `Started server` line
+MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
+POINTS = 200  # marks of each kind per task over the run: the steps/s chart's resolution
+
+
+def gather(cluster: Cluster) -> RunReport:
+    """Every task's story, from one `status` per host."""
+    record = cluster.record
+    now = time.time()
+    reader = ProgressReader(record.progress.regex, record.progress.window)
+    # Back from now to the run's start, in buckets so fine that the run itself spans `POINTS`.
+    window = now - record.created_at + MARGIN
+    buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
+    rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
+    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES)
+    found = diagnose_run(cluster, statuses)
+    tasks = []
+    for s in statuses:
+        finding = found.findings.get(s.task)
+        tasks.append(
+            task_report(
+                s,
+                reader,
+                now,
+                diagnosis=(finding.cause, finding.fix) if finding else None,
+                last_line=found.last_lines.get(s.task) or s.last_line,
+            )
+        )
+    untimed = [s.task for s in statuses if s.restarts > len(s.attempts)]
+    notes = (
+        (f"{', '.join(untimed)}: restarted before tfctl recorded when; their bars start at the last run",)
+        if untimed
+        else ()
+    )
+    return RunReport(
+        run_id=record.run_id,
+        cluster_name=record.cluster_name,
+        cluster_file=record.cluster_file,
+        backend=record.backend,
+        state=record.state.value,
+        reason=record.reason,
+        started_at=record.created_at,
+        ended_at=record.ended_at,
+        generated_at=now,
+        tasks=tuple(tasks),
+        unreachable=tuple((host, str(getattr(e, "message", e))) for host, e in sorted(unreachable.items())),
+        notes=notes,
+    )
+
+
+def task_report(
+    s: TaskStatus, reader: ProgressReader, now: float, diagnosis: tuple[str, str] | None, last_line: str
+) -> TaskReport:
+    """One task's runs and moments from its host's answer (`s.marks` over the whole run)."""
+    listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
+    steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
+    samples, _, _ = reader.samples(steps)
+    spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
+    end = describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason) if s.final else s.state.value
+    if s.started_at is not None:
+        ended = s.ended_at if s.final else None
+        outcome = s.state.value if s.final else "running"
+        spans.append(Span(s.started_at, ended, outcome, end if s.final else "still running"))
+    events: list[Event] = []
+    for i, span in enumerate(spans):
+        stop = span.end if span.end is not None else now
+        events.append(Event(span.start, "start" if i == 0 else "started again"))
+        heard = [t for t in listened if span.start - 1 <= t <= stop + 1]
+        if heard:
+            events.append(Event(heard[0], "listening"))
+        stepped = [(t, step) for t, step in samples if span.start - 1 <= t <= stop + 1]
+        if stepped:
+            events.append(Event(stepped[0][0], "first step", f"step {stepped[0][1]}"))
+        if span.end is not None:
+            restarted = i < len(spans) - 1
+            events.append(Event(span.end, "restart" if restarted else "end", span.how))
+    return TaskReport(
+        name=s.task,
+        address=host_port(s.host, s.port),
+        state=s.state.value,
+        end=end + (f" after {s.restarts} restart{'s' if s.restarts != 1 else ''}" if s.restarts else ""),
+        spans=tuple(spans),
+        events=tuple(events),
+        rates=tuple(reader.history(steps)),
+        step=samples[-1][1] if samples else None,
+        restarts=s.restarts,
+        diagnosis=diagnosis,
+        last_line=last_line,
+    )
