@@ -134,6 +134,8 @@ class TaskStatus:
     gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
     cpus: tuple[int, ...] | None = None
     tail: tuple[str, ...] | None = None  # its last output lines, when asked for with its status
+    host_problem: str | None = None  # why its host's state directory refuses writes (a full disk)
+    unrecorded: bool = False  # its end is known on its host but not yet written there
 
     @classmethod
     def of(
@@ -143,6 +145,7 @@ class TaskStatus:
         unreachable_since: float | None = None,
         observed_at: float | None = None,
         tail: list[str] | None = None,
+        host_problem: str | None = None,
     ) -> TaskStatus:
         """A task's status from its host's answer; `unreachable` when the host did not answer."""
         if info is None:
@@ -180,6 +183,8 @@ class TaskStatus:
             gpus=spec.gpus,
             cpus=spec.cpus,
             tail=None if tail is None else tuple(tail),
+            host_problem=host_problem or None,
+            unrecorded=info.unrecorded,
         )
 
     @property
@@ -210,6 +215,8 @@ class TaskStatus:
             "stop_reason": self.stop_reason,
             "restarts": self.restarts,
             "unreachable_since": self.unreachable_since,
+            "host_problem": self.host_problem,
+            "unrecorded": self.unrecorded,
             "gpus": None if self.gpus is None else list(self.gpus),
             "cpus": None if self.cpus is None else list(self.cpus),
         }
@@ -353,9 +360,13 @@ class Cluster:
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
+        problems = {host: answer.disk for host, answer in answers.succeeded.items()}
         since = self.record.unreachable
         return [
-            TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name)) for t in tasks
+            TaskStatus.of(
+                t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name), problems.get(t.host)
+            )
+            for t in tasks
         ], answers.failed
 
     def _ask_status(

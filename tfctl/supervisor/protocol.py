@@ -66,6 +66,7 @@ class TaskInfo(Wire):
     restarts: int = 0
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
+    unrecorded: bool = False  # its end is known to its monitor, which waits for the disk to take it
 
 
 @record
@@ -176,6 +177,7 @@ class StatusAnswer(Wire):
     tasks: Dict[str, TaskInfo]
     time: float
     tails: Dict[str, List[str]] = field(default_factory=dict)  # when asked (`StatusRequest.tail`)
+    disk: str = ""  # why the host's state directory refuses writes ("disk full under ~/.tfctl (...)")
 
 
 @record
