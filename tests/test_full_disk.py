@@ -63,6 +63,12 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+def record(path: str) -> dict:
+    found = read_json(path)
+    assert isinstance(found, dict), path
+    return found
+
+
 def start(root: str, command: str, lease: float = 0.0) -> dict:
     answer = tasks.start(root, StartRequest(RUN, [TaskLaunch("worker:0", command, grace=1.0)], lease=lease))
     assert answer.tasks["worker:0"].state is TaskState.RUNNING, answer
@@ -85,7 +91,7 @@ def test_an_end_on_a_full_disk_is_held_by_its_monitor_and_written_once_space_ret
 
     filler.unlink()
     wait_until(lambda: not procfs.is_same_process(proc["monitor"]), 10, "the monitor to write the end and go")
-    assert read_json(os.path.join(d, "exit.json"))["exit_code"] == 3
+    assert record(os.path.join(d, "exit.json"))["exit_code"] == 3
     info = task_state(root, RUN, "worker:0")
     assert (info.state, info.exit_code, info.unrecorded) == (TaskState.FAILED, 3, False)
     assert "was full from" in Path(d, "output.log").read_text()
@@ -114,11 +120,11 @@ def test_a_lease_is_renewed_on_a_full_disk(small_disk: Path) -> None:
     proc = start(root, "sleep 600", lease=30.0)
     try:
         path = os.path.join(run_dir(root, RUN), guard.LEASE_FILE)
-        before = read_json(path)["renewed"]
+        before = record(path)["renewed"]
         filler = fill(small_disk)
         time.sleep(0.05)  # deliberately: a renewal measurably later
         shown = tasks.status(root, StatusRequest(RUN, {"worker:0": 0}, renew_lease=True))
-        assert shown.disk.startswith("disk full under") and read_json(path)["renewed"] > before
+        assert shown.disk.startswith("disk full under") and record(path)["renewed"] > before
         filler.unlink()
     finally:
         tasks.stop(root, StopRequest(RUN, 1.0))
