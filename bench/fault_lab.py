@@ -4,13 +4,15 @@ reads back through `tfctl logs`.
 
 Used by tests/test_faults.py (a short series in CI) and bench/faults.py (a long one). One cycle:
 a ps on tfh0 and two ticking workers on tfh1 and tfh2 (TF ports 2222), started attached or
-detached; after a random delay, one fault from FAULTS; then tfctl must clean up by itself (the
-lease, the idle rule, the watcher), except for a host that is gone, which `down` cleans once it
-is back. The random generator is seeded, so a failing series is replayed by its seed.
+detached; after a random delay, one fault from FAULTS (`disk_full`: a small tmpfs over tfh1's
+~/.tfctl/hosts, filled for a moment); then tfctl must clean up by itself (the lease, the idle
+rule, the watcher), except for a host that is gone, which `down` cleans once it is back. The
+random generator is seeded, so a failing series is replayed by its seed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -21,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from bench.netns_hosts import TestHost, TestHostLab
 from bench.waiting import wait_until
@@ -38,6 +41,7 @@ FAULTS = (
     "kill_host_tfctl",
     "link_flap",
     "host_gone",
+    "disk_full",
 )
 SELF_CLEANING_WITHIN = 40.0  # seconds from the fault until no process of the run is left
 
@@ -75,6 +79,10 @@ class FaultLab:
         seconds = rng.uniform(3, 5) if fault != "host_gone" else 30
         cluster = self._write_cluster(number, worker_seconds=seconds, restart=restart)
         attached = fault == "kill_attached_up"
+        with self._small_disk(self.lab.host("tfh1") if fault == "disk_full" else None):
+            return self._cycle(number, rng, fault, cluster, attached)
+
+    def _cycle(self, number: int, rng: random.Random, fault: str, cluster: Path, attached: bool) -> CycleResult:
         up, run_id = self._start(cluster, attached)
         try:
             time.sleep(rng.uniform(0.2, 1.5))  # deliberately: the fault strikes at a random moment of the run
@@ -135,7 +143,36 @@ class FaultLab:
             if down.returncode != 0:
                 raise FaultError(f"host_gone: down once tfh2 was back: {down.stderr[-2000:]}")
             return "tfh2 away until the run failed"
+        if fault == "disk_full":
+            host = self.lab.host("tfh1")
+            filler = f"{host.home}/.tfctl/hosts/filler"
+            filled = host.exec(["sh", "-c", f"cat /dev/zero > {filler}"])
+            if "No space left" not in filled.stderr:
+                raise FaultError(f"disk_full: filling tfh1's disk: {filled.stderr}")
+            began = time.monotonic()
+            # Full until worker:0 there has ended: its monitor must live on, holding the end.
+            wait_until(lambda: "tfh1" not in self.run_pids(run_id), 20, "disk_full: worker:0 ending", interval=0.2)
+            if not [p for p in host.pids() if _comm(p).startswith("tfctl=")]:
+                raise FaultError("disk_full: no monitor on tfh1 holds worker:0's end")
+            host.exec(["rm", "-f", filler], check=True)
+            return f"tfh1's disk full for {time.monotonic() - began:.1f}s, until worker:0 ended"
         raise ValueError(fault)
+
+    @contextlib.contextmanager
+    def _small_disk(self, host: TestHost | None) -> Iterator[None]:
+        """A 2 MiB tmpfs over the host's ~/.tfctl/hosts (in its own mount namespace) meanwhile."""
+        if host is None:
+            yield
+            return
+        where = f"{host.home}/.tfctl/hosts"
+        os.makedirs(where, exist_ok=True)
+        host.exec(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", where], check=True)
+        try:
+            yield
+        finally:
+            host.exec(["rm", "-f", f"{where}/filler"])
+            if host.exec(["umount", where]).returncode != 0:
+                host.exec(["umount", "-l", where])
 
     def _kill_task(self, run_id: str, host_name: str, task: str) -> str:
         pids = [p for p in self.lab.host(host_name).pids() if proc_env_markers(p) == (run_id, task)]
@@ -175,7 +212,8 @@ class FaultLab:
     def _task_log(self, host: TestHost, run_id: str, task: str) -> list[str]:
         state = Path(host.home) / ".tfctl" / "hosts" / f"{host.name}-{host.machine_id.replace('-', '')[:12]}"
         path = state / "tasks" / run_id / task.replace(":", "-") / "output.log"
-        return path.read_text(errors="replace").splitlines()
+        seen = Path(f"/proc/{host.init_pid}/root{path}")  # as the host sees it (its own mounts)
+        return seen.read_text(errors="replace").splitlines()
 
     # -- helpers
 
@@ -265,6 +303,13 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""
 
 
 def _listening(address: str, port: int) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfctl.cluster.control import Outcome, decide
-from tfctl.cluster.supervisors import TaskStatus
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.controller.status_view import number_ranges
 from tfctl.supervisor.protocol import RunState, TaskState
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.cluster.supervisors import TaskStatus, describe_end
+from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from tests.fakes import record_of
-from tfctl.cluster.supervisors import TaskStatus
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.controller.status_view import Snapshot, status_table
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.doctor import RunDiagnosis

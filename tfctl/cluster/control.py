@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tfctl.cluster.supervisors import Cluster, Progress, TaskStatus, quiet
+from tfctl.cluster.supervisors import Cluster, Progress, quiet
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
 from tfctl.errors import StartupError
 from tfctl.runs.record import TaskSpec

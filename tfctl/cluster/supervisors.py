@@ -8,26 +8,24 @@ Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/
 from __future__ import annotations
 
 import posixpath
-import signal as signal_module
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Protocol, Sequence, TypeVar
 
 from tfctl import trace
 from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.group import GroupResult, fan_out
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.devices import HostDevices
 from tfctl.errors import HostError, StartupError
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor import records
 from tfctl.supervisor.protocol import (
-    Attempt,
     IdleRule,
     InfoRequest,
     ListenRequest,
-    Mark,
     PortInfo,
     PortsRequest,
     ProbeRequest,
@@ -69,155 +67,10 @@ def quiet(_who: str, _msg: str) -> None:
     """Progress sink for callers that render nothing."""
 
 
-def describe_end(
-    state: TaskState,
-    exit_code: int | None = None,
-    signal: int | None = None,
-    error: str | None = None,
-    ended_at: float | None = None,
-    stop_reason: str | None = None,
-) -> str:
-    """How a finished task ended, as the rest of a sentence that starts with the task's name.
-
-    E.g. `was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03`.
-    The one wording for run outcomes, start failures and diagnoses; `ended_at` (epoch) adds the time.
-    """
-    at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
-    if state is TaskState.LOST:
-        return "was lost (its process is gone and no exit code was recorded)"
-    if state is TaskState.STOPPED:
-        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
-    if signal:
-        why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
-        return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
-    if error:
-        return f"{error}{at}"
-    return f"exited with code {exit_code}{at}"
-
-
 def bin_dir(python: str) -> str | None:
     """The directory of the host's interpreter, when it is given as a path (a virtualenv's
     bin/python): first on the tasks' PATH, as activating the virtualenv would put it."""
     return posixpath.dirname(python) if "/" in python else None
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal_module.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-@dataclass(frozen=True)
-class TaskStatus:
-    """What is true about one task right now, as its host's supervisor sees it."""
-
-    task: str
-    job: str
-    index: int
-    host: str
-    port: int
-    state: TaskState
-    pid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    listening: bool = False
-    uptime: float | None = None
-    last_line: str = ""
-    error: str | None = None
-    ended_at: float | None = None
-    stop_reason: str | None = None
-    restarts: int = 0
-    earlier_ends: tuple[str, ...] = ()
-    unreachable_since: float | None = None  # epoch, as the run's controller last recorded it
-    marks: tuple[Mark, ...] = ()  # recent progress lines, when asked for
-    observed_at: float | None = None  # the host's clock when it answered (marks use that clock)
-    gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
-    cpus: tuple[int, ...] | None = None
-    tail: tuple[str, ...] | None = None  # its last output lines, when asked for with its status
-    started_at: float | None = None  # of its current (or last) run, by its host's clock
-    attempts: tuple[Attempt, ...] = ()  # its earlier runs, when it was restarted
-
-    @classmethod
-    def of(
-        cls,
-        spec: TaskSpec,
-        info: TaskInfo | None,
-        unreachable_since: float | None = None,
-        observed_at: float | None = None,
-        tail: list[str] | None = None,
-    ) -> TaskStatus:
-        """A task's status from its host's answer; `unreachable` when the host did not answer."""
-        if info is None:
-            return cls(
-                spec.name,
-                spec.job,
-                spec.index,
-                spec.host,
-                spec.port,
-                TaskState.UNREACHABLE,
-                unreachable_since=unreachable_since,
-                gpus=spec.gpus,
-                cpus=spec.cpus,
-            )
-        return cls(
-            spec.name,
-            spec.job,
-            spec.index,
-            spec.host,
-            spec.port,
-            info.state,
-            info.pid,
-            info.exit_code,
-            info.signal,
-            info.listening,
-            info.uptime,
-            info.last_line,
-            info.error,
-            info.ended_at,
-            info.stop_reason,
-            info.restarts,
-            tuple(info.earlier_ends),
-            marks=tuple(info.marks),
-            observed_at=observed_at,
-            gpus=spec.gpus,
-            cpus=spec.cpus,
-            tail=None if tail is None else tuple(tail),
-            started_at=info.started_at,
-            attempts=tuple(info.attempts),
-        )
-
-    @property
-    def final(self) -> bool:
-        return self.state.is_final
-
-    def describe_end(self) -> str:
-        end = describe_end(self.state, self.exit_code, self.signal, self.error, stop_reason=self.stop_reason)
-        if self.restarts:
-            times = f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"
-            end += f" (after {times}; before: {', '.join(self.earlier_ends)})"
-        return end
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "job": self.job,
-            "index": self.index,
-            "host": self.host,
-            "port": self.port,
-            "state": self.state.value,
-            "pid": self.pid,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "listening": self.listening,
-            "uptime": self.uptime,
-            "last_line": self.last_line,
-            "stop_reason": self.stop_reason,
-            "restarts": self.restarts,
-            "unreachable_since": self.unreachable_since,
-            "gpus": None if self.gpus is None else list(self.gpus),
-            "cpus": None if self.cpus is None else list(self.cpus),
-        }
 
 
 PROBE_CAUSES = {
@@ -358,9 +211,13 @@ class Cluster:
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
+        problems = {host: answer.disk for host, answer in answers.succeeded.items()}
         since = self.record.unreachable
         return [
-            TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name)) for t in tasks
+            TaskStatus.of(
+                t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name), problems.get(t.host)
+            )
+            for t in tasks
         ], answers.failed
 
     def _ask_status(

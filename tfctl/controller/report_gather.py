@@ -16,7 +16,8 @@ import math
 import re
 import time
 
-from tfctl.cluster.supervisors import Cluster, TaskStatus, describe_end
+from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, RunReport, Span, TaskReport
 from tfctl.supervisor.protocol import ProgressRule

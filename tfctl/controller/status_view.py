@@ -16,7 +16,8 @@ from rich.text import Text
 
 from tfctl import backends, console
 from tfctl.backends.base import BackendReport
-from tfctl.cluster.supervisors import Cluster, TaskStatus
+from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.runs.record import RunRecord
@@ -81,6 +82,7 @@ class Snapshot:
             "ended_at": record.ended_at,
             "resumes": record.resumes,
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
+            "host_problems": host_problems(self.statuses),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
@@ -173,7 +175,9 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
                 s.state.value
                 + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
                 + (f" ({s.restarts}x restarted)" if s.restarts else "")
-                + (unreachable_text(s.unreachable_since) if s.unreachable_since else ""),
+                + (unreachable_text(s.unreachable_since) if s.unreachable_since else "")
+                + (", not yet recorded" if s.unrecorded else "")
+                + (f", {s.host_problem.split(' (')[0]}" if s.host_problem else ""),
                 str(s.pid or "-"),
                 exit_text,
                 duration(s.uptime),
@@ -201,14 +205,19 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         table.add_row(
             *row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:-1], Text(row[-1])
         )
-    if unreachable:
-        table.caption = "\n".join(
-            f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
-        )
+    captions = [f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())]
+    captions += [f"{host}: {problem}" for host, problem in sorted(host_problems(statuses).items())]
+    if captions:
+        table.caption = "\n".join(captions)
     notes = [finding_text(task, f) for task, f in found.findings.items()]
     notes += untrained_notes(shot.statuses, shot.progress)
     notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
+
+
+def host_problems(statuses: list[TaskStatus]) -> dict[str, str]:
+    """host -> why its state directory refuses writes: its tasks' ends wait there, unrecorded."""
+    return {s.host: s.host_problem for s in statuses if s.host_problem}
 
 
 def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:

@@ -27,6 +27,7 @@ from .files import read_json, run_dir, unique_temp
 from .protocol import IdleRule
 
 LEASE_FILE = "lease.json"
+LEASE_BYTES = 160
 IDLE_POLL = 5.0  # at most this long between idle checks: the rule acts after minutes, not seconds
 PROBE_TIMEOUT = 2.0
 
@@ -49,10 +50,33 @@ def _write_lease(path: str, timeout: float) -> None:
     wall clock can skew. Not fsynced: a lease does not outlive a crash of its host, nor do the
     tasks it guards."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    text = '{"timeout": %r, "renewed": %r, "renewed_at": %r}' % (timeout, time.monotonic(), time.time())
+    text = text.ljust(LEASE_BYTES)  # every renewal fits in the blocks of the one before
     tmp = unique_temp(path)
-    with open(tmp, "w") as f:
-        f.write('{"timeout": %r, "renewed": %r, "renewed_at": %r}' % (timeout, time.monotonic(), time.time()))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if not _renew_in_place(path, text):
+            raise
+
+
+def _renew_in_place(path: str, text: str) -> bool:
+    """Overwrite the lease in the blocks it has, padded to its size: a full disk must not let
+    the lease of a live controller run out. A reader may see half of it, which reads as no lease
+    (`read_json`: None), never as an expired one."""
+    try:
+        with open(path, "r+") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(text) > size:
+                return False
+            f.write(text.ljust(size))
+        return True
+    except OSError:
+        return False
 
 
 def lease_expired(task_dir: str) -> Optional[str]:

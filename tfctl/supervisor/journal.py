@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any, Callable, Dict
 
+from . import disk
 from .errors import AgentError
 from .files import read_json, state_root, write_json
 
@@ -38,7 +39,13 @@ def once(root: str, request_id: str, run: Callable[[], Dict[str, Any]]) -> Dict[
         answer = read_json(record)
         if answer is None:
             answer = run()
-            write_json(record, answer)
+            try:
+                write_json(record, answer)
+            except OSError as e:
+                if not disk.refused(e):
+                    raise
+                # What ran is done: its answer is the truth. A replay then runs it again, which
+                # `start` refuses for tasks already started here.
         return answer
 
 

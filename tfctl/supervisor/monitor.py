@@ -8,7 +8,8 @@ any; while the task runs it applies the host's own rules (`guard`: the lease, th
 when the task ends it either starts it again (`restart` policy, after `backoff` seconds) or
 records the exit in exit.json and kills whatever the task left behind in its group. Files:
 proc.json (the current process), restarts.json (how and when earlier runs ended, and whether a
-restart is pending), exit.json (the end), stop.json (who stopped it).
+restart is pending), exit.json (the end), stop.json (who stopped it). A disk that refuses these
+writes does not end the monitor: it holds the record and writes it once it can (`disk`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import subprocess
 import time
 from typing import Any, BinaryIO, Dict, List, Optional
 
-from . import devices, guard, procfs
+from . import devices, disk, guard, procfs
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
 from .timeline import TimeNotes
 
 GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
+_STOPS: List[Dict[str, Any]] = []  # stop.json records the disk refused, held until it takes them
 SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
 
 
@@ -38,6 +40,8 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     that (or for this process's end, which closes it too)."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # `stop` signals this when the disk refused its stop.json: the end is then recorded as a stop.
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: _STOPS.append({"requested_at": time.time()}))
     launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
     env = dict(os.environ)
     env.update(launch.env)
@@ -57,6 +61,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             _record_failed_start(d, log, "could not run on cores %s: %s" % (launch.cpus, e))
             return
     notes = TimeNotes(log_path)
+    outage = disk.Outage(d, log_path)
     ends: List[str] = []
     spans: List[List[float]] = []  # [started_at, ended_at] of each run that was restarted: `report`'s timeline
     while True:
@@ -78,7 +83,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         if started_fd is not None:
             os.close(started_fd)
             started_fd = None
-        code = _wait_guarded(child, d, run_id, launch, proc, notes)
+        code = _wait_guarded(child, d, run_id, launch, proc, notes, outage)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)
         if not _restart_wanted(launch.restart, code, len(ends), d):
@@ -86,11 +91,10 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         ends.append(_end_text(code))
         spans.append([proc["started_at"], time.time()])
         assert launch.restart is not None
-        log.write(
-            (
-                "tfctl: %s %s; restart %d of %d in %gs\n"
-                % (launch.task, ends[-1], len(ends), launch.restart.max_restarts, launch.restart.backoff)
-            ).encode()
+        _say(
+            log,
+            "tfctl: %s %s; restart %d of %d in %gs\n"
+            % (launch.task, ends[-1], len(ends), launch.restart.max_restarts, launch.restart.backoff),
         )
         notes.note()
         _write_restarts(d, ends, spans, pending=True)
@@ -98,16 +102,40 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             break
         _write_restarts(d, ends, spans, pending=False)
     notes.note()
+    _record_end(d, code, ends, spans, outage)
+
+
+def _record_end(d: str, code: int, ends: List[str], spans: List[List[float]], outage: disk.Outage) -> None:
+    """exit.json (and stop.json first, when a stop could not write it); while the disk refuses
+    them, this process holds the end in its name for `status` to read."""
     ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
-    write_json(os.path.join(d, "exit.json"), ended)
+    stop_path = os.path.join(d, "stop.json")
+
+    def holding() -> None:
+        disk.hold_end(code, stopped=bool(_STOPS) or os.path.exists(stop_path))
+        outage.check()
+
+    if _STOPS and not os.path.exists(stop_path):
+        stop = dict(_STOPS[0], requested_at=min(_STOPS[0]["requested_at"], ended["ended_at"]))
+        disk.keep(stop_path, stop, holding)
     if ends:
-        _write_restarts(d, ends, spans, pending=False)
+        disk.keep(os.path.join(d, "restarts.json"), {"ends": ends, "spans": spans, "pending": False}, holding)
+    disk.keep(os.path.join(d, "exit.json"), ended, holding)
+    outage.check()
+
+
+def _say(log: BinaryIO, text: str) -> None:
+    """A line of tfctl's in the task's log, unless the disk refuses it."""
+    try:
+        log.write(text.encode())
+    except OSError:
+        pass
 
 
 def _record_failed_start(d: str, log: BinaryIO, error: str) -> None:
     ended = {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": error}
-    write_json(os.path.join(d, "exit.json"), ended)
-    log.write(("tfctl: task %s\n" % error).encode())
+    disk.keep(os.path.join(d, "exit.json"), ended, lambda: disk.hold_end(127, stopped=False))
+    _say(log, "tfctl: task %s\n" % error)
 
 
 def exec_form(command: str) -> str:
@@ -142,7 +170,7 @@ def _record_process(d: str, child: subprocess.Popen) -> Dict[str, Any]:
         "started_at": time.time(),
         "monitor": {"pid": os.getpid(), "starttime": me.get("starttime"), "boot_id": boot},
     }
-    write_json(os.path.join(d, "proc.json"), proc)
+    disk.keep(os.path.join(d, "proc.json"), proc)
     return proc
 
 
@@ -151,7 +179,7 @@ def _restart_wanted(rule: Optional[RestartRule], code: int, restarts: int, d: st
     signal or an exit code of 128 or more (1-127 are the program's own verdict: permanent)."""
     if rule is None or code == 0 or restarts >= rule.max_restarts:
         return False
-    if os.path.exists(os.path.join(d, "stop.json")):
+    if _STOPS or os.path.exists(os.path.join(d, "stop.json")):
         return False  # stopped by tfctl down or by its host's rules: not a failure
     if rule.policy == "on-failure":
         return True
@@ -163,21 +191,21 @@ def _end_text(code: int) -> str:
 
 
 def _write_restarts(d: str, ends: List[str], spans: List[List[float]], pending: bool) -> None:
-    write_json(os.path.join(d, "restarts.json"), {"ends": ends, "spans": spans, "pending": pending})
+    disk.keep(os.path.join(d, "restarts.json"), {"ends": ends, "spans": spans, "pending": pending})
 
 
 def _back_off(d: str, seconds: float) -> bool:
     """Wait before a restart; False if the task was stopped meanwhile."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if os.path.exists(os.path.join(d, "stop.json")) or guard.lease_expired(d):
+        if _STOPS or os.path.exists(os.path.join(d, "stop.json")) or guard.lease_expired(d):
             return False
         time.sleep(BACKOFF_POLL)
-    return not os.path.exists(os.path.join(d, "stop.json"))
+    return not _STOPS and not os.path.exists(os.path.join(d, "stop.json"))
 
 
 def _wait_guarded(
-    child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict, notes: TimeNotes
+    child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict, notes: TimeNotes, outage: disk.Outage
 ) -> int:
     """Wait for the task to end, noting once a second how far its output got (`timeline`); stop
     it first if its run's lease runs out or the job it serves is over (`guard`), recording why,
@@ -187,15 +215,27 @@ def _wait_guarded(
         while True:
             code = ended(GUARD_POLL)
             if code is not None:
+                outage.check()
                 return code
             notes.note()
+            outage.check()
             why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
             if why is None:
                 continue
             if not os.path.exists(os.path.join(d, "stop.json")):
-                write_json(os.path.join(d, "stop.json"), {"requested_at": time.time(), "reason": why})
+                _note_stop(d, {"requested_at": time.time(), "reason": why})
             procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
             return child.wait()
+
+
+def _note_stop(d: str, stop: Dict[str, Any]) -> None:
+    """stop.json, or held for `_record_end` when the disk refuses it: the task stops either way."""
+    try:
+        write_json(os.path.join(d, "stop.json"), stop)
+    except OSError as e:
+        if not disk.refused(e):
+            raise
+        _STOPS.append(stop)
 
 
 class _ExitWatch:

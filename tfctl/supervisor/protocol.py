@@ -77,6 +77,7 @@ class TaskInfo(Wire):
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
     attempts: List[Attempt] = field(default_factory=list)  # the earlier runs whose times were recorded
+    unrecorded: bool = False  # its end is known to its monitor, which waits for the disk to take it
 
 
 @record
@@ -187,6 +188,7 @@ class StatusAnswer(Wire):
     tasks: Dict[str, TaskInfo]
     time: float
     tails: Dict[str, List[str]] = field(default_factory=dict)  # when asked (`StatusRequest.tail`)
+    disk: str = ""  # why the host's state directory refuses writes ("disk full under ~/.tfctl (...)")
 
 
 @record

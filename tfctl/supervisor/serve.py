@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, journal, logs, monitor, prune, resume, sync, tasks
+from . import checks, disk, journal, logs, monitor, prune, resume, sync, tasks
 from .errors import AgentError
 from .files import task_dir
 from .protocol import Envelope, Request, answer_to_wire
@@ -67,6 +67,10 @@ def run(root: str, request: Request[Any], request_id: str) -> Dict[str, Any]:
         return answer_to_wire(request_id, HANDLERS[request.VERB](root, request))
     except AgentError as e:
         return answer_to_wire(request_id, error=str(e))
+    except OSError as e:
+        if not disk.refused(e):
+            return answer_to_wire(request_id, error="`%s` failed: %s: %s" % (request.VERB, type(e).__name__, e))
+        return answer_to_wire(request_id, error="`%s` failed: %s" % (request.VERB, disk.why(e, root)))
     except Exception as e:  # noqa: BLE001 - reported to the controller, which decides
         return answer_to_wire(request_id, error="`%s` failed: %s: %s" % (request.VERB, type(e).__name__, e))
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
+from typing import Optional, Tuple
 
-from . import procfs
+from . import disk, procfs
 from .files import read_json, task_dir
 from .protocol import Attempt, TaskInfo, TaskState
 
@@ -18,6 +20,9 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
     ended = read_json(os.path.join(d, "exit.json"))
     stop = read_json(os.path.join(d, "stop.json"))
     restarts = read_json(os.path.join(d, "restarts.json")) or {}
+    held = _held_end(proc, ended)
+    if held is not None:
+        ended, stop = held
     if ended:
         if stop is not None and stop["requested_at"] <= ended["ended_at"]:
             state = TaskState.STOPPED
@@ -43,11 +48,27 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         exit_code=ended.get("exit_code"),
         signal=ended.get("signal"),
         started_at=proc.get("started_at"),
-        ended_at=ended.get("ended_at"),
+        ended_at=None if held else ended.get("ended_at"),
         error=ended.get("error"),
         stop_reason=(stop or {}).get("reason") if state is TaskState.STOPPED else None,
         restarts=len(restarts.get("ends", [])),
         earlier_ends=list(restarts.get("ends", [])),
         # Older monitors kept no times: their restarts are counted, not placed in time.
         attempts=[Attempt(a, b, end) for (a, b), end in zip(restarts.get("spans", []), restarts.get("ends", []))],
+        unrecorded=held is not None,
     )
+
+
+def _held_end(proc: Optional[dict], ended: Optional[dict]) -> Optional[Tuple[dict, Optional[dict]]]:
+    """The end (exit record, stop record) that the task's live monitor holds because the disk
+    refused to take it (`disk.hold_end`), or None."""
+    monitor = (proc or {}).get("monitor")
+    if ended is not None or not monitor or not procfs.is_same_process(monitor):
+        return None
+    held = disk.held_end(monitor["pid"])
+    if held is None:
+        return None
+    code, stopped = held
+    now = time.time()
+    record = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": now}
+    return record, ({"requested_at": now} if stopped else None)

@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Dict, List, NoReturn, Optional, Set
 
-from . import guard, monitor, procfs
+from . import disk, guard, monitor, procfs
 from .checks import port_owners
 from .errors import AgentError
-from .files import RUN_DIR_ENV, read_json, run_dir, task_dir, work_dir, write_json
+from .files import RUN_DIR_ENV, read_json, run_dir, state_root, task_dir, work_dir, write_json
 from .logs import last_line, output_log, tail
 from .marks import recent_marks
 from .protocol import (
@@ -151,8 +151,14 @@ def status(root: str, request: StatusRequest) -> StatusAnswer:
 
 def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
     run_id = request.run_id
+    trouble = disk.trouble(state_root(root), root)
     if request.renew_lease:
-        guard.renew_lease(root, run_id)
+        try:
+            guard.renew_lease(root, run_id)
+        except OSError as e:
+            if not disk.refused(e):
+                raise
+            trouble = trouble or disk.why(e, root)
     listening = procfs.listening_sockets()
     out = {}
     now = time.time()
@@ -169,7 +175,7 @@ def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
             info = info.replace(marks=recent_marks(log, request.progress, now))
         out[task] = info
     tails = tail(root, TailRequest(run_id, list(request.tasks), request.tail)).tails if request.tail else {}
-    return StatusAnswer(out, now, tails)
+    return StatusAnswer(out, now, tails, disk=trouble or "")
 
 
 def _owns(sockets: Set[int], run_id: str, task: str, proc: Optional[dict]) -> bool:
@@ -194,9 +200,9 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         d = task_dir(root, run_id, task)
         if not os.path.isdir(d):
             continue
-        if not os.path.exists(os.path.join(d, "exit.json")) and not os.path.exists(os.path.join(d, "stop.json")):
-            write_json(os.path.join(d, "stop.json"), {"requested_at": time.time()})
         procs[task] = read_json(os.path.join(d, "proc.json"))
+        if not os.path.exists(os.path.join(d, "exit.json")) and not os.path.exists(os.path.join(d, "stop.json")):
+            _ask_stop(d, procs[task])
 
     def find() -> List[int]:
         found: Set[int] = set()
@@ -214,11 +220,23 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
     # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
     deadline = time.monotonic() + EXIT_PATIENCE
     for task in procs:
-        path = os.path.join(task_dir(root, run_id, task), "exit.json")
-        while not os.path.exists(path) and time.monotonic() < deadline:
+        while not task_state(root, run_id, task).state.is_final and time.monotonic() < deadline:
             time.sleep(procfs.POLL)
     final: Dict[str, TaskInfo] = {t: task_state(root, run_id, t) for t in procs}
     return StopAnswer(done.processes, done.killed, done.remaining, port_state, final)
+
+
+def _ask_stop(d: str, proc: Optional[dict]) -> None:
+    """stop.json; when the disk refuses it, the monitor is told instead (SIGUSR1) and records
+    the stop itself once it can. The stop goes on either way: processes are found by marker."""
+    try:
+        write_json(os.path.join(d, "stop.json"), {"requested_at": time.time()})
+    except OSError as e:
+        if not disk.refused(e):
+            raise
+        monitor = (proc or {}).get("monitor")
+        if monitor and procfs.is_same_process(monitor):
+            os.kill(monitor["pid"], signal.SIGUSR1)
 
 
 def ports_after_stop(wanted: List[int], patience: float = 3.0) -> Dict[str, PortInfo]:

@@ -40,9 +40,12 @@ class TimeNotes:
             return
         if size == self.last_size:
             return
+        try:
+            with open(self.path, "ab") as f:
+                f.write(RECORD.pack(time.time(), size))
+        except OSError:
+            return  # a full disk: the next note, once it takes one, dates this output a little later
         self.last_size = size
-        with open(self.path, "ab") as f:
-            f.write(RECORD.pack(time.time(), size))
 
 
 def _last_record(path: str) -> Optional[Tuple[float, int]]:

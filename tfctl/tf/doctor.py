@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from tfctl.cluster.control import Outcome
-from tfctl.cluster.supervisors import Cluster, TaskStatus
+from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.task_status import TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, Kind, diagnose, last_meaningful, match_line
 from tfctl.tf.explain import PeerInfo, explain, is_news

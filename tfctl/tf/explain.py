@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from tfctl.cluster.supervisors import describe_end
+from tfctl.cluster.task_status import describe_end
 from tfctl.config.model import host_port
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import DEVICE_FILTERS_FIX, Finding, Kind

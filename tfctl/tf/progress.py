@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import TaskStatus
+    from tfctl.cluster.task_status import TaskStatus
     from tfctl.runs.record import ProgressSpec
 
 DEFAULT_WINDOW = 60.0
