@@ -44,11 +44,27 @@ class ProgressRule(Wire):
 
 
 @record
+class Usage(Wire):
+    """What a task's process tree used, as its monitor last sampled it (`usage.py`). CPU percent
+    is over the interval before `sampled_at`, 100 per busy core; GPU values only with GPUs."""
+
+    sampled_at: float
+    cpu_percent: float
+    rss_bytes: int
+    gpu_util_percent: Optional[float] = None
+    gpu_memory_bytes: Optional[int] = None
+
+
+@record
 class TaskInfo(Wire):
     """The truth about one task on its host: files written by its monitor, checked against /proc."""
 
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": TaskState}
-    NESTED: ClassVar[Mapping[str, Any]] = {"marks": ("list", Mark)}
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "marks": ("list", Mark),
+        "usage": ("one", Usage),
+        "usage_history": ("list", Usage),
+    }
 
     task: str
     state: TaskState = TaskState.PENDING
@@ -66,6 +82,8 @@ class TaskInfo(Wire):
     restarts: int = 0
     earlier_ends: List[str] = field(default_factory=list)  # how each run before a restart ended
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
+    usage: Optional[Usage] = None  # while it runs: its latest CPU, memory and GPU sample
+    usage_history: List[Usage] = field(default_factory=list)  # earlier samples, when asked for
 
 
 @record
@@ -192,6 +210,7 @@ class StatusRequest(Request[StatusAnswer]):
     progress: Optional[ProgressRule] = None  # also each task's recent progress lines
     tail: int = 0  # also the last `tail` output lines of each task, so diagnosis needs no second call
     wait_listening: float = 0.0  # answer once every task listens or has ended, or after this long
+    usage_history: int = 0  # also each running task's last `usage_history` usage samples
 
 
 @record
