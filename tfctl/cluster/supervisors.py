@@ -40,6 +40,7 @@ from tfctl.supervisor.protocol import (
     TaskInfo,
     TaskLaunch,
     TaskState,
+    Usage,
 )
 from tfctl.supervisor.records import Wire, record
 
@@ -134,6 +135,8 @@ class TaskStatus:
     gpus: tuple[int, ...] | None = None  # as placed (`TaskSpec.gpus`)
     cpus: tuple[int, ...] | None = None
     tail: tuple[str, ...] | None = None  # its last output lines, when asked for with its status
+    usage: Usage | None = None  # what its process tree uses, while it runs
+    usage_history: tuple[Usage, ...] = ()  # earlier samples, when asked for
 
     @classmethod
     def of(
@@ -180,6 +183,8 @@ class TaskStatus:
             gpus=spec.gpus,
             cpus=spec.cpus,
             tail=None if tail is None else tuple(tail),
+            usage=info.usage,
+            usage_history=tuple(info.usage_history),
         )
 
     @property
@@ -212,6 +217,10 @@ class TaskStatus:
             "unreachable_since": self.unreachable_since,
             "gpus": None if self.gpus is None else list(self.gpus),
             "cpus": None if self.cpus is None else list(self.cpus),
+            "cpu_percent": None if self.usage is None else self.usage.cpu_percent,
+            "rss_bytes": None if self.usage is None else self.usage.rss_bytes,
+            "gpu_util_percent": None if self.usage is None else self.usage.gpu_util_percent,
+            "gpu_memory_bytes": None if self.usage is None else self.usage.gpu_memory_bytes,
         }
 
 
@@ -343,13 +352,14 @@ class Cluster:
         progress: ProgressRule | None = None,
         tail: int = 0,
         wait_listening: float = 0.0,
+        usage_history: int = 0,
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
-        """Every task's status (with its recent progress lines, given the `progress` rule, and its
-        last `tail` output lines), plus the hosts that could not be asked (their tasks:
-        `unreachable`). One request per host; with `wait_listening`, each host answers once its
-        tasks listen or have ended, or after that many seconds."""
+        """Every task's status (with its recent progress lines, given the `progress` rule, its
+        last `tail` output lines and `usage_history` usage samples), plus the hosts that could not
+        be asked (their tasks: `unreachable`). One request per host; with `wait_listening`, each
+        host answers once its tasks listen or have ended, or after that many seconds."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
-        answers = self._ask_status(tasks, progress, tail, wait_listening)
+        answers = self._ask_status(tasks, wait_listening, progress=progress, tail=tail, usage_history=usage_history)
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
@@ -358,20 +368,15 @@ class Cluster:
             TaskStatus.of(t, infos.get(t.name), since.get(t.host), clock.get(t.host), tails.get(t.name)) for t in tasks
         ], answers.failed
 
-    def _ask_status(
-        self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None, tail: int = 0, wait: float = 0.0
-    ) -> GroupResult[StatusAnswer]:
-        """Each host's answer about its tasks among `tasks`, one request per host."""
+    def _ask_status(self, tasks: Sequence[TaskSpec], wait: float = 0.0, **asked: Any) -> GroupResult[StatusAnswer]:
+        """Each host's answer about its tasks among `tasks`, one request per host; `asked`: the
+        request's optional fields (progress, tail, usage_history)."""
         grouped = self.by_host(tasks)
         return self.fan_out(
             grouped,
             lambda a: a.call(
                 StatusRequest(
-                    self.record.run_id,
-                    {t.name: t.port for t in grouped[a.host]},
-                    progress=progress,
-                    tail=tail,
-                    wait_listening=wait,
+                    self.record.run_id, {t.name: t.port for t in grouped[a.host]}, wait_listening=wait, **asked
                 ),
                 timeout=STATUS_TIMEOUT + wait,
             ),
