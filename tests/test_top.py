@@ -56,7 +56,8 @@ def test_top_once_sorts_by_cpu_and_names_the_hungry_task(run) -> None:
     rows = [line.split() for line in lines[2:5]]
     assert [row[0] for row in rows] == ["worker:0", "worker:1", "ps:0"]
     assert rows[0][3:5] == ["380%", sparkline([50.0, 190.0, 380.0], 100.0)]
-    assert rows[0][5:7] == ["2.9", "GiB"]
+    assert rows[0][5:8] == ["2.9", "GiB", sparkline([3000.0] * 3)]
+    assert rows[2][7] == sparkline([40.0] * 3, 3000.0)  # on the run's one memory scale
     assert "GPU" not in lines[1]  # no task has a GPU
     assert "worker:0: uses more CPU than the run's other tasks" in ran.out
     assert "worker:0: uses more memory than the run's other tasks" in ran.out
@@ -72,4 +73,4 @@ def test_top_sorted_by_rate_puts_the_straggler_first_with_gpus_shown(run) -> Non
     rows = [line.split() for line in lines[2:5]]
     assert [row[0] for row in rows] == ["worker:0", "worker:1", "ps:0"]  # slowest first; no rate last
     assert "70%" in rows[1] and "1.0 GiB" in " ".join(rows[1])
-    assert "worker:0: steps slower than its job's others" in ran.out
+    assert "worker:0: a straggler: under half its job's median steps/s" in ran.out

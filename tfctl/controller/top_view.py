@@ -20,7 +20,10 @@ from tfctl.controller.status_view import duration, rate_text, state_style
 SPARKS = "▁▂▃▄▅▆▇█"
 HISTORY = 20  # samples in each sparkline: a minute at the monitors' pace
 HUNGRY = 1.5  # a task using this many times the median of the run's tasks stands out
-SLOW = 0.8  # a task stepping slower than this share of its job's others' median stands out
+LAGGING = {
+    "straggler": "a straggler: under half its job's median steps/s",
+    "stalled": "stalled: no step for a while in a job that steps",
+}
 
 SORTS: dict[str, tuple[str, bool]] = {  # --sort: (JSON key, largest first)
     "cpu": ("cpu_percent", True),
@@ -70,24 +73,15 @@ def hungry(tasks: list[dict[str, Any]], key: str) -> set[str]:
     return {t["task"] for t in tasks if t.get(key) is not None and t[key] > max(HUNGRY * middle, 1.0)}
 
 
-def slow(tasks: list[dict[str, Any]]) -> set[str]:
-    """Tasks stepping well slower than the median of their job's other tasks (the straggler)."""
-    found = set()
-    for job in {t["job"] for t in tasks}:
-        rates = {t["task"]: t["steps_per_sec"] for t in tasks if t["job"] == job and t.get("steps_per_sec")}
-        for task, rate in rates.items():
-            others = [r for name, r in rates.items() if name != task]
-            if others and rate < SLOW * statistics.median(others):
-                found.add(task)
-    return found
-
-
 def top_view(data: dict[str, Any], sort: str = "cpu") -> Any:
     """The screen for one `status --json` object with usage history."""
     run, tasks = data["run"], sort_tasks(list(data["tasks"]), sort)
     gpus = any(t.get("gpu_util_percent") is not None or t.get("gpu_memory_bytes") is not None for t in tasks)
     marked = {key: hungry(tasks, key) for key in ("cpu_percent", "rss_bytes", "gpu_memory_bytes")}
-    stragglers = slow(tasks)
+    # Slow as `status` flags it (`tf.progress`): a straggler of its job, or stalled.
+    lagging = {t["task"]: flag for t in tasks for flag in t.get("flags", ()) if flag in ("straggler", "stalled")}
+    # Memory histories share one scale, the run's largest, so the hungry task's line stands tallest.
+    rss_top = max((v for t in tasks for v in _history(t, "rss_bytes")), default=0.0)
     cpu_total = sum(t.get("cpu_percent") or 0.0 for t in tasks)
     rss_total = sum(t.get("rss_bytes") or 0 for t in tasks)
     title = (
@@ -102,7 +96,7 @@ def top_view(data: dict[str, Any], sort: str = "cpu") -> Any:
         ("CPU", lambda t: _marked(percent_text(t.get("cpu_percent")), t, marked["cpu_percent"])),
         ("CPU HISTORY", lambda t: Text(sparkline(_history(t, "cpu_percent"), 100.0), style="cyan")),
         ("RSS", lambda t: _marked(size_text(t.get("rss_bytes")), t, marked["rss_bytes"])),
-        ("RSS HISTORY", lambda t: Text(sparkline(_history(t, "rss_bytes")), style="magenta")),
+        ("RSS HISTORY", lambda t: Text(sparkline(_history(t, "rss_bytes"), rss_top), style="magenta")),
     ]
     if gpus:
         columns += [
@@ -111,14 +105,14 @@ def top_view(data: dict[str, Any], sort: str = "cpu") -> Any:
         ]
     columns += [
         ("STEP", lambda t: Text("-" if t.get("step") is None else str(t["step"]))),
-        ("STEPS/S", lambda t: _marked(rate_text(t.get("steps_per_sec")), t, stragglers)),
+        ("STEPS/S", lambda t: _marked(rate_text(t.get("steps_per_sec")), t, set(lagging))),
         ("UPTIME", lambda t: Text(duration(t.get("uptime")))),
     ]
     for heading, _ in columns:
         table.add_column(heading, no_wrap=True, justify="right" if heading in ("CPU", "RSS", "STEPS/S") else "left")
     for t in tasks:
         table.add_row(*(cell(t) for _, cell in columns))
-    notes = [Text(f"{task}: ", style="bold red") + Text("steps slower than its job's others") for task in stragglers]
+    notes = [Text(f"{task}: ", style="bold red") + Text(LAGGING[flag]) for task, flag in lagging.items()]
     notes += [
         Text(f"{task}: ", style="bold red") + Text(f"uses more {what} than the run's other tasks")
         for key, what in (("cpu_percent", "CPU"), ("rss_bytes", "memory"), ("gpu_memory_bytes", "GPU memory"))
