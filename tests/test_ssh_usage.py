@@ -131,7 +131,7 @@ def test_status_json_cpu_and_memory_of_a_busy_and_an_idle_task_match_proc(run, l
         assert at >= 1, (task, shown["cpu_percent"], samples)
         here = samplers[task].percent(samples[at - 1].sampled_at, samples[at].sampled_at)
         if task == "worker:0":
-            assert here > 20, here  # it spun (on 2 shared cores, rarely a whole one)
+            assert here > 5, here  # it spun (on 2 cores shared with other work: rarely a whole one)
             assert abs(shown["cpu_percent"] - here) <= TOLERANCE * here, (shown["cpu_percent"], here)
         else:
             assert here < 2 and shown["cpu_percent"] < 2, (shown["cpu_percent"], here)

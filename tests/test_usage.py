@@ -75,7 +75,7 @@ def test_a_busy_trees_cpu_percent_and_memory_match_what_its_processes_report(bus
     assert len(pids) == 2
     measured = usage.cpu_percent(later, seconds, now, then)
     truth = 100 * (own_now - own_then) / (now - then)
-    assert truth > 20  # it did spin (two spinners on a shared machine: up to 200)
+    assert truth > 5  # it did spin (two spinners on 2 cores shared with other work: up to 200)
     assert abs(measured - truth) <= 0.3 * truth, (measured, truth)
     assert abs(rss - vm_rss(pids)) <= 0.3 * vm_rss(pids)
 
