@@ -36,6 +36,7 @@ class TaskScript:
     exits_at_start: bool = False
     lines: list[str] = field(default_factory=list)  # its whole output, there from its start
     after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
+    usage: list[p.Usage] = field(default_factory=list)  # its monitor's usage samples while it runs, oldest first
 
 
 def end_text(exit_code: int | None, signal: int | None) -> str:
@@ -282,6 +283,11 @@ class FakeHost:
         infos = {name: self._advance(name) for name in request.tasks}
         if request.progress is not None:
             infos = {name: info.replace(marks=self._marks(name, request.progress, now)) for name, info in infos.items()}
+        for name, info in infos.items():
+            samples = self.scripts[name].usage if name in self.scripts else []
+            if info.state is p.TaskState.RUNNING and samples:
+                shown = samples[-request.usage_history :] if request.usage_history else []
+                infos[name] = info.replace(usage=samples[-1], usage_history=shown)
         return p.StatusAnswer(infos, now, tails)
 
     def _marks(self, name: str, rule: p.ProgressRule, now: float) -> list[p.Mark]:

@@ -451,9 +451,25 @@ def with_gpus(dirpath: Path, count: int) -> dict[str, str]:
     bin_dir = dirpath / "gpu-bin"
     bin_dir.mkdir()
     listing = "".join(f"{i}, GPU-{i:08x}-stand-in\\n" for i in range(count))
-    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    busy = "".join(f"{i}, {gpu_util(i):g}\\n" for i in range(count))
+    # The monitors' usage queries too: GPU i is gpu_util(i) % busy; worker:1's processes hold 1 GiB.
+    (bin_dir / "nvidia-smi").write_text(f"""#!/bin/sh
+case "$1" in
+  --query-gpu=index,utilization.gpu) printf '{busy}' ;;
+  --query-compute-apps=pid,used_memory)
+    for found in $(grep -lz '^TFCTL_TASK=worker:1$' /proc/[0-9]*/environ 2>/dev/null); do
+      pid=${{found#/proc/}}; echo "${{pid%/environ}}, 1024"
+    done ;;
+  *) printf '{listing}' ;;
+esac
+""")
     (bin_dir / "nvidia-smi").chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def gpu_util(index: int) -> float:
+    """How busy the stand-in nvidia-smi says GPU `index` is."""
+    return 10.0 + 20 * index
 
 
 def devices_seen(cluster: Path, home: Path) -> dict[str, dict]:
@@ -495,6 +511,33 @@ def test_each_worker_gets_its_own_gpus_and_the_ps_none(tmp_path: Path, home: Pat
         assert "GPUS" in table[1] and "CPUS" not in table[1]
         assert table[2].split()[table[1].split().index("GPUS")] == "none"
         assert table[4].split()[table[1].split().index("GPUS")] == "2,3"
+    finally:
+        assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_status_json_has_the_use_of_each_tasks_gpus_and_the_gpu_memory_its_processes_hold(
+    tmp_path: Path, home: Path
+) -> None:
+    cluster = device_cluster(tmp_path, ", gpus: 2")
+    up = tfctl("-f", str(cluster), "up", "-d", home=home, env=with_gpus(tmp_path, 4))
+    assert up.returncode == 0, up.stderr
+    try:
+        tasks = wait_until(
+            lambda: {
+                t["task"]: t
+                for t in json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
+            },
+            30,
+            "a usage sample of every task",
+            until=lambda found: all(t["rss_bytes"] for t in found.values()),
+            interval=0.5,
+        )
+        assert tasks["worker:0"]["gpu_util_percent"] == (gpu_util(0) + gpu_util(1)) / 2
+        assert tasks["worker:1"]["gpu_util_percent"] == (gpu_util(2) + gpu_util(3)) / 2
+        assert (tasks["worker:0"]["gpu_memory_bytes"], tasks["worker:1"]["gpu_memory_bytes"]) == (0, 1 << 30)
+        assert tasks["ps:0"]["gpu_util_percent"] is None and tasks["ps:0"]["gpu_memory_bytes"] is None  # no GPU
+        screen = tfctl("-f", str(cluster), "top", "--once", home=home, env={"COLUMNS": "200"}).stdout
+        assert "GPU MEM" in screen and "1.0 GiB" in screen
     finally:
         assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
 

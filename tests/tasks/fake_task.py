@@ -9,7 +9,8 @@ worker), --fork K (start K children that sleep in the same group), --setsid-chil
 child in its own session, escaping the process group), --devices (print what a GPU and CPU
 placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
 (resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/NAME, one step
-per line printed, rewriting that file in place after each).
+per line printed, rewriting that file in place after each), --busy (spin on a core instead of
+sleeping), --hold-mb M (keep M MiB of touched memory).
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def main() -> int:
     p.add_argument("--steps-for", type=float, default=-1)
     p.add_argument("--devices", action="store_true")
     p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--busy", action="store_true")
+    p.add_argument("--hold-mb", type=int, default=0)
     a = p.parse_args()
+    held = bytearray(b"x" * (a.hold_mb << 20))  # noqa: F841 - resident until the task ends
     if a.devices:
         with open("/proc/self/status") as f:
             cores = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list:"))
@@ -80,9 +84,9 @@ def main() -> int:
             if a.steps_for < 0 or time.monotonic() - begun < a.steps_for:
                 print(f"step {step} loss {1.0 / (step + 1):.4f}", flush=True)
                 step += 1
-            time.sleep(1 / a.steps_per_sec)
+            pause(1 / a.steps_per_sec, a.busy)
             continue
-        time.sleep(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())))
+        pause(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())), a.busy)
     print(f"{a.name} done, exit {a.exit}")
     return a.exit
 
@@ -99,6 +103,15 @@ def checkpoint(name: str, steps: int) -> None:
         with open(saved, "w") as f:  # in place, as programs that write their own index do
             f.write(str(step))
         print(f"{name} checkpoint step {step}", flush=True)
+
+
+def pause(seconds: float, busy: bool) -> None:
+    if not busy:
+        time.sleep(seconds)
+        return
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
 
 
 if __name__ == "__main__":

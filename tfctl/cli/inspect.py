@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import click
 
@@ -16,7 +17,8 @@ from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
-    from tfctl.controller.rpc_messages import LogsPart, StatusReply
+    from tfctl.controller.rpc_messages import LogsPart, StatusAsk, StatusReply
+    from tfctl.runs.record import RunRecord
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
 STATUS_PATIENCE = 15.0
@@ -37,30 +39,11 @@ Examples:
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
-    import contextlib
-
     from tfctl import console
-    from tfctl.controller import rpc as live
     from tfctl.controller.rpc_messages import StatusAsk, Terminal
 
-    if TYPE_CHECKING:
-        from tfctl.cluster.supervisors import Cluster
     record = run_record(ctx, cluster_file, run_id)
-    run_dir = run_store().run_dir(record.run_id)
-    with contextlib.ExitStack() as stack:
-        clusters: list[Cluster] = []
-
-        def ask(request: StatusAsk) -> StatusReply:
-            """From the run's live controller if it has one here, else from the hosts."""
-            answer = live.ask(run_dir, record, request, STATUS_PATIENCE)
-            if answer is not None:
-                return answer
-            from tfctl.cluster.supervisors import Cluster
-            from tfctl.controller import status_view  # rich, paramiko: only when this process asks the hosts
-
-            if not clusters:
-                clusters.append(stack.enter_context(Cluster(record)))
-            return status_view.status_answer(clusters[0], record, request)
+    with status_asker(record) as ask:
 
         def table() -> str:  # as this terminal prints it; it may have been resized since the last one
             return ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or ""
@@ -78,6 +61,32 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
             while True:
                 time.sleep(1)
                 screen.update(Text.from_ansi(table()), refresh=True)
+
+
+@contextlib.contextmanager
+def status_asker(record: RunRecord) -> Iterator[Callable[[StatusAsk], StatusReply]]:
+    """Ask `status` of the run's live controller if it has one here, else of the hosts (with
+    connections opened on the first such ask and kept for the next)."""
+    from tfctl.controller import rpc as live
+
+    if TYPE_CHECKING:
+        from tfctl.cluster.supervisors import Cluster
+    run_dir = run_store().run_dir(record.run_id)
+    with contextlib.ExitStack() as stack:
+        clusters: list[Cluster] = []
+
+        def ask(request: StatusAsk) -> StatusReply:
+            answer = live.ask(run_dir, record, request, STATUS_PATIENCE)
+            if answer is not None:
+                return answer
+            from tfctl.cluster.supervisors import Cluster
+            from tfctl.controller import status_view  # rich, paramiko: only when this process asks the hosts
+
+            if not clusters:
+                clusters.append(stack.enter_context(Cluster(record)))
+            return status_view.status_answer(clusters[0], record, request)
+
+        yield ask
 
 
 @cli.command(

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar
 
 from tfctl import trace
 from tfctl.cluster.agent import HostAgent, open_agent
@@ -201,13 +201,14 @@ class Cluster:
         progress: ProgressRule | None = None,
         tail: int = 0,
         wait_listening: float = 0.0,
+        usage_history: int = 0,
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
-        """Every task's status (with its recent progress lines, given the `progress` rule, and its
-        last `tail` output lines), plus the hosts that could not be asked (their tasks:
-        `unreachable`). One request per host; with `wait_listening`, each host answers once its
-        tasks listen or have ended, or after that many seconds."""
+        """Every task's status (with its recent progress lines, given the `progress` rule, its
+        last `tail` output lines and `usage_history` usage samples), plus the hosts that could not
+        be asked (their tasks: `unreachable`). One request per host; with `wait_listening`, each
+        host answers once its tasks listen or have ended, or after that many seconds."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
-        answers = self._ask_status(tasks, progress, tail, wait_listening)
+        answers = self._ask_status(tasks, wait_listening, progress=progress, tail=tail, usage_history=usage_history)
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}
         clock = {host: answer.time for host, answer in answers.succeeded.items()}
@@ -220,20 +221,15 @@ class Cluster:
             for t in tasks
         ], answers.failed
 
-    def _ask_status(
-        self, tasks: Sequence[TaskSpec], progress: ProgressRule | None = None, tail: int = 0, wait: float = 0.0
-    ) -> GroupResult[StatusAnswer]:
-        """Each host's answer about its tasks among `tasks`, one request per host."""
+    def _ask_status(self, tasks: Sequence[TaskSpec], wait: float = 0.0, **asked: Any) -> GroupResult[StatusAnswer]:
+        """Each host's answer about its tasks among `tasks`, one request per host; `asked`: the
+        request's optional fields (progress, tail, usage_history)."""
         grouped = self.by_host(tasks)
         return self.fan_out(
             grouped,
             lambda a: a.call(
                 StatusRequest(
-                    self.record.run_id,
-                    {t.name: t.port for t in grouped[a.host]},
-                    progress=progress,
-                    tail=tail,
-                    wait_listening=wait,
+                    self.record.run_id, {t.name: t.port for t in grouped[a.host]}, wait_listening=wait, **asked
                 ),
                 timeout=STATUS_TIMEOUT + wait,
             ),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.runs.record import TaskSpec
-from tfctl.supervisor.protocol import Attempt, Mark, TaskInfo, TaskState
+from tfctl.supervisor.protocol import Attempt, Mark, TaskInfo, TaskState, Usage
 
 
 def describe_end(
@@ -76,6 +76,8 @@ class TaskStatus:
     attempts: tuple[Attempt, ...] = ()  # its earlier runs, when it was restarted
     host_problem: str | None = None  # why its host's state directory refuses writes (a full disk)
     unrecorded: bool = False  # its end is known on its host but not yet written there
+    usage: Usage | None = None  # what its process tree uses, while it runs
+    usage_history: tuple[Usage, ...] = ()  # earlier samples, when asked for
 
     @classmethod
     def of(
@@ -127,6 +129,8 @@ class TaskStatus:
             attempts=tuple(info.attempts),
             host_problem=host_problem or None,
             unrecorded=info.unrecorded,
+            usage=info.usage,
+            usage_history=tuple(info.usage_history),
         )
 
     @property
@@ -161,4 +165,8 @@ class TaskStatus:
             "unrecorded": self.unrecorded,
             "gpus": None if self.gpus is None else list(self.gpus),
             "cpus": None if self.cpus is None else list(self.cpus),
+            "cpu_percent": None if self.usage is None else self.usage.cpu_percent,
+            "rss_bytes": None if self.usage is None else self.usage.rss_bytes,
+            "gpu_util_percent": None if self.usage is None else self.usage.gpu_util_percent,
+            "gpu_memory_bytes": None if self.usage is None else self.usage.gpu_memory_bytes,
         }

@@ -55,6 +55,7 @@ class StatusAsk(DoorRequest[StatusReply]):
 
     json: bool = False
     console: Terminal | None = None  # without `json`: the terminal to render the table for
+    usage_history: int = 0  # with `json`: also each task's last samples of CPU and memory (`top`)
 
 
 # ---------------------------------------------------------------- down

@@ -71,7 +71,7 @@ class Snapshot:
     progress: dict[str, TaskProgress]
     backend: BackendReport | None = None  # what the run's backend says of its own state
 
-    def to_json(self, record: RunRecord) -> dict[str, Any]:
+    def to_json(self, record: RunRecord, usage_history: bool = False) -> dict[str, Any]:
         run = {
             "id": record.run_id,
             "cluster": record.cluster_name,
@@ -97,14 +97,15 @@ class Snapshot:
                     "epoch": p.epoch,
                     "flags": list(p.flags),
                     "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
+                    **({"usage_history": [u.to_wire() for u in s.usage_history]} if usage_history else {}),
                 }
             )
         return {"run": run, "tasks": tasks}
 
 
-def snapshot(cluster: Cluster) -> Snapshot:
+def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     progress = RunProgress(cluster.record.progress)
-    statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES)
+    statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     held = backends.get(cluster.record.backend).report(cluster.record)
@@ -132,9 +133,9 @@ def rate_text(rate: float | None) -> str:
 def status_answer(cluster: Cluster, record: RunRecord, request: StatusAsk) -> StatusReply:
     """`status`, asked here or of the run's live controller from another terminal (see `rpc`):
     the JSON, or the table as that terminal's console would print it (`console.stdout_traits`)."""
-    shot = snapshot(cluster)
+    shot = snapshot(cluster, request.usage_history)
     if request.json:
-        return StatusReply(json=shot.to_json(record))
+        return StatusReply(json=shot.to_json(record, usage_history=request.usage_history > 0))
     if request.console is None:
         raise ValueError("a status table needs the terminal to render it for")
     traits = request.console

@@ -8,8 +8,9 @@ any; while the task runs it applies the host's own rules (`guard`: the lease, th
 when the task ends it either starts it again (`restart` policy, after `backoff` seconds) or
 records the exit in exit.json and kills whatever the task left behind in its group. Files:
 proc.json (the current process), restarts.json (how and when earlier runs ended, and whether a
-restart is pending), exit.json (the end), stop.json (who stopped it). A disk that refuses these
-writes does not end the monitor: it holds the record and writes it once it can (`disk`).
+restart is pending), exit.json (the end), stop.json (who stopped it), output.usage (what its
+process tree used, every few seconds: `usage`). A disk that refuses these writes does not end
+the monitor: it holds the record and writes it once it can (`disk`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from . import devices, disk, guard, procfs
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
 from .timeline import TimeNotes
+from .usage import UsageNotes, visible_gpus
 
 GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
@@ -62,6 +64,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             return
     notes = TimeNotes(log_path)
     outage = disk.Outage(d, log_path)
+    meter = UsageNotes(log_path, visible_gpus(launch.env))
     ends: List[str] = []
     spans: List[List[float]] = []  # [started_at, ended_at] of each run that was restarted: `report`'s timeline
     while True:
@@ -83,7 +86,8 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         if started_fd is not None:
             os.close(started_fd)
             started_fd = None
-        code = _wait_guarded(child, d, run_id, launch, proc, notes, outage)
+        meter.begin(child.pid, proc["started_at"])
+        code = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)
         if not _restart_wanted(launch.restart, code, len(ends), d):
@@ -205,9 +209,17 @@ def _back_off(d: str, seconds: float) -> bool:
 
 
 def _wait_guarded(
-    child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict, notes: TimeNotes, outage: disk.Outage
+    child: subprocess.Popen,
+    d: str,
+    run_id: str,
+    launch: TaskLaunch,
+    proc: dict,
+    notes: TimeNotes,
+    outage: disk.Outage,
+    meter: UsageNotes,
 ) -> int:
-    """Wait for the task to end, noting once a second how far its output got (`timeline`); stop
+    """Wait for the task to end, noting once a second how far its output got (`timeline`) and
+    every few seconds what it uses (`usage`); stop
     it first if its run's lease runs out or the job it serves is over (`guard`), recording why,
     so `status` can tell."""
     idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
@@ -219,6 +231,7 @@ def _wait_guarded(
                 return code
             notes.note()
             outage.check()
+            meter.note()
             why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
             if why is None:
                 continue

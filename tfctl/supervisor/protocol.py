@@ -54,11 +54,28 @@ class Attempt(Wire):
 
 
 @record
+class Usage(Wire):
+    """What a task's process tree used, as its monitor last sampled it (`usage.py`). CPU percent
+    is over the interval before `sampled_at`, 100 per busy core; GPU values only with GPUs."""
+
+    sampled_at: float
+    cpu_percent: float
+    rss_bytes: int
+    gpu_util_percent: Optional[float] = None
+    gpu_memory_bytes: Optional[int] = None
+
+
+@record
 class TaskInfo(Wire):
     """The truth about one task on its host: files written by its monitor, checked against /proc."""
 
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": TaskState}
-    NESTED: ClassVar[Mapping[str, Any]] = {"marks": ("list", Mark), "attempts": ("list", Attempt)}
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "marks": ("list", Mark),
+        "attempts": ("list", Attempt),
+        "usage": ("one", Usage),
+        "usage_history": ("list", Usage),
+    }
 
     task: str
     state: TaskState = TaskState.PENDING
@@ -78,6 +95,8 @@ class TaskInfo(Wire):
     marks: List[Mark] = field(default_factory=list)  # recent progress lines, when asked for
     attempts: List[Attempt] = field(default_factory=list)  # the earlier runs whose times were recorded
     unrecorded: bool = False  # its end is known to its monitor, which waits for the disk to take it
+    usage: Optional[Usage] = None  # while it runs: its latest CPU, memory and GPU sample
+    usage_history: List[Usage] = field(default_factory=list)  # earlier samples, when asked for
 
 
 @record
@@ -205,6 +224,7 @@ class StatusRequest(Request[StatusAnswer]):
     progress: Optional[ProgressRule] = None  # also each task's recent progress lines
     tail: int = 0  # also the last `tail` output lines of each task, so diagnosis needs no second call
     wait_listening: float = 0.0  # answer once every task listens or has ended, or after this long
+    usage_history: int = 0  # also each running task's last `usage_history` usage samples
 
 
 @record

@@ -36,6 +36,7 @@ from .protocol import (
     TaskState,
 )
 from .state import task_state
+from .usage import current_usage, read_usage
 
 START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
@@ -136,8 +137,9 @@ def _wait_ended(pipes: List[int], patience: float) -> None:
 
 
 def status(root: str, request: StatusRequest) -> StatusAnswer:
-    """Each task's state, whether its own process listens on its port, its last line and, when
-    asked, its recent progress lines and last output lines. With `wait_listening`, the answer
+    """Each task's state, whether its own process listens on its port, its last line, what it
+    uses (its monitor's last sample) and, when asked, its recent progress lines, last output
+    lines and usage history. With `wait_listening`, the answer
     waits here (a look every 20 ms) until every task listens or has ended: a start waiting for
     its ps costs one round trip instead of a poll from the controller every few tenths."""
     deadline = time.monotonic() + request.wait_listening
@@ -173,6 +175,10 @@ def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
         info = info.replace(listening=listens, last_line=last_line(log), uptime=uptime)
         if request.progress is not None:
             info = info.replace(marks=recent_marks(log, request.progress, now))
+        if info.state is TaskState.RUNNING:
+            info = info.replace(usage=current_usage(log, info.started_at))
+            if request.usage_history:
+                info = info.replace(usage_history=read_usage(log, request.usage_history, info.started_at or 0.0))
         out[task] = info
     tails = tail(root, TailRequest(run_id, list(request.tasks), request.tail)).tails if request.tail else {}
     return StatusAnswer(out, now, tails, disk=trouble or "")
