@@ -93,7 +93,9 @@ class Snapshot:
                     "steps_per_sec": p.steps_per_sec,
                     "epoch": p.epoch,
                     "flags": list(p.flags),
-                    "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
+                    "diagnosis": finding_json(
+                        self.diagnosis.findings.get(s.task) or self.diagnosis.never_ready.get(s.task)
+                    ),
                 }
             )
         return {"run": run, "tasks": tasks}
@@ -203,6 +205,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
             f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())
         )
     notes = [finding_text(task, f) for task, f in found.findings.items()]
+    notes += never_ready_notes(found)
     notes += untrained_notes(shot.statuses, shot.progress)
     notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
@@ -221,6 +224,16 @@ def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskPr
         + Text(
             "set `progress: {regex: '...(?P<step>\\d+)...'}` in the cluster file to a pattern of your progress lines"
         )
+    ]
+
+
+def never_ready_notes(found: RunDiagnosis, skip: str | None = None) -> list[Any]:
+    """The ended tasks whose log ends in a wait TF never gave up: they never trained, whatever
+    the run's outcome says (a success policy that watches the chief only)."""
+    return [
+        note_text(task, f"never got past waiting: {f.cause}", f.fix)
+        for task, f in found.never_ready.items()
+        if task != skip
     ]
 
 
