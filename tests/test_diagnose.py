@@ -25,6 +25,7 @@ from tfctl.tf.diagnose import (
     is_noise,
     last_meaningful,
     match_line,
+    moved_on,
     tf_task_name,
 )
 from tfctl.tf.doctor import diagnose_run, finding_json
@@ -221,6 +222,16 @@ CASES = [
         "Waiting for model to be ready",
     ),
     ("hogwild_chief_trains.log", "worker:0", [], None, [], [], None),
+    (
+        "supervisor_hogwild_worker1_never_initialised.log",
+        "worker:1",
+        ["waiting_for_model"],
+        None,
+        ["chief to initialise the variables", "w, global_step"],
+        ["start the chief"],
+        "ready: Variables not initialized: w, global_step",
+    ),
+    ("supervisor_hogwild_chief_bare_arrays.log", "worker:0", [], None, [], [], None),
     ("keras_fit_progress_bar.log", "worker:0", [], None, [], [], None),
 ]
 
@@ -743,3 +754,58 @@ def test_scanning_is_linear() -> None:
     small, large = best(5_000), best(50_000)
     # 10x the lines: linear costs ~10x; quadratic would cost ~100x. Generous for a busy machine.
     assert large < 30 * small, (small, large)
+
+
+# --- a worker that never gets past waiting (tf.train.Supervisor Hogwild captures) ----------------
+
+W1 = "supervisor_hogwild_worker1_never_initialised.log"
+W0 = "supervisor_hogwild_chief_bare_arrays.log"
+
+
+def test_a_repeated_model_wait_counts_its_repeats_and_the_task_has_not_moved_on() -> None:
+    lines = load(W1)
+    (f,) = diagnose("worker:1", lines)
+    assert f.repeats == sum("Waiting for model to be ready" in line for line in lines) > 1
+    # Supervisor runs local init before each look: its "Done running local_init_op" is no way out.
+    assert any("Done running local_init_op" in line for line in lines) and not moved_on("worker:1", lines)
+    assert moved_on("worker:0", load(W0))  # TF's "Starting queue runners", then bare arrays
+    assert not moved_on("worker:0", load(W0)[:12])  # still starting
+
+
+def test_a_wait_ends_when_tf_says_the_session_is_up() -> None:
+    waited = load(W1)
+    assert diagnose("worker:1", [*waited, "INFO:tensorflow:Starting queue runners."]) == []
+
+
+def test_a_model_wait_retried_on_a_finished_worker_is_still_a_model_wait() -> None:
+    """success_policy all_workers: the chief ends, worker 1's next session waits for it; the
+    model wait, not device filters, says why worker 1 never trains."""
+    retry = next(line for line in load("createsession_no_device_filters.log") if "CreateSession still" in line)
+    retry = retry.replace("/job:worker/replica:0/task:1", "/job:worker/replica:0/task:0")
+    assert [f.kind for f in diagnose("worker:1", [*load(W1), retry])] == [Kind.WAITING_FOR_MODEL]
+    ps_retry = retry.replace("/job:worker/", "/job:ps/")  # a ps holds variables: that wait stays news
+    assert [f.kind for f in diagnose("worker:1", [*load(W1), ps_retry])][0] is Kind.WAITING_FOR_PEER
+
+
+class SupervisorCluster(CapturedCluster):
+    def tails(self, names, count):
+        files = {"worker:0": W0, "worker:1": W1}
+        return {name: load(files[name])[-count:] for name in names if name in files}
+
+
+def test_an_ended_run_names_the_task_that_never_got_past_waiting(utc) -> None:
+    statuses = [
+        TaskStatus("worker:0", "worker", 0, "localhost", 1, TaskState.SUCCEEDED, exit_code=0, ended_at=T_END),
+        TaskStatus("worker:1", "worker", 1, "localhost", 2, TaskState.STOPPED, ended_at=T_END),
+    ]
+    found = diagnose_run(SupervisorCluster(), statuses)  # type: ignore[arg-type]
+    assert list(found.never_ready) == ["worker:1"] and found.findings == {}
+    f = found.never_ready["worker:1"]
+    assert f.kind is Kind.WAITING_FOR_MODEL and f.peer == "worker:0"
+    assert "the chief worker:0 trained, then worker:0 exited with code 0 at 18:44:03" in f.cause
+    assert "this worker's own task" in f.cause and "replica_device_setter" in f.fix
+    # Live, with bare arrays for progress, TF's own lines still tell that the chief moved on.
+    statuses[0] = TaskStatus("worker:0", "worker", 0, "localhost", 1, TaskState.RUNNING, listening=True)
+    statuses[1] = TaskStatus("worker:1", "worker", 1, "localhost", 2, TaskState.RUNNING, listening=True)
+    live = diagnose_run(SupervisorCluster(), statuses).findings["worker:1"]  # type: ignore[arg-type]
+    assert "the chief worker:0 trains" in live.cause

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.cluster.supervisors import TaskStatus
 from tfctl.runs.record import ProgressSpec
+from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Kind
-from tfctl.tf.doctor import FAILURE_HOLD, HOLD, LiveNotes
+from tfctl.tf.doctor import FAILURE_HOLD, HOLD, REPEATED_HOLD, LiveNotes
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 HEALTHY = ("healthy_chief_worker0.log", "healthy_worker1.log", "keras_fit_progress_bar.log")
@@ -32,7 +34,7 @@ class QuietCluster:
     class record:
         progress = ProgressSpec()
 
-    def status(self, progress=None) -> tuple[list, dict]:
+    def status(self, progress=None, tail=0) -> tuple[list, dict]:
         return [], {}
 
     def reachable(self, source: str, address: str) -> None:
@@ -111,3 +113,32 @@ def test_a_cancelled_step_while_the_run_ends_normally_is_no_note() -> None:
     assert feed(notes, clock, "worker:0", "ps_killed_worker0_default.log", every=0) == []
     clock.now += HOLD[Kind.STEP_CANCELLED] - 1
     assert notes.due() == []
+
+
+class TwoWorkers(QuietCluster):
+    """Both workers run; their statuses say nothing of progress (bare arrays, no tail)."""
+
+    def status(self, progress=None, tail=0) -> tuple[list, dict]:
+        return [
+            TaskStatus(f"worker:{i}", "worker", i, "localhost", 2222 + i, TaskState.RUNNING, listening=True)
+            for i in (0, 1)
+        ], {}
+
+
+def test_a_model_wait_repeated_while_another_task_moved_on_is_noted_within_seconds() -> None:
+    """The Hogwild hang: worker 1's variables are never initialised while the chief trains."""
+    for chief_up in (True, False):
+        clock = Clock()
+        notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
+        chief = lines("supervisor_hogwild_chief_bare_arrays.log")
+        for line in chief if chief_up else chief[:12]:  # trains (bare arrays), or still starting
+            notes.feed("worker:0", line)
+        due = feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
+        clock.now += REPEATED_HOLD
+        due += notes.due()
+        if chief_up:
+            ((task, finding),) = due
+            assert (task, finding.kind, finding.peer) == ("worker:1", Kind.WAITING_FOR_MODEL, "worker:0")
+            assert "the chief worker:0 trains" in finding.cause  # known from its lines, not its steps
+        else:
+            assert due == []  # a start-up race, held past TF's own 30 s retry

@@ -10,6 +10,7 @@ from tests.fakes import record_of
 from tfctl.cluster.task_status import TaskStatus
 from tfctl.controller.status_view import Snapshot, status_table
 from tfctl.supervisor.protocol import TaskState
+from tfctl.tf.diagnose import Finding, Kind
 from tfctl.tf.doctor import RunDiagnosis
 from tfctl.tf.progress import TaskProgress, unread_progress
 
@@ -57,3 +58,19 @@ def test_a_trainer_printing_nothing_readable_is_told_once_how_to_set_progress_re
     assert unread_progress(statuses, progress) == ["worker:0", "worker:1"]
     table = shown(statuses, progress)
     assert table.count("progress: {regex:") == 1 and "worker:0, worker:1: print, but no line reads" in table
+
+
+def test_an_ended_task_that_never_got_past_waiting_is_named_in_the_table_and_the_json() -> None:
+    statuses = [
+        TaskStatus("worker:0", "worker", 0, "h", 2222, TaskState.SUCCEEDED, exit_code=0, last_line="[0.51 0.49]"),
+        TaskStatus("worker:1", "worker", 1, "h", 2223, TaskState.STOPPED, last_line="INFO:tensorflow:Waiting for"),
+    ]
+    progress = {s.task: TaskProgress(None, None, ()) for s in statuses}
+    wait = Finding(Kind.WAITING_FOR_MODEL, "worker:1", "its variables live on its own task", "place them on a ps", "")
+    shot = Snapshot(statuses, {}, RunDiagnosis({}, {}, {"worker:1": wait}), progress)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(status_table(shot, record_of({"worker:0": "h"}), 200))
+    assert "worker:1: never got past waiting: its variables live on its own task" in out.getvalue()
+    assert "worker:0: never" not in out.getvalue()
+    tasks = shot.to_json(record_of({"worker:0": "h", "worker:1": "h"}))["tasks"]
+    assert [t["diagnosis"] and t["diagnosis"]["kind"] for t in tasks] == [None, "waiting_for_model"]

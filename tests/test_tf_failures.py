@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -23,6 +26,16 @@ MNIST = REPO / "examples" / "mnist"
 WORKER = (
     "{python} train.py --job_name=worker --task_index={task_index} --ps_hosts={ps_hosts} "
     "--worker_hosts={worker_hosts} --train_steps 100000000"
+)
+
+
+# Worker 0 trains ~20 s; TF looks again every second (--recovery_wait) instead of every 30 s.
+HOGWILD = "--place own --print arrays --steps 200 --every 10 --pause 0.1 --recovery_wait 1 --summaries_secs 0"
+
+
+# Both train on worker 0's variables ~30 s; the chief prints bare arrays, worker 1 step lines.
+SUPERVISOR_RATE = (
+    "--place chief --print steps --chief_print arrays --steps 600 --every 5 --pause 0.05 --recovery_wait 1"
 )
 
 
@@ -113,3 +126,134 @@ jobs:
     assert "job failed: ps:0 on localhost was killed by signal 9" in err
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     assert run_left(run_id) == []
+
+
+class Streams:
+    """An attached `tfctl up`'s stdout and stderr lines, each with when it was read."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[tuple[float, str, str]] = []  # (monotonic time, "out"/"err", line)
+        self.threads = [
+            threading.Thread(target=self._read, args=(stream, name), daemon=True)
+            for stream, name in ((proc.stdout, "out"), (proc.stderr, "err"))
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, stream: IO[str], name: str) -> None:
+        for line in stream:
+            self.lines.append((time.monotonic(), name, line.rstrip("\n")))
+
+    def first(self, name: str, text: str) -> tuple[float, str]:
+        return next((t, line) for t, n, line in self.lines if n == name and text in line)
+
+
+def hogwild_up(tmp_path: Path, home: Path, policy: str, hang_timeout: int = 120) -> tuple[subprocess.Popen, Streams]:
+    """An attached `tfctl up` of the Hogwild program on two local workers, run to its end."""
+    ports = free_ports(2)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: hogwild
+workdir: {REPO / "tests" / "tasks"}
+success_policy: {policy}
+hang_timeout: {hang_timeout}
+grace_period: 3
+jobs:
+  worker:
+    hosts: [localhost:{ports[0]}, localhost:{ports[1]}]
+    command: "{{python}} hogwild.py {HOGWILD}"
+""")
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    streams = Streams(up)
+    try:
+        up.wait(timeout=150)
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGINT)
+            up.wait(timeout=30)
+    for t in streams.threads:
+        t.join(timeout=5)
+    return up, streams
+
+
+def test_hogwild_worker_whose_variables_are_never_initialised_is_named_live_and_at_the_end(
+    tmp_path: Path, home: Path
+) -> None:
+    """Worker 1 places its variables on its own task; only the chief's init op runs, so it waits
+    for ever while worker 0 trains, printing bare arrays no pattern reads. The run succeeds (the
+    chief's), and tfctl must still name worker 1, live and at the end."""
+    up, streams = hogwild_up(tmp_path, home, "chief")
+    err = "\n".join(line for _, n, line in streams.lines if n == "err")
+    assert up.returncode == 0, err  # the chief's run did succeed ...
+    waited_at, _ = streams.first("out", "[worker:1] INFO:tensorflow:Waiting for model to be ready")
+    noted_at, note = streams.first("err", "worker:1: the chief worker:0 trains")
+    # ... but worker 1 is named while the chief trains, as soon as TF repeats its wait,
+    named_after = noted_at - waited_at
+    print(f"worker:1 named {named_after:.1f}s after its first 'Waiting for model' line")
+    assert 0 < named_after < 20, named_after
+    assert "this worker's own task" in err and "replica_device_setter" in err
+    # ... and again when the run ends, before the success line.
+    ended_at, _ = streams.first("err", "worker:1: never got past waiting: the chief worker:0 trained, then")
+    assert ended_at <= streams.first("err", "job succeeded")[0]
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_left(run_id) == []
+
+
+def test_hogwild_under_all_workers_fails_as_hung_with_the_cause_not_device_filters(tmp_path: Path, home: Path) -> None:
+    """Once worker 0 is done, worker 1's next look at the model waits for worker 0 at CreateSession:
+    that retry is not the story, its never-initialised variables are."""
+    up, streams = hogwild_up(
+        tmp_path, home, "all_workers", hang_timeout=50
+    )  # past worker 0's ~20 s, and its retry 10 s later
+    err = "\n".join(line for _, n, line in streams.lines if n == "err")
+    assert up.returncode == 1, err
+    assert any(  # worker 1's retry, a new session that waits for the finished worker 0
+        "CreateSession still waiting for response from worker: /job:worker/replica:0/task:0" in line
+        for _, n, line in streams.lines
+        if n == "out" and line.startswith("[worker:1]")
+    )
+    record = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]
+    assert record["state"] == "failed", record
+    assert "worker:1 has been stuck for over 50s" in record["reason"], record["reason"]
+    assert "the chief worker:0 trained, then worker:0 exited with code 0" in record["reason"], record["reason"]
+    assert "device_filters" not in record["reason"]
+    assert run_left(record["run_id"]) == []
+
+
+def test_a_supervisor_chiefs_global_step_sec_0_line_makes_no_straggler(tmp_path: Path, home: Path) -> None:
+    """tf.train.Supervisor's step counter logs `global_step/sec: 0` as the chief starts, then
+    nothing for save_summaries_secs (120 s); a chief printing no step lines of its own is then no
+    straggler beside a worker that prints them: that 0 is no rate."""
+    ports = free_ports(2)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: svrate
+workdir: {REPO / "tests" / "tasks"}
+grace_period: 3
+jobs:
+  worker:
+    hosts: [localhost:{ports[0]}, localhost:{ports[1]}]
+    command: "{{python}} hogwild.py {SUPERVISOR_RATE}"
+""")
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    seen: list[dict[str, dict]] = []
+
+    def poll() -> dict[str, dict]:
+        tasks = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
+        seen.append({t["task"]: t for t in tasks})
+        return seen[-1]
+
+    wait_until(poll, 120, "the chief's end", until=lambda t: t["worker:0"]["state"] != "running", interval=1)
+    both_rated = [s for s in seen if s["worker:1"]["steps_per_sec"] and s["worker:0"]["state"] == "running"]
+    assert both_rated, seen  # the worker trained beside the running chief: a straggler could be called
+    assert all("straggler" not in s["worker:0"]["flags"] for s in seen), [s["worker:0"] for s in seen]
+    assert all(s["worker:0"]["steps_per_sec"] is None for s in both_rated)
+    logs = tfctl("-f", str(cluster), "logs", "--run", run_id, "worker:0", home=home).stdout
+    assert any(line.endswith("INFO:tensorflow:global_step/sec: 0") for line in logs.splitlines()), logs[-2000:]
+    wait_until(lambda: run_left(run_id), 60, "the run's processes to end", until=lambda left: left == [], interval=1)

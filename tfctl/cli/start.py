@@ -258,7 +258,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
     from tfctl.controller import status_view, supervise
-    from tfctl.tf.doctor import LiveNotes, diagnose_run
+    from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
 
@@ -286,20 +286,22 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
                 f"tfctl {hint_file}down --run {record.run_id}"
             )
         return EXIT_INTERRUPTED
-    # One last look at every task: which never trained and, if the run failed, why.
+    # One last look at every task: which never got past waiting or never trained and, if the run failed, why.
     run_progress = RunProgress(record.progress)
-    statuses, _ = cluster.status(progress=run_progress.rule())
+    statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+    found = diagnose_run(cluster, statuses)
+    culprit = None if ending.outcome.succeeded else ending.outcome.culprit
+    finding = found.findings.get(culprit) if culprit else None
+    for note in status_view.never_ready_notes(found, skip=culprit if finding else None):
+        err.print(note)
     for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
     else:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
-        culprit = ending.outcome.culprit
-        if culprit:
-            finding = diagnose_run(cluster, statuses).findings.get(culprit)
-            if finding is not None:
-                err.print(status_view.finding_text(culprit, finding))
+        if culprit and finding is not None:
+            err.print(status_view.finding_text(culprit, finding))
     render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 

@@ -96,7 +96,9 @@ class Snapshot:
                     "steps_per_sec": p.steps_per_sec,
                     "epoch": p.epoch,
                     "flags": list(p.flags),
-                    "diagnosis": finding_json(self.diagnosis.findings.get(s.task)),
+                    "diagnosis": finding_json(
+                        self.diagnosis.findings.get(s.task) or self.diagnosis.never_ready.get(s.task)
+                    ),
                     **({"usage_history": [u.to_wire() for u in s.usage_history]} if usage_history else {}),
                 }
             )
@@ -211,6 +213,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
     if captions:
         table.caption = "\n".join(captions)
     notes = [finding_text(task, f) for task, f in found.findings.items()]
+    notes += never_ready_notes(found)
     notes += untrained_notes(shot.statuses, shot.progress)
     notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
@@ -234,6 +237,16 @@ def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskPr
         + Text(
             "set `progress: {regex: '...(?P<step>\\d+)...'}` in the cluster file to a pattern of your progress lines"
         )
+    ]
+
+
+def never_ready_notes(found: RunDiagnosis, skip: str | None = None) -> list[Any]:
+    """The ended tasks whose log ends in a wait TF never gave up: they never trained, whatever
+    the run's outcome says (a success policy that watches the chief only)."""
+    return [
+        note_text(task, f"never got past waiting: {f.cause}", f.fix)
+        for task, f in found.never_ready.items()
+        if task != skip
     ]
 
 

@@ -45,6 +45,7 @@ class Kind(str, enum.Enum):
 
 # Kinds that describe a wait (or a suspicion of one): a later line showing progress ends them.
 CLEARED_BY_PROGRESS = (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING, Kind.WAITING_FOR_MODEL, Kind.STEP_CANCELLED)
+WAITS = (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING, Kind.WAITING_FOR_MODEL)  # TF waits for these for ever
 EVIDENCE_MAX = 300
 DEVICE_FILTERS_FIX = (
     'give the session tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % task_index])'
@@ -60,6 +61,7 @@ class Finding:
     fix: str  # one line: what to do
     evidence: str  # the log line (trimmed)
     peer: str | None = None  # the task the log names, e.g. "ps:0" (from /job:ps/replica:0/task:0)
+    repeats: int = 1  # how many lines in a row (no progress between) said it
 
 
 # ------------------------------------------------------------------------------------------ lines
@@ -141,18 +143,8 @@ def _trim(line: str) -> str:
 # ---------------------------------------------------------------------------------- pattern table
 
 _DTYPE_BYTES = {
-    "float": 4,
-    "double": 8,
-    "half": 2,
-    "bfloat16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "int32": 4,
-    "int64": 8,
-    "bool": 1,
-    "complex64": 8,
-    "complex128": 16,
+    **{"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2, "int32": 4},
+    **{"int64": 8, "bool": 1, "complex64": 8, "complex128": 16},
 }
 
 
@@ -480,7 +472,11 @@ _TF_CHATTER = re.compile(
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|FATAL):tensorflow:"
     r"|/job:|Additional GRPC error information|:UNKNOWN:|\s|\[\["
 )
-_PROGRESS = re.compile(r"Waiting for 0/\d+ tasks to connect|has passed with status: OK")
+# TF's lines once a session is ready (tf.train.Supervisor's services); local init too, unless a
+# "Waiting for model" follows: Supervisor runs it before each readiness check.
+_SESSION_READY = r"Starting queue runners|Starting standard services"
+_LOCAL_INIT_DONE = "Done running local_init_op"
+_PROGRESS = re.compile(r"Waiting for 0/\d+ tasks to connect|has passed with status: OK|" + _SESSION_READY)
 _REMOTE_TARGET = re.compile(rf"remote target (?P<t>{_TASK_RE})")
 _STRAGGLER = re.compile(rf"^\s*(?P<t>{_TASK_RE})\s*$")
 PEER_LOOKAHEAD = 3  # a peer named this many lines after a peer-less finding is that finding's peer
@@ -525,9 +521,13 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
                     _set_stragglers(current, stragglers)
                     continue
             old = current.get(finding.kind)
+            if old is not None and finding.kind in CLEARED_BY_PROGRESS:
+                finding = replace(finding, repeats=old[0].repeats + 1)
             # A vaguer line does not replace a precise one; MWMS's own count is always the newest truth.
             if old is None or pattern.needle == "tasks to connect" or _score(finding, pattern) >= _score(*old):
                 current[finding.kind] = (finding, pattern)
+            elif finding.repeats > old[0].repeats:
+                current[finding.kind] = (replace(old[0], repeats=finding.repeats), old[1])
             if in_stragglers:
                 _set_stragglers(current, stragglers)
             open_kind, open_age = (finding.kind, 0) if finding.peer is None else (None, 0)
@@ -545,6 +545,11 @@ def diagnose(task: str, lines: Iterable[str]) -> list[Finding]:
                 current.pop(kind, None)
     if Kind.PEER_DIED in current:
         current.pop(Kind.STEP_CANCELLED, None)  # the death explains the cancelled step
+    peer_wait = current.get(Kind.WAITING_FOR_PEER)
+    if Kind.WAITING_FOR_MODEL in current and peer_wait and (peer_wait[0].peer or "").split(":")[0] != "ps":
+        # Its session was up once: the CreateSession wait is the model wait's retry (a new
+        # session per look), stuck on a finished worker. Why it retries is the news.
+        del current[Kind.WAITING_FOR_PEER]
     return [current[k][0] for k in Kind if k in current]  # most important first
 
 
@@ -565,6 +570,26 @@ def _set_stragglers(current: dict, stragglers: list[str]) -> None:
     cause = finding.cause.split(" (missing:")[0] + f" (missing: {named})"
     fix = f"start {named}, or check that its TF_CONFIG has the same cluster and its own task index"
     current[Kind.MWMS_WAITING] = (replace(finding, peer=stragglers[0], cause=cause, fix=fix), pattern)
+
+
+def session_state(line: str, finding: Finding | None, previous: str = "") -> bool | None:
+    """What a line (and the finding `match_line` gave it) says of its task's session: True it is
+    up and the task moved on (TF says so, or the program prints), False it waits, None neither.
+    The free text under a deprecation's `Instructions for updating:` is TF's, not the program's."""
+    if finding is not None:
+        return False if finding.kind in WAITS else None
+    if previous.strip() == "Instructions for updating:":
+        return None
+    return _LOCAL_INIT_DONE in line or _progress(line) or None
+
+
+def moved_on(task: str, lines: Iterable[str]) -> bool:
+    """Whether a task's newest lines that tell show it past its session start, not waiting."""
+    state, previous = None, ""
+    for line in lines:
+        now = session_state(line, match_line(task, line), previous)
+        state, previous = state if now is None else now, line
+    return bool(state)
 
 
 def _progress(line: str) -> bool:

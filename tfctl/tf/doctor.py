@@ -10,25 +10,27 @@ from __future__ import annotations
 import collections
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf.diagnose import Finding, Kind, diagnose, last_meaningful, match_line
+from tfctl.tf.diagnose import WAITS, Finding, Kind, diagnose, last_meaningful, match_line, moved_on, session_state
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
 
 TAIL_LINES = 200
-HANGS = (Kind.WAITING_FOR_PEER, Kind.MWMS_WAITING, Kind.WAITING_FOR_MODEL)  # kinds that fail a run once they last
+HANGS = WAITS  # kinds that fail a run once they last
 NOTE_EVERY = 30.0  # seconds before the same finding of the same task is noted again
 # How long a finding must stand before it becomes a note: waits end by themselves in healthy runs
 # (a peer connecting 1 s late; TF's own 30 s "Waiting for model" loop), and a failure line seen
 # as a run ends normally (a cancelled step when the ps is stopped) is no news.
 HOLD = {Kind.WAITING_FOR_PEER: 30.0, Kind.MWMS_WAITING: 30.0, Kind.WAITING_FOR_MODEL: 65.0, Kind.STEP_CANCELLED: 10.0}
 FAILURE_HOLD = 2.0
+# A model wait TF repeats while another task has moved on is no start-up race: noted after this.
+REPEATED_HOLD = 2.0
 
 
 def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
@@ -36,15 +38,27 @@ def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
 
 
 def peers_now(cluster: Cluster) -> dict[str, PeerInfo]:
-    """Every task as it is now, with whether it trains (its recent progress lines)."""
-    statuses, _ = cluster.status(progress=RunProgress(cluster.record.progress).rule())
-    return peers(statuses)
+    """Every task as it is now, with whether it trains (its recent progress lines, or TF's)."""
+    statuses, _ = cluster.status(progress=RunProgress(cluster.record.progress).rule(), tail=TAIL_LINES)
+    return _known(cluster, statuses, {s.task: list(s.tail) for s in statuses if s.tail is not None})
+
+
+def _known(cluster: Cluster, statuses: Sequence[TaskStatus], tails: dict[str, list[str]]) -> dict[str, PeerInfo]:
+    """Every task's PeerInfo; `trains` also when its tail shows progress or its session up, as TF says."""
+    steps = re.compile(RunProgress(cluster.record.progress).rule().pattern, re.MULTILINE)
+    return {
+        task: replace(
+            p, trains=p.trains or any(map(steps.search, tails.get(task, ()))) or moved_on(task, tails.get(task, ()))
+        )
+        for task, p in peers(statuses).items()
+    }
 
 
 @dataclass(frozen=True)
 class RunDiagnosis:
     findings: dict[str, Finding]  # task -> its most important finding, explained
     last_lines: dict[str, str]  # task -> last line that is not TF noise
+    never_ready: dict[str, Finding] = field(default_factory=dict)  # ended task -> the wait it ended in
 
 
 def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
@@ -54,19 +68,21 @@ def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnos
     missing = [name for name in names if name not in given]
     tails = {**given, **(cluster.tails(missing, TAIL_LINES) if missing else {})}
     tails = {name: tails[name] for name in names if name in tails}
-    trains = re.compile(RunProgress(cluster.record.progress).rule().pattern, re.MULTILINE)
-    known = {
-        task: replace(p, trains=p.trains or any(trains.search(line) for line in tails.get(task, ())))
-        for task, p in peers(statuses).items()
-    }
-    findings = {}
+    known = _known(cluster, statuses, tails)
+    findings, never_ready = {}, {}
     for s in statuses:
-        if (s.state is TaskState.RUNNING or s.state.is_bad) and tails.get(s.task):
+        if not tails.get(s.task):
+            continue
+        if s.state is TaskState.RUNNING or s.state.is_bad:
             found = [f for f in diagnose(s.task, tails[s.task]) if is_news(f, known)]
             if found:
                 findings[s.task] = explain(found[0], known, cluster.reachable)
+        if s.state.is_final:
+            waits = [f for f in diagnose(s.task, tails[s.task]) if f.kind in WAITS]
+            if waits:
+                never_ready[s.task] = explain(waits[0], known, cluster.reachable)
     meaningful = {task: last_meaningful(lines) or "" for task, lines in tails.items()}
-    return RunDiagnosis(findings, meaningful)
+    return RunDiagnosis(findings, meaningful, never_ready)
 
 
 class HangJudge:
@@ -121,18 +137,24 @@ class LiveNotes:
         self._recent: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=50))
         self._pending: dict[tuple[str, Kind], float] = {}  # (task, kind) -> when first seen
         self._noted: dict[tuple[str, Kind], float] = {}
+        self._moved_on: dict[str, bool] = {}  # task -> its session is up, by its newest line that tells
 
     def feed(self, task: str, line: str) -> None:
-        self._recent[task].append(line)
+        recent = self._recent[task]
+        previous = recent[-1] if recent else ""
+        recent.append(line)
         hit = match_line(task, line)
         if hit is not None:
             self._pending.setdefault((task, hit.kind), self.clock())
+        state = session_state(line, hit, previous)
+        if state is not None:
+            self._moved_on[task] = state
 
     def due(self) -> list[tuple[str, Finding]]:
         """The findings held long enough that the task's recent lines still show, explained."""
         now, out = self.clock(), []
         for (task, kind), since in list(self._pending.items()):
-            if now - since < HOLD.get(kind, FAILURE_HOLD):
+            if now - since < HOLD.get(kind, FAILURE_HOLD) and not self._repeated_while_others_moved_on(task, kind):
                 continue
             del self._pending[(task, kind)]
             if now - self._noted.get((task, kind), -NOTE_EVERY) < NOTE_EVERY:
@@ -140,12 +162,23 @@ class LiveNotes:
             found = [f for f in diagnose(task, self._recent[task]) if f.kind is kind]
             if not found:
                 continue  # later lines ended it
-            now_peers = peers_now(self.cluster)
+            now_peers = {
+                name: replace(p, trains=True) if self._moved_on.get(name) else p
+                for name, p in peers_now(self.cluster).items()
+            }
             if not is_news(found[0], now_peers):
                 continue
             self._noted[(task, kind)] = now
             out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
         return out
+
+    def _repeated_while_others_moved_on(self, task: str, kind: Kind) -> bool:
+        """A model wait said again while another task's session is up: the Hogwild hang, not a
+        non-chief started a little before its chief (that one waits once, then goes on)."""
+        if kind is not Kind.WAITING_FOR_MODEL or not any(up for t, up in self._moved_on.items() if t != task):
+            return False
+        found = [f for f in diagnose(task, self._recent[task]) if f.kind is kind]
+        return bool(found) and found[0].repeats >= 2 and self.clock() - self._pending[(task, kind)] >= REPEATED_HOLD
 
 
 def finding_json(finding: Finding | None) -> dict | None:

@@ -34,7 +34,7 @@ class PeerInfo:
     ended_at: float | None = None  # epoch seconds
     listening: bool = False
     error: str | None = None  # why it could not start, when the supervisor knows
-    trains: bool = False  # its recent output shows training steps
+    trains: bool = False  # its recent output shows training steps, or TF's lines its session up
 
     @property
     def address(self) -> str:
@@ -192,7 +192,19 @@ def _explain_model(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
             "initialise the variables and every worker waits forever",
             fix="pass is_chief=(task_index == 0) (or job_name == 'chief') to MonitoredTrainingSession",
         )
-    if p.state in (TaskState.PENDING, TaskState.STARTING):
+    if p.trains and p.state in (TaskState.RUNNING, TaskState.SUCCEEDED):
+        did = "trains" if p.state is TaskState.RUNNING else f"trained, then {_ended(p)}"
+        cause = (
+            f"the chief {chief} {did}, so it initialised its variables, yet the ones this worker reads "
+            "are not: they live where the chief's init op never runs, typically on this worker's own "
+            "task (a tf.device of /job:worker/task:N) instead of the ps; this worker waits forever"
+        )
+        fix = (
+            "place them on a ps (tf.compat.v1.train.replica_device_setter(cluster=...)), or initialise them "
+            "on this worker: a variable only it uses belongs in tf.compat.v1.local_variables, which each "
+            "worker's local init op initialises"
+        )
+    elif p.state in (TaskState.PENDING, TaskState.STARTING):
         cause = f"the chief {chief} has not started yet ({p.state}); this worker looks again every 30 s"
         fix = f"nothing to do if {chief} starts soon; otherwise see `tfctl status`"
     elif p.state is TaskState.SUCCEEDED:
@@ -210,17 +222,6 @@ def _explain_model(f: Finding, peers: Mapping[str, PeerInfo]) -> Finding:
     elif p.state is TaskState.UNREACHABLE:
         cause = f"the chief {chief}'s state is unknown: its host {p.host} is unreachable"
         fix = f"check the connection to {p.host}"
-    elif p.trains:
-        cause = (
-            f"the chief {chief} trains, so it initialised its variables, yet the ones this worker reads "
-            "are not: they live where the chief's init op never runs, typically on this worker's own "
-            "task (a tf.device of /job:worker/task:N) instead of the ps; this worker waits forever"
-        )
-        fix = (
-            "place shared variables on the ps with tf.compat.v1.train.replica_device_setter(cluster=...); "
-            "a variable only this worker uses belongs in tf.compat.v1.local_variables (each worker "
-            "initialises its own)"
-        )
     else:
         cause = (
             f"the chief {chief} is running but has not initialised the variables yet: its log says why "
