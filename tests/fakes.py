@@ -36,6 +36,7 @@ class TaskScript:
     exits_at_start: bool = False
     lines: list[str] = field(default_factory=list)  # its whole output, there from its start
     after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
+    quiet_for: float = 0.0  # its progress lines were all printed this long before each look: it stalls
 
 
 def end_text(exit_code: int | None, signal: int | None) -> str:
@@ -284,11 +285,13 @@ class FakeHost:
         return p.StatusAnswer(infos, now, tails)
 
     def _marks(self, name: str, rule: p.ProgressRule, now: float) -> list[p.Mark]:
-        """The task's lines that show progress (`supervisor.marks`), one a second up to now."""
+        """The task's lines that show progress (`supervisor.marks`), one a second up to now (up
+        to `quiet_for` seconds ago)."""
         if name not in self.tasks or name not in self.scripts:
             return []
-        found = [line for line in self.scripts[name].lines if re.search(rule.pattern, line)]
-        return [p.Mark(now - len(found) + 1 + i, line) for i, line in enumerate(found)]
+        script = self.scripts[name]
+        found = [line for line in script.lines if re.search(rule.pattern, line)]
+        return [p.Mark(now - script.quiet_for - len(found) + 1 + i, line) for i, line in enumerate(found)]
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0

@@ -19,12 +19,13 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
+from tfctl.cluster.control import Outcome
+from tfctl.supervisor.protocol import Mark, ProgressRule, RunState, TaskState
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import TaskStatus
+    from tfctl.cluster.supervisors import Cluster, TaskStatus
     from tfctl.runs.record import ProgressSpec
 
 DEFAULT_WINDOW = 60.0
@@ -179,6 +180,7 @@ class TaskProgress:
     steps_per_sec: float | None
     flags: tuple[str, ...]
     epoch: int | None = None
+    quiet_for: float | None = None  # seconds since its newest step line (or its start, if none)
 
 
 class RunProgress:
@@ -202,10 +204,60 @@ class RunProgress:
         found = flags([(s.task, s.job, s.state) for s in statuses], progress, self.stall_timeout)
         return {
             s.task: TaskProgress(
-                progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]), progress[s.task].epoch
+                progress[s.task].step,
+                progress[s.task].steps_per_sec,
+                tuple(found[s.task]),
+                progress[s.task].epoch,
+                progress[s.task].quiet_for,
             )
             for s in statuses
         }
+
+
+STALL_CHECK_EVERY = 5.0  # seconds between two looks for stalled tasks during supervision
+
+
+class StallJudge:
+    """Acts on tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
+    naming the first; `warn` tells `on_stall(task, reason)` once per stall (a task that steps
+    again and stalls later is told again) and lets the run go on. A run nobody watches is where
+    this matters: the controller looks, not a user. Asks the hosts every STALL_CHECK_EVERY
+    seconds, apart from supervision's own looks, which read no progress lines."""
+
+    def __init__(self, cluster: Cluster, on_stall: Callable[[str, str], None]) -> None:
+        self.cluster = cluster
+        self.progress = RunProgress(cluster.record.progress)
+        self.fail = cluster.record.progress.on_stall == "fail"
+        self.on_stall = on_stall
+        self._told: set[str] = set()
+        self._last_check = 0.0
+
+    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
+        now = time.monotonic()
+        if now - self._last_check < STALL_CHECK_EVERY:
+            return None
+        self._last_check = now
+        running = {s.task for s in statuses if s.state is TaskState.RUNNING}
+        if not running:
+            return None
+        tasks = [t for t in self.cluster.record.tasks if t.name in running]
+        looked, _ = self.cluster.status(tasks, progress=self.progress.rule())
+        assessed = self.progress.assess(looked)
+        stalled = [s for s in looked if "stalled" in assessed[s.task].flags]
+        self._told &= {s.task for s in stalled}
+        for s in stalled:
+            if s.task in self._told:
+                continue
+            quiet = assessed[s.task].quiet_for or 0.0
+            reason = (
+                f"{s.task} on {s.host} stalled: no step for {quiet:.0f}s "
+                f"(progress.stall_timeout {self.progress.stall_timeout:g}s)"
+            )
+            if self.fail:
+                return Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task)
+            self._told.add(s.task)
+            self.on_stall(s.task, reason)
+        return None
 
 
 TRAINING_JOBS = ("chief", "worker")  # the jobs whose output shows training progress
