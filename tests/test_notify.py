@@ -22,7 +22,9 @@ from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf import progress
 
-APPEND = "notify:\n  - cat >> events.jsonl\n  - echo \"$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID\" >> env.txt\n"
+APPEND = (
+    'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
+)
 
 
 @pytest.fixture
@@ -124,7 +126,8 @@ def test_a_failing_or_hanging_notify_command_is_reported_and_the_run_is_unaffect
     run = cluster.record.run_id
     assert said == [
         f"notify: `echo no webhook here; exit 3` exited with code 3: no webhook here (event succeeded of run {run})",
-        f"notify: `echo $$ > hung.pid; exec sleep 60` did not finish within 0.5s: killed (event succeeded of run {run})",
+        f"notify: `echo $$ > hung.pid; exec sleep 60` did not finish within 0.5s: killed "
+        f"(event succeeded of run {run})",
     ]
     assert proc_stat(int((tmp_path / "hung.pid").read_text())) is None  # killed and reaped, not left behind
     assert [e["kind"] for e in events(tmp_path)] == ["succeeded"]
