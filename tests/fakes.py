@@ -302,6 +302,21 @@ class FakeHost:
         ports = {str(port): p.PortInfo(False) for port in request.ports}
         return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))
 
+    def _restart(self, request: p.RestartRequest) -> p.RestartAnswer:
+        """As a monitor asked to restart its running task: within its restart policy it restarts
+        (its end: the request's reason), past it the task ends killed by SIGTERM."""
+        asked = [name for name in request.tasks if name in self.tasks and self.tasks[name].state is p.TaskState.RUNNING]
+        for name in asked:
+            info, rule = self.tasks[name], self.launches[name].restart
+            if rule is None or info.restarts >= rule.max_restarts:
+                self.tasks[name] = info.replace(state=p.TaskState.FAILED, signal=15, ended_at=time.time())
+                continue
+            ends = [*info.earlier_ends, request.reason]
+            self.tasks[name] = info.replace(state=p.TaskState.RESTARTING, restarts=len(ends), earlier_ends=ends)
+            self.scripts[name] = self.scripts[name].after_restart or self.scripts[name]
+            self.ticks[name] = 0
+        return p.RestartAnswer(asked)
+
     def _ports(self, request: p.PortsRequest) -> p.PortsAnswer:
         return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})
 

@@ -376,8 +376,15 @@ ERRORS = {
     "on_stall unknown": (
         with_jobs("  worker: [a:1]\n") + "progress: {on_stall: Fail}\n",
         [
-            "cluster.yaml:5:22: progress.on_stall: expected one of warn, fail, found a string (`Fail`)",
+            "cluster.yaml:5:22: progress.on_stall: expected one of warn, fail, restart, found a string (`Fail`)",
             "fix: did you mean `fail`? e.g. `progress: {stall_timeout: 600, on_stall: fail}`",
+        ],
+    ),
+    "on_stall restart without a restart policy": (
+        with_jobs("  worker: [a:1]\n") + "progress: {on_stall: restart}\n",
+        [
+            "progress.on_stall: `restart` restarts a stalled job's tasks within its restart policy, and worker has",
+            "fix: give worker one, e.g. `restart: {policy: on-failure, max_restarts: 3}` under `jobs.worker`",
         ],
     ),
     "env unknown placeholder": (

@@ -91,6 +91,39 @@ def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path
     assert failed["reason"] == ending.outcome.reason
 
 
+def test_on_stall_restart_restarts_the_stalled_job_within_its_restart_policy(
+    tmp_path, fake_backend, look_every_poll, capsys
+):
+    text = FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", "  worker:\n    hosts: [h1:2223, h2:2222]\n")
+    text += "    restart: {policy: exit-code, max_restarts: 1, backoff: 0}\n"
+    fake_backend.scripts.update(
+        {
+            "worker:0": TaskScript(end_after=30, lines=["step 1"], after_restart=TaskScript(end_after=3)),
+            "worker:1": TaskScript(lines=["step 1"], quiet_for=100.0, after_restart=TaskScript(lines=["step 2"])),
+        }
+    )
+    store, cluster = started(
+        write(tmp_path, text, "progress: {stall_timeout: 60, on_stall: restart}\n" + APPEND), attached=True
+    )
+    ending = attach(cluster, store)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome  # the restarted job went on to its end
+    assert [line for line in capsys.readouterr().err.splitlines() if "stalled" in line] == [
+        "warning: worker:1 on h2 stalled: no step for 100s (progress.stall_timeout 60s); "
+        "restarting worker:0, worker:1 (progress.on_stall: restart)"
+    ]
+    why = "stalled: no step for 100s (progress.stall_timeout 60s)"
+    for host, task in (("h1", "worker:0"), ("h2", "worker:1")):
+        assert fake_backend.hosts[host].tasks[task].earlier_ends == [why], task  # counted against max_restarts
+    sent = events(tmp_path)
+    assert [(e["kind"], e["task"]) for e in sent] == [
+        ("stalled", "worker:1"),
+        ("restarted", "worker:0"),
+        ("restarted", "worker:1"),
+        ("succeeded", None),
+    ]
+    assert sent[2]["reason"] == f"worker:1 on h2 {why}; restart 1 of 1"
+
+
 def test_a_task_that_never_stalls_sends_only_the_end(tmp_path, fake_backend, look_every_poll):
     fake_backend.scripts["worker:0"] = TaskScript(end_after=5, lines=["step 1"])
     store, cluster = started(write(tmp_path, extra="progress: {stall_timeout: 60}\n" + APPEND), attached=True)

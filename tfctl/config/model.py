@@ -34,7 +34,7 @@ LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 START_ORDERS = ("together", "ordered")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
-STALL_ACTIONS = ("warn", "fail")  # what a run's controller does with a stalled task
+STALL_ACTIONS = ("warn", "fail", "restart")  # what a run's controller does with a stalled task
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = 10.0
 # Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.

@@ -140,8 +140,8 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
 
     record = cluster.record
 
-    def stalled(task: str, reason: str) -> None:
-        notifier.say(f"warning: {reason}; the run goes on (progress.on_stall: warn)")
+    def stalled(task: str, reason: str, done: str) -> None:
+        notifier.say(f"warning: {reason}; {done}")
         notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
 
     limit = record.hang_timeout

@@ -20,7 +20,7 @@ import shlex
 import signal
 import subprocess
 import time
-from typing import Any, BinaryIO, Dict, List, Optional
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 from . import devices, guard, procfs
 from .files import read_json, write_json
@@ -29,6 +29,7 @@ from .timeline import TimeNotes
 
 GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
+RESTART_FILE = "restart.json"  # a restart asked for by the controller (`tasks.restart`), and why
 SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
 
 
@@ -59,6 +60,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     notes = TimeNotes(log_path)
     ends: List[str] = []
     while True:
+        _discard(os.path.join(d, RESTART_FILE))  # asked of an earlier run of the task: not of this one
         try:
             child = subprocess.Popen(
                 ["/bin/sh", "-c", exec_form(launch.command)],
@@ -77,12 +79,16 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         if started_fd is not None:
             os.close(started_fd)
             started_fd = None
-        code = _wait_guarded(child, d, run_id, launch, proc, notes)
+        code, asked = _wait_guarded(child, d, run_id, launch, proc, notes)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)
-        if not _restart_wanted(launch.restart, code, len(ends), d):
+        if asked is not None:
+            wanted = launch.restart is not None and len(ends) < launch.restart.max_restarts
+            if not wanted or os.path.exists(os.path.join(d, "stop.json")):
+                break
+        elif not _restart_wanted(launch.restart, code, len(ends), d):
             break
-        ends.append(_end_text(code))
+        ends.append(asked or _end_text(code))
         assert launch.restart is not None
         log.write(
             (
@@ -160,6 +166,13 @@ def _end_text(code: int) -> str:
     return "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code
 
 
+def _discard(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 def _write_restarts(d: str, ends: List[str], pending: bool) -> None:
     write_json(os.path.join(d, "restarts.json"), {"ends": ends, "pending": pending})
 
@@ -176,24 +189,30 @@ def _back_off(d: str, seconds: float) -> bool:
 
 def _wait_guarded(
     child: subprocess.Popen, d: str, run_id: str, launch: TaskLaunch, proc: dict, notes: TimeNotes
-) -> int:
+) -> Tuple[int, Optional[str]]:
     """Wait for the task to end, noting once a second how far its output got (`timeline`); stop
     it first if its run's lease runs out or the job it serves is over (`guard`), recording why,
-    so `status` can tell."""
+    so `status` can tell. Also stops it when the controller asks for a restart: the exit code,
+    and why a restart was asked (None: it was not)."""
     idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
     with _ExitWatch(child) as ended:
         while True:
             code = ended(GUARD_POLL)
             if code is not None:
-                return code
+                return code, None
             notes.note()
+            asked = read_json(os.path.join(d, RESTART_FILE))
+            if asked is not None:
+                _discard(os.path.join(d, RESTART_FILE))
+                procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+                return child.wait(), str(asked.get("reason") or "restart asked by tfctl")
             why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
             if why is None:
                 continue
             if not os.path.exists(os.path.join(d, "stop.json")):
                 write_json(os.path.join(d, "stop.json"), {"requested_at": time.time(), "reason": why})
             procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
-            return child.wait()
+            return child.wait(), None
 
 
 class _ExitWatch:

@@ -23,6 +23,8 @@ from .logs import last_line, output_log, tail
 from .marks import recent_marks
 from .protocol import (
     PortInfo,
+    RestartAnswer,
+    RestartRequest,
     StartAnswer,
     StartRequest,
     StatusAnswer,
@@ -219,6 +221,17 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
             time.sleep(procfs.POLL)
     final: Dict[str, TaskInfo] = {t: task_state(root, run_id, t) for t in procs}
     return StopAnswer(done.processes, done.killed, done.remaining, port_state, final)
+
+
+def restart(root: str, request: RestartRequest) -> RestartAnswer:
+    """Ask the monitors of the running tasks among those named to restart them (`monitor.RESTART_FILE`)."""
+    asked = []
+    for task in request.tasks:
+        if task_state(root, request.run_id, task).state is TaskState.RUNNING:
+            d = task_dir(root, request.run_id, task)
+            write_json(os.path.join(d, monitor.RESTART_FILE), {"requested_at": time.time(), "reason": request.reason})
+            asked.append(task)
+    return RestartAnswer(asked)
 
 
 def ports_after_stop(wanted: List[int], patience: float = 3.0) -> Dict[str, PortInfo]:
