@@ -186,6 +186,8 @@ def test_attached_up_tells_its_notify_commands_the_run_succeeded(tmp_path: Path,
         fake(f"--name w0 --port {ports[1]} --lines 1 --sleep 0.5"),
         extra=notify,
     )
+    dry = tfctl("up", "--dry-run", "-f", str(cluster), home=home)
+    assert "$ cat >> events.jsonl" in dry.stdout and not (tmp_path / "events.jsonl").exists()  # listed, not run
     up = tfctl("up", "-f", str(cluster), home=home)
     assert up.returncode == 0, up.stderr
     run_id = latest_run(home)
