@@ -37,6 +37,7 @@ class TaskScript:
     lines: list[str] = field(default_factory=list)  # its whole output, there from its start
     after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
     usage: list[p.Usage] = field(default_factory=list)  # its monitor's usage samples while it runs, oldest first
+    quiet_for: float = 0.0  # its progress lines were all printed this long before each look: it stalls
 
 
 def end_text(exit_code: int | None, signal: int | None) -> str:
@@ -291,11 +292,13 @@ class FakeHost:
         return p.StatusAnswer(infos, now, tails)
 
     def _marks(self, name: str, rule: p.ProgressRule, now: float) -> list[p.Mark]:
-        """The task's lines that show progress (`supervisor.marks`), one a second up to now."""
+        """The task's lines that show progress (`supervisor.marks`), one a second up to now (up
+        to `quiet_for` seconds ago)."""
         if name not in self.tasks or name not in self.scripts:
             return []
-        found = [line for line in self.scripts[name].lines if re.search(rule.pattern, line)]
-        return [p.Mark(now - len(found) + 1 + i, line) for i, line in enumerate(found)]
+        script = self.scripts[name]
+        found = [line for line in script.lines if re.search(rule.pattern, line)]
+        return [p.Mark(now - script.quiet_for - len(found) + 1 + i, line) for i, line in enumerate(found)]
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0
@@ -305,6 +308,21 @@ class FakeHost:
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
         return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))
+
+    def _restart(self, request: p.RestartRequest) -> p.RestartAnswer:
+        """As a monitor asked to restart its running task: within its restart policy it restarts
+        (its end: the request's reason), past it the task ends killed by SIGTERM."""
+        asked = [name for name in request.tasks if name in self.tasks and self.tasks[name].state is p.TaskState.RUNNING]
+        for name in asked:
+            info, rule = self.tasks[name], self.launches[name].restart
+            if rule is None or info.restarts >= rule.max_restarts:
+                self.tasks[name] = info.replace(state=p.TaskState.FAILED, signal=15, ended_at=time.time())
+                continue
+            ends = [*info.earlier_ends, request.reason]
+            self.tasks[name] = info.replace(state=p.TaskState.RESTARTING, restarts=len(ends), earlier_ends=ends)
+            self.scripts[name] = self.scripts[name].after_restart or self.scripts[name]
+            self.ticks[name] = 0
+        return p.RestartAnswer(asked)
 
     def _ports(self, request: p.PortsRequest) -> p.PortsAnswer:
         return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})

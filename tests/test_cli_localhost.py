@@ -174,6 +174,75 @@ def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: P
     assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "succeeded"}
 
 
+def test_attached_up_tells_its_notify_commands_the_run_succeeded(tmp_path: Path, home: Path) -> None:
+    """The commands run on this machine, in the cluster file's directory, with the event on stdin
+    and in TFCTL_EVENT_* variables."""
+    ports = free_ports(2)
+    notify = 'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_RUN_ID" >> env.txt\n'
+    cluster = write_cluster(
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake(f"--name w0 --port {ports[1]} --lines 1 --sleep 0.5"),
+        extra=notify,
+    )
+    dry = tfctl("up", "--dry-run", "-f", str(cluster), home=home)
+    assert "$ cat >> events.jsonl" in dry.stdout and not (tmp_path / "events.jsonl").exists()  # listed, not run
+    up = tfctl("up", "-f", str(cluster), home=home)
+    assert up.returncode == 0, up.stderr
+    run_id = latest_run(home)
+    (event,) = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert event["kind"] == "succeeded" and event["run_id"] == run_id and event["cluster"] == "t"
+    assert event["reason"] == "worker:0 finished successfully" and event["cluster_file"] == str(cluster)
+    assert (tmp_path / "env.txt").read_text() == f"succeeded {run_id}\n"
+    assert "notify:" not in up.stderr  # nothing failed, nothing said
+
+    # Detached, the run's watcher tells them.
+    detached = tfctl("up", "-d", "-f", str(cluster), home=home)
+    assert detached.returncode == 0, detached.stderr
+    second = latest_run(home)
+    wait_until(lambda: f"succeeded {second}" in (tmp_path / "env.txt").read_text(), 20, "the watcher's event")
+    assert [json.loads(line)["run_id"] for line in (tmp_path / "events.jsonl").read_text().splitlines()] == [
+        run_id,
+        second,
+    ]
+    watcher = json.loads((home / "runs" / second / "run.json").read_text())["watcher"]["pid"]
+    wait_until(lambda: not Path(f"/proc/{watcher}").exists(), 10, "the watcher's exit")  # nothing left running
+
+
+def test_a_stalled_worker_is_restarted_by_its_monitor_and_the_run_goes_on_to_succeed(
+    tmp_path: Path, home: Path
+) -> None:
+    """`on_stall: restart`, for real: the worker steps for half a second, then serves silently (30 s); its
+    monitor stops it when asked and starts it again (its restart policy counts it), and the
+    second run steps to its end."""
+    (port,) = free_ports(1)
+    first = fake(f"--name w --port {port} --lines 0 --steps-per-sec 5 --steps-for 0.5 --sleep 30")
+    again = fake(f"--name w --port {port} --lines 0 --steps-per-sec 5 --sleep 1")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: t
+grace_period: 2
+startup_timeout: 20
+progress: {{stall_timeout: 1, on_stall: restart}}
+notify: [cat >> events.jsonl]
+jobs:
+  worker:
+    hosts: [localhost:{port}]
+    command: 'if [ -e restarted ]; then {again}; else touch restarted; {first}; fi'
+    restart: {{policy: exit-code, max_restarts: 1, backoff: 0}}
+""")
+    up = tfctl("up", "-f", str(cluster), home=home)
+    assert up.returncode == 0, up.stderr
+    assert "restarting worker:0 (progress.on_stall: restart)" in up.stderr
+    sent = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in sent] == ["stalled", "restarted", "succeeded"]
+    assert "stalled: no step for" in sent[1]["reason"] and sent[1]["reason"].endswith("; restart 1 of 1")
+    run_id = latest_run(home)
+    (task,) = json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)["tasks"]
+    assert task["state"] == "succeeded" and task["restarts"] == 1
+    assert run_processes(run_id) == []
+
+
 def test_attached_up_fails_naming_the_failed_task(tmp_path: Path, home: Path) -> None:
     ports = free_ports(3)
     # worker 1 fails after 1 s; worker 0 would run for 30 s.

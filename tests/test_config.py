@@ -359,6 +359,34 @@ ERRORS = {
             "fix: write the value itself",
         ],
     ),
+    "notify is one string": (
+        with_jobs("  worker: [a:1]\n") + "notify: mail -s done me\n",
+        [
+            "cluster.yaml:5:9: notify: expected a list of shell commands, found a string",
+            'fix: make it a list: `notify: ["mail -s done me"]`',
+        ],
+    ),
+    "notify with a placeholder": (
+        with_jobs("  worker: [a:1]\n") + "notify: ['echo {run_id} | mail me']\n",
+        [
+            "cluster.yaml:5:10: notify[0]: `{run_id}` is not filled in: notify commands run as written",
+            "fix: the event is on the command's stdin as JSON and in its environment: e.g. `$TFCTL_EVENT_RUN_ID`",
+        ],
+    ),
+    "on_stall unknown": (
+        with_jobs("  worker: [a:1]\n") + "progress: {on_stall: Fail}\n",
+        [
+            "cluster.yaml:5:22: progress.on_stall: expected one of warn, fail, restart, found a string (`Fail`)",
+            "fix: did you mean `fail`? e.g. `progress: {stall_timeout: 600, on_stall: fail}`",
+        ],
+    ),
+    "on_stall restart without a restart policy": (
+        with_jobs("  worker: [a:1]\n") + "progress: {on_stall: restart}\n",
+        [
+            "progress.on_stall: `restart` restarts a stalled job's tasks within its restart policy, and worker has",
+            "fix: give worker one, e.g. `restart: {policy: on-failure, max_restarts: 3}` under `jobs.worker`",
+        ],
+    ),
     "env unknown placeholder": (
         "env:\n  SHARD: 'part-{task_idx}'\n" + with_jobs("  worker: [a:1]\n"),
         [
@@ -527,6 +555,12 @@ def test_setup_commands_are_kept_as_written() -> None:
     config = valid(SMALLEST + "setup:\n  - . .venv/bin/activate\n  - 'pip install -r req.txt && echo ${HOME}'\n")
     assert config.setup == (". .venv/bin/activate", "pip install -r req.txt && echo ${HOME}")
     assert valid(SMALLEST).setup == ()
+
+
+def test_notify_and_on_stall_are_read_with_their_defaults() -> None:
+    config = valid(SMALLEST + "notify: ['curl -d @- https://chat.example.com/hook']\nprogress: {on_stall: fail}\n")
+    assert config.notify == ("curl -d @- https://chat.example.com/hook",) and config.progress.on_stall == "fail"
+    assert valid(SMALLEST).notify == () and valid(SMALLEST).progress.on_stall == "warn"
 
 
 def test_literal_braces_are_not_placeholders() -> None:

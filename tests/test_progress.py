@@ -35,7 +35,7 @@ def write_log(tmp_path: Path, chunks: list[tuple[float, bytes]]) -> str:
 def progress_of(log: str, reader: ProgressReader | None = None, now: float = NOW) -> Progress:
     reader = reader or ProgressReader()
     marks = recent_marks(log, reader.rule(), now)
-    return reader.read(marks, now, uptime=100.0, running=True)
+    return reader.read(marks, now, uptime=7200.0, running=True)  # running since before its log's lines
 
 
 def real_log(tmp_path: Path, name: str) -> str:
@@ -115,6 +115,14 @@ def test_a_task_without_progress_in_the_window_has_rate_zero(tmp_path: Path) -> 
     p = progress_of(log)
     assert (p.step, p.steps_per_sec) == (2, 0.0)
     assert p.quiet_for == pytest.approx(400, abs=1)
+
+
+def test_a_task_restarted_since_its_last_step_is_quiet_only_since_its_restart(tmp_path: Path) -> None:
+    """Its log goes on across restarts: the steps before one are not its silence since."""
+    log = write_log(tmp_path, [(NOW - 500, b"step 1\n"), (NOW - 400, b"step 2\n")])
+    reader = ProgressReader()
+    p = reader.read(recent_marks(log, reader.rule(), NOW), NOW, uptime=30.0, running=True)
+    assert p.quiet_for == pytest.approx(30)
 
 
 def test_a_long_chatty_log_is_read_only_as_far_as_needed(tmp_path: Path) -> None:

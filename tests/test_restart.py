@@ -19,6 +19,7 @@ from tfctl.controller.plan import draft, make_plan
 from tfctl.errors import ConfigError
 from tfctl.runs.record import ProgressSpec, RestartSpec, RunRecord
 from tfctl.supervisor.protocol import (
+    RestartRequest,
     RestartRule,
     StartRequest,
     StatusRequest,
@@ -83,6 +84,27 @@ def test_a_task_stopped_while_it_waits_to_restart_stays_stopped(agent: HostAgent
     stopped = agent.call(StopRequest("r", 1.0)).tasks["worker:1"]
     assert time.monotonic() - began < 5  # not the 30 s backoff
     assert (stopped.state, stopped.restarts) == (TaskState.STOPPED, 1)
+
+
+def test_a_restart_the_controller_asks_for_counts_against_max_restarts(agent: HostAgent, tmp_path: Path) -> None:
+    """`progress.on_stall: restart`: the monitor stops its running task and starts it again,
+    whatever its policy says of the exit, recording the controller's reason as that end."""
+    start(agent, "r", "echo run; exec sleep 60", RestartRule("exit-code", 1, 0))
+    wait_state(agent, "r", (TaskState.RUNNING,))
+    why = "stalled: no step for 200s (progress.stall_timeout 120s)"
+    assert agent.call(RestartRequest("r", ["worker:1", "worker:9"], why)).asked == ["worker:1"]  # 9: never started
+    info = wait_until(
+        lambda: agent.call(StatusRequest("r", {"worker:1": 0})).tasks["worker:1"],
+        20,
+        "worker:1 running again",
+        until=lambda i: i.restarts == 1 and i.state is TaskState.RUNNING,
+    )
+    assert info.earlier_ends == [why]
+    assert agent.call(RestartRequest("r", ["worker:1"], why)).asked == ["worker:1"]  # its one restart is used up
+    info = wait_state(agent, "r", (TaskState.FAILED, TaskState.SUCCEEDED))
+    assert (info.state, info.signal, info.restarts) == (TaskState.FAILED, 15, 1)
+    log = (next((tmp_path / "host").rglob("output.log"))).read_text().splitlines()
+    assert log == ["run", f"tfctl: worker:1 {why}; restart 1 of 1 in 0s", "run"]
 
 
 def test_an_attached_run_whose_worker_dies_once_succeeds_after_its_restart(tmp_path: Path, home: Path) -> None:

@@ -226,7 +226,7 @@ def _print_detached(run: Draft, hint_file: str) -> None:
 
 
 def _print_plan(plan: Plan) -> None:
-    """What `up` would run, where, in which order: setup, then each task."""
+    """What `up` would run, where, in which order: setup, then each task; and on its events."""
     from tfctl import console
     from tfctl.controller.status_view import number_ranges
 
@@ -248,6 +248,10 @@ def _print_plan(plan: Plan) -> None:
             out.print(f"  gpus:      CUDA_VISIBLE_DEVICES={task.env['CUDA_VISIBLE_DEVICES']!r}", markup=False)
         if task.cpus is not None:
             out.print(f"  cpus:      cores {number_ranges(task.cpus, ',')}", markup=False)
+    if plan.record.notify:
+        out.print("[bold]notify[/bold]  on this machine, on each of the run's events, with the event on stdin")
+        for command in plan.record.notify:
+            out.print(f"  $ {command}", markup=False)
 
 
 def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:

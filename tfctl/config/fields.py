@@ -47,6 +47,7 @@ from tfctl.config.model import (
     LOGDIR_PLACEHOLDERS,
     PLACEHOLDERS,
     RESTART_POLICIES,
+    STALL_ACTIONS,
     START_ORDERS,
     SUCCESS_POLICIES,
     Address,
@@ -406,24 +407,38 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
     return RestartPolicy(policy, count, backoff)
 
 
-def _setup(doc: Doc, path: str, value: Any) -> Any:
+def _shell_commands(example: str, instead: str) -> Validator:
     """Shell commands as written: tfctl fills in no placeholders there, so one that looks like a
-    placeholder is a mistake."""
-    example = "setup: [python3 -m venv .venv, .venv/bin/pip install -r requirements.txt]"
-    if not isinstance(value, list):
-        raw = doc.raw(path)
-        fix = f'make it a list: `setup: ["{raw}"]`' if isinstance(value, str) else f"e.g. `{example}`"
-        return type_error(doc, path, "a list of shell commands", value, fix)
-    commands = [_string(doc, f"{path}[{i}]", item, example) for i, item in enumerate(value)]
-    for i, command in enumerate(commands):
-        used = [name for name in PLACEHOLDERS if command is not INVALID and "{" + name + "}" in command]
-        if used:
-            commands[i] = doc.problem(
-                f"{path}[{i}]",
-                f"`{{{used[0]}}}` is not filled in: setup commands run as written, with no placeholders",
-                "write the value itself (e.g. the interpreter's path instead of `{python}`)",
-            )
-    return INVALID if any(c is INVALID for c in commands) else tuple(commands)
+    placeholder is a mistake (`instead` says what to write)."""
+
+    def validate(doc: Doc, path: str, value: Any) -> Any:
+        if not isinstance(value, list):
+            raw = doc.raw(path)
+            key = path.rsplit(".", 1)[-1]
+            fix = f'make it a list: `{key}: ["{raw}"]`' if isinstance(value, str) else f"e.g. `{example}`"
+            return type_error(doc, path, "a list of shell commands", value, fix)
+        commands = [_string(doc, f"{path}[{i}]", item, example) for i, item in enumerate(value)]
+        for i, command in enumerate(commands):
+            used = [name for name in PLACEHOLDERS if command is not INVALID and "{" + name + "}" in command]
+            if used:
+                commands[i] = doc.problem(
+                    f"{path}[{i}]",
+                    f"`{{{used[0]}}}` is not filled in: {path} commands run as written, with no placeholders",
+                    instead,
+                )
+        return INVALID if any(c is INVALID for c in commands) else tuple(commands)
+
+    return validate
+
+
+_setup = _shell_commands(
+    "setup: [python3 -m venv .venv, .venv/bin/pip install -r requirements.txt]",
+    "write the value itself (e.g. the interpreter's path instead of `{python}`)",
+)
+_notify = _shell_commands(
+    "notify: ['curl -sS -d @- https://chat.example.com/hook']",
+    "the event is on the command's stdin as JSON and in its environment: e.g. `$TFCTL_EVENT_RUN_ID`",
+)
 
 
 def _exclude(doc: Doc, path: str, value: Any) -> Any:
@@ -454,6 +469,7 @@ _progress = _section(
         "regex": _progress_regex,
         "stall_timeout": _seconds(DEFAULT_STALL_TIMEOUT),
         "window": _seconds(DEFAULT_PROGRESS_WINDOW),
+        "on_stall": _choice(STALL_ACTIONS, "e.g. `progress: {stall_timeout: 600, on_stall: fail}`"),
     },
     ProgressSettings,
     "progress: {stall_timeout: 300}",
@@ -469,6 +485,7 @@ TOP_KEYS: dict[str, Validator] = {
     "workdir": _workdir,
     "env": _env,
     "setup": _setup,
+    "notify": _notify,
     "grace_period": _seconds(DEFAULT_GRACE_PERIOD),
     "startup_timeout": _seconds(DEFAULT_STARTUP_TIMEOUT),
     "success_policy": _choice(

@@ -196,9 +196,28 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_logdir(doc, values)
     _check_device_env(doc, values)
     _check_host_names(doc, values)
+    _check_on_stall(doc, values)
     if doc.problems:
         return None
     return ClusterConfig(path=doc.file, **values)
+
+
+def _check_on_stall(doc: Doc, values: dict[str, Any]) -> None:
+    """`on_stall: restart` counts each restart against the stalled job's own `max_restarts`:
+    the jobs that train (and so can stall) need a restart policy."""
+    progress, jobs = values.get("progress"), values.get("jobs")
+    if progress is INVALID or progress is None or progress.on_stall != "restart" or not isinstance(jobs, Mapping):
+        return
+    bare = [
+        n for n in ("chief", "worker") if n in jobs and (jobs[n].restart is None or jobs[n].restart.policy == "never")
+    ]
+    if bare:
+        doc.problem(
+            "progress.on_stall",
+            f"`restart` restarts a stalled job's tasks within its restart policy, and {', '.join(bare)} has none",
+            f"give {bare[0]} one, e.g. `restart: {{policy: on-failure, max_restarts: 3}}` under `jobs.{bare[0]}`, "
+            "or use `on_stall: fail`",
+        )
 
 
 def _check_backend(doc: Doc, root: dict[str, Any], values: dict[str, Any]) -> None:

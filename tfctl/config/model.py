@@ -34,6 +34,7 @@ LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 START_ORDERS = ("together", "ordered")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
+STALL_ACTIONS = ("warn", "fail", "restart")  # what a run's controller does with a stalled task
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = 10.0
 # Never worth copying to a host: version control, caches, virtualenvs, editor and OS litter.
@@ -97,6 +98,7 @@ class ProgressSettings:
     regex: str | None = None  # replaces the built-in shapes; has a (?P<step>...) or (?P<rate>...) group
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
     window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+    on_stall: str = "warn"  # STALL_ACTIONS
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,8 @@ class ClusterConfig:
     logdir: str | None = None
     # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.
     setup: tuple[str, ...] = ()
+    # Shell commands run on this machine on the run's events (`controller/notify.py`).
+    notify: tuple[str, ...] = ()
     backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)

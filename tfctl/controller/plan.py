@@ -85,10 +85,13 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         lease_timeout=config.lease_timeout,
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
-        progress=ProgressSpec(config.progress.regex, config.progress.stall_timeout, config.progress.window),
+        progress=ProgressSpec(
+            config.progress.regex, config.progress.stall_timeout, config.progress.window, config.progress.on_stall
+        ),
         logdir=config.logdir_for(run_id),
         backend=config.backend,
         backend_state=None if state is None else dict(state),
+        notify=config.notify,
     )
     return Draft(config, record)
 

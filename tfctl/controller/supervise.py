@@ -16,6 +16,7 @@ from tfctl.cluster.control import Judge, Outcome
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
+from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.plan import Draft
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
@@ -40,10 +41,17 @@ class Ending:
     record: RunRecord
 
 
-def finish(store: RunStore, cluster: Cluster, outcome: Outcome) -> Ending:
-    """Stop whatever still runs (the ps above all) and record how the run ended."""
+def finish(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier | None = None) -> Ending:
+    """Stop whatever still runs (the ps above all), record how the run ended, and tell the
+    `notify:` commands (through `notifier`, which the caller closes; else waiting for them here)."""
     report, _ = stop_run(store, cluster)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
+    event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
+    if notifier is not None:
+        notifier.send(event)
+    else:
+        with Notifier.of(record) as own:
+            own.send(event)
     return Ending(outcome, report, record)
 
 
@@ -56,6 +64,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     from tfctl.controller.rpc_handlers import controller_door
 
     follower = LogFollower(cluster, cluster.record.tasks, follow=True)
+    notifier = Notifier.of(cluster.record)
     decided: list[Outcome] = []
     quit_watching = threading.Event()
 
@@ -65,8 +74,9 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                 control.supervise(
                     cluster,
                     host_patience=cluster.record.host_timeout,
+                    on_status=RestartWatch(cluster.record, notifier),
                     cancelled=quit_watching.is_set,
-                    judge=run_judge(cluster),
+                    judge=run_judge(cluster, notifier),
                     on_unreachable=note_unreachable(store, cluster),
                 )
             )
@@ -90,7 +100,8 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                 break
         if not decided:  # every stream ended: all tasks are over; let the watcher see it
             watcher.join()
-        ending = finish(store, cluster, decided[0] if decided else Outcome(RunState.FAILED, "supervision ended"))
+        outcome = decided[0] if decided else Outcome(RunState.FAILED, "supervision ended")
+        ending = finish(store, cluster, outcome, notifier)
         # The lines still on their way from the hosts that were stopped; a host that could not be
         # reached sends no end, so it is not waited for.
         drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if ending.stop.unreachable else LOG_DRAIN_SECONDS)
@@ -105,6 +116,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         door.close()
         quit_watching.set()
         follower.close()
+        notifier.close()
 
 
 def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, float]], None]:
@@ -119,25 +131,35 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
     return note
 
 
-def run_judge(cluster: Cluster) -> Judge | None:
+def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
-    scheduler ending the allocation)."""
+    scheduler ending the allocation), a stalled task (`on_stall: fail`; with `warn`, a line and
+    a `stalled` event for `notifier`)."""
     from tfctl.tf.doctor import HangJudge
+    from tfctl.tf.progress import StallJudge
 
-    limit = cluster.record.hang_timeout
+    record = cluster.record
+
+    def stalled(task: str, reason: str, done: str) -> None:
+        notifier.say(f"warning: {reason}; {done}")
+        notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
+
+    limit = record.hang_timeout
     judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
-    backend_judge = backends.get(cluster.record.backend).judge(cluster.record)
+    judges.append(StallJudge(cluster, stalled))
+    backend_judge = backends.get(record.backend).judge(record)
     if backend_judge is not None:
         judges.insert(0, backend_judge)
-    if not judges:
-        return None
     return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
 
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
     report, _ = stop_run(store, cluster)
-    store.end(cluster.record.run_id, RunState.STOPPED, "interrupted (Ctrl-C)")
+    reason = "interrupted (Ctrl-C)"
+    record = store.end(cluster.record.run_id, RunState.STOPPED, reason)
+    with Notifier.of(record) as notifier:
+        notifier.send(RunEvent.of(record, EventKind.STOPPED, reason))
     return report
 
 
@@ -195,16 +217,17 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
 
     record, run_id = cluster.record, cluster.record.run_id
     handover = DownHandover(stopping)
-    with controller_door(store, cluster, handover.ask):
+    with controller_door(store, cluster, handover.ask), Notifier.of(record) as notifier:
         outcome = control.supervise(
             cluster,
             host_patience=record.host_timeout,
+            on_status=RestartWatch(record, notifier),
             cancelled=stopping.is_set,
-            judge=run_judge(cluster),
+            judge=run_judge(cluster, notifier),
             on_unreachable=note_unreachable(store, cluster),
         )
         if not stopping.is_set():
-            ending = finish(store, cluster, outcome)
+            ending = finish(store, cluster, outcome, notifier)
             handover.answer(ending.stop, None)  # a `down` arriving meanwhile hears what was stopped
             return ending
         if handover.grace is None:
@@ -212,8 +235,9 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
             return None
         report, job = stop_run(store, cluster, handover.grace.value)
         if store.load(run_id).active:
-            store.end(run_id, RunState.STOPPED, "tfctl down")
-        handover.answer(report, job)
+            ended = store.end(run_id, RunState.STOPPED, "tfctl down")
+            notifier.send(RunEvent.of(ended, EventKind.STOPPED, "tfctl down"))
+        handover.answer(report, job)  # before the notify commands end: `down` waits for the answer
         return None
 
 

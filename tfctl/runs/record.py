@@ -73,6 +73,7 @@ class ProgressSpec(Wire):
     regex: str | None = None  # replaces the built-in shapes (`tf/progress.py`)
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
     window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
+    on_stall: str = "warn"  # what the run's controller does with a stalled task (`model.STALL_ACTIONS`)
 
 
 @record
@@ -141,7 +142,7 @@ class RunRecord(Wire):
         "watcher": ("one", Controller),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
-    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential")
+    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify")
     schema_version: ClassVar[int] = SCHEMA_VERSION  # of every record in memory: older ones are migrated
 
     run_id: str
@@ -170,6 +171,7 @@ class RunRecord(Wire):
     backend_state: dict[str, Any] | None = None  # what the backend holds for the run, in its wire form
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
     resumes: str | None = None  # the earlier run whose files (checkpoints) this one continues from
+    notify: tuple[str, ...] = ()  # the cluster file's `notify:` commands, run by the run's controller
 
     @property
     def active(self) -> bool:

@@ -22,7 +22,7 @@ import shlex
 import signal
 import subprocess
 import time
-from typing import Any, BinaryIO, Dict, List, Optional
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 from . import devices, disk, guard, procfs
 from .files import read_json, write_json
@@ -33,6 +33,7 @@ from .usage import UsageNotes, visible_gpus
 GUARD_POLL = 1.0  # how often a monitor checks its task's lease and idle rule
 BACKOFF_POLL = 0.1  # how often a pending restart checks whether the task was stopped meanwhile
 _STOPS: List[Dict[str, Any]] = []  # stop.json records the disk refused, held until it takes them
+RESTART_FILE = "restart.json"  # a restart asked for by the controller (`tasks.restart`), and why
 SHELL_WORDS = {"if", "for", "while", "until", "case", "{", "!", "cd", "export", "set", "exec", "time", "."}
 
 
@@ -68,6 +69,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     ends: List[str] = []
     spans: List[List[float]] = []  # [started_at, ended_at] of each run that was restarted: `report`'s timeline
     while True:
+        _discard(os.path.join(d, RESTART_FILE))  # asked of an earlier run of the task: not of this one
         try:
             child = subprocess.Popen(
                 ["/bin/sh", "-c", exec_form(launch.command)],
@@ -87,12 +89,16 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             os.close(started_fd)
             started_fd = None
         meter.begin(child.pid, proc["started_at"])
-        code = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter)
+        code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc)
-        if not _restart_wanted(launch.restart, code, len(ends), d):
+        if asked is not None:
+            wanted = launch.restart is not None and len(ends) < launch.restart.max_restarts
+            if not wanted or os.path.exists(os.path.join(d, "stop.json")):
+                break
+        elif not _restart_wanted(launch.restart, code, len(ends), d):
             break
-        ends.append(_end_text(code))
+        ends.append(asked or _end_text(code))
         spans.append([proc["started_at"], time.time()])
         assert launch.restart is not None
         _say(
@@ -194,6 +200,13 @@ def _end_text(code: int) -> str:
     return "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code
 
 
+def _discard(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 def _write_restarts(d: str, ends: List[str], spans: List[List[float]], pending: bool) -> None:
     disk.keep(os.path.join(d, "restarts.json"), {"ends": ends, "spans": spans, "pending": pending})
 
@@ -217,28 +230,34 @@ def _wait_guarded(
     notes: TimeNotes,
     outage: disk.Outage,
     meter: UsageNotes,
-) -> int:
+) -> Tuple[int, Optional[str]]:
     """Wait for the task to end, noting once a second how far its output got (`timeline`) and
     every few seconds what it uses (`usage`); stop
     it first if its run's lease runs out or the job it serves is over (`guard`), recording why,
-    so `status` can tell."""
+    so `status` can tell. Also stops it when the controller asks for a restart: the exit code,
+    and why a restart was asked (None: it was not)."""
     idle = guard.IdleWatch(launch.idle, time.monotonic()) if launch.idle else None
     with _ExitWatch(child) as ended:
         while True:
             code = ended(GUARD_POLL)
             if code is not None:
                 outage.check()
-                return code
+                return code, None
             notes.note()
             outage.check()
             meter.note()
+            asked = read_json(os.path.join(d, RESTART_FILE))
+            if asked is not None:
+                _discard(os.path.join(d, RESTART_FILE))
+                procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+                return child.wait(), str(asked.get("reason") or "restart asked by tfctl")
             why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
             if why is None:
                 continue
             if not os.path.exists(os.path.join(d, "stop.json")):
                 _note_stop(d, {"requested_at": time.time(), "reason": why})
             procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
-            return child.wait()
+            return child.wait(), None
 
 
 def _note_stop(d: str, stop: Dict[str, Any]) -> None:

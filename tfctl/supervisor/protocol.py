@@ -253,6 +253,26 @@ class StopRequest(Request[StopAnswer]):
 
 
 @record
+class RestartAnswer(Wire):
+    asked: List[str]  # the tasks whose monitors will restart them (the others were not running)
+
+
+@record
+class RestartRequest(Request[RestartAnswer]):
+    """Have the monitors of these running tasks stop them (SIGTERM, their grace, SIGKILL) and
+    start them again as their restart policy would, counted against its `max_restarts`; `reason`
+    is the end their restarts record (`progress.on_stall: restart`)."""
+
+    VERB: ClassVar[str] = "restart"
+    ANSWER: ClassVar[Type[Wire]] = RestartAnswer
+    IDEMPOTENT: ClassVar[bool] = False  # a request sent again after a dropped connection restarts nothing twice
+
+    run_id: str
+    tasks: List[str]
+    reason: str
+
+
+@record
 class SweepAnswer(Wire):
     processes: int
     killed: int
@@ -463,6 +483,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         StartRequest,
         StatusRequest,
         StopRequest,
+        RestartRequest,
         SweepRequest,
         PortsRequest,
         InfoRequest,

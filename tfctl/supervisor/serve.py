@@ -26,6 +26,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "start": tasks.start,
     "status": tasks.status,
     "stop": tasks.stop,
+    "restart": tasks.restart,
     "sweep": tasks.sweep,
     "ports": checks.ports,
     "info": checks.info,

@@ -23,6 +23,8 @@ from .logs import last_line, output_log, tail
 from .marks import recent_marks
 from .protocol import (
     PortInfo,
+    RestartAnswer,
+    RestartRequest,
     StartAnswer,
     StartRequest,
     StatusAnswer,
@@ -243,6 +245,17 @@ def _ask_stop(d: str, proc: Optional[dict]) -> None:
         monitor = (proc or {}).get("monitor")
         if monitor and procfs.is_same_process(monitor):
             os.kill(monitor["pid"], signal.SIGUSR1)
+
+
+def restart(root: str, request: RestartRequest) -> RestartAnswer:
+    """Ask the monitors of the running tasks among those named to restart them (`monitor.RESTART_FILE`)."""
+    asked = []
+    for task in request.tasks:
+        if task_state(root, request.run_id, task).state is TaskState.RUNNING:
+            d = task_dir(root, request.run_id, task)
+            write_json(os.path.join(d, monitor.RESTART_FILE), {"requested_at": time.time(), "reason": request.reason})
+            asked.append(task)
+    return RestartAnswer(asked)
 
 
 def ports_after_stop(wanted: List[int], patience: float = 3.0) -> Dict[str, PortInfo]:

@@ -19,13 +19,15 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
+from tfctl.cluster.control import Outcome
+from tfctl.supervisor.protocol import Mark, ProgressRule, RestartRequest, RunState, TaskState
 
 if TYPE_CHECKING:
+    from tfctl.cluster.supervisors import Cluster
     from tfctl.cluster.task_status import TaskStatus
-    from tfctl.runs.record import ProgressSpec
+    from tfctl.runs.record import ProgressSpec, TaskSpec
 
 DEFAULT_WINDOW = 60.0
 MIN_SPAN = 2.0  # seconds between two samples for a rate: line times are exact to a second
@@ -80,6 +82,8 @@ class ProgressReader:
         samples, rates, epoch = self.samples(marks)
         last_at = samples[-1][0] if samples else (rates[-1][0] if rates else None)
         quiet = now - last_at if last_at is not None else uptime
+        if quiet is not None and uptime is not None:
+            quiet = min(quiet, uptime)  # restarted since its last step line: quiet only since then
         newest = samples[-1][1] if samples else None
         if not running:
             return Progress(newest, None, None, epoch)
@@ -202,6 +206,7 @@ class TaskProgress:
     steps_per_sec: float | None
     flags: tuple[str, ...]
     epoch: int | None = None
+    quiet_for: float | None = None  # seconds since its newest step line (or its start, if none)
 
 
 class RunProgress:
@@ -225,10 +230,75 @@ class RunProgress:
         found = flags([(s.task, s.job, s.state) for s in statuses], progress, self.stall_timeout)
         return {
             s.task: TaskProgress(
-                progress[s.task].step, progress[s.task].steps_per_sec, tuple(found[s.task]), progress[s.task].epoch
+                progress[s.task].step,
+                progress[s.task].steps_per_sec,
+                tuple(found[s.task]),
+                progress[s.task].epoch,
+                progress[s.task].quiet_for,
             )
             for s in statuses
         }
+
+
+STALL_CHECK_EVERY = 5.0  # seconds between two looks for stalled tasks during supervision
+
+
+class StallJudge:
+    """Acts on tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
+    naming the first; `warn` and `restart` tell `on_stall(task, reason, what was done)` once per
+    stall (a task that steps again and stalls later is told again) and let the run go on, and
+    `restart` has the monitors of the stalled task's job restart its running tasks, within their
+    restart policy. A run nobody watches is where this matters: the controller looks, not a user.
+    Asks the hosts every STALL_CHECK_EVERY seconds, apart from supervision's own looks, which
+    read no progress lines."""
+
+    def __init__(self, cluster: Cluster, on_stall: Callable[[str, str, str], None]) -> None:
+        self.cluster = cluster
+        self.progress = RunProgress(cluster.record.progress)
+        self.action = cluster.record.progress.on_stall
+        self.on_stall = on_stall
+        self._told: set[str] = set()
+        self._last_check = 0.0
+
+    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
+        now = time.monotonic()
+        if now - self._last_check < STALL_CHECK_EVERY:
+            return None
+        self._last_check = now
+        running = {s.task for s in statuses if s.state is TaskState.RUNNING}
+        if not running:
+            return None
+        tasks = [t for t in self.cluster.record.tasks if t.name in running]
+        looked, _ = self.cluster.status(tasks, progress=self.progress.rule())
+        assessed = self.progress.assess(looked)
+        stalled = [s for s in looked if "stalled" in assessed[s.task].flags]
+        self._told &= {s.task for s in stalled}
+        for s in stalled:
+            if s.task in self._told:
+                continue
+            quiet = assessed[s.task].quiet_for or 0.0
+            why = f"stalled: no step for {quiet:.0f}s (progress.stall_timeout {self.progress.stall_timeout:g}s)"
+            reason = f"{s.task} on {s.host} {why}"
+            if self.action == "fail":
+                return Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task)
+            self._told.add(s.task)
+            if self.action == "restart":
+                asked = self._restart([t for t in tasks if t.job == s.job], why)
+                self._told.update(asked)  # its job's other stalled tasks are restarted already
+                done = f"restarting {', '.join(asked) or 'nothing: none still runs'} (progress.on_stall: restart)"
+            else:
+                done = "the run goes on (progress.on_stall: warn)"
+            self.on_stall(s.task, reason, done)
+        return None
+
+    def _restart(self, tasks: list[TaskSpec], why: str) -> list[str]:
+        """Have the tasks' monitors restart them; the tasks asked (those running on a host that answered)."""
+        grouped = self.cluster.by_host(tasks)
+        run_id = self.cluster.record.run_id
+        answers = self.cluster.fan_out(
+            grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], why))
+        )
+        return sorted(name for answer in answers.succeeded.values() for name in answer.asked)
 
 
 TRAINING_JOBS = ("chief", "worker")  # the jobs whose output shows training progress

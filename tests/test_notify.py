@@ -1,0 +1,181 @@
+"""Nobody watching: `progress.on_stall` and `notify:` commands, decided by the run's controller.
+
+Runs on the fake backend, in this process (as tests/test_fake_lifecycle.py): a stalled task warns
+or fails the run; each event reaches the notify commands as JSON on stdin and `TFCTL_EVENT_*`
+variables (the commands append both to files); a notify command that fails or hangs is reported
+and changes nothing about the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fake_runs import FAKE_FILE, started, write
+from tests.fakes import TaskScript
+from tfctl.cluster.supervisors import Cluster
+from tfctl.controller import notify, supervise
+from tfctl.runs.store import RunStore
+from tfctl.supervisor.procfs import proc_stat
+from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.tf import progress
+
+APPEND = (
+    'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
+)
+
+
+@pytest.fixture
+def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "STALL_CHECK_EVERY", 0.0)  # look for stalls at every poll, not every 5 s
+
+
+def attach(cluster: Cluster, store: RunStore) -> supervise.Ending:
+    with cluster:
+        return supervise.attach(store, cluster, lambda _batch: None)
+
+
+def events(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+
+
+def stalled_worker(fake_backend, worker0_ticks: int | None = 30) -> None:
+    """worker:1 logged its last step 100 s ago (over stall_timeout: 60); worker:0 steps on."""
+    fake_backend.scripts.update(
+        {
+            "worker:0": TaskScript(end_after=worker0_ticks, lines=["step 1", "step 2"]),
+            "worker:1": TaskScript(lines=["step 1"], quiet_for=100.0),
+        }
+    )
+
+
+def test_a_stalled_task_warns_sends_a_stalled_event_and_the_run_goes_on(
+    tmp_path, fake_backend, look_every_poll, capsys
+):
+    stalled_worker(fake_backend)
+    store, cluster = started(write(tmp_path, extra="progress: {stall_timeout: 60}\n" + APPEND), attached=True)
+    run_id = cluster.record.run_id
+    ending = attach(cluster, store)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome
+    warned = [line for line in capsys.readouterr().err.splitlines() if "stalled" in line]
+    assert warned == [
+        "warning: worker:1 on h2 stalled: no step for 100s (progress.stall_timeout 60s); "
+        "the run goes on (progress.on_stall: warn)"
+    ]  # once, though every poll sees it stalled
+    sent = events(tmp_path)
+    assert [e["kind"] for e in sent] == ["stalled", "succeeded"]
+    stalled, succeeded = sent
+    assert stalled["task"] == "worker:1" and stalled["host"] == "h2" and stalled["run_id"] == run_id
+    assert stalled["cluster"] == "fake" and stalled["cluster_file"] == str(tmp_path / "cluster.yaml")
+    assert "no step for 100s" in stalled["reason"]
+    assert succeeded["reason"] == "worker:0 finished successfully" and succeeded["task"] is None
+    assert (tmp_path / "env.txt").read_text().splitlines() == [f"stalled worker:1 {run_id}", f"succeeded  {run_id}"]
+
+
+def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path, fake_backend, look_every_poll):
+    stalled_worker(fake_backend, worker0_ticks=300)  # without on_stall: fail, it would succeed (in seconds)
+    text = write(tmp_path, extra="progress: {stall_timeout: 60, on_stall: fail}\n" + APPEND)
+    store, cluster = started(text, attached=True)
+    ending = attach(cluster, store)
+    assert ending.outcome.state is RunState.FAILED and ending.outcome.culprit == "worker:1"
+    assert ending.outcome.reason == (
+        "worker:1 on h2 stalled: no step for 100s (progress.stall_timeout 60s); on_stall: fail"
+    )
+    assert store.load(cluster.record.run_id).state is RunState.FAILED
+    for host, task in (("h1", "ps:0"), ("h1", "worker:0"), ("h2", "worker:1")):
+        assert fake_backend.hosts[host].tasks[task].state is TaskState.STOPPED, task
+    (failed,) = events(tmp_path)  # the failure says the stall: one event, not two
+    assert failed["kind"] == "failed" and failed["task"] == "worker:1" and failed["host"] == "h2"
+    assert failed["reason"] == ending.outcome.reason
+
+
+def test_on_stall_restart_restarts_the_stalled_job_within_its_restart_policy(
+    tmp_path, fake_backend, look_every_poll, capsys
+):
+    text = FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", "  worker:\n    hosts: [h1:2223, h2:2222]\n")
+    text += "    restart: {policy: exit-code, max_restarts: 1, backoff: 0}\n"
+    fake_backend.scripts.update(
+        {
+            "worker:0": TaskScript(end_after=30, lines=["step 1"], after_restart=TaskScript(end_after=3)),
+            "worker:1": TaskScript(lines=["step 1"], quiet_for=100.0, after_restart=TaskScript(lines=["step 2"])),
+        }
+    )
+    store, cluster = started(
+        write(tmp_path, text, "progress: {stall_timeout: 60, on_stall: restart}\n" + APPEND), attached=True
+    )
+    ending = attach(cluster, store)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome  # the restarted job went on to its end
+    assert [line for line in capsys.readouterr().err.splitlines() if "stalled" in line] == [
+        "warning: worker:1 on h2 stalled: no step for 100s (progress.stall_timeout 60s); "
+        "restarting worker:0, worker:1 (progress.on_stall: restart)"
+    ]
+    why = "stalled: no step for 100s (progress.stall_timeout 60s)"
+    for host, task in (("h1", "worker:0"), ("h2", "worker:1")):
+        assert fake_backend.hosts[host].tasks[task].earlier_ends == [why], task  # counted against max_restarts
+    sent = events(tmp_path)
+    assert [(e["kind"], e["task"]) for e in sent] == [
+        ("stalled", "worker:1"),
+        ("restarted", "worker:0"),
+        ("restarted", "worker:1"),
+        ("succeeded", None),
+    ]
+    assert sent[2]["reason"] == f"worker:1 on h2 {why}; restart 1 of 1"
+
+
+def test_a_task_that_never_stalls_sends_only_the_end(tmp_path, fake_backend, look_every_poll):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=5, lines=["step 1"])
+    store, cluster = started(write(tmp_path, extra="progress: {stall_timeout: 60}\n" + APPEND), attached=True)
+    assert attach(cluster, store).outcome.succeeded
+    assert [e["kind"] for e in events(tmp_path)] == ["succeeded"]
+
+
+def test_a_restart_sends_a_restarted_event(tmp_path, fake_backend):
+    restart = "  chief:\n    hosts: [h2:2223]\n    restart: {policy: on-failure, max_restarts: 2, backoff: 0}\n"
+    fake_backend.scripts["chief:0"] = TaskScript(end_after=3, exit_code=1, after_restart=TaskScript(end_after=2))
+    store, cluster = started(write(tmp_path, FAKE_FILE + restart, APPEND), attached=True)
+    assert attach(cluster, store).outcome.succeeded
+    sent = events(tmp_path)
+    assert [e["kind"] for e in sent] == ["restarted", "succeeded"]
+    assert sent[0]["task"] == "chief:0" and sent[0]["reason"] == "chief:0 on h2 exited with code 1; restart 1 of 2"
+
+
+def test_a_failing_or_hanging_notify_command_is_reported_and_the_run_is_unaffected(
+    tmp_path, fake_backend, monkeypatch, capsys
+):
+    monkeypatch.setattr(notify, "NOTIFY_TIMEOUT", 0.5)
+    commands = (
+        "notify:\n"
+        "  - echo no webhook here; exit 3\n"
+        "  - echo $$ > hung.pid; exec sleep 60\n"
+        "  - cat >> events.jsonl\n"  # the commands after those still run
+    )
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=3)
+    store, cluster = started(write(tmp_path, extra=commands), attached=True)
+    ending = attach(cluster, store)
+    assert ending.outcome.succeeded and store.load(cluster.record.run_id).state is RunState.SUCCEEDED
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("notify:")]
+    run = cluster.record.run_id
+    assert said == [
+        f"notify: `echo no webhook here; exit 3` exited with code 3: no webhook here (event succeeded of run {run})",
+        f"notify: `echo $$ > hung.pid; exec sleep 60` did not finish within 0.5s: killed "
+        f"(event succeeded of run {run})",
+    ]
+    assert proc_stat(int((tmp_path / "hung.pid").read_text())) is None  # killed and reaped, not left behind
+    assert [e["kind"] for e in events(tmp_path)] == ["succeeded"]
+
+
+def test_ctrl_c_sends_a_stopped_event(tmp_path, fake_backend):
+    store, cluster = started(write(tmp_path, extra=APPEND), attached=True)  # runs until stopped
+    with cluster:
+        supervise.interrupt(store, cluster)
+    (stopped,) = events(tmp_path)
+    assert stopped["kind"] == "stopped" and stopped["reason"] == "interrupted (Ctrl-C)"
+
+
+def test_a_command_that_cannot_start_is_reported(tmp_path):
+    event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
+    assert notify.run_command("true", event, tmp_path / "gone") == "could not start: No such file or directory"
+    assert event.environment()["TFCTL_EVENT_TASK"] == "" and event.environment()["TFCTL_EVENT_KIND"] == "failed"
+    assert os.environ.get("TFCTL_EVENT_KIND") is None  # only the command's environment has them

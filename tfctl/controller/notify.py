@@ -1,0 +1,191 @@
+"""`notify:` commands: what the run's controller (attached `up`, or the watcher) runs on this
+machine when something happens to the run, so a run nobody watches still reaches its user.
+
+Each command is the user's shell text, run as written by `/bin/sh` (as `setup:` commands are):
+tfctl fills nothing into it. The event goes on its stdin as one JSON line and in its environment
+as `TFCTL_EVENT_<FIELD>`, so no run value is ever parsed by a shell. Commands run one at a time
+on a thread of their own, each for at most `NOTIFY_TIMEOUT` seconds, so supervision never waits
+for them; a command that fails is reported as one line and changes nothing about the run.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, ClassVar, Mapping, Sequence
+
+from tfctl.cluster.supervisors import TaskStatus
+from tfctl.runs.record import RunRecord
+from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.supervisor.records import Wire, record
+
+NOTIFY_TIMEOUT = 10.0  # seconds a notify command may take before it is killed
+OUTPUT_SHOWN = 200  # characters of a failed command's last output line in its report
+
+
+class EventKind(str, enum.Enum):
+    """What happened to the run."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    STALLED = "stalled"  # a task made no step for `progress.stall_timeout` (`on_stall: warn`)
+    RESTARTED = "restarted"  # a task's restart policy started it again
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of_end(cls, state: RunState) -> EventKind:
+        """The event of a run that ended in `state` (a final state)."""
+        return cls(state.value)
+
+
+@record
+class RunEvent(Wire):
+    """One event, as a notify command gets it: JSON on stdin, and `environment()`."""
+
+    ENUMS: ClassVar[Mapping[str, type]] = {"kind": EventKind}
+
+    kind: EventKind
+    run_id: str
+    cluster: str  # the cluster's name
+    cluster_file: str
+    time: float  # epoch seconds
+    reason: str
+    task: str | None = None  # the task it is about, if any
+    host: str | None = None  # that task's host
+
+    @classmethod
+    def of(cls, run: RunRecord, kind: EventKind, reason: str, task: str | None = None) -> RunEvent:
+        host = run.task(task).host if task is not None and any(t.name == task for t in run.tasks) else None
+        return cls(kind, run.run_id, run.cluster_name, run.cluster_file, time.time(), reason, task, host)
+
+    def environment(self) -> dict[str, str]:
+        """`TFCTL_EVENT_KIND=stalled`, ...: every field, empty when it has none."""
+        return {f"TFCTL_EVENT_{k.upper()}": "" if v is None else str(v) for k, v in self.to_wire().items()}
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # the terminal of an attached `up`, a watcher's watch.log
+
+
+class Notifier:
+    """Runs the `notify:` commands on each event sent, in order, on a thread of its own.
+
+    `close` (or leaving its `with`) waits for the events already sent: a controller about to
+    exit still delivers the run's end."""
+
+    def __init__(
+        self,
+        commands: Sequence[str],
+        cwd: Path | None = None,
+        say: Callable[[str], None] = _to_stderr,
+    ) -> None:
+        self.commands = tuple(commands)
+        self.cwd = cwd
+        self.say = say
+        self._events: queue.SimpleQueue[RunEvent | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, run: RunRecord, say: Callable[[str], None] = _to_stderr) -> Notifier:
+        """The run's commands, run in its cluster file's directory (if it still is one)."""
+        folder = Path(run.cluster_file).parent
+        return cls(run.notify, folder if folder.is_dir() else None, say)
+
+    def __enter__(self) -> Notifier:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def send(self, event: RunEvent) -> None:
+        if not self.commands:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._deliver, daemon=True, name="tfctl-notify")
+                self._thread.start()
+            self._events.put(event)
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._events.put(None)
+        if thread is not None:
+            thread.join()  # each command is bounded by NOTIFY_TIMEOUT
+
+    def _deliver(self) -> None:
+        while (event := self._events.get()) is not None:
+            for command in self.commands:
+                failure = run_command(command, event, self.cwd)
+                if failure is not None:
+                    self.say(f"notify: `{command}` {failure} (event {event.kind} of run {event.run_id})")
+
+
+def run_command(command: str, event: RunEvent, cwd: Path | None, timeout: float | None = None) -> str | None:
+    """Run one notify command with the event; None if it succeeded, else how it failed."""
+    timeout = NOTIFY_TIMEOUT if timeout is None else timeout
+    try:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **event.environment()},
+            start_new_session=True,  # its own group: a timeout kills whatever it started too
+        )
+    except OSError as e:
+        return f"could not start: {e.strerror}"
+    stdin = (json.dumps(event.to_wire()) + "\n").encode()
+    try:
+        out, _ = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return f"did not finish within {timeout:g}s: killed"
+    if proc.returncode == 0:
+        return None
+    code = proc.returncode
+    end = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    last = out.decode("utf-8", "replace").strip().splitlines()[-1:]
+    return end + (f": {last[0][:OUTPUT_SHOWN]}" if last else "")
+
+
+class RestartWatch:
+    """Sends a `restarted` event for each restart a task's monitor made since the controller's
+    first look (a new watcher of a running run does not report the restarts before it)."""
+
+    def __init__(self, run: RunRecord, notifier: Notifier) -> None:
+        self.run = run
+        self.notifier = notifier
+        self._seen: dict[str, int] = {}
+
+    def __call__(self, statuses: list[TaskStatus]) -> None:
+        for s in statuses:
+            if s.state is TaskState.UNREACHABLE:
+                continue  # says nothing of its restarts
+            before = self._seen.get(s.task)
+            self._seen[s.task] = s.restarts
+            if before is None or s.restarts <= before:
+                continue
+            rule = self.run.task(s.task).restart
+            of = f" of {rule.max_restarts}" if rule is not None else ""
+            end = s.earlier_ends[-1] if s.earlier_ends else "ended"
+            reason = f"{s.task} on {s.host} {end}; restart {s.restarts}{of}"
+            self.notifier.send(RunEvent.of(self.run, EventKind.RESTARTED, reason, s.task))
