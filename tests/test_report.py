@@ -207,6 +207,8 @@ def test_the_report_of_a_run_with_a_restart_shows_every_task_in_a_real_browser(t
     assert html.count('class="step"') == 2  # each worker's first step after its restart
     assert "was killed by signal 9" in html and "exited with code 0 after 1 restart" in html
     assert re.search(r'<polyline points="[\d.]+,[\d.]+ [\d.]+,[\d.]+', html)  # steps/s drawn over time
+    panel = html[html.index('id="resources"') :]  # CPU and memory, as each task's monitor sampled them
+    assert all(f">{task}<" in panel for task in ("ps:0", "worker:0", "worker:1")), panel[:2000]
     if CHROMIUM is None:
         pytest.skip("no chromium on this machine (apt-get install chromium): the page was checked as text only")
     pixels = screenshot(page, tmp_path / "report.png", tmp_path / "chromium")

@@ -14,7 +14,7 @@ import pytest
 
 from bench.waiting import wait_until
 from tfctl.supervisor import usage
-from tfctl.supervisor.protocol import TaskLaunch
+from tfctl.supervisor.protocol import TaskLaunch, Usage
 
 # Spins, with one spinning child, each writing the CPU time it used itself (time.process_time,
 # the kernel's account through another door than /proc/PID/stat) to its own file.
@@ -164,3 +164,11 @@ def test_a_task_with_gpus_has_their_usage_in_its_notes(tmp_path: Path, monkeypat
 def test_without_nvidia_smi_a_task_has_no_gpu_figures(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert usage.gpu_usage([0], [1]) == (None, None)
+
+
+def test_a_whole_life_of_samples_is_thinned_evenly_keeping_the_newest() -> None:
+    samples = [Usage(float(i), 1.0, i) for i in range(1000)]
+    kept = usage.thinned(samples, 200)
+    assert 200 <= len(kept) <= 201 and kept[0] is samples[0] and kept[-1] is samples[-1]
+    assert {b.sampled_at - a.sampled_at for a, b in zip(kept, kept[1:-1])} == {5.0}
+    assert usage.thinned(samples[:3], 200) == samples[:3] and usage.thinned([], 200) == []

@@ -6,8 +6,9 @@ happens to a task. Its monitor restarts a task by itself, in less time than a co
 (and whether any controller is alive at all), and records each earlier run's start and end
 (`TaskInfo.attempts`); its output lines carry their write times (`supervisor/timeline.py`), so one
 `status` with a progress rule over the whole run returns when each task listened (TF's
-`Started server` line) and every step it logged, thinned to a few dozen marks per task. So the
-timeline is the same for an attached run, a detached one, and one whose controller died.
+`Started server` line) and every step it logged, thinned to a few dozen marks per task, and
+what its process tree used over its life (`supervisor/usage.py`). So the timeline is the same
+for an attached run, a detached one, and one whose controller died.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
-from tfctl.controller.report import Event, RunReport, Span, TaskReport
+from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
 from tfctl.supervisor.protocol import ProgressRule
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
 from tfctl.tf.progress import SERVER_STARTED, ProgressReader
@@ -38,7 +39,7 @@ def gather(cluster: Cluster) -> RunReport:
     window = now - record.created_at + MARGIN
     buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
     rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
-    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES)
+    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS)
     found = diagnose_run(cluster, statuses)
     tasks = []
     for s in statuses:
@@ -110,6 +111,17 @@ def task_report(
         rates=tuple(reader.history(steps)),
         step=samples[-1][1] if samples else None,
         restarts=s.restarts,
+        resources=resources(s),
         diagnosis=diagnosis,
         last_line=last_line,
+    )
+
+
+def resources(s: TaskStatus) -> Resources | None:
+    """The task's CPU and memory over its life, as its monitor sampled them (None: never sampled)."""
+    if not s.usage_history:
+        return None
+    return Resources(
+        cpu=tuple((u.sampled_at, u.cpu_percent) for u in s.usage_history),
+        memory=tuple((u.sampled_at, float(u.rss_bytes)) for u in s.usage_history),
     )

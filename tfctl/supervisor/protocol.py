@@ -225,6 +225,7 @@ class StatusRequest(Request[StatusAnswer]):
     tail: int = 0  # also the last `tail` output lines of each task, so diagnosis needs no second call
     wait_listening: float = 0.0  # answer once every task listens or has ended, or after this long
     usage_history: int = 0  # also each running task's last `usage_history` usage samples
+    usage_points: int = 0  # also every task's usage over its whole life, thinned to this many samples
 
 
 @record

@@ -164,6 +164,15 @@ def read_usage(log_path: str, last: Optional[int] = None, since: float = 0.0) ->
     return out
 
 
+def thinned(samples: List[Usage], points: int) -> List[Usage]:
+    """At most about `points` of the samples, evenly spread, the newest always among them."""
+    step = max(1, -(-len(samples) // max(points, 1)))
+    kept = samples[::step]
+    if samples and kept[-1] is not samples[-1]:
+        kept.append(samples[-1])
+    return kept
+
+
 def current_usage(log_path: str, started_at: Optional[float]) -> Optional[Usage]:
     """The latest record of the task's current run (none from before a restart, nor a stale one)."""
     found = read_usage(log_path, last=1, since=started_at or 0.0)
