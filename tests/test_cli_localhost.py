@@ -392,7 +392,9 @@ def test_logs_follow_streams_live_and_ends_with_the_run(tmp_path: Path, home: Pa
     assert "[worker:0] w0 done, exit 0" in first + out
 
 
-def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_the_whole_cluster_at_once(tmp_path: Path, home: Path, signum: int) -> None:
+    """SIGTERM (`kill`, `timeout`, a batch job's limit) is Ctrl-C: nothing waits for the lease."""
     ports = free_ports(3)
     cluster = write_cluster(
         tmp_path,
@@ -411,7 +413,7 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path, home: Path) -> None:
     wait_for_line(up.stderr, "following", 20)
     run_id = latest_run(home)
     assert len(run_processes(run_id)) == 3
-    up.send_signal(signal.SIGINT)
+    up.send_signal(signum)
     _, err = up.communicate(timeout=30)
     assert up.returncode == 130
     assert "stopping the cluster" in err and "0 remain" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -83,6 +84,7 @@ def up(
         _print_plan(up.plan_run(config, store))
         return 0
     cleared = up.ensure_no_live_run(store, config)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, a batch job's time limit: as Ctrl-C, stop it all now
     start = time.monotonic()
     progress = _progress_printer(start)
     waiting = err.is_terminal and backend.waiting_for is not None
@@ -106,6 +108,10 @@ def up(
         watcher.spawn_watcher(store, cluster.record)
     _print_detached(run, hint_file)
     return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _progress_printer(start: float) -> Callable[[str, str], None]:
@@ -155,7 +161,6 @@ def _up_detached(
     stops its start), so what printing needs loads while the tasks start. Ctrl-C here stops the
     start, as attached."""
     import os
-    import signal
 
     from tfctl import console
     from tfctl.controller import supervise, up, watcher
