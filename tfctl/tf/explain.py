@@ -16,7 +16,7 @@ from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import DEVICE_FILTERS_FIX, Finding, Kind
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import TaskStatus
+    from tfctl.cluster.task_status import TaskStatus
 
 Reachable = Callable[[str, str], "bool | None"]  # (source host, "host:port") -> True/False/None (unknown)
 
