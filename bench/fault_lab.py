@@ -5,9 +5,11 @@ reads back through `tfctl logs`.
 Used by tests/test_faults.py (a short series in CI) and bench/faults.py (a long one). One cycle:
 a ps on tfh0 and two ticking workers on tfh1 and tfh2 (TF ports 2222), started attached or
 detached; after a random delay, one fault from FAULTS (`disk_full`: a small tmpfs over tfh1's
-~/.tfctl/hosts, filled for a moment); then tfctl must clean up by itself (the lease, the idle
-rule, the watcher), except for a host that is gone, which `down` cleans once it is back. The
-random generator is seeded, so a failing series is replayed by its seed.
+~/.tfctl/hosts, filled for a moment; `freeze_host`: every process of tfh2 SIGSTOPped for a
+moment, shorter than host_timeout, while tfh1's worker must train on); then tfctl must clean up
+by itself (the lease, the idle rule, the watcher), except for a host that is gone, which `down`
+cleans once it is back. The random generator is seeded, so a failing series is replayed by its
+seed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ FAULTS = (
     "link_flap",
     "host_gone",
     "disk_full",
+    "freeze_host",
 )
 SELF_CLEANING_WITHIN = 40.0  # seconds from the fault until no process of the run is left
 
@@ -76,7 +79,7 @@ class FaultLab:
     def cycle(self, number: int, rng: random.Random, fault: str) -> CycleResult:
         restart = fault == "kill_worker_with_restart"
         # A gone host must fail the run by host_timeout, before the job could end by itself.
-        seconds = rng.uniform(3, 5) if fault != "host_gone" else 30
+        seconds = {"host_gone": 30.0, "freeze_host": 6.0}.get(fault) or rng.uniform(3, 5)
         cluster = self._write_cluster(number, worker_seconds=seconds, restart=restart)
         attached = fault == "kill_attached_up"
         with self._small_disk(self.lab.host("tfh1") if fault == "disk_full" else None):
@@ -156,6 +159,19 @@ class FaultLab:
                 raise FaultError("disk_full: no monitor on tfh1 holds worker:0's end")
             host.exec(["rm", "-f", filler], check=True)
             return f"tfh1's disk full for {time.monotonic() - began:.1f}s, until worker:0 ended"
+        if fault == "freeze_host":
+            healthy = self.run_pids(run_id).get("tfh1", [])
+            seconds = rng.uniform(0.5, 1.5)
+            frozen = self.lab.host("tfh2")
+            _signal_all(frozen, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)  # deliberately: the host stays frozen this long
+                stopped = [pid for pid in healthy if not os.path.exists(f"/proc/{pid}")]
+            finally:
+                _signal_all(frozen, signal.SIGCONT)
+            if not healthy or stopped:
+                raise FaultError(f"freeze_host: tfh1's worker (pids {healthy}) did not train on: {stopped} gone")
+            return f"tfh2 frozen for {seconds:.1f}s while tfh1 trained on"
         raise ValueError(fault)
 
     @contextlib.contextmanager
@@ -332,3 +348,11 @@ def series(lab: FaultLab, seed: int, cycles: int, faults: tuple[str, ...] = FAUL
         except AssertionError as e:  # a FaultError, or a wait that timed out
             raise FaultError(f"seed {seed}, cycle {number}: {e}") from None
     return results
+
+
+def _signal_all(host: TestHost, number: int) -> None:
+    """Every process of the host (its sshd, supervisor, monitors and tasks): SIGSTOP freezes it
+    as a paused VM or a hung NFS server would, SIGCONT thaws it."""
+    for pid in host.pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, number)
