@@ -141,3 +141,12 @@ def test_a_start_that_fails_after_picking_frees_the_picked_ports(lab, tmp_path):
         started(tmp_path / "cluster.yaml")
     assert "pick_ports" in lab.journal.verbs("h2") and "start" not in lab.journal.verbs("h2")
     assert lab.hosts["h1"].held == [] and lab.hosts["h2"].held == []
+
+
+def test_check_probes_the_ports_the_hosts_pick_and_lets_them_go(lab):
+    ran = tfctl_here("check")
+    assert ran.code == 0, ran.err
+    assert ran.err.endswith("reachability: 2 hosts -> h1:20000: all 2 connections ok\n")
+    verbs = lab.journal.verbs("h1")
+    assert verbs.index("pick_ports") < verbs.index("probe") < verbs.index("stop") and "start" not in verbs
+    assert lab.hosts["h1"].held == []
