@@ -114,6 +114,7 @@ class FakeHost:
         self.resumable: dict[str, int] = {}  # earlier run -> how many of its files this host still has
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
+        self.held: list[int] = []  # ports picked for the run and held until its `stop`
         self.launches: dict[str, p.TaskLaunch] = {}  # as the last start asked
         self.ticks: dict[str, int] = {}
         self.closed = 0
@@ -307,6 +308,7 @@ class FakeHost:
                 self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
+        self.held = []
         return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))
 
     def _restart(self, request: p.RestartRequest) -> p.RestartAnswer:
@@ -325,7 +327,9 @@ class FakeHost:
         return p.RestartAnswer(asked)
 
     def _ports(self, request: p.PortsRequest) -> p.PortsAnswer:
-        return p.PortsAnswer({str(port): p.PortInfo(False) for port in request.ports})
+        return p.PortsAnswer(
+            {str(port): p.PortInfo(port in self.held, [4243] if port in self.held else []) for port in request.ports}
+        )
 
     def _info(self, request: p.InfoRequest) -> p.InfoAnswer:
         gpus = [p.Gpu(i, f"GPU-fake-{self.host}-{i}") for i in self.gpus] if request.gpus else []
@@ -370,6 +374,15 @@ class FakeHost:
 
     def _listen(self, request: p.ListenRequest) -> p.ListenAnswer:
         return p.ListenAnswer(4242)
+
+    def _pick_ports(self, request: p.PickPortsRequest) -> p.PickPortsAnswer:
+        """The next free ports from 20000 up, as a host with nothing else listening would pick."""
+        port = 20000
+        while len(self.held) < request.count:
+            if port not in request.avoid and port not in self.held:
+                self.held.append(port)
+            port += 1
+        return p.PickPortsAnswer(list(self.held), 4243)
 
     def _sweep(self, request: p.SweepRequest) -> p.SweepAnswer:
         return p.SweepAnswer(0, 0, [], [])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tfctl.config.loader import load_config, parse_config
-from tfctl.config.model import JOB_NAMES, Address, ClusterConfig
+from tfctl.config.model import CHOSEN_AT_START, JOB_NAMES, Address, ClusterConfig
 from tfctl.errors import ConfigError
 
 FILE = Path("cluster.yaml")
@@ -299,7 +299,6 @@ ERRORS = {
         with_jobs("  worker: [2222]\n"),
         ["cluster.yaml:4:12: jobs.worker[0]: `2222` is a bare number, not host:port", "fix: write `localhost:2222`"],
     ),
-    "missing port": (with_jobs("  worker: [gpu1]\n"), ["jobs.worker[0]: `gpu1` has no port", "fix: write `gpu1:2222`"]),
     "missing host": (
         with_jobs("  worker: [':2222']\n"),
         ["jobs.worker[0]: `:2222` has no host", "fix: write `localhost:2222`"],
@@ -322,7 +321,6 @@ ERRORS = {
         with_jobs("  worker: ['::1:2222']\n"),
         ["`::1:2222` looks like an IPv6 address without brackets", '"[::1]:2222"'],
     ),
-    "ipv6 without port": (with_jobs("  worker: ['[::1]']\n"), ["`[::1]` has no port", 'fix: write `"[::1]:2222"`']),
     "bad ipv6": (with_jobs("  worker: ['[zz]:1']\n"), ["`zz` is not a valid IPv6 address"]),
     "address is a mapping": (
         with_jobs("  worker: [{a: 1}]\n"),
@@ -528,6 +526,33 @@ def test_ipv6_and_ip_addresses() -> None:
     addresses = config.jobs["worker"].addresses
     assert addresses == (Address("::1", 2222), Address("10.0.0.5", 2222), Address("::1", 2223))
     assert str(addresses[0]) == "[::1]:2222"
+
+
+def test_hosts_without_ports_have_theirs_chosen_at_start() -> None:
+    """`gpu1` twice is two tasks, each to get its own port; written ports stay as they are."""
+    config = valid(with_jobs("  ps: [gpu1]\n  worker: [gpu1, gpu1:2300, gpu2, '[::1]']\n"))
+    assert config.jobs["worker"].addresses == (
+        Address("gpu1", CHOSEN_AT_START),
+        Address("gpu1", 2300),
+        Address("gpu2", CHOSEN_AT_START),
+        Address("::1", CHOSEN_AT_START),
+    )
+    assert str(config.jobs["ps"].addresses[0]) == "gpu1:<chosen at start>"
+    assert config.ports_to_choose() == {"::1": 1, "gpu1": 2, "gpu2": 1}
+    assert config.ports_written("gpu1") == [2300] and config.ports_written("gpu2") == []
+    filled = config.with_ports({"gpu1": [20001, 20002], "gpu2": [20001], "::1": [20003]})
+    assert [str(a) for _, _, a in filled.tasks()] == [
+        "gpu1:20001",
+        "gpu1:20002",
+        "gpu1:2300",
+        "gpu2:20001",
+        "[::1]:20003",
+    ]
+    assert filled.ports_to_choose() == {}
+
+
+def test_a_written_port_still_may_not_repeat_beside_hosts_without_ports() -> None:
+    assert "duplicates jobs.worker[1]" in str(invalid(with_jobs("  worker: [a, a:2222, a, a:2222]\n")))
 
 
 def test_loopback_spellings_are_different_hosts() -> None:

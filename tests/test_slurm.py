@@ -66,6 +66,18 @@ def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports
     assert [str(a) for a in placed.jobs["worker"].addresses] == ["n1:2223", "n2:2223", "n1:2224"]
 
 
+def test_placement_leaves_the_ports_of_a_job_without_port_to_each_node():
+    text = fake_file().replace("worker: {count: 2, port: 2222}", "worker: {count: 3}")
+    placed = place(parse_config(text, Path("c.yaml")), ("n1", "n2"))
+    assert [str(a) for a in placed.jobs["ps"].addresses] == ["n1:2222"]
+    assert [str(a) for a in placed.jobs["worker"].addresses] == [
+        "n2:<chosen at start>",
+        "n1:<chosen at start>",
+        "n2:<chosen at start>",
+    ]
+    assert placed.ports_to_choose() == {"n1": 1, "n2": 2} and placed.ports_written("n1") == [2222]
+
+
 def fake_slurm(answers: dict[str, list[str]]):
     """A runner answering each command (by its first word) from a script of outputs."""
     calls = []

@@ -246,6 +246,16 @@ def test_a_slurm_file_exports_one_pod_per_counted_task() -> None:
     assert container(doc, "Worker")["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
 
+def test_hosts_without_ports_export_with_the_operators_own_port() -> None:
+    """A port chosen at `up` means nothing to a TFJob: its pods get the operator's 2222."""
+    doc = manifest(small("  worker: [gpu1, gpu1, gpu2]\n", top="", command="python train.py"))
+    assert schema_errors(SCHEMA, doc) == []
+    assert doc["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert "ports" not in container(doc, "Worker")
+    single = manifest(small("  worker: [gpu1]\n", command="python train.py --worker_hosts={worker_hosts}"))
+    assert "localhost:2222" in " ".join(container(single, "Worker")["command"])
+
+
 def test_mixed_ports_keep_the_operator_default() -> None:
     doc = manifest(small("  ps: [a:2222]\n  worker: [a:2223, a:2224]\n"))
     assert "ports" not in container(doc, "Worker") and "successPolicy" not in doc["spec"]

@@ -10,7 +10,9 @@ child in its own session, escaping the process group), --devices (print what a G
 placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
 (resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/NAME, one step
 per line printed, rewriting that file in place after each), --busy (spin on a core instead of
-sleeping), --hold-mb M (keep M MiB of touched memory).
+sleeping), --hold-mb M (keep M MiB of touched memory), --connect-peers S (once listening, connect
+to every other task in TF_CONFIG, retrying for up to S seconds, and print `connected to N peers`;
+exit 3 if some never answered).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def main() -> int:
     p.add_argument("--checkpoint", action="store_true")
     p.add_argument("--busy", action="store_true")
     p.add_argument("--hold-mb", type=int, default=0)
+    p.add_argument("--connect-peers", type=float, default=0)
     a = p.parse_args()
     held = bytearray(b"x" * (a.hold_mb << 20))  # noqa: F841 - resident until the task ends
     if a.devices:
@@ -68,6 +71,11 @@ def main() -> int:
         server.bind(("0.0.0.0", a.port))
         server.listen()
     print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
+    if a.connect_peers:
+        peers = connect_peers(a.connect_peers)
+        print(f"{a.name} connected to {len(peers)} peers: {' '.join(sorted(peers))}", flush=True)
+        if peers != others():
+            return 3
     if a.checkpoint:
         checkpoint(a.name, a.lines)
     else:
@@ -89,6 +97,30 @@ def main() -> int:
         pause(a.tick or (3600 if end is None else max(0.0, end - time.monotonic())), a.busy)
     print(f"{a.name} done, exit {a.exit}")
     return a.exit
+
+
+def others() -> set[str]:
+    """Every other task's address in TF_CONFIG, as a TF server would dial them."""
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    me = tf_config["task"]
+    mine = tf_config["cluster"][me["type"]][me["index"]]
+    return {address for job in tf_config["cluster"].values() for address in job if address != mine}
+
+
+def connect_peers(patience: float) -> set[str]:
+    """The peers that accepted a connection within `patience` seconds (they start meanwhile)."""
+    reached: set[str] = set()
+    deadline = time.monotonic() + patience
+    while reached != others() and time.monotonic() < deadline:
+        for address in others() - reached:
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+                reached.add(address)
+            except OSError:
+                pass
+        time.sleep(0.1)
+    return reached
 
 
 def checkpoint(name: str, steps: int) -> None:

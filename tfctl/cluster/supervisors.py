@@ -26,6 +26,7 @@ from tfctl.supervisor.protocol import (
     IdleRule,
     InfoRequest,
     ListenRequest,
+    PickPortsRequest,
     PortInfo,
     PortsRequest,
     ProbeRequest,
@@ -421,6 +422,25 @@ class Cluster:
 
     def release_ports(self, hosts: Iterable[str], marker: str) -> None:
         self.fan_out(hosts, lambda a: a.call(StopRequest(marker, 1.0)))
+
+    def pick_ports(self, wanted: dict[str, tuple[int, list[int]]], seconds: float) -> dict[str, list[int]]:
+        """host -> free ports its supervisor picked (wanted: host -> (how many, which to avoid)),
+        each held by a listener marked with the run until `free_picked_ports`."""
+        answers = self.fan_out(
+            wanted,
+            lambda a: a.call(
+                PickPortsRequest(self.record.run_id, wanted[a.host][0], wanted[a.host][1], seconds, self.record.store)
+            ),
+        )
+        if answers.failed:
+            self.free_picked_ports(answers.succeeded)
+        answers.raise_if_failed("picking free ports")
+        return {host: answer.ports for host, answer in answers.succeeded.items()}
+
+    def free_picked_ports(self, hosts: Iterable[str]) -> None:
+        """Stop the listeners holding the picked ports (no task of the run runs yet: this stops
+        only them), so the tasks can bind their ports."""
+        self.fan_out(hosts, lambda a: a.call(StopRequest(self.record.run_id, 1.0, tasks=[])))
 
     def stop(self, grace: float | None = None) -> StopReport:
         """Stop every task of the run on every host and check the processes and ports are gone."""

@@ -12,7 +12,7 @@ import re
 import string
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from tfctl import backends
 from tfctl.config.base import (
@@ -33,6 +33,7 @@ from tfctl.config.base import (
 )
 from tfctl.config.kubernetes import _kubernetes
 from tfctl.config.model import (
+    CHOSEN_AT_START,
     DEFAULT_BACKOFF,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HOST_TIMEOUT,
@@ -283,7 +284,8 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
 
 
 def _addresses(doc: Doc, path: str, value: Any) -> Any:
-    """A non-empty list of `host:port`, each unused by any task seen so far."""
+    """A non-empty list of `host:port` (or `host`: port chosen at `up`), each unused by any task
+    seen so far."""
     label = _leaf(path)
     if not isinstance(value, list):
         raw = doc.raw(path)
@@ -315,7 +317,7 @@ def _address(doc: Doc, path: str, item: Any) -> Any:
         message, fix = error.args
         return doc.problem(path, message, fix)
     first = doc.addresses.setdefault(address, path)
-    if first != path:
+    if first != path and address.port != CHOSEN_AT_START:  # a host's tasks without ports get one each
         port = address.port + 1
         while Address(address.host, port) in doc.addresses and port < 65535:
             port += 1
@@ -328,7 +330,8 @@ def _address(doc: Doc, path: str, item: Any) -> Any:
 
 
 def _parse_address(text: str) -> Address:
-    """`host:port` or `[ipv6]:port` -> Address; raises ValueError(message, fix)."""
+    """`host:port` or `[ipv6]:port` -> Address, or just the host: its port is chosen at `up`;
+    raises ValueError(message, fix)."""
     if _DIGITS_RE.fullmatch(text):
         raise ValueError(
             f"`{text}` is a bare number, not host:port",
@@ -340,20 +343,19 @@ def _parse_address(text: str) -> Address:
             raise ValueError(f"`{text}` is not `[ipv6]:port`", _IPV6_FIX)
         if not _valid_ipv6(host):
             raise ValueError(f"`{host}` is not a valid IPv6 address", _IPV6_FIX)
+        if not rest:
+            return Address(host, CHOSEN_AT_START)
         port, right_form = rest[1:], f'`"[{host}]:{PORT}"`'
     else:
         if text.count(":") > 1:
             raise ValueError(f"`{text}` looks like an IPv6 address without brackets", _IPV6_FIX)
         host, colon, port = text.partition(":")
-        if not colon:
-            raise ValueError(f"`{text}` has no port", f"write `{text}:{PORT}`, with a port free on that host")
+        if not colon and host:
+            return Address(host, CHOSEN_AT_START) if _valid_host(host) else _bad_host(host)
         if not host:
             raise ValueError(f"`{text}` has no host", f"write `localhost:{port or PORT}`")
         if not _valid_host(host):
-            raise ValueError(
-                f"`{host}` is not a valid hostname or IP address",
-                f"use letters, digits, `-` and `.` (no `_` or spaces), e.g. `localhost:{PORT}` or `10.0.0.5:{PORT}`",
-            )
+            _bad_host(host)
         right_form = f"`{host}:{PORT}`"
     fix = f"write {right_form}, with a port between 1 and 65535"
     if not port:
@@ -363,6 +365,13 @@ def _parse_address(text: str) -> Address:
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"port {int(port)} is out of range (1-65535)", fix)
     return Address(host, int(port))
+
+
+def _bad_host(host: str) -> NoReturn:
+    raise ValueError(
+        f"`{host}` is not a valid hostname or IP address",
+        f"use letters, digits, `-` and `.` (no `_` or spaces), e.g. `localhost:{PORT}` or `10.0.0.5:{PORT}`",
+    )
 
 
 def _valid_host(host: str) -> bool:

@@ -6,7 +6,7 @@ these classes are all a run needs to know about the cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -61,9 +61,15 @@ DEFAULT_PROGRESS_WINDOW = 60.0
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # as Kubernetes spells them
 
 
+# The port of a task written without one: its host's supervisor picks a free one at `up`.
+CHOSEN_AT_START = 0
+
+
 def host_port(host: str, port: int) -> str:
-    """`host:port`, with an IPv6 address in brackets: `[::1]:2222`."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    """`host:port`, with an IPv6 address in brackets: `[::1]:2222`; a port still to be chosen
+    shows as such (`up --dry-run` plans before any host is asked)."""
+    shown = "<chosen at start>" if port == CHOSEN_AT_START else str(port)
+    return f"[{host}]:{shown}" if ":" in host else f"{host}:{shown}"
 
 
 def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -73,7 +79,8 @@ def frozen_env(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class Address:
-    """A task's `host:port`, exactly as TF tasks use it to reach each other."""
+    """A task's `host:port`, exactly as TF tasks use it to reach each other (port
+    CHOSEN_AT_START until `up` has its host pick one)."""
 
     host: str
     port: int
@@ -124,7 +131,7 @@ class Job:
     gpus: int | None = None  # GPUs per task; None: the task sees whatever its host has
     cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
     count: int | None = None  # a backend that places tasks itself: how many; `addresses` come from it
-    port: int | None = None  # and the port its tasks listen on (another if a host gets two)
+    port: int | None = None  # and the port its tasks listen on (another if a host gets two); None: chosen
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,31 @@ class ClusterConfig:
             DeviceAsk(f"{name}:{index}", address.host, self.jobs[name].gpus, self.jobs[name].cpus)
             for name, index, address in self.tasks()
         ]
+
+    def ports_to_choose(self) -> dict[str, int]:
+        """host -> how many of its tasks have no port yet (only hosts with such tasks)."""
+        counts: dict[str, int] = {}
+        for _, _, a in self.tasks():
+            if a.port == CHOSEN_AT_START:
+                counts[a.host] = counts.get(a.host, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def ports_written(self, host: str) -> list[int]:
+        """The ports the file gives the host's tasks: chosen ones must avoid them."""
+        return sorted({a.port for _, _, a in self.tasks() if a.host == host and a.port != CHOSEN_AT_START})
+
+    def with_ports(self, chosen: Mapping[str, list[int]]) -> ClusterConfig:
+        """The same cluster with each task that has no port given the next of its host's
+        `chosen` ports, in task order: what TF_CONFIG and every placeholder then name."""
+        left = {host: list(ports) for host, ports in chosen.items()}
+
+        def filled(address: Address) -> Address:
+            if address.port != CHOSEN_AT_START:
+                return address
+            return Address(address.host, left[address.host].pop(0))
+
+        jobs = {n: replace(j, addresses=tuple(filled(a) for a in j.addresses)) for n, j in self.jobs.items()}
+        return replace(self, jobs=MappingProxyType(jobs))
 
     def tasks(self) -> list[tuple[str, int, Address]]:
         """Every task as (job, index, address), in JOB_NAMES order."""

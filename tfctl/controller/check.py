@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts, place
+from tfctl.config.model import CHOSEN_AT_START, host_port
 from tfctl.controller.plan import Plan
 from tfctl.controller.up import version_warnings
 from tfctl.supervisor.protocol import PortInfo
@@ -35,7 +36,7 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
         asks = plan.config.device_asks()
         infos = cluster.preflight(progress, gpu_hosts(asks))
         place(asks, {i.host: i.devices for i in infos})  # raises if tasks ask a host for more than it has
-        busy = cluster.busy_ports(list(plan.record.tasks))
+        busy = cluster.busy_ports([t for t in plan.record.tasks if t.port != CHOSEN_AT_START])
         summary = None
         if network and not busy:
             summary = _check_network(cluster, plan)
@@ -43,19 +44,22 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
 
 
 def _check_network(cluster: Cluster, plan: Plan) -> str:
+    """Tasks written without a port are probed on ports their hosts pick, as `up` would."""
     targets = [cluster.record.task(name) for phase in plan.phases if phase.probe for name in phase.wait_listening]
     marker = cluster.record.run_id
     by_host: dict[str, list[int]] = {}
+    unported: dict[str, list[int]] = {}
     for t in targets:
-        by_host.setdefault(t.host, []).append(t.port)
+        (unported if t.port == CHOSEN_AT_START else by_host).setdefault(t.host, []).append(t.port)
     messages: list[str] = []
     try:
+        picked = cluster.pick_ports({h: (len(p), by_host.get(h, [])) for h, p in unported.items()}, 120)
         cluster.hold_ports(by_host, marker, seconds=120)
+        addresses = [t.address for t in targets if t.port != CHOSEN_AT_START]
+        addresses += [host_port(h, port) for h, ports in picked.items() for port in ports]
         cluster.check_reachable(
-            sorted({t.host for t in cluster.record.tasks}),
-            [t.address for t in targets],
-            lambda _who, msg: messages.append(msg),
+            sorted({t.host for t in cluster.record.tasks}), addresses, lambda _who, msg: messages.append(msg)
         )
     finally:
-        cluster.release_ports(by_host, marker)
+        cluster.release_ports({*by_host, *unported}, marker)
     return messages[-1] if messages else "nothing to check"

@@ -36,6 +36,9 @@ LOG_DRAIN_SECONDS = 10.0
 # A run recorded as starting with no controller yet is an `up -d` about to fork its watcher, for
 # this long; after that, one whose `up -d` died in between.
 CLAIM_PATIENCE = 60.0
+# How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
+# at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
+PICKED_PORTS_HOLD = 900.0
 
 
 @traced("lifecycle.ensure_no_live_run")
@@ -193,17 +196,20 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
     record = cluster.record
     backend = backends.get(record.backend)
     touched = False  # whether anything was put on a host yet
+    picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))
         for warning in version_warnings(infos):
             progress("warning", warning)
+        picked = pick_ports(cluster, config, progress)
+        config = config.with_ports(picked)
         # Planned once, here: on the devices the hosts have (a backend that places devices itself
         # gets what the tasks ask for, and its scheduler hands them out).
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
         plan = make_plan(Draft(config, record), devices)
         record = cluster.record = plan.record
         store.update(record.run_id, tasks=record.tasks, essential=record.essential)
-        busy = cluster.busy_ports(list(record.tasks))
+        busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
             lines = [
                 f"  {address}: in use by pid {', '.join(map(str, info.pids)) or '?'}"
@@ -228,6 +234,9 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
             run_setup(cluster, setup, progress)
         if not store.load(record.run_id).active:
             raise StartupError(f"run {record.run_id} was stopped (tfctl down) while it started")
+        if picked:
+            cluster.free_picked_ports(list(picked))
+            picked = {}
         control.start(cluster, plan.phases, plan.startup_timeout, progress)
     except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
         _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
@@ -235,6 +244,23 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
     except TfctlError as e:
         _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
         raise
+    finally:
+        if picked:  # the start failed before its tasks could take them
+            cluster.free_picked_ports(list(picked))
+
+
+def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> dict[str, list[int]]:
+    """host -> the free ports its supervisor picked for its tasks written without a port (none
+    when every task has one). Each is held by a listener until `free_picked_ports`, just before
+    the tasks start; a port taken in the moment between that and the task binding it fails the
+    task's start, which says the port is in use: `up` again picks others."""
+    wanted = {host: (count, config.ports_written(host)) for host, count in config.ports_to_choose().items()}
+    if not wanted:
+        return {}
+    picked = cluster.pick_ports(wanted, PICKED_PORTS_HOLD)
+    for host, ports in sorted(picked.items()):
+        progress(host, f"picked free port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}")
+    return picked
 
 
 def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:

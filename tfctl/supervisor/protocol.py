@@ -383,6 +383,30 @@ class ListenRequest(Request[ListenAnswer]):
 
 
 @record
+class PickPortsAnswer(Wire):
+    ports: List[int]  # free when picked, and held by a listener (pid) until the run's `stop`
+    pid: int
+
+
+@record
+class PickPortsRequest(Request[PickPortsAnswer]):
+    """Pick `count` free ports for a run's tasks written without one, outside the host's ephemeral
+    range (where outgoing connections take theirs) and not in `avoid`, and hold each with a
+    listener marked with `run_id` until a `stop` of the run with no tasks named (just before its
+    tasks start) or the supervisor that picked them goes away, so nothing takes them meanwhile."""
+
+    VERB: ClassVar[str] = "pick_ports"
+    ANSWER: ClassVar[Type[Wire]] = PickPortsAnswer
+    IDEMPOTENT: ClassVar[bool] = False
+
+    run_id: str
+    count: int
+    avoid: List[int] = field(default_factory=list)
+    seconds: float = 3600.0
+    store: str = ""
+
+
+@record
 class TailAnswer(Wire):
     tails: Dict[str, List[str]]
 
@@ -490,6 +514,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         InfoRequest,
         ProbeRequest,
         ListenRequest,
+        PickPortsRequest,
         TailRequest,
         SyncPlanRequest,
         SyncApplyRequest,

@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, disk, journal, logs, monitor, prune, resume, sync, tasks
+from . import checks, disk, journal, logs, monitor, ports, prune, resume, sync, tasks
 from .errors import AgentError
 from .files import task_dir
 from .protocol import Envelope, Request, answer_to_wire
@@ -32,6 +32,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "info": checks.info,
     "probe": checks.probe,
     "listen": checks.listen,
+    "pick_ports": ports.pick_ports,
     "tail": logs.tail,
     "sync_plan": sync.sync_plan,
     "sync_apply": sync.sync_apply,

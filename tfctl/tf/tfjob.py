@@ -111,7 +111,7 @@ def _replica(config: ClusterConfig, job: str, name: str) -> dict[str, Any]:
     if settings.workdir:
         container["workingDir"] = settings.workdir
     container["env"] = [{"name": key, "value": _literal(value)} for key, value in env.items()]
-    ports = {address.port for address in spec.addresses}
+    ports = {address.port or DEFAULT_PORT for address in spec.addresses}  # TFJob picks none itself
     if len(ports) == 1 and ports != {DEFAULT_PORT}:
         container["ports"] = [{"name": PORT_NAME, "containerPort": ports.pop()}]
     limits = {key: count for key, count in (("nvidia.com/gpu", spec.gpus), ("cpu", spec.cpus)) if count}
@@ -135,7 +135,7 @@ def command(config: ClusterConfig, job: str, name: str) -> list[str]:
     if len(tasks) == 1:
         job_name, _index, address = tasks[0]
         values.update(dict.fromkeys(POD_PLACEHOLDERS, "''"), job_name=job_name, task_index="0")
-        values[f"{job_name}_hosts"] = f"localhost:{address.port}"
+        values[f"{job_name}_hosts"] = f"localhost:{address.port or DEFAULT_PORT}"
     parsed = list(string.Formatter().parse(config.command_for(job)))
     in_pod = any(field not in values for _, field, _, _ in parsed if field is not None)
     out = []

@@ -2,7 +2,8 @@
 
 The parameter servers go first, one per node, so they never share a node while one is free;
 then the chief, workers and evaluator continue round the nodes. Two tasks on one node get
-different ports: the job's port, else the next free one.
+different ports: the job's port, else the next free one; a job without `port` has its
+ports chosen on each node at start.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 from types import MappingProxyType
 
 from tfctl.backends.slurm.settings import SlurmSettings
-from tfctl.config.model import Address, ClusterConfig
+from tfctl.config.model import CHOSEN_AT_START, Address, ClusterConfig
 
 ORDER = ("ps", "chief", "worker", "evaluator")
 
@@ -45,8 +46,8 @@ def place(config: ClusterConfig, nodes: tuple[str, ...]) -> ClusterConfig:
         for _ in range(job.count or 0):
             node = nodes[turn % len(nodes)]
             turn += 1
-            port = job.port or 2222
-            while port in used[node]:
+            port = job.port or CHOSEN_AT_START  # without `port`: each node's supervisor picks one at start
+            while port != CHOSEN_AT_START and port in used[node]:
                 port += 1
             used[node].add(port)
             placed[name].append(Address(node, port))

@@ -1,0 +1,114 @@
+"""Two runs of two cluster files without ports on the same simulated ssh hosts, side by side: each
+host's supervisor picks every task's port, and each task reaches the peers its TF_CONFIG names.
+
+Hosts are network namespaces with their own sshd (bench/netns_hosts.py), as in test_ssh_cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from bench.netns_hosts import TestHostLab, require_netns
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, tfctl
+from tfctl.supervisor.procfs import proc_env_markers
+
+pytestmark = pytest.mark.netns
+TASK = "{python} fake_task.py --name {job_name}{task_index} --port -1 --connect-peers 30"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    require_netns()
+    with TestHostLab(2, workdir=tmp_path_factory.mktemp("netns-lab-ports")) as lab:
+        yield lab
+
+
+def write_cluster(directory: Path, lab, name: str) -> Path:
+    """ps on tfh0, worker 0 beside it and worker 1 on tfh1: no port anywhere."""
+    directory.mkdir(parents=True)
+    shutil.copy(FAKE_TASK, directory / "fake_task.py")
+    path = directory / "cluster.yaml"
+    path.write_text(f"""name: {name}
+python: {sys.executable}
+grace_period: 2
+startup_timeout: 60
+ssh:
+  config: {lab.ssh_config}
+  connect_timeout: 3
+command: "{TASK} --sleep 8"
+jobs:
+  ps:
+    hosts: [tfh0]
+    command: "{TASK} --sleep -1"
+  worker: [tfh0, tfh1]
+""")
+    return path
+
+
+def statuses(cluster: Path, home: Path) -> list[dict]:
+    return json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
+
+
+def run_pids(lab, run_id: str) -> dict[str, list[int]]:
+    found = {h.name: [p for p in h.pids() if proc_env_markers(p)[0] == run_id] for h in lab.hosts}
+    return {host: pids for host, pids in found.items() if pids}
+
+
+def test_two_runs_without_ports_on_the_same_hosts_train_side_by_side(tmp_path, home, lab):
+    clusters = [write_cluster(tmp_path / name, lab, name) for name in ("alpha", "beta")]
+    ups: dict[Path, object] = {}
+
+    def up(cluster: Path) -> None:
+        ups[cluster] = tfctl("-f", str(cluster), "up", "-d", home=home)
+
+    threads = [threading.Thread(target=up, args=(cluster,)) for cluster in clusters]  # both at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    runs = {}
+    try:
+        for cluster in clusters:
+            ran = ups[cluster]
+            assert ran.returncode == 0, ran.stderr  # type: ignore[attr-defined]
+            assert "picked free port" in ran.stderr  # type: ignore[attr-defined]
+            runs[cluster] = ran.stdout.strip()  # type: ignore[attr-defined]
+        # Both runs' tasks run and listen at once, each on a port its host picked.
+        tasks = {cluster: statuses(cluster, home) for cluster in clusters}
+        addresses = [f"{t['host']}:{t['port']}" for cluster in clusters for t in tasks[cluster]]
+        assert all(t["state"] == "running" for cluster in clusters for t in tasks[cluster]), tasks
+        assert len(set(addresses)) == 6 and all(t["port"] for c in clusters for t in tasks[c])  # 0: not picked
+        for cluster in clusters:
+            wait_until(
+                partial(statuses, cluster, home),
+                30,
+                f"both workers of {cluster.parent.name} done",
+                until=lambda found: all(t["state"] == "succeeded" for t in found if t["task"] != "ps:0"),
+                interval=0.5,
+            )
+            logs = tfctl("-f", str(cluster), "logs", home=home).stdout
+            for task in ("ps0", "worker0", "worker1"):  # each reached the 2 others its TF_CONFIG names
+                assert f"{task} connected to 2 peers" in logs, logs
+            ports = {t["task"]: f"{t['host']}:{t['port']}" for t in statuses(cluster, home)}
+            (line,) = [line for line in logs.splitlines() if "worker1 connected to" in line]
+            assert ports["ps:0"] in line and ports["worker:0"] in line
+    finally:
+        for cluster in clusters:
+            down = tfctl("-f", str(cluster), "down", home=home)
+            assert down.returncode == 0, down.stderr
+    for run_id in runs.values():
+        assert run_pids(lab, run_id) == {}
+    for host in lab.hosts:  # nothing of either run, nor a port holder, on any host
+        left = [p for p in host.pids() if proc_env_markers(p)[0]]
+        for pid in left:
+            os.kill(pid, 9)
+        assert left == []
