@@ -73,6 +73,8 @@ def test_a_lost_between_graph_worker_moves_alone_to_a_spare_and_the_run_succeeds
     assert "--worker_hosts=h1:2223,h3:2222" in launch.command
     assert fake_backend.journal.verbs("h1").count("start") == 1  # the ps and worker 0 went on untouched
     assert store.load(record.run_id).moves == record.moves
+    assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run: its stop is clean
+    assert ending.stop.clean and "stop" not in fake_backend.journal.verbs("h2")
 
 
 def test_a_lost_ps_moves_and_every_worker_restarts_with_its_new_address(tmp_path, fake_backend, monkeypatch):

@@ -85,8 +85,9 @@ class Mover:
         return True
 
     def carry_out(self, plan: MovePlan) -> None:
-        """Stop the tasks that restart (the old ones on the lost host cannot be asked), record the
-        move, start the moved and restarted tasks as a run's tasks start."""
+        """Stop the tasks that restart, record the move, start the moved and restarted tasks as a
+        run's tasks start. The lost host leaves the run: its old tasks, which it cannot be asked
+        to stop, stop by their lease (`lease_timeout`) if it comes back."""
         cluster, record = self.cluster, self.cluster.record
 
         def say(who: str, message: str) -> None:
@@ -101,6 +102,7 @@ class Mover:
         cluster.record = self.store.update(
             record.run_id,
             tasks=plan.tasks,
+            hosts=tuple(h for h in record.hosts if h.name != plan.lost),
             spares=tuple(h for h in record.spares if h != plan.spare),
             moves=record.moves + plan.record_moves(at),
         )
