@@ -58,7 +58,9 @@ def tf_config(launch: p.TaskLaunch) -> dict[str, Any]:
     return json.loads(launch.env["TF_CONFIG"])["cluster"]
 
 
-def test_a_lost_between_graph_worker_moves_alone_to_a_spare_and_the_run_succeeds(tmp_path, fake_backend, monkeypatch):
+def test_a_lost_between_graph_worker_moves_to_a_spare_the_ps_and_chief_restart_and_the_run_succeeds(
+    tmp_path, fake_backend, monkeypatch
+):
     fake_backend.scripts["worker:0"] = TaskScript(end_after=40)
     fake_backend.scripts["worker:1"] = TaskScript(after_restart=None)
     store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n", ["h2"])
@@ -66,12 +68,15 @@ def test_a_lost_between_graph_worker_moves_alone_to_a_spare_and_the_run_succeeds
     record = ending.record
     assert record.task("worker:1").address == "h3:2222" and record.spares == ("h4",)
     [move] = record.moves
-    assert (move.task, move.from_host, move.to_host, move.restarted) == ("worker:1", "h2", "h3", ())
+    assert (move.task, move.from_host, move.to_host, move.restarted) == ("worker:1", "h2", "h3", ("ps:0", "worker:0"))
     assert move.why.startswith("lost contact with h2 since ")
     launch = fake_backend.hosts["h3"].launches["worker:1"]
     assert tf_config(launch) == {"ps": ["h1:2222"], "worker": ["h1:2223", "h3:2222"]}
     assert "--worker_hosts=h1:2223,h3:2222" in launch.command
-    assert fake_backend.journal.verbs("h1").count("start") == 1  # the ps and worker 0 went on untouched
+    h1 = fake_backend.hosts["h1"]
+    assert fake_backend.journal.verbs("h1").count("start") == 2  # started, then again with worker 1's new address
+    for name in ("ps:0", "worker:0"):
+        assert tf_config(h1.launches[name])["worker"] == ["h1:2223", "h3:2222"]
     assert store.load(record.run_id).moves == record.moves
     assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run: its stop is clean
     assert ending.stop.clean and "stop" not in fake_backend.journal.verbs("h2")
@@ -107,12 +112,12 @@ def task(job: str, index: int, host: str, port: int = 2222) -> TaskSpec:
 @pytest.mark.parametrize(
     ("jobs", "moved", "restarted"),
     [
-        ("ps worker worker", "worker:1", []),  # TF1 between-graph: a worker talks to the ps only
+        ("ps worker worker", "worker:1", ["ps:0", "worker:0"]),  # the ps pulls gradients from it
         ("ps worker worker", "ps:0", ["worker:0", "worker:1"]),
         ("ps ps worker", "ps:1", ["worker:0"]),  # the other ps talks to no ps
         ("worker worker worker", "worker:2", ["worker:0", "worker:1"]),  # one collective group
         ("chief worker worker", "worker:0", ["chief:0", "worker:1"]),  # MWMS with a chief
-        ("chief ps worker worker", "worker:1", ["chief:0"]),  # ParameterServerStrategy's chief drives it
+        ("chief ps worker worker", "worker:1", ["chief:0", "ps:0", "worker:0"]),
         ("ps worker evaluator", "evaluator:0", []),
     ],
 )

@@ -2,11 +2,15 @@
 because their cluster spec names the moved address, and each moved or restarted task's spec
 with the new address in its TF_CONFIG, its command and its environment.
 
-Which tasks talk to which: a TF1 between-graph worker talks to the ps only, so it moves alone;
-every worker (and chief) talks to each ps, so a ps moved restarts them all, from their
-checkpoints; a TF2 ParameterServerStrategy chief drives every worker, so it restarts with any of
-them; all-reduce peers (MultiWorkerMirrored, no ps) form one collective group, which a moved peer
-restarts whole. The evaluator only reads checkpoints: it talks to nobody.
+Which tasks talk to which: a tensor goes from one task to another by the receiver asking the
+sender at the address in the receiver's own cluster spec. Every worker (and chief) pulls the
+variables from each ps, so a ps moved restarts them all, from their checkpoints (the other ps
+never ask each other). Each ps pulls the gradients from every worker, at the address it was
+started with: a worker moved alone trains on the spare but its first step waits forever for the
+ps (seen with the between-graph template on the simulated hosts), so every ps restarts, and with
+them, their variables gone, every worker and chief, from the chief's checkpoint. All-reduce peers
+(MultiWorkerMirrored, no ps) form one collective group, which a moved peer restarts whole. The
+evaluator only reads checkpoints: it talks to nobody.
 """
 
 from __future__ import annotations
@@ -26,14 +30,10 @@ def peers_to_restart(tasks: Sequence[TaskSpec], moved: str) -> list[str]:
     job = next(t.job for t in tasks if t.name == moved)
     if job == "evaluator":
         talk: tuple[str, ...] = ()
-    elif job == "ps":
-        talk = TRAINING_JOBS
-    elif "ps" not in jobs:
-        talk = TRAINING_JOBS  # one collective group
-    elif job == "worker" and "chief" in jobs:
-        talk = ("chief",)
+    elif job == "ps" or "ps" not in jobs:
+        talk = TRAINING_JOBS  # a ps's clients; or one collective group
     else:
-        talk = ()  # between-graph: a worker's only peers are the ps
+        talk = ("ps", *TRAINING_JOBS)  # every ps pulls its gradients; a ps restarted restarts its clients
     return [t.name for t in tasks if t.job in talk and t.name != moved]
 
 
