@@ -80,6 +80,9 @@ def test_a_lost_between_graph_worker_moves_to_a_spare_the_ps_and_chief_restart_a
     assert store.load(record.run_id).moves == record.moves
     assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run: its stop is clean
     assert ending.stop.clean and "stop" not in fake_backend.journal.verbs("h2")
+    assert "info" in fake_backend.journal.verbs("h4") and "start" not in fake_backend.journal.verbs(
+        "h4"
+    )  # checked, idle
 
 
 def test_a_lost_ps_moves_and_every_worker_restarts_with_its_new_address(tmp_path, fake_backend, monkeypatch):
