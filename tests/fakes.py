@@ -304,6 +304,8 @@ class FakeHost:
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
         stopped = 0
         for name, info in self.tasks.items():
+            if request.tasks is not None and name not in request.tasks:
+                continue
             if info.state in (p.TaskState.RUNNING, p.TaskState.RESTARTING):
                 self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1

@@ -323,3 +323,19 @@ def test_exec_form_only_for_simple_commands(command: str, execs: bool) -> None:
 def host_state(root: Path | str) -> Path:
     """Where the supervisor on this machine keeps its own files under `root`."""
     return Path(state_root(str(root)))
+
+
+def test_a_stopped_task_starts_again_afresh_only_when_asked_its_old_directory_set_aside(agent, tmp_path):
+    """A move restarts a task under its name on the same host (`StartRequest.again`); a plain
+    second start is still refused, and a stop of the whole run leaves the set-aside copy alone."""
+    start(agent, "r1", "ps:0", pycmd("import time; print('first', flush=True); time.sleep(60)"))
+    agent.call(StopRequest("r1", 1.0, tasks=["ps:0"]))
+    wait_state(agent, "r1", "ps:0", (TaskState.STOPPED,))
+    with pytest.raises(HostError, match="already started"):
+        start(agent, "r1", "ps:0", pycmd("print('x')"))
+    launch = TaskLaunch("ps:0", pycmd("print('second', flush=True)"), grace=1.0)
+    agent.call(StartRequest("r1", [launch], again=True))
+    assert wait_state(agent, "r1", "ps:0", (TaskState.SUCCEEDED,)).exit_code == 0
+    run_dir = next(p for p in (tmp_path / "host").rglob("ps-0") if p.is_dir()).parent
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("ps-0")) == ["ps-0", "ps-0.moved-1"]
+    assert agent.call(StopRequest("r1", 1.0)).processes == 0

@@ -63,6 +63,10 @@ class FakeBackend:
     def check_refusal(self, config: ClusterConfig) -> UsageError | None:
         return None
 
+    def spares(self, config: ClusterConfig) -> tuple[str, ...]:
+        settings = config.backend_settings
+        return settings.spares if isinstance(settings, FakeSettings) else ()
+
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         if LAB.refuse:
             raise BackendError(LAB.refuse)

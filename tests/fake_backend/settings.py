@@ -15,6 +15,7 @@ DESCRIPTION = "`fake` on the tests' in-process hosts"
 class FakeSettings:
     pool: str = "default"
     remote: tuple[str, ...] = ()  # hosts that do not share this machine's files
+    spares: tuple[str, ...] = ()  # hosts that take over a lost host's tasks
 
 
 def _pool(doc: Doc, path: str, value: Any) -> Any:
@@ -29,7 +30,7 @@ def _remote(doc: Doc, path: str, value: Any) -> Any:
 
 
 SECTIONS: dict[str, Validator] = {
-    "fake": _section({"pool": _pool, "remote": _remote}, FakeSettings, "fake: {pool: default}")
+    "fake": _section({"pool": _pool, "remote": _remote, "spares": _remote}, FakeSettings, "fake: {pool: default}")
 }
 JOB_KEYS: dict[str, Validator] = {}
 

@@ -91,6 +91,11 @@ class Backend(Protocol):
         """How to reach `host` and where its supervisor keeps its files."""
         ...
 
+    def spares(self, config: ClusterConfig) -> tuple[str, ...]:
+        """Hosts kept idle to take over a lost host's tasks, in the order they are used (a
+        backend whose hosts are not the file's has none, and refuses a `spares:` key)."""
+        ...
+
     def monitor_launcher(self, record: RunRecord) -> MonitorLauncher | None:
         """Who starts the run's monitors; None: each host's supervisor forks them."""
         ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from tfctl.cluster.supervisors import Cluster, Progress, quiet
 from tfctl.cluster.task_status import TaskStatus
@@ -61,15 +61,20 @@ class Outcome:
 
 
 Judge = Callable[[list[TaskStatus]], "Outcome | None"]
+# A host lost (host, why in words): True once its tasks run elsewhere and the run goes on.
+LostHost = Callable[[str, str], bool]
 
 
-def start(cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: Progress = quiet) -> None:
-    """Start phase by phase; on any failure (Ctrl-C included) stop everything started, then raise."""
+def start(
+    cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: Progress = quiet, again: bool = False
+) -> None:
+    """Start phase by phase; on any failure (Ctrl-C included) stop everything started, then raise.
+    `again`: tasks that ended on their hosts start afresh (tasks moved, or restarted for a move)."""
     try:
         for number, phase in enumerate(phases):
             for t in phase.tasks:
                 progress(t.name, f"starting on {t.host}")
-            for name, info in sorted(cluster.start_tasks(phase.tasks).items()):
+            for name, info in sorted(cluster.start_tasks(phase.tasks, again).items()):
                 if info.state is TaskState.SUCCEEDED:  # a quick task may be done before start answers
                     progress(name, "finished already (exit code 0)")
                 elif info.state.is_final:
@@ -175,28 +180,28 @@ def supervise(
     cancelled: Callable[[], bool] = lambda: False,
     judge: Judge | None = None,
     on_unreachable: Callable[[dict[str, float]], None] | None = None,
+    on_lost: LostHost | None = None,
 ) -> Outcome:
     """Watch the run until it is decided by its tasks' states (`decide`), by `judge` (which sees
-    what states cannot: a task hung for good), or by a host silent for longer than `host_patience`.
+    what states cannot: a task hung for good), or by a host lost: silent for longer than
+    `host_patience`, or its tasks lost with it, unless `on_lost` moved them elsewhere.
     `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds).
     `poll`: seconds between two looks (SUPERVISE_POLL, as read at the call)."""
     poll = SUPERVISE_POLL if poll is None else poll
-    record = cluster.record
     unreachable_since: dict[str, float] = {}
     while not cancelled():
+        record = cluster.record  # a move rewrites it
         statuses, unreachable = cluster.status()
         now = time.monotonic()
         before = unreachable_since
         unreachable_since = {host: unreachable_since.get(host, now) for host in unreachable}
         if on_unreachable and unreachable_since.keys() != before.keys():
             on_unreachable({host: time.time() - (now - since) for host, since in unreachable_since.items()})
-        for host, since in unreachable_since.items():
-            if now - since > host_patience:
-                began = time.strftime("%H:%M:%S", time.localtime(time.time() - (now - since)))
-                return Outcome(
-                    RunState.FAILED,
-                    f"lost contact with {host} since {began} ({host_patience:g}s, host_timeout): {unreachable[host]}",
-                )
+        lost = _lost_host(statuses, unreachable, unreachable_since, now, host_patience)
+        if lost is not None:
+            if on_lost is None or not on_lost(*lost):
+                return Outcome(RunState.FAILED, lost[1])
+            continue  # its tasks run elsewhere now: look again at once
         if on_status:
             on_status(statuses)
         outcome = decide(statuses, record.decisive, record.essential) or (judge(statuses) if judge else None)
@@ -206,6 +211,25 @@ def supervise(
         while time.monotonic() < deadline and not cancelled():  # notice a cancel at once
             time.sleep(0.02)
     return Outcome(RunState.STOPPED, "supervision cancelled")
+
+
+def _lost_host(
+    statuses: Sequence[TaskStatus],
+    unreachable: Mapping[str, Exception],
+    since: Mapping[str, float],
+    now: float,
+    patience: float,
+) -> tuple[str, str] | None:
+    """The first host lost, and why in words: silent for longer than `patience`, or a task of it
+    lost (its monitor gone without a word: the host rebooted)."""
+    for host, began in since.items():
+        if now - began > patience:
+            when = time.strftime("%H:%M:%S", time.localtime(time.time() - (now - began)))
+            return host, f"lost contact with {host} since {when} ({patience:g}s, host_timeout): {unreachable[host]}"
+    for s in statuses:
+        if s.state is TaskState.LOST:
+            return s.host, f"{s.task} on {s.host} {s.describe_end()}"
+    return None
 
 
 def decide(statuses: Sequence[TaskStatus], decisive: Sequence[str], essential: Sequence[str]) -> Outcome | None:

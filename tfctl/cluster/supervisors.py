@@ -322,8 +322,9 @@ class Cluster:
 
     # ---------------------------------------------------------------- commands
 
-    def start_tasks(self, tasks: Sequence[TaskSpec]) -> dict[str, TaskInfo]:
-        """Start these tasks, each host's at once; raises if a host failed to start them."""
+    def start_tasks(self, tasks: Sequence[TaskSpec], again: bool = False) -> dict[str, TaskInfo]:
+        """Start these tasks, each host's at once; raises if a host failed to start them.
+        `again`: a task that ended on its host starts afresh there (`StartRequest.again`)."""
         grouped = self.by_host(tasks)
         record = self.record
         lease = record.lease_timeout if self.holds_lease else 0.0
@@ -349,6 +350,7 @@ class Cluster:
                     ],
                     lease,
                     spawn=self.launcher is None,
+                    again=again,
                 )
             ),
         )
@@ -441,6 +443,19 @@ class Cluster:
         """Stop the listeners holding the picked ports (no task of the run runs yet: this stops
         only them), so the tasks can bind their ports."""
         self.fan_out(hosts, lambda a: a.call(StopRequest(self.record.run_id, 1.0, tasks=[])))
+
+    def stop_tasks(self, tasks: Sequence[TaskSpec]) -> None:
+        """Stop these tasks (their grace period, then SIGKILL) and wait until they are gone;
+        raises if a host could not stop them."""
+        grouped = self.by_host(tasks)
+        grace = self.record.grace_period
+        self.fan_out(
+            grouped,
+            lambda a: a.call(
+                StopRequest(self.record.run_id, grace, tasks=[t.name for t in grouped[a.host]]), timeout=grace + 120
+            ),
+            deadline=grace + STOP_DEADLINE,
+        ).raise_if_failed("stopping tasks")
 
     def stop(self, grace: float | None = None) -> StopReport:
         """Stop every task of the run on every host and check the processes and ports are gone."""

@@ -195,7 +195,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_backend(doc, root, values)
     _check_logdir(doc, values)
     _check_device_env(doc, values)
-    _check_host_names(doc, values)
+    _check_host_names(doc, values, root)
     _check_on_stall(doc, values)
     if doc.problems:
         return None
@@ -288,12 +288,14 @@ def _check_device_env(doc: Doc, values: dict[str, Any]) -> None:
         )
 
 
-def _check_host_names(doc: Doc, values: dict[str, Any]) -> None:
-    """A `hosts:` entry no job uses is almost always a typo of one that does."""
+def _check_host_names(doc: Doc, values: dict[str, Any], root: Mapping[str, Any]) -> None:
+    """A `hosts:` entry no job (nor `spares:`) uses is almost always a typo of one that does."""
     jobs, hosts = values.get("jobs"), values.get("hosts")
     if not isinstance(jobs, Mapping) or not isinstance(hosts, Mapping):
         return
-    used = tuple(sorted({a.host for job in jobs.values() for a in job.addresses}))
+    listed = root.get("spares")
+    spares = listed if isinstance(listed, list) else []
+    used = tuple(sorted({a.host for job in jobs.values() for a in job.addresses} | {str(s) for s in spares}))
     for name in hosts:
         if name not in used:
             unknown_key(doc, f"hosts.{name}", name, "host (one used in `jobs`)", used)

@@ -49,9 +49,11 @@ def remote_workdir(run_id: str) -> str:
 
 def host_specs(config: ClusterConfig, state: Mapping[str, Any] | None = None) -> tuple[HostSpec, ...]:
     """How to reach each host of the cluster, as its backend reaches it (`state`: what the backend
-    acquired for the run)."""
+    acquired for the run); its spares last, checked, synced and set up as every host is, so that
+    taking over a lost host's tasks is only starting them."""
     backend = backends.get(config.backend)
-    return tuple(backend.host_spec(config, h, state) for h in sorted({a.host for _, _, a in config.tasks()}))
+    hosts = sorted({a.host for _, _, a in config.tasks()}) + list(backend.spares(config))
+    return tuple(backend.host_spec(config, h, state) for h in hosts)
 
 
 def local_workdir(config: ClusterConfig) -> str:
@@ -92,6 +94,7 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         backend=config.backend,
         backend_state=None if state is None else dict(state),
         notify=config.notify,
+        spares=backends.get(config.backend).spares(config),
     )
     return Draft(config, record)
 

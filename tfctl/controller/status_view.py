@@ -83,6 +83,8 @@ class Snapshot:
             "resumes": record.resumes,
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
             "host_problems": host_problems(self.statuses),
+            "spares": list(record.spares),
+            "moves": [m.to_wire() for m in record.moves],
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
@@ -117,6 +119,14 @@ def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
 def unreachable_text(since: float) -> str:
     """` (since 12:03:04, 41s)`: when the run's controller last heard from the host, and how long ago."""
     return f" (since {time.strftime('%H:%M:%S', time.localtime(since))}, {duration(time.time() - since)})"
+
+
+def moved_text(record: RunRecord, task: str) -> str:
+    """`, moved from h2 at 12:03:07` for a task that now runs on a spare."""
+    last = next((m for m in reversed(record.moves) if m.task == task), None)
+    return (
+        "" if last is None else f", moved from {last.from_host} at {time.strftime('%H:%M:%S', time.localtime(last.at))}"
+    )
 
 
 def gpus_text(status: TaskStatus) -> str:
@@ -178,6 +188,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
                 s.state.value
                 + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
                 + (f" ({s.restarts}x restarted)" if s.restarts else "")
+                + moved_text(record, s.task)
                 + (unreachable_text(s.unreachable_since) if s.unreachable_since else "")
                 + (", not yet recorded" if s.unrecorded else "")
                 + (f", {s.host_problem.split(' (')[0]}" if s.host_problem else ""),

@@ -18,6 +18,7 @@ from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
 from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.plan import Draft
+from tfctl.controller.spares import Mover
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
 from tfctl.errors import TfctlError
@@ -78,6 +79,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
                     cancelled=quit_watching.is_set,
                     judge=run_judge(cluster, notifier),
                     on_unreachable=note_unreachable(store, cluster),
+                    on_lost=Mover(store, cluster, notifier),
                 )
             )
         except TfctlError as e:
@@ -225,6 +227,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
             cancelled=stopping.is_set,
             judge=run_judge(cluster, notifier),
             on_unreachable=note_unreachable(store, cluster),
+            on_lost=Mover(store, cluster, notifier),
         )
         if not stopping.is_set():
             ending = finish(store, cluster, outcome, notifier)

@@ -103,6 +103,21 @@ class TaskSpec(Wire):
         return host_port(self.host, self.port)
 
 
+@record
+class Move(Wire):
+    """A lost host's task started on a spare (`controller/spares.py`): kept on the record so
+    `status` can show where a task went, and why."""
+
+    TUPLES: ClassVar[tuple[str, ...]] = ("restarted",)
+
+    at: float  # epoch seconds
+    task: str
+    from_host: str
+    to_host: str
+    why: str
+    restarted: tuple[str, ...] = ()  # the tasks elsewhere started again with the new address
+
+
 class ControllerKind(str, enum.Enum):
     """Which process controls a run."""
 
@@ -140,9 +155,10 @@ class RunRecord(Wire):
         "hosts": ("tuple", HostSpec),
         "progress": ("one", ProgressSpec),
         "watcher": ("one", Controller),
+        "moves": ("tuple", Move),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
-    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify")
+    TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify", "spares")
     schema_version: ClassVar[int] = SCHEMA_VERSION  # of every record in memory: older ones are migrated
 
     run_id: str
@@ -172,6 +188,8 @@ class RunRecord(Wire):
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
     resumes: str | None = None  # the earlier run whose files (checkpoints) this one continues from
     notify: tuple[str, ...] = ()  # the cluster file's `notify:` commands, run by the run's controller
+    spares: tuple[str, ...] = ()  # hosts (in `hosts`, set up like the others) not yet given a lost host's tasks
+    moves: tuple[Move, ...] = ()  # tasks moved to a spare, in order
 
     @property
     def active(self) -> bool:

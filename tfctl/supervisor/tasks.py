@@ -43,6 +43,7 @@ from .usage import current_usage, read_usage, thinned
 START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
+SET_ASIDE = ".moved-"  # an ended task's directory set aside by a start `again`: `worker-0.moved-1`
 MONITOR_NAME = b"tfctl-monitor"  # a monitor's name in ps -e, top and pgrep (its cmdline is the supervisor's)
 
 
@@ -57,6 +58,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
     for launch in request.tasks:
         launch = launch.replace(env={**launch.env, RUN_DIR_ENV: work})
         d = task_dir(root, run_id, launch.task)
+        if request.again and os.path.exists(os.path.join(d, "spec.json")):
+            _set_aside(d)
         if os.path.exists(os.path.join(d, "spec.json")):
             raise AgentError("task %s of run %s was already started on this host" % (launch.task, run_id))
         os.makedirs(d, mode=0o700, exist_ok=True)
@@ -74,6 +77,17 @@ def start(root: str, request: StartRequest) -> StartAnswer:
             info = info.replace(state=TaskState.STARTING)
         result[launch.task] = info
     return StartAnswer(result)
+
+
+def _set_aside(d: str) -> None:
+    """Keep an ended task's directory (its log, its exit) as `<dir>.moved-N` so the task can
+    start afresh under its name; one whose monitor has not recorded its end is not set aside."""
+    if not os.path.exists(os.path.join(d, "exit.json")):
+        return
+    n = 1
+    while os.path.exists("%s%s%d" % (d, SET_ASIDE, n)):
+        n += 1
+    os.rename(d, "%s%s%d" % (d, SET_ASIDE, n))
 
 
 def spawn_monitor(d: str, run_id: str) -> int:
@@ -204,7 +218,8 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
     tasks = request.tasks
     if tasks is None:
         base = run_dir(root, run_id)
-        tasks = [n.replace("-", ":", 1) for n in sorted(os.listdir(base))] if os.path.isdir(base) else []
+        names = sorted(n for n in os.listdir(base) if SET_ASIDE not in n) if os.path.isdir(base) else []
+        tasks = [n.replace("-", ":", 1) for n in names]
     procs: Dict[str, Optional[dict]] = {}
     for task in tasks:
         d = task_dir(root, run_id, task)

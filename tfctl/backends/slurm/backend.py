@@ -127,6 +127,9 @@ class SlurmBackend:
             hint="`tfctl up --dry-run` shows how tasks are placed; `tfctl up` checks the nodes before starting any",
         )
 
+    def spares(self, config: ClusterConfig) -> tuple[str, ...]:
+        return ()  # the allocation's nodes are all in use; `spares:` is refused (settings.check)
+
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         tasks = task_count(config)
         job_id = current_job()

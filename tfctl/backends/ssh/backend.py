@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.cluster.control import Judge
 from tfctl.config.home import tfctl_home
@@ -34,6 +35,10 @@ class SSHBackend:
 
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         return Acquired(config)
+
+    def spares(self, config: ClusterConfig) -> tuple[str, ...]:
+        settings = config.backend_settings
+        return settings.spares if isinstance(settings, SSHBackendSettings) else ()
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         """This machine for a local name (or `local: true`), else SSH with the host's settings

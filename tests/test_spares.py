@@ -1,0 +1,165 @@
+"""Spare hosts: a lost host's tasks start on a spare (`controller/spares.py`), the tasks whose
+cluster names the moved address restart with it (`tf/moves.py`), and with no spare left the run
+fails as it always did. Driven in-process on the fake backend with a tiny `host_timeout`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.fake_runs import started, write
+from tests.fakes import TaskScript
+from tfctl.cluster import control
+from tfctl.config.loader import load_config
+from tfctl.controller import supervise
+from tfctl.errors import ConfigError
+from tfctl.runs.record import TaskSpec
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.protocol import RunState
+from tfctl.tf.moves import peers_to_restart, readdressed
+
+BETWEEN_GRAPH = """\
+name: fake
+backend: fake
+fake: {pool: gpus, spares: [h3, h4]}
+host_timeout: 0.05
+command: train --job_name={job_name} --task_index={task_index} --ps_hosts={ps_hosts} --worker_hosts={worker_hosts}
+jobs:
+"""
+
+
+def run(tmp_path, fake_backend, monkeypatch, jobs: str, goes_down: list[str]) -> Any:
+    """Start the run attached, take the `goes_down` hosts down one after the other once each has
+    answered a few looks, and supervise it to its end."""
+    monkeypatch.setattr(supervise, "LOG_DRAIN_SECONDS", 0.0)
+    monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)
+    store, cluster = started(write(tmp_path, BETWEEN_GRAPH + jobs), attached=True)
+
+    def down_after_three(host: str) -> Any:
+        def before(request: p.Request[Any]) -> None:
+            if request.VERB == "status" and fake_backend.journal.verbs(host).count("status") > 3:
+                fake_backend.hosts[host].down = True
+                if goes_down:
+                    nxt = goes_down.pop(0)
+                    fake_backend.agent(nxt).before = down_after_three(nxt)
+
+        return before
+
+    first = goes_down.pop(0)
+    fake_backend.hosts[first].before = down_after_three(first)
+    with cluster:
+        ending = supervise.attach(store, cluster, lambda _lines: None)
+    return store, ending
+
+
+def tf_config(launch: p.TaskLaunch) -> dict[str, Any]:
+    return json.loads(launch.env["TF_CONFIG"])["cluster"]
+
+
+def test_a_lost_between_graph_worker_moves_to_a_spare_the_ps_and_chief_restart_and_the_run_succeeds(
+    tmp_path, fake_backend, monkeypatch
+):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=40)
+    fake_backend.scripts["worker:1"] = TaskScript(after_restart=None)
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n", ["h2"])
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    record = ending.record
+    assert record.task("worker:1").address == "h3:2222" and record.spares == ("h4",)
+    [move] = record.moves
+    assert (move.task, move.from_host, move.to_host, move.restarted) == ("worker:1", "h2", "h3", ("ps:0", "worker:0"))
+    assert move.why.startswith("lost contact with h2 since ")
+    launch = fake_backend.hosts["h3"].launches["worker:1"]
+    assert tf_config(launch) == {"ps": ["h1:2222"], "worker": ["h1:2223", "h3:2222"]}
+    assert "--worker_hosts=h1:2223,h3:2222" in launch.command
+    h1 = fake_backend.hosts["h1"]
+    assert fake_backend.journal.verbs("h1").count("start") == 2  # started, then again with worker 1's new address
+    for name in ("ps:0", "worker:0"):
+        assert tf_config(h1.launches[name])["worker"] == ["h1:2223", "h3:2222"]
+    assert store.load(record.run_id).moves == record.moves
+    assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run: its stop is clean
+    assert ending.stop.clean and "stop" not in fake_backend.journal.verbs("h2")
+    assert "info" in fake_backend.journal.verbs("h4") and "start" not in fake_backend.journal.verbs(
+        "h4"
+    )  # checked, idle
+
+
+def test_a_lost_ps_moves_and_every_worker_restarts_with_its_new_address(tmp_path, fake_backend, monkeypatch):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=40)
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h2:2222]\n  worker: [h1:2223, h1:2224]\n", ["h2"])
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    [move] = ending.record.moves
+    assert (move.task, move.to_host, move.restarted) == ("ps:0", "h3", ("worker:0", "worker:1"))
+    h1 = fake_backend.hosts["h1"]
+    assert fake_backend.journal.verbs("h1").count("start") == 2  # started, then again for the move
+    for name in ("worker:0", "worker:1"):
+        assert tf_config(h1.launches[name])["ps"] == ["h3:2222"]
+        assert "--ps_hosts=h3:2222" in h1.launches[name].command
+    assert ending.record.task("worker:1").env["TF_CONFIG"] == h1.launches["worker:1"].env["TF_CONFIG"]
+
+
+def test_with_no_spare_left_a_lost_host_fails_the_run_as_before(tmp_path, fake_backend, monkeypatch):
+    jobs = "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n"
+    store, ending = run(tmp_path, fake_backend, monkeypatch, jobs, ["h2", "h3", "h4"])
+    assert ending.outcome.state is RunState.FAILED
+    assert ending.outcome.reason.startswith("lost contact with h4 since "), ending.outcome.reason
+    assert [(m.from_host, m.to_host) for m in ending.record.moves] == [("h2", "h3"), ("h3", "h4")]
+    assert ending.record.spares == () and ending.record.task("worker:1").host == "h4"
+
+
+def task(job: str, index: int, host: str, port: int = 2222) -> TaskSpec:
+    return TaskSpec(job, index, host, port, "train", {}, None)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "moved", "restarted"),
+    [
+        ("ps worker worker", "worker:1", ["ps:0", "worker:0"]),  # the ps pulls gradients from it
+        ("ps worker worker", "ps:0", ["worker:0", "worker:1"]),
+        ("ps ps worker", "ps:1", ["worker:0"]),  # the other ps talks to no ps
+        ("worker worker worker", "worker:2", ["worker:0", "worker:1"]),  # one collective group
+        ("chief worker worker", "worker:0", ["chief:0", "worker:1"]),  # MWMS with a chief
+        ("chief ps worker worker", "worker:1", ["chief:0", "ps:0", "worker:0"]),
+        ("ps worker evaluator", "evaluator:0", []),
+    ],
+)
+def test_which_tasks_restart_when_one_moves(jobs, moved, restarted):
+    tasks: list[TaskSpec] = []
+    counts: dict[str, int] = {}
+    for n, job in enumerate(jobs.split()):
+        tasks.append(task(job, counts.setdefault(job, 0), f"h{n}"))
+        counts[job] += 1
+    assert peers_to_restart(tasks, moved) == restarted
+
+
+def test_readdressing_touches_whole_addresses_only():
+    tf = json.dumps({"cluster": {"ps": ["h1:2222"], "worker": ["h1:22220", "xh1:2222"]}, "task": {"type": "ps"}})
+    spec = TaskSpec(
+        "ps", 0, "h1", 2222, "t --ps_hosts=h1:2222 --w=h1:22220,xh1:2222", {"TF_CONFIG": tf, "A": "h1:2222"}, None
+    )
+    out = readdressed(spec, {"h1:2222": "h9:2222"})
+    assert out.command == "t --ps_hosts=h9:2222 --w=h1:22220,xh1:2222" and out.env["A"] == "h9:2222"
+    assert json.loads(out.env["TF_CONFIG"])["cluster"] == {"ps": ["h9:2222"], "worker": ["h1:22220", "xh1:2222"]}
+
+
+SSH_FILE = "name: s\ncommand: train\njobs:\n  ps: [h1:2222]\n  worker: [h2:2222]\n"
+
+
+def test_spares_are_ssh_hosts_no_job_uses_and_other_backends_refuse_them(tmp_path):
+    config = load_config(write(tmp_path, SSH_FILE + "spares: [h3]\nhosts:\n  h3: {python: /opt/py}\n"))
+    assert config.backend_settings.spares == ("h3",)
+    for extra, problem in [
+        ("spares: [h2]\n", "h2 runs tasks already"),
+        ("spares: [h3:2222]\n", "is not a host name"),
+        ("spares: [h3, h3]\n", "listed twice"),
+        ("backend: slurm\nspares: [h3]\n", "is for the ssh backend"),
+    ]:
+        text = SSH_FILE + extra
+        if "slurm" in extra:
+            text = (
+                "name: s\ncommand: train\njobs:\n  ps: {count: 1, port: 2222}\n  worker: {count: 1, port: 2222}\n"
+                + extra
+            )
+        with pytest.raises(ConfigError, match=problem):
+            load_config(write(tmp_path, text))

@@ -1,0 +1,143 @@
+"""Spare hosts on the simulated SSH hosts: a worker's host freezes (every process SIGSTOPped),
+and after host_timeout its task starts on the spare and the job finishes there."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.netns_hosts import TestHostLab, require_netns
+from bench.waiting import wait_until
+from tests.conftest import tfctl, wait_for_line
+from tests.test_frozen_ssh import signal_host
+from tests.test_ssh_cluster import run_pids, write_cluster
+from tests.test_templates import copy_template
+
+pytestmark = pytest.mark.netns
+HOST_TIMEOUT = 4
+JOBS = """  ps:
+    hosts: [tfh0:2222]
+    command: "{python} fake_task.py --name ps0 --port 2222 --sleep -1"
+  worker: [tfh1:2222, tfh2:2222]"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """4 hosts tfh0..tfh3: ps, two workers, a spare."""
+    require_netns()
+    with TestHostLab(4, workdir=tmp_path_factory.mktemp("spares-lab")) as lab:
+        yield lab
+
+
+def test_a_frozen_workers_host_hands_its_task_to_the_spare_and_the_job_finishes(
+    tmp_path: Path, home: Path, lab
+) -> None:
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep 25"
+    extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh3]"
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra=extra)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    frozen = lab.host("tfh2")
+    try:
+        assert up.stderr is not None
+        wait_for_line(up.stderr, "all 3 tasks running", 90)
+        run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+        assert "tfh3" not in run_pids(lab, run_id)  # a spare runs nothing until needed
+        signal_host(frozen, signal.SIGSTOP)
+        froze = time.monotonic()
+        wait_until(lambda: "tfh3" in run_pids(lab, run_id), 30, "worker:1 running on the spare", interval=0.1)
+        moved_after = time.monotonic() - froze
+        shown = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, timeout=60).stdout)
+        [move] = shown["run"]["moves"]
+        assert (move["task"], move["from_host"], move["to_host"], move["restarted"]) == (
+            "worker:1",
+            "tfh2",
+            "tfh3",
+            ["ps:0", "worker:0"],  # the ps pulls gradients from worker 1's address: it restarts, and its clients
+        )
+        assert shown["run"]["spares"] == []
+        row = next(t for t in shown["tasks"] if t["task"] == "worker:1")
+        assert (row["host"], row["state"]) == ("tfh3", "running"), row
+        table = tfctl("-f", str(cluster), "status", home=home, timeout=60).stdout
+        assert "moved from tfh2 at " in next(line for line in table.splitlines() if line.startswith("worker:1"))
+        assert up.stderr is not None
+        rest = up.stderr.read()
+        assert up.wait(timeout=90) == 0, rest
+        assert "moving worker:1 to spare tfh3" in rest and "job succeeded" in rest, rest
+    finally:
+        signal_host(frozen, signal.SIGCONT)
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    # Thawed, its old worker finds its lease long run out and stops by itself.
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the thawed host stopping its task", interval=0.2)
+    assert HOST_TIMEOUT <= moved_after < HOST_TIMEOUT + 10, moved_after
+    print(f"worker:1 running on the spare {moved_after:.1f}s after its host froze (host_timeout {HOST_TIMEOUT}s)")
+
+
+FINAL = re.compile(r"^\[worker:0\]\s+final step (\d+) loss \S+ accuracy ([\d.]+)", re.M)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_the_between_graph_template_finishes_with_its_lost_worker_moved_to_the_spare(
+    tmp_path: Path, home: Path, lab
+) -> None:
+    """Real TensorFlow: worker 1's host freezes mid-training; worker 1 starts on the spare, the ps
+    and the chief start again with its new address (the chief from its checkpoint), worker 1
+    trains there, and the chief finishes with the template's accuracy."""
+    steps = 8000
+    template = copy_template("between-graph-async", tmp_path, train_steps=steps)
+    command = re.search(r"command: >-\n((?:  .*\n)+)", template.read_text())
+    assert command is not None
+    jobs = "  ps: [tfh0:2222]\n  worker: [tfh1:2222, tfh2:2222]"
+    extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh3]\nsuccess_policy: chief"
+    line = " ".join(command.group(1).split())
+    cluster = write_cluster(tmp_path, lab, jobs, line, extra=extra, workdir=template.parent, name="bga")
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+    frozen = lab.host("tfh2")
+    try:
+        wait_until(lambda: "worker 1 accuracy" in out.read_text(), 180, "worker 1 training", interval=0.2)
+        run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+        signal_host(frozen, signal.SIGSTOP)
+        froze = time.monotonic()
+        wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 on the spare", interval=0.1)
+        moved_after = time.monotonic() - froze
+        assert up.wait(timeout=600) == 0, out.read_text()[-5000:]
+    finally:
+        signal_host(frozen, signal.SIGCONT)
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert "moving worker:1 to spare tfh3" in out.read_text()
+    # The moved and restarted tasks' output is read with `logs` (the attached `up` follows the
+    # tasks it started).
+    logs = tfctl("-f", str(cluster), "logs", "--run", run_id, "worker:0", "worker:1", home=home, timeout=60).stdout
+    final = FINAL.search(logs)
+    assert final is not None, logs[-5000:]
+    assert steps <= int(final.group(1)) <= steps + 4 and float(final.group(2)) >= 0.8, final.group(0)
+    assert re.search(r"\[worker:0\]\s+resumed from \S+ at global step [1-9]", logs), logs[-5000:]
+    assert re.search(r"\[worker:1\]\s+step \d+ loss \S+ steps/s \S+ worker 1 accuracy", logs), logs[-5000:]
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the thawed host stopping its task", interval=0.2)
+    print(f"worker:1 on the spare {moved_after:.1f}s after the freeze; final {final.group(0)}")

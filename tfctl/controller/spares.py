@@ -1,0 +1,113 @@
+"""A lost host's tasks moved to a spare host instead of failing the run.
+
+`plan_move` decides, from the run's record alone: which spare, each moved task's new spec, and
+which tasks elsewhere must start again with the new address (`tf/moves.py` says which). `Mover`
+carries it out from the supervision loop: stop those tasks, record the move, start the moved and
+restarted tasks through the usual start (listening, reachability), tell `notify:`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tfctl.cluster import control
+from tfctl.cluster.supervisors import Cluster
+from tfctl.config.model import host_port
+from tfctl.controller.notify import EventKind, Notifier, RunEvent
+from tfctl.errors import TfctlError
+from tfctl.runs.record import Move, RunRecord, TaskSpec
+from tfctl.runs.store import RunStore
+from tfctl.tf import moves as tf_moves
+from tfctl.tf.tasks import start_phases
+
+
+@dataclass(frozen=True)
+class MovePlan:
+    """What moving the lost host's tasks to a spare changes: the tasks as they will run."""
+
+    lost: str
+    spare: str
+    why: str
+    moved: tuple[TaskSpec, ...]  # the lost host's tasks, now on the spare
+    restarted: tuple[TaskSpec, ...]  # tasks elsewhere started again with the new addresses
+    tasks: tuple[TaskSpec, ...]  # every task of the run after the move
+
+    def record_moves(self, at: float) -> tuple[Move, ...]:
+        restarted = tuple(t.name for t in self.restarted)
+        return tuple(Move(at, t.name, self.lost, self.spare, self.why, restarted) for t in self.moved)
+
+
+def plan_move(record: RunRecord, host: str, why: str) -> MovePlan | None:
+    """The move of `host`'s tasks to the first spare left; None when there is none (or the host
+    runs no task): the run fails as it would without spares."""
+    lost = [t for t in record.tasks if t.host == host]
+    if not record.spares or not lost:
+        return None
+    spare = record.spares[0]
+    swaps = {t.address: host_port(spare, t.port) for t in lost}
+    names = {t.name for t in lost}
+    again = {peer for t in lost for peer in tf_moves.peers_to_restart(record.tasks, t.name)} - names
+    tasks = tuple(
+        tf_moves.readdressed(t, swaps).replace(host=spare)
+        if t.name in names
+        else tf_moves.readdressed(t, swaps)
+        if t.name in again
+        else t
+        for t in record.tasks
+    )
+    return MovePlan(
+        host,
+        spare,
+        why,
+        tuple(t for t in tasks if t.name in names),
+        tuple(t for t in tasks if t.name in again),
+        tasks,
+    )
+
+
+class Mover:
+    """The supervision loop's `on_lost`: a lost host's tasks moved to a spare, one spare per lost
+    host, for as long as spares are left."""
+
+    def __init__(self, store: RunStore, cluster: Cluster, notifier: Notifier) -> None:
+        self.store, self.cluster, self.notifier = store, cluster, notifier
+
+    def __call__(self, host: str, why: str) -> bool:
+        plan = plan_move(self.cluster.record, host, why)
+        if plan is None:
+            return False
+        try:
+            self.carry_out(plan)
+        except TfctlError as e:
+            self.notifier.say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}")
+            return False
+        return True
+
+    def carry_out(self, plan: MovePlan) -> None:
+        """Stop the tasks that restart, record the move, start the moved and restarted tasks as a
+        run's tasks start. The lost host leaves the run: its old tasks, which it cannot be asked
+        to stop, stop by their lease (`lease_timeout`) if it comes back."""
+        cluster, record = self.cluster, self.cluster.record
+
+        def say(who: str, message: str) -> None:
+            self.notifier.say(f"{who}: {message}" if who else message)
+
+        moved = ", ".join(t.name for t in plan.moved)
+        say("", f"{plan.why}: moving {moved} to spare {plan.spare}")
+        if plan.restarted:
+            say("", f"restarting {', '.join(t.name for t in plan.restarted)}: their cluster names the new address")
+            cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
+        at = time.time()
+        cluster.record = self.store.update(
+            record.run_id,
+            tasks=plan.tasks,
+            hosts=tuple(h for h in record.hosts if h.name != plan.lost),
+            spares=tuple(h for h in record.spares if h != plan.spare),
+            moves=record.moves + plan.record_moves(at),
+        )
+        starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
+        control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=True)
+        for t in plan.moved:
+            reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
+            self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))
