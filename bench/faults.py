@@ -22,7 +22,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from bench.fault_lab import FaultError, FaultLab, series
+from bench.fault_lab import FAULTS, FaultError, FaultLab, series
 from bench.netns_hosts import TestHostLab, require_netns
 
 
@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=80)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--home", choices=("own", "shared", "both"), default="both")
+    parser.add_argument("--fault", action="append", choices=FAULTS, help="only these faults (repeatable)")
     args = parser.parse_args()
     require_netns()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -48,7 +49,7 @@ def main() -> int:
                 shared_home=mode == "shared",
             ) as lab:
                 try:
-                    results = series(FaultLab(lab, work / "runs"), seed, args.cycles)
+                    results = series(FaultLab(lab, work / "runs"), seed, args.cycles, tuple(args.fault or FAULTS))
                 except FaultError as e:
                     print(f"{mode} home: FAILED: {e}")
                     failed = True
