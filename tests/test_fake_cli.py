@@ -126,7 +126,8 @@ def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab,
 
 
 def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, monkeypatch):
-    lab.scripts["worker:0"] = TaskScript(lines=["step 1"])  # runs until stopped
+    for worker in ("worker:0", "worker:1"):  # each runs until stopped, however many looks it gets
+        lab.scripts[worker] = TaskScript(lines=["step 1"])
 
     def ctrl_c(*_: Any) -> None:
         raise KeyboardInterrupt
