@@ -26,15 +26,18 @@ class Lab:
     leases: dict[str, str] = field(default_factory=dict)  # run id -> pool it holds
     released: list[str] = field(default_factory=list)
     refuse: str | None = None  # acquire raises this
-    ended: set[str] = field(default_factory=set)  # run ids the backend ended under their tasks
+    ended: dict[str, str] = field(default_factory=dict)  # run id -> why the backend ended it under its tasks
+    acquired: list[str] = field(default_factory=list)  # run ids, once per lease taken (a resubmission too)
+    past: dict[tuple[str, int], str] = field(default_factory=dict)  # (run id, lease) -> why it ended
 
     def agent(self, host: str) -> FakeHost:
         if host not in self.hosts:
             self.hosts[host] = FakeHost(host, self.journal, self.scripts)
         return self.hosts[host]
 
-    def end_run(self, run_id: str) -> None:
-        self.ended.add(run_id)
+    def end_run(self, run_id: str, why: str = "ENDED") -> None:
+        """End the run's lease under its tasks; TIMEOUT and PREEMPTED are ends a run goes on after."""
+        self.ended[run_id] = why
 
 
 LAB = Lab()
@@ -67,8 +70,11 @@ class FakeBackend:
         if LAB.refuse:
             raise BackendError(LAB.refuse)
         LAB.leases[run_id] = _pool(config)
+        LAB.acquired.append(run_id)
         progress("fake", f"leased pool {_pool(config)}")
-        return Acquired(config, {"pool": _pool(config)})
+        settings = config.backend_settings
+        resubmits = settings.resubmit if isinstance(settings, FakeSettings) else 0
+        return Acquired(config, {"pool": _pool(config), "lease": LAB.acquired.count(run_id)}, resubmits)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         settings = config.backend_settings
@@ -88,6 +94,18 @@ class FakeBackend:
 
     def is_over(self, record: RunRecord) -> bool:
         return record.run_id in LAB.ended
+
+    def why_over(self, record: RunRecord) -> str | None:
+        lease = (record.run_id, (record.backend_state or {}).get("lease", 1))
+        return LAB.past.get(lease) or LAB.ended.get(record.run_id)
+
+    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+        why = LAB.ended.get(record.run_id)
+        if why not in ("TIMEOUT", "PREEMPTED"):
+            return None
+        del LAB.ended[record.run_id]  # the new lease holds; the old one's end is kept
+        LAB.past[(record.run_id, (record.backend_state or {}).get("lease", 1))] = why
+        return self.acquire(config, record.run_id, progress)
 
     def release(self, record: RunRecord) -> BackendReport | None:
         if LAB.leases.pop(record.run_id, None) is None:

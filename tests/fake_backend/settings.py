@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfctl.config.base import INVALID, Doc, Validator, _section, _string, type_error
+from tfctl.config.base import INVALID, Doc, Validator, _section, _string, _whole_number, type_error
 
 DESCRIPTION = "`fake` on the tests' in-process hosts"
 
@@ -15,6 +15,7 @@ DESCRIPTION = "`fake` on the tests' in-process hosts"
 class FakeSettings:
     pool: str = "default"
     remote: tuple[str, ...] = ()  # hosts that do not share this machine's files
+    resubmit: int = 0  # new leases for a run whose lease ended by TIMEOUT or PREEMPTED
 
 
 def _pool(doc: Doc, path: str, value: Any) -> Any:
@@ -29,7 +30,11 @@ def _remote(doc: Doc, path: str, value: Any) -> Any:
 
 
 SECTIONS: dict[str, Validator] = {
-    "fake": _section({"pool": _pool, "remote": _remote}, FakeSettings, "fake: {pool: default}")
+    "fake": _section(
+        {"pool": _pool, "remote": _remote, "resubmit": _whole_number("resubmit", 0, "resubmit: 2")},
+        FakeSettings,
+        "fake: {pool: default}",
+    )
 }
 JOB_KEYS: dict[str, Validator] = {}
 

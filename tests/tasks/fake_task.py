@@ -9,7 +9,8 @@ worker), --fork K (start K children that sleep in the same group), --setsid-chil
 child in its own session, escaping the process group), --devices (print what a GPU and CPU
 placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
 (resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/NAME, one step
-per line printed, rewriting that file in place after each), --busy (spin on a core instead of
+per line printed, rewriting that file in place after each; --until N: up to step N in all,
+--step-every S: S seconds a step, like training that outlasts its allocation), --busy (spin on a core instead of
 sleeping), --hold-mb M (keep M MiB of touched memory).
 """
 
@@ -41,6 +42,8 @@ def main() -> int:
     p.add_argument("--steps-for", type=float, default=-1)
     p.add_argument("--devices", action="store_true")
     p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--until", type=int, default=0)
+    p.add_argument("--step-every", type=float, default=0)
     p.add_argument("--busy", action="store_true")
     p.add_argument("--hold-mb", type=int, default=0)
     a = p.parse_args()
@@ -69,7 +72,7 @@ def main() -> int:
         server.listen()
     print(f"{a.name} started pid={os.getpid()} tf_config={os.environ.get('TF_CONFIG', '')}")
     if a.checkpoint:
-        checkpoint(a.name, a.lines)
+        checkpoint(a.name, a.lines, a.until, a.step_every)
     else:
         for i in range(a.lines):
             print(f"{a.name} line {i}")
@@ -91,7 +94,7 @@ def main() -> int:
     return a.exit
 
 
-def checkpoint(name: str, steps: int) -> None:
+def checkpoint(name: str, steps: int, until: int = 0, every: float = 0) -> None:
     saved = os.path.join(os.environ["TFCTL_RUN_DIR"], "checkpoints", name)
     os.makedirs(os.path.dirname(saved), exist_ok=True)
     first = 0
@@ -99,7 +102,8 @@ def checkpoint(name: str, steps: int) -> None:
         with open(saved) as f:
             first = int(f.read())
         print(f"{name} resumed at step {first}", flush=True)
-    for step in range(first + 1, first + steps + 1):
+    for step in range(first + 1, (until or first + steps) + 1):
+        time.sleep(every)
         with open(saved, "w") as f:  # in place, as programs that write their own index do
             f.write(str(step))
         print(f"{name} checkpoint step {step}", flush=True)

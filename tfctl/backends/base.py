@@ -31,11 +31,13 @@ Progress = Callable[[str, str], None]  # (who, message)
 
 @dataclass(frozen=True)
 class Acquired:
-    """What `acquire` got: the cluster placed on its hosts, and the backend's state to store
-    (in its wire form; None when the backend holds nothing for the run)."""
+    """What `acquire` got: the cluster placed on its hosts, the backend's state to store (in its
+    wire form; None when the backend holds nothing for the run), and how many new allocations it
+    may ask for when this one ends under the run (`acquire_again`)."""
 
     config: ClusterConfig
     state: Mapping[str, Any] | None = None
+    resubmits: int = 0
 
 
 @record
@@ -101,6 +103,17 @@ class Backend(Protocol):
 
     def is_over(self, record: RunRecord) -> bool:
         """The backend knows nothing of the run can still run (its allocation ended)."""
+        ...
+
+    def why_over(self, record: RunRecord) -> str | None:
+        """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED,
+        CANCELLED); None while it holds, or when the backend never ends one."""
+        ...
+
+    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+        """The run's tasks ended with its allocation still recorded: a new allocation for the same
+        run if the old one ended by its time limit or preemption (waited for, when the tasks ended
+        in its last moments, signalled before the limit); None: the run ends as decided."""
         ...
 
     def release(self, record: RunRecord) -> BackendReport | None:

@@ -110,7 +110,7 @@ def acquire(store: RunStore, config: ClusterConfig, progress: Progress, resumes:
     run_id = new_run_id(config.name)
     acquired = backends.get(config.backend).acquire(config, run_id, progress)
     run = drafted(acquired.config, store, run_id, acquired.state)
-    return dataclasses.replace(run, record=run.record.replace(resumes=resumes)) if resumes else run
+    return dataclasses.replace(run, record=run.record.replace(resumes=resumes, resubmits=acquired.resubmits))
 
 
 def resumed_run(store: RunStore, config: ClusterConfig, wanted: str) -> str:
@@ -186,13 +186,25 @@ def launch(
     return cluster
 
 
-def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: Progress) -> None:
+def start_again(store: RunStore, cluster: Cluster, run: Draft, progress: Progress) -> None:
+    """The same run started again on the hosts of a new allocation (`run`, drafted on them and
+    recorded): `cluster` moves onto them, and the tasks start as in `launch`, finding their files
+    (checkpoints) in the run's own directory. The earlier run it resumed is not brought in again:
+    that would overwrite what this run saved since."""
+    backend = backends.get(run.record.backend)
+    record = run.record.replace(resumes=None)
+    cluster.rehost(record, backend.monitor_launcher(record))
+    _start(store, cluster, run.config, progress, touched=True)
+    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
+
+
+def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: Progress, touched: bool = False) -> None:
     """Everything of `launch` after the run is recorded; its end recorded if it fails (unless a
     `down` ended it first: that said why). A run that fails before anything was put on a host
-    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune."""
+    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune.
+    `touched`: something of the run was put on hosts before (an earlier allocation's)."""
     record = cluster.record
     backend = backends.get(record.backend)
-    touched = False  # whether anything was put on a host yet
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))
         for warning in version_warnings(infos):

@@ -198,6 +198,7 @@ class StartRequest(Request[StartAnswer]):
     tasks: List[TaskLaunch]
     lease: float = 0.0  # seconds without renewal before the run's tasks here stop; 0: no lease
     spawn: bool = True  # False: only prepare; the controller's backend starts each monitor (`serve.main`)
+    again: int = 0  # how many allocations of the run ended before this start (0: its first)
 
 
 @record

@@ -57,6 +57,8 @@ def start(root: str, request: StartRequest) -> StartAnswer:
     for launch in request.tasks:
         launch = launch.replace(env={**launch.env, RUN_DIR_ENV: work})
         d = task_dir(root, run_id, launch.task)
+        if request.again and os.path.exists(os.path.join(d, "spec.json")):
+            _set_aside(root, run_id, launch.task, request.again)
         if os.path.exists(os.path.join(d, "spec.json")):
             raise AgentError("task %s of run %s was already started on this host" % (launch.task, run_id))
         os.makedirs(d, mode=0o700, exist_ok=True)
@@ -74,6 +76,18 @@ def start(root: str, request: StartRequest) -> StartAnswer:
             info = info.replace(state=TaskState.STARTING)
         result[launch.task] = info
     return StartAnswer(result)
+
+
+def _set_aside(root: str, run_id: str, task: str, allocation: int) -> None:
+    """The state of the task from an earlier allocation of the run, whose end took the task with
+    it, moved into `allocation<n>/` of the run's state (its logs kept, pruned with the run) so
+    the task starts afresh."""
+    d = task_dir(root, run_id, task)
+    if procfs.task_processes(run_id, task, read_json(os.path.join(d, "proc.json"))):
+        raise AgentError("task %s of run %s still runs on this host from its earlier allocation" % (task, run_id))
+    aside = os.path.join(run_dir(root, run_id), "allocation%d" % allocation)
+    os.makedirs(aside, mode=0o700, exist_ok=True)
+    os.rename(d, os.path.join(aside, os.path.basename(d)))
 
 
 def spawn_monitor(d: str, run_id: str) -> int:
@@ -204,7 +218,9 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
     tasks = request.tasks
     if tasks is None:
         base = run_dir(root, run_id)
-        tasks = [n.replace("-", ":", 1) for n in sorted(os.listdir(base))] if os.path.isdir(base) else []
+        names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+        # Tasks only: not the state of earlier allocations (`_set_aside`).
+        tasks = [n.replace("-", ":", 1) for n in names if os.path.exists(os.path.join(base, n, "spec.json"))]
     procs: Dict[str, Optional[dict]] = {}
     for task in tasks:
         d = task_dir(root, run_id, task)

@@ -67,6 +67,12 @@ class SSHBackend:
     def is_over(self, record: RunRecord) -> bool:
         return False
 
+    def why_over(self, record: RunRecord) -> str | None:
+        return None
+
+    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+        return None  # the hosts never end under a run: nothing to resubmit
+
     def release(self, record: RunRecord) -> BackendReport | None:
         return None
 
