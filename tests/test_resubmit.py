@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAKE_TASK, no_warnings
-from tests.fake_runs import FAKE_FILE, started, write
+from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
@@ -22,7 +22,9 @@ from tfctl.config.loader import parse_config
 from tfctl.controller import supervise
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
+from tfctl.supervisor import files, tasks
 from tfctl.supervisor import protocol as p
+from tfctl.supervisor.errors import AgentError
 from tfctl.supervisor.protocol import RunState
 
 RESUBMITTING = FAKE_FILE.replace("fake: {pool: gpus}", "fake: {pool: gpus, resubmit: %d}")
@@ -53,8 +55,10 @@ def end_each_lease(fake_backend, run_id: str, whys: list[str]) -> list[int]:
 
 
 def test_a_lease_ended_by_its_time_limit_or_preemption_moves_the_run_into_a_new_one(tmp_path, fake_backend):
-    store, cluster = started(write(tmp_path, RESUBMITTING % 2), attached=True)
+    path = write(tmp_path, RESUBMITTING % 2)
+    store, cluster = started(path, attached=True)
     run_id = cluster.record.run_id
+    assert "fake pool: leased  allocation 1 of 3\n" in tfctl_here("-f", str(path), "status").out
     agains = end_each_lease(fake_backend, run_id, ["TIMEOUT", "PREEMPTED"])
     ending = watch(cluster, store)
     assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome
@@ -66,6 +70,8 @@ def test_a_lease_ended_by_its_time_limit_or_preemption_moves_the_run_into_a_new_
         ("fake pool", "PREEMPTED"),
     ]
     assert record.state is RunState.SUCCEEDED and record.left_nothing
+    shown = tfctl_here("-f", str(path), "status", "--json")
+    assert [end["why"] for end in json.loads(shown.out)["run"]["allocations"]["ended"]] == ["TIMEOUT", "PREEMPTED"]
     text = record.allocation_text()
     assert text is not None and re.fullmatch(
         r"allocation 3 of 3 \(1st ended: TIMEOUT at \d\d:\d\d; 2nd ended: PREEMPTED at \d\d:\d\d\)", text
@@ -100,6 +106,18 @@ def test_an_older_record_without_allocations_still_loads():
     assert record.allocations == () and record.resubmits == 0
 
 
+def test_a_host_starts_a_task_of_a_later_allocation_afresh_keeping_the_earlier_state_aside(tmp_path):
+    root, launch = str(tmp_path), p.TaskLaunch("worker:0", "true")
+    tasks.start(root, p.StartRequest("r", [launch], spawn=False))
+    with pytest.raises(AgentError, match="already started"):
+        tasks.start(root, p.StartRequest("r", [launch], spawn=False))
+    tasks.start(root, p.StartRequest("r", [launch], spawn=False, again=1))
+    here = Path(files.run_dir(root, "r"))
+    assert (here / "worker-0" / "spec.json").exists() and (here / "allocation1" / "worker-0" / "spec.json").exists()
+    stopped = tasks.stop(root, p.StopRequest("r", 0))
+    assert list(stopped.tasks) == ["worker:0"]  # the earlier allocation's state is no task
+
+
 # -- Slurm's side, with a fake Slurm ---------------------------------------------------------------
 
 SLURM_FILE = """\
@@ -128,13 +146,22 @@ def test_time_left_as_squeue_says_it(said, seconds):
     assert time_left("41", run) == seconds
 
 
-def test_slurm_resubmits_after_a_time_limit_waiting_for_it_when_the_tasks_ended_just_before(monkeypatch):
+@pytest.mark.parametrize(
+    ("squeue", "waiting"),
+    [
+        (["RUNNING|None|n[1-2]", "0:30"], "job 41: the tasks ended 30s before its time limit; waiting for its end"),
+        (["COMPLETING|None|n[1-2]"], "job 41 is ending; waiting for Slurm to say why"),  # killed at the limit
+    ],
+)
+def test_slurm_resubmits_after_a_time_limit_waiting_for_it_when_the_tasks_ended_just_before(
+    monkeypatch, squeue, waiting
+):
     monkeypatch.setattr("tfctl.backends.slurm.allocation.POLL", 0)
     config = parse_config(SLURM_FILE, Path("c.yaml"))
     run, calls = fake_slurm(
         {
-            # the old job: running 30s before its limit, then TIMEOUT; the new one runs at once
-            "squeue": ["RUNNING|None|n[1-2]", "0:30", "", "RUNNING|None|n[3-4]"],
+            # the old job: ending, then TIMEOUT; the new one runs at once
+            "squeue": [*squeue, "", "RUNNING|None|n[3-4]"],
             "scontrol": ["n1\nn2", "JobId=41 JobState=TIMEOUT Reason=TimeLimit", "n3\nn4"],
             "sbatch": ["42"],
         }
@@ -143,8 +170,7 @@ def test_slurm_resubmits_after_a_time_limit_waiting_for_it_when_the_tasks_ended_
     acquired = SlurmBackend(run).acquire_again(slurm_record(), config, lambda _who, what: said.append(what))
     assert acquired is not None and acquired.state is not None and acquired.state["job_id"] == "42"
     assert [str(a) for a in acquired.config.jobs["worker"].addresses] == ["n3:2222", "n4:2222"]
-    assert said[0] == "job 41: the tasks ended 30s before its time limit; waiting for its end"
-    assert said[1] == "job 41 ended: TIMEOUT (TimeLimit); asking for a new allocation for the run"
+    assert said[:2] == [waiting, "job 41 ended: TIMEOUT (TimeLimit); asking for a new allocation for the run"]
     assert [c[0] for c in calls].count("sbatch") == 1
 
 
@@ -167,12 +193,12 @@ def test_slurm_does_not_resubmit_what_is_no_time_limit_or_preemption(squeue, sco
 
 # -- a whole run on a real Slurm ------------------------------------------------------------------
 
-STEPS = 100  # at a step a second, more than two one-minute allocations can give (the signal comes before)
+STEPS = 115  # a step a second: more than two one-minute allocations give once Slurm signals before the limit
 LAB_FILE = """\
 name: long
 backend: slurm
-slurm: {time: "1", resubmit: 4, signal_before: 5}
-command: "{python} %(task)s --name {job_name}{task_index} --checkpoint --until %(steps)d --step-every 1"
+slurm: {time: "1", resubmit: 4, signal_before: 1}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every 1"
 grace_period: 2
 jobs:
   worker: {count: 2, port: 2222}
@@ -183,7 +209,7 @@ jobs:
 def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, home):  # noqa: F811
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(LAB_FILE % {"task": FAKE_TASK, "steps": STEPS})
-    began = time.monotonic()
+    began, epoch = time.monotonic(), time.time()
     up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
@@ -197,8 +223,12 @@ def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, 
         threading.Event().wait(2)
         run = shown()
     took = time.monotonic() - began
-    print(f"\nthe run took {took:.0f}s in {run['allocations']['now']} allocations: {run['allocations']['ended']}")
-    assert run["state"] == "succeeded", run
+    ends = ", ".join(
+        f"{end['label']} {end['why']} at +{end['ended_at'] - epoch:.0f}s" for end in run["allocations"]["ended"]
+    )
+    print(f"\nthe run took {took:.0f}s in {run['allocations']['now']} allocations ({ends})")
+    watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
+    assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
     ended = run["allocations"]["ended"]
     assert len(ended) >= 2 and {end["why"] for end in ended} <= {"TIMEOUT"}
     assert all(end["label"].startswith("slurm job ") for end in ended)

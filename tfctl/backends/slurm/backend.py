@@ -183,11 +183,16 @@ class SlurmBackend:
             return None
         job_id = allocation.job_id
         state = job_state(job_id, self.run)
-        if not state.ended:  # the tasks ended first: by the signal before the limit, or by themselves
-            left = time_left(job_id, self.run)
-            if not allocation.signal_before or left is None or left > allocation.signal_before + LIMIT_SLACK:
+        left = 0.0
+        if _word(state) == "COMPLETING":  # ending (its steps killed): how, Slurm says once it ended
+            progress("slurm", f"job {job_id} is ending; waiting for Slurm to say why")
+        elif not state.ended:  # the tasks ended first: by the signal before the limit, or by themselves
+            known = time_left(job_id, self.run)
+            if not allocation.signal_before or known is None or known > allocation.signal_before + LIMIT_SLACK:
                 return None
+            left = known
             progress("slurm", f"job {job_id}: the tasks ended {left:.0f}s before its time limit; waiting for its end")
+        if not state.ended:
             state = wait_ended(job_id, left + 2 * LIMIT_SLACK, self.run)
         if not state.ended or _word(state) not in CONTINUES:
             return None
