@@ -57,7 +57,7 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
     said: list[tuple[str, str]] = []
     plan = up.acquire(store, config, lambda who, what: said.append((who, what)))
     assert ("fake", "leased pool gpus") in said and fake_backend.leases == {plan.record.run_id: "gpus"}
-    assert plan.record.backend == "fake" and plan.record.backend_state == {"pool": "gpus", "lease": 1}
+    assert plan.record.backend == "fake" and plan.record.backend_state == {"pool": "gpus"}
     watcher = controller_of_this_process(ControllerKind.WATCHER)
     cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
     assert store.load(plan.record.run_id).state is RunState.RUNNING

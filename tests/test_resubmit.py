@@ -15,6 +15,7 @@ from tests.conftest import FAKE_TASK, no_warnings
 from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
+from tfctl.backends.base import AllocationOver
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.cluster.supervisors import Cluster
@@ -146,49 +147,56 @@ def test_time_left_as_squeue_says_it(said, seconds):
     assert time_left("41", run) == seconds
 
 
+TIMED_OUT = "JobId=41 JobState=TIMEOUT Reason=TimeLimit"
+
+
 @pytest.mark.parametrize(
-    ("squeue", "waiting"),
+    ("squeue", "scontrol", "waiting"),
     [
-        (["RUNNING|None|n[1-2]", "0:30"], "job 41: the tasks ended 30s before its time limit; waiting for its end"),
-        (["COMPLETING|None|n[1-2]"], "job 41 is ending; waiting for Slurm to say why"),  # killed at the limit
+        (
+            ["RUNNING|None|n[1-2]", "0:30", ""],
+            ["n1\nn2", TIMED_OUT],
+            "job 41: the tasks ended 30s before its time limit; waiting for its end",
+        ),
+        (  # killed at the limit
+            ["COMPLETING|None|n[1-2]", ""],
+            ["n1\nn2", TIMED_OUT],
+            "job 41 is ending; waiting for Slurm to say why",
+        ),
+        ([""], [TIMED_OUT], None),  # over already
     ],
 )
-def test_slurm_resubmits_after_a_time_limit_waiting_for_it_when_the_tasks_ended_just_before(
-    monkeypatch, squeue, waiting
+def test_a_time_limit_continues_the_run_waited_for_when_the_tasks_ended_just_before(
+    monkeypatch, squeue, scontrol, waiting
 ):
     monkeypatch.setattr("tfctl.backends.slurm.allocation.POLL", 0)
-    config = parse_config(SLURM_FILE, Path("c.yaml"))
-    run, calls = fake_slurm(
-        {
-            # the old job: ending, then TIMEOUT; the new one runs at once
-            "squeue": [*squeue, "", "RUNNING|None|n[3-4]"],
-            "scontrol": ["n1\nn2", "JobId=41 JobState=TIMEOUT Reason=TimeLimit", "n3\nn4"],
-            "sbatch": ["42"],
-        }
-    )
+    run, _ = fake_slurm({"squeue": squeue, "scontrol": scontrol})
     said: list[str] = []
-    acquired = SlurmBackend(run).acquire_again(slurm_record(), config, lambda _who, what: said.append(what))
-    assert acquired is not None and acquired.state is not None and acquired.state["job_id"] == "42"
-    assert [str(a) for a in acquired.config.jobs["worker"].addresses] == ["n3:2222", "n4:2222"]
-    assert said[:2] == [waiting, "job 41 ended: TIMEOUT (TimeLimit); asking for a new allocation for the run"]
-    assert [c[0] for c in calls].count("sbatch") == 1
+    over = SlurmBackend(run).why_over(slurm_record(), lambda _who, what: said.append(what))
+    assert over == AllocationOver("TIMEOUT", continues=True)
+    assert said == [*([waiting] if waiting else []), "job 41 ended: TIMEOUT (TimeLimit)"]
 
 
 @pytest.mark.parametrize(
-    ("squeue", "scontrol", "record"),
+    ("squeue", "scontrol", "record", "over"),
     [
-        (["RUNNING|None|n1", "50:00"], [""], slurm_record()),  # the tasks failed long before the limit
-        (["RUNNING|None|n1", "0:30"], [""], slurm_record(signal_before=0)),  # nobody signalled them
-        ([""], ["JobId=41 JobState=CANCELLED Reason=None"], slurm_record()),  # scancel: not a limit
-        ([""], ["JobId=41 JobState=NODE_FAIL Reason=None"], slurm_record()),
-        ([""], ["JobId=41 JobState=TIMEOUT Reason=TimeLimit"], slurm_record(owned=False)),  # not tfctl's
+        (["RUNNING|None|n1", "50:00"], ["n1"], slurm_record(), None),  # the tasks failed long before the limit
+        (["RUNNING|None|n1", "0:30"], ["n1"], slurm_record(signal_before=0), None),  # nobody signalled them
+        ([""], ["JobId=41 JobState=CANCELLED Reason=None"], slurm_record(), AllocationOver("CANCELLED", False)),
+        ([""], ["JobId=41 JobState=NODE_FAIL Reason=None"], slurm_record(), AllocationOver("NODE_FAIL", False)),
+        ([""], ["JobId=41 JobState=PREEMPTED Reason=None"], slurm_record(), AllocationOver("PREEMPTED", True)),
+        (  # an allocation tfctl runs inside is its owner's: never followed by one of tfctl's
+            [""],
+            ["JobId=41 JobState=TIMEOUT Reason=TimeLimit"],
+            slurm_record(owned=False),
+            AllocationOver("TIMEOUT", False),
+        ),
     ],
 )
-def test_slurm_does_not_resubmit_what_is_no_time_limit_or_preemption(squeue, scontrol, record):
-    run, calls = fake_slurm({"squeue": squeue, "scontrol": scontrol, "sbatch": ["!never asked"]})
-    config = parse_config(SLURM_FILE, Path("c.yaml"))
-    assert SlurmBackend(run).acquire_again(record, config, lambda *_: None) is None
-    assert "sbatch" not in [c[0] for c in calls]
+def test_only_a_time_limit_or_preemption_of_tfctls_own_allocation_continues_the_run(squeue, scontrol, record, over):
+    run, calls = fake_slurm({"squeue": squeue, "scontrol": scontrol})
+    assert SlurmBackend(run).why_over(record, lambda *_: None) == over
+    assert {c[0] for c in calls} <= {"squeue", "scontrol"}  # nothing asked of Slurm but its state
 
 
 # -- a whole run on a real Slurm ------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from tests.fake_backend.settings import FakeSettings
 from tests.fake_backend.transport import FakeSpec
 from tests.fakes import FakeHost, Journal, TaskScript
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.config.model import ClusterConfig
 from tfctl.errors import BackendError, UsageError
@@ -28,7 +28,6 @@ class Lab:
     refuse: str | None = None  # acquire raises this
     ended: dict[str, str] = field(default_factory=dict)  # run id -> why the backend ended it under its tasks
     acquired: list[str] = field(default_factory=list)  # run ids, once per lease taken (a resubmission too)
-    past: dict[tuple[str, int], str] = field(default_factory=dict)  # (run id, lease) -> why it ended
 
     def agent(self, host: str) -> FakeHost:
         if host not in self.hosts:
@@ -70,11 +69,12 @@ class FakeBackend:
         if LAB.refuse:
             raise BackendError(LAB.refuse)
         LAB.leases[run_id] = _pool(config)
+        LAB.ended.pop(run_id, None)  # a new lease for a run whose last one ended: it holds
         LAB.acquired.append(run_id)
         progress("fake", f"leased pool {_pool(config)}")
         settings = config.backend_settings
         resubmits = settings.resubmit if isinstance(settings, FakeSettings) else 0
-        return Acquired(config, {"pool": _pool(config), "lease": LAB.acquired.count(run_id)}, resubmits)
+        return Acquired(config, {"pool": _pool(config)}, resubmits)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         settings = config.backend_settings
@@ -95,17 +95,9 @@ class FakeBackend:
     def is_over(self, record: RunRecord) -> bool:
         return record.run_id in LAB.ended
 
-    def why_over(self, record: RunRecord) -> str | None:
-        lease = (record.run_id, (record.backend_state or {}).get("lease", 1))
-        return LAB.past.get(lease) or LAB.ended.get(record.run_id)
-
-    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
         why = LAB.ended.get(record.run_id)
-        if why not in ("TIMEOUT", "PREEMPTED"):
-            return None
-        del LAB.ended[record.run_id]  # the new lease holds; the old one's end is kept
-        LAB.past[(record.run_id, (record.backend_state or {}).get("lease", 1))] = why
-        return self.acquire(config, record.run_id, progress)
+        return None if why is None else AllocationOver(why, why in ("TIMEOUT", "PREEMPTED"))
 
     def release(self, record: RunRecord) -> BackendReport | None:
         if LAB.leases.pop(record.run_id, None) is None:

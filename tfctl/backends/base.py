@@ -33,11 +33,21 @@ Progress = Callable[[str, str], None]  # (who, message)
 class Acquired:
     """What `acquire` got: the cluster placed on its hosts, the backend's state to store (in its
     wire form; None when the backend holds nothing for the run), and how many new allocations it
-    may ask for when this one ends under the run (`acquire_again`)."""
+    may ask for when this one ends under the run (`AllocationOver.continues`)."""
 
     config: ClusterConfig
     state: Mapping[str, Any] | None = None
     resubmits: int = 0
+
+
+@dataclass(frozen=True)
+class AllocationOver:
+    """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED, CANCELLED),
+    and whether the run goes on in a new one (`acquire` again): a time limit or a preemption of
+    an allocation tfctl asked for, not a cancel, a node failure or one it was started inside."""
+
+    why: str
+    continues: bool
 
 
 @record
@@ -105,15 +115,10 @@ class Backend(Protocol):
         """The backend knows nothing of the run can still run (its allocation ended)."""
         ...
 
-    def why_over(self, record: RunRecord) -> str | None:
-        """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED,
-        CANCELLED); None while it holds, or when the backend never ends one."""
-        ...
-
-    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
-        """The run's tasks ended with its allocation still recorded: a new allocation for the same
-        run if the old one ended by its time limit or preemption (waited for, when the tasks ended
-        in its last moments, signalled before the limit); None: the run ends as decided."""
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
+        """The run was decided (its tasks ended, or `judge`): why its allocation ended, waited for
+        when the tasks ended in its last moments (signalled before its time limit); None while it
+        holds (the tasks ended by themselves), or when the backend never ends one."""
         ...
 
     def release(self, record: RunRecord) -> BackendReport | None:

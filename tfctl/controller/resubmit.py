@@ -35,12 +35,14 @@ def carry_on(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Noti
         notifier.say(f"[{who}] {message}" if who else message)
 
     try:
-        config = load_config(Path(record.cluster_file))  # as the first allocation read it: its tasks again
-        acquired = backend.acquire_again(record, config, progress)
-        if acquired is None:
+        config = load_config(Path(record.cluster_file))  # read before anything is asked for
+        over = backend.why_over(record, progress)
+        if over is None or not over.continues:
             return outcome
-        ended = backend.report(record)
-        end = AllocationEnd(ended.label if ended else record.backend, time.time(), backend.why_over(record) or "ENDED")
+        held = backend.report(record)
+        end = AllocationEnd(held.label if held else record.backend, time.time(), over.why)
+        progress(backend.name, "asking for a new allocation for the run")
+        acquired = backend.acquire(config, run_id, progress)
         run = drafted(acquired.config, store, run_id, acquired.state)
         moved = store.update_if_active(
             run_id,

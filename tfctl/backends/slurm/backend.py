@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
@@ -173,14 +173,8 @@ class SlurmBackend:
     def is_over(self, record: RunRecord) -> bool:
         return job_state(allocation_of(record).job_id, self.run).ended
 
-    def why_over(self, record: RunRecord) -> str | None:
-        state = job_state(allocation_of(record).job_id, self.run)
-        return (_word(state) or "GONE") if state.ended else None
-
-    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
         allocation = allocation_of(record)
-        if not allocation.owned:
-            return None
         job_id = allocation.job_id
         state = job_state(job_id, self.run)
         left = 0.0
@@ -194,10 +188,10 @@ class SlurmBackend:
             progress("slurm", f"job {job_id}: the tasks ended {left:.0f}s before its time limit; waiting for its end")
         if not state.ended:
             state = wait_ended(job_id, left + 2 * LIMIT_SLACK, self.run)
-        if not state.ended or _word(state) not in CONTINUES:
-            return None
-        progress("slurm", f"job {job_id} ended: {describe(state)}; asking for a new allocation for the run")
-        return self.acquire(config, record.run_id, progress)
+            if not state.ended:
+                return None
+        progress("slurm", f"job {job_id} ended: {describe(state)}")
+        return AllocationOver(_word(state) or "GONE", allocation.owned and _word(state) in CONTINUES)
 
     def release(self, record: RunRecord) -> BackendReport | None:
         allocation = allocation_of(record)

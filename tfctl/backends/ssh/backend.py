@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.cluster.control import Judge
 from tfctl.config.home import tfctl_home
@@ -67,10 +67,7 @@ class SSHBackend:
     def is_over(self, record: RunRecord) -> bool:
         return False
 
-    def why_over(self, record: RunRecord) -> str | None:
-        return None
-
-    def acquire_again(self, record: RunRecord, config: ClusterConfig, progress: Progress) -> Acquired | None:
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
         return None  # the hosts never end under a run: nothing to resubmit
 
     def release(self, record: RunRecord) -> BackendReport | None:
