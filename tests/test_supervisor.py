@@ -334,8 +334,8 @@ def test_a_stopped_task_starts_again_afresh_only_when_asked_its_old_directory_se
     with pytest.raises(HostError, match="already started"):
         start(agent, "r1", "ps:0", pycmd("print('x')"))
     launch = TaskLaunch("ps:0", pycmd("print('second', flush=True)"), grace=1.0)
-    agent.call(StartRequest("r1", [launch], again=True))
+    agent.call(StartRequest("r1", [launch], again="moved1"))
     assert wait_state(agent, "r1", "ps:0", (TaskState.SUCCEEDED,)).exit_code == 0
-    run_dir = next(p for p in (tmp_path / "host").rglob("ps-0") if p.is_dir()).parent
-    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("ps-0")) == ["ps-0", "ps-0.moved-1"]
+    run_dir = next(p for p in (tmp_path / "host").rglob("ps-0") if p.is_dir() and p.parent.name != "moved1").parent
+    assert (run_dir / "ps-0").is_dir() and (run_dir / "moved1" / "ps-0" / "output.log").read_text() == "first\n"
     assert agent.call(StopRequest("r1", 1.0)).processes == 0

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from tests.fake_backend.settings import FakeSettings
 from tests.fake_backend.transport import FakeSpec
 from tests.fakes import FakeHost, Journal, TaskScript
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.config.model import ClusterConfig
 from tfctl.errors import BackendError, UsageError
@@ -26,15 +26,17 @@ class Lab:
     leases: dict[str, str] = field(default_factory=dict)  # run id -> pool it holds
     released: list[str] = field(default_factory=list)
     refuse: str | None = None  # acquire raises this
-    ended: set[str] = field(default_factory=set)  # run ids the backend ended under their tasks
+    ended: dict[str, str] = field(default_factory=dict)  # run id -> why the backend ended it under its tasks
+    acquired: list[str] = field(default_factory=list)  # run ids, once per lease taken (a resubmission too)
 
     def agent(self, host: str) -> FakeHost:
         if host not in self.hosts:
             self.hosts[host] = FakeHost(host, self.journal, self.scripts)
         return self.hosts[host]
 
-    def end_run(self, run_id: str) -> None:
-        self.ended.add(run_id)
+    def end_run(self, run_id: str, why: str = "ENDED") -> None:
+        """End the run's lease under its tasks; TIMEOUT and PREEMPTED are ends a run goes on after."""
+        self.ended[run_id] = why
 
 
 LAB = Lab()
@@ -71,8 +73,12 @@ class FakeBackend:
         if LAB.refuse:
             raise BackendError(LAB.refuse)
         LAB.leases[run_id] = _pool(config)
+        LAB.ended.pop(run_id, None)  # a new lease for a run whose last one ended: it holds
+        LAB.acquired.append(run_id)
         progress("fake", f"leased pool {_pool(config)}")
-        return Acquired(config, {"pool": _pool(config)})
+        settings = config.backend_settings
+        resubmits = settings.resubmit if isinstance(settings, FakeSettings) else 0
+        return Acquired(config, {"pool": _pool(config)}, resubmits)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         settings = config.backend_settings
@@ -92,6 +98,10 @@ class FakeBackend:
 
     def is_over(self, record: RunRecord) -> bool:
         return record.run_id in LAB.ended
+
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
+        why = LAB.ended.get(record.run_id)
+        return None if why is None else AllocationOver(why, why in ("TIMEOUT", "PREEMPTED"))
 
     def release(self, record: RunRecord) -> BackendReport | None:
         if LAB.leases.pop(record.run_id, None) is None:

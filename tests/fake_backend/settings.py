@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfctl.config.base import INVALID, Doc, Validator, _section, _string, type_error
+from tfctl.config.base import INVALID, Doc, Validator, _section, _string, _whole_number, type_error
 
 DESCRIPTION = "`fake` on the tests' in-process hosts"
 
@@ -16,6 +16,7 @@ class FakeSettings:
     pool: str = "default"
     remote: tuple[str, ...] = ()  # hosts that do not share this machine's files
     spares: tuple[str, ...] = ()  # hosts that take over a lost host's tasks
+    resubmit: int = 0  # new leases for a run whose lease ended by TIMEOUT or PREEMPTED
 
 
 def _pool(doc: Doc, path: str, value: Any) -> Any:
@@ -30,7 +31,11 @@ def _remote(doc: Doc, path: str, value: Any) -> Any:
 
 
 SECTIONS: dict[str, Validator] = {
-    "fake": _section({"pool": _pool, "remote": _remote, "spares": _remote}, FakeSettings, "fake: {pool: default}")
+    "fake": _section(
+        {"pool": _pool, "remote": _remote, "spares": _remote, "resubmit": _whole_number("resubmit", 0, "resubmit: 2")},
+        FakeSettings,
+        "fake: {pool: default}",
+    )
 }
 JOB_KEYS: dict[str, Validator] = {}
 

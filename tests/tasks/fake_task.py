@@ -9,10 +9,11 @@ worker), --fork K (start K children that sleep in the same group), --setsid-chil
 child in its own session, escaping the process group), --devices (print what a GPU and CPU
 placement gave it: CUDA_VISIBLE_DEVICES, ENV_GPUS and the cores it may run on), --checkpoint
 (resume like a template: count on from the step in $TFCTL_RUN_DIR/checkpoints/NAME, one step
-per line printed, rewriting that file in place after each), --busy (spin on a core instead of
-sleeping), --hold-mb M (keep M MiB of touched memory), --connect-peers S (once listening, connect
-to every other task in TF_CONFIG, retrying for up to S seconds, and print `connected to N peers`;
-exit 3 if some never answered).
+per line printed, rewriting that file in place after each; --until N: up to step N in all,
+--step-every S: S seconds a step, like training that outlasts its allocation), --busy (spin on a
+core instead of sleeping), --hold-mb M (keep M MiB of touched memory), --connect-peers S (once
+listening, connect to every other task in TF_CONFIG, retrying for up to S seconds, and print
+`connected to N peers`; exit 3 if some never answered).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main() -> int:
     p.add_argument("--steps-for", type=float, default=-1)
     p.add_argument("--devices", action="store_true")
     p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--until", type=int, default=0)
+    p.add_argument("--step-every", type=float, default=0)
     p.add_argument("--busy", action="store_true")
     p.add_argument("--hold-mb", type=int, default=0)
     p.add_argument("--connect-peers", type=float, default=0)
@@ -77,7 +80,7 @@ def main() -> int:
         if peers != others():
             return 3
     if a.checkpoint:
-        checkpoint(a.name, a.lines)
+        checkpoint(a.name, a.lines, a.until, a.step_every)
     else:
         for i in range(a.lines):
             print(f"{a.name} line {i}")
@@ -123,7 +126,7 @@ def connect_peers(patience: float) -> set[str]:
     return reached
 
 
-def checkpoint(name: str, steps: int) -> None:
+def checkpoint(name: str, steps: int, until: int = 0, every: float = 0) -> None:
     saved = os.path.join(os.environ["TFCTL_RUN_DIR"], "checkpoints", name)
     os.makedirs(os.path.dirname(saved), exist_ok=True)
     first = 0
@@ -131,7 +134,8 @@ def checkpoint(name: str, steps: int) -> None:
         with open(saved) as f:
             first = int(f.read())
         print(f"{name} resumed at step {first}", flush=True)
-    for step in range(first + 1, first + steps + 1):
+    for step in range(first + 1, (until or first + steps) + 1):
+        time.sleep(every)
         with open(saved, "w") as f:  # in place, as programs that write their own index do
             f.write(str(step))
         print(f"{name} checkpoint step {step}", flush=True)

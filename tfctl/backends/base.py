@@ -31,11 +31,23 @@ Progress = Callable[[str, str], None]  # (who, message)
 
 @dataclass(frozen=True)
 class Acquired:
-    """What `acquire` got: the cluster placed on its hosts, and the backend's state to store
-    (in its wire form; None when the backend holds nothing for the run)."""
+    """What `acquire` got: the cluster placed on its hosts, the backend's state to store (in its
+    wire form; None when the backend holds nothing for the run), and how many new allocations it
+    may ask for when this one ends under the run (`AllocationOver.continues`)."""
 
     config: ClusterConfig
     state: Mapping[str, Any] | None = None
+    resubmits: int = 0
+
+
+@dataclass(frozen=True)
+class AllocationOver:
+    """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED, CANCELLED),
+    and whether the run goes on in a new one (`acquire` again): a time limit or a preemption of
+    an allocation tfctl asked for, not a cancel, a node failure or one it was started inside."""
+
+    why: str
+    continues: bool
 
 
 @record
@@ -106,6 +118,12 @@ class Backend(Protocol):
 
     def is_over(self, record: RunRecord) -> bool:
         """The backend knows nothing of the run can still run (its allocation ended)."""
+        ...
+
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
+        """The run was decided (its tasks ended, or `judge`): why its allocation ended, waited for
+        when the tasks ended in its last moments (signalled before its time limit); None while it
+        holds (the tasks ended by themselves), or when the backend never ends one."""
         ...
 
     def release(self, record: RunRecord) -> BackendReport | None:

@@ -66,7 +66,7 @@ LostHost = Callable[[str, str], bool]
 
 
 def start(
-    cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: Progress = quiet, again: bool = False
+    cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: Progress = quiet, again: str = ""
 ) -> None:
     """Start phase by phase; on any failure (Ctrl-C included) stop everything started, then raise.
     `again`: tasks that ended on their hosts start afresh (tasks moved, or restarted for a move)."""

@@ -151,6 +151,7 @@ class Cluster:
         who starts the tasks' monitors when not each host's supervisor (the run's backend)."""
         self.record = record
         self.launcher = launcher
+        self.accept_new_host_keys = accept_new_host_keys
         self.agents = (
             agents if agents is not None else {h.name: open_agent(h, accept_new_host_keys) for h in record.hosts}
         )
@@ -165,6 +166,17 @@ class Cluster:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def rehost(self, record: RunRecord, launcher: MonitorLauncher | None) -> None:
+        """The same run on other hosts (a new allocation, its tasks not started yet): whatever
+        holds this cluster (the door, the log follower, `finish`) reaches the new hosts from now."""
+        old = self.agents
+        with self._lease_lock:
+            self._lease_hosts.clear()
+        self.agents = {h.name: open_agent(h, self.accept_new_host_keys) for h in record.hosts}
+        self.record, self.launcher = record, launcher
+        for agent in old.values():
+            agent.close()
 
     def close(self) -> None:
         self._closed.set()
@@ -322,7 +334,7 @@ class Cluster:
 
     # ---------------------------------------------------------------- commands
 
-    def start_tasks(self, tasks: Sequence[TaskSpec], again: bool = False) -> dict[str, TaskInfo]:
+    def start_tasks(self, tasks: Sequence[TaskSpec], again: str = "") -> dict[str, TaskInfo]:
         """Start these tasks, each host's at once; raises if a host failed to start them.
         `again`: a task that ended on its host starts afresh there (`StartRequest.again`)."""
         grouped = self.by_host(tasks)

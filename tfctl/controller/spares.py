@@ -107,7 +107,8 @@ class Mover:
             moves=record.moves + plan.record_moves(at),
         )
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
-        control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=True)
+        again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
+        control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
         for t in plan.moved:
             reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
             self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))

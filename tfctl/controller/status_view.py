@@ -81,6 +81,11 @@ class Snapshot:
             "started_at": record.created_at,
             "ended_at": record.ended_at,
             "resumes": record.resumes,
+            "allocations": {
+                "now": len(record.allocations) + 1,
+                "most": record.resubmits + 1,
+                "ended": [end.to_wire() for end in record.allocations],
+            },
             "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
             "host_problems": host_problems(self.statuses),
             "spares": list(record.spares),
@@ -163,6 +168,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         title += f"  resumes {record.resumes}"
     if shot.backend is not None:
         title += f"  {shot.backend.line()}"
+    if record.allocation_text():
+        title += f"  {record.allocation_text()}"
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     # Device columns only for runs that place devices: (heading, a task's cell).

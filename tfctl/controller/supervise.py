@@ -18,6 +18,7 @@ from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
 from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.plan import Draft
+from tfctl.controller.resubmit import carry_on
 from tfctl.controller.spares import Mover
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
@@ -71,17 +72,7 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
 
     def watch() -> None:
         try:
-            decided.append(
-                control.supervise(
-                    cluster,
-                    host_patience=cluster.record.host_timeout,
-                    on_status=RestartWatch(cluster.record, notifier),
-                    cancelled=quit_watching.is_set,
-                    judge=run_judge(cluster, notifier),
-                    on_unreachable=note_unreachable(store, cluster),
-                    on_lost=Mover(store, cluster, notifier),
-                )
-            )
+            decided.append(supervise_through_allocations(store, cluster, notifier, quit_watching.is_set))
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
@@ -119,6 +110,29 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         quit_watching.set()
         follower.close()
         notifier.close()
+
+
+def supervise_through_allocations(
+    store: RunStore, cluster: Cluster, notifier: Notifier, cancelled: Callable[[], bool]
+) -> Outcome:
+    """Supervise until decided; an allocation ended under the run by its time limit or by
+    preemption moves it into a new one (`resubmit.carry_on`) and supervision goes on there.
+    An attached run's log stream ends with its first allocation's tasks."""
+    while True:
+        outcome = control.supervise(
+            cluster,
+            host_patience=cluster.record.host_timeout,
+            on_status=RestartWatch(cluster.record, notifier),
+            cancelled=cancelled,
+            judge=run_judge(cluster, notifier),
+            on_unreachable=note_unreachable(store, cluster),
+            on_lost=Mover(store, cluster, notifier),
+        )
+        if cancelled():
+            return outcome
+        ending = carry_on(store, cluster, outcome, notifier)
+        if ending is not None:
+            return ending
 
 
 def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, float]], None]:
@@ -220,15 +234,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
     record, run_id = cluster.record, cluster.record.run_id
     handover = DownHandover(stopping)
     with controller_door(store, cluster, handover.ask), Notifier.of(record) as notifier:
-        outcome = control.supervise(
-            cluster,
-            host_patience=record.host_timeout,
-            on_status=RestartWatch(record, notifier),
-            cancelled=stopping.is_set,
-            judge=run_judge(cluster, notifier),
-            on_unreachable=note_unreachable(store, cluster),
-            on_lost=Mover(store, cluster, notifier),
-        )
+        outcome = supervise_through_allocations(store, cluster, notifier, stopping.is_set)
         if not stopping.is_set():
             ending = finish(store, cluster, outcome, notifier)
             handover.answer(ending.stop, None)  # a `down` arriving meanwhile hears what was stopped

@@ -113,7 +113,7 @@ def acquire(store: RunStore, config: ClusterConfig, progress: Progress, resumes:
     run_id = new_run_id(config.name)
     acquired = backends.get(config.backend).acquire(config, run_id, progress)
     run = drafted(acquired.config, store, run_id, acquired.state)
-    return dataclasses.replace(run, record=run.record.replace(resumes=resumes)) if resumes else run
+    return dataclasses.replace(run, record=run.record.replace(resumes=resumes, resubmits=acquired.resubmits))
 
 
 def resumed_run(store: RunStore, config: ClusterConfig, wanted: str) -> str:
@@ -189,13 +189,28 @@ def launch(
     return cluster
 
 
-def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: Progress) -> None:
+def start_again(store: RunStore, cluster: Cluster, run: Draft, progress: Progress) -> None:
+    """The same run started again on the hosts of a new allocation (`run`, drafted on them and
+    recorded): `cluster` moves onto them, and the tasks start as in `launch`, finding their files
+    (checkpoints) in the run's own directory. The earlier run it resumed is not brought in again:
+    that would overwrite what this run saved since."""
+    backend = backends.get(run.record.backend)
+    record = run.record.replace(resumes=None)
+    cluster.rehost(record, backend.monitor_launcher(record))
+    _start(store, cluster, run.config, progress, touched=True, again=f"allocation{len(record.allocations)}")
+    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
+
+
+def _start(
+    store: RunStore, cluster: Cluster, config: ClusterConfig, progress: Progress, touched: bool = False, again: str = ""
+) -> None:
     """Everything of `launch` after the run is recorded; its end recorded if it fails (unless a
     `down` ended it first: that said why). A run that fails before anything was put on a host
-    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune."""
+    (preflight, devices, busy ports) is forgotten: there is nothing of it to stop or prune.
+    `touched`: something of the run was put on hosts before (an earlier allocation's), whose
+    tasks' state each host sets aside under `again` (`StartRequest.again`)."""
     record = cluster.record
     backend = backends.get(record.backend)
-    touched = False  # whether anything was put on a host yet
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))
@@ -237,7 +252,7 @@ def _start(store: RunStore, cluster: Cluster, config: ClusterConfig, progress: P
         if picked:
             cluster.free_picked_ports(list(picked))
             picked = {}
-        control.start(cluster, plan.phases, plan.startup_timeout, progress)
+        control.start(cluster, plan.phases, plan.startup_timeout, progress, again)
     except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
         _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
         raise

@@ -11,6 +11,7 @@ readable; a record of a newer version is refused (`NewerRecordError`), never gue
 from __future__ import annotations
 
 import enum
+import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from tfctl.config.model import DEFAULT_PROGRESS_WINDOW, DEFAULT_STALL_TIMEOUT, host_port
@@ -118,6 +119,16 @@ class Move(Wire):
     restarted: tuple[str, ...] = ()  # the tasks elsewhere started again with the new address
 
 
+@record
+class AllocationEnd(Wire):
+    """An allocation the run outlived: its scheduler ended it (time limit, preemption) and the
+    run went on in a new one."""
+
+    label: str  # as the backend names it (`BackendReport.label`)
+    ended_at: float
+    why: str  # in the scheduler's words: TIMEOUT, PREEMPTED
+
+
 class ControllerKind(str, enum.Enum):
     """Which process controls a run."""
 
@@ -156,6 +167,7 @@ class RunRecord(Wire):
         "progress": ("one", ProgressSpec),
         "watcher": ("one", Controller),
         "moves": ("tuple", Move),
+        "allocations": ("tuple", AllocationEnd),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
     TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify", "spares")
@@ -190,6 +202,19 @@ class RunRecord(Wire):
     notify: tuple[str, ...] = ()  # the cluster file's `notify:` commands, run by the run's controller
     spares: tuple[str, ...] = ()  # hosts (in `hosts`, set up like the others) not yet given a lost host's tasks
     moves: tuple[Move, ...] = ()  # tasks moved to a spare, in order
+    resubmits: int = 0  # new allocations the backend may ask for when one ends under the run
+    allocations: tuple[AllocationEnd, ...] = ()  # those that ended under it, oldest first
+
+    def allocation_text(self) -> str | None:
+        """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""
+        if not self.resubmits:
+            return None
+        text = f"allocation {len(self.allocations) + 1} of {self.resubmits + 1}"
+        ends = [
+            f"{_ordinal(n)} ended: {end.why} at {time.strftime('%H:%M', time.localtime(end.ended_at))}"
+            for n, end in enumerate(self.allocations, 1)
+        ]
+        return text + (f" ({'; '.join(ends)})" if ends else "")
 
     @property
     def active(self) -> bool:
@@ -221,6 +246,10 @@ class RunRecord(Wire):
         if not isinstance(created, (int, float)) or isinstance(created, bool):
             raise ValueError("created_at is not a timestamp")
         return cls.from_wire(data)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 class NewerRecordError(ValueError):

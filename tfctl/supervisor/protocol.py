@@ -198,7 +198,8 @@ class StartRequest(Request[StartAnswer]):
     tasks: List[TaskLaunch]
     lease: float = 0.0  # seconds without renewal before the run's tasks here stop; 0: no lease
     spawn: bool = True  # False: only prepare; the controller's backend starts each monitor (`serve.main`)
-    again: bool = False  # a task that ended here starts afresh (a peer moved), its old directory set aside
+    again: str = ""  # where this start sets aside what an earlier start of its tasks left here
+    # (`allocation1`: the run's first allocation ended under it; `moved2`: its second move to a spare)
 
 
 @record

@@ -43,7 +43,6 @@ from .usage import current_usage, read_usage, thinned
 START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
 EXIT_PATIENCE = 3.0  # how long `stop` waits for monitors to record the exits it caused
-SET_ASIDE = ".moved-"  # an ended task's directory set aside by a start `again`: `worker-0.moved-1`
 MONITOR_NAME = b"tfctl-monitor"  # a monitor's name in ps -e, top and pgrep (its cmdline is the supervisor's)
 
 
@@ -59,7 +58,7 @@ def start(root: str, request: StartRequest) -> StartAnswer:
         launch = launch.replace(env={**launch.env, RUN_DIR_ENV: work})
         d = task_dir(root, run_id, launch.task)
         if request.again and os.path.exists(os.path.join(d, "spec.json")):
-            _set_aside(d)
+            _set_aside(root, run_id, launch.task, request.again)
         if os.path.exists(os.path.join(d, "spec.json")):
             raise AgentError("task %s of run %s was already started on this host" % (launch.task, run_id))
         os.makedirs(d, mode=0o700, exist_ok=True)
@@ -79,15 +78,16 @@ def start(root: str, request: StartRequest) -> StartAnswer:
     return StartAnswer(result)
 
 
-def _set_aside(d: str) -> None:
-    """Keep an ended task's directory (its log, its exit) as `<dir>.moved-N` so the task can
-    start afresh under its name; one whose monitor has not recorded its end is not set aside."""
-    if not os.path.exists(os.path.join(d, "exit.json")):
-        return
-    n = 1
-    while os.path.exists("%s%s%d" % (d, SET_ASIDE, n)):
-        n += 1
-    os.rename(d, "%s%s%d" % (d, SET_ASIDE, n))
+def _set_aside(root: str, run_id: str, task: str, label: str) -> None:
+    """What an earlier start of the task left on this host (its log, its exit), moved into
+    `<label>/` of the run's state (`allocation1`: an allocation that ended under the run; `moved2`:
+    a move to a spare), kept and pruned with the run, so the task starts afresh under its name."""
+    d = task_dir(root, run_id, task)
+    if procfs.task_processes(run_id, task, read_json(os.path.join(d, "proc.json"))):
+        raise AgentError("task %s of run %s still runs on this host from its earlier start" % (task, run_id))
+    aside = os.path.join(run_dir(root, run_id), label)
+    os.makedirs(aside, mode=0o700, exist_ok=True)
+    os.rename(d, os.path.join(aside, os.path.basename(d)))
 
 
 def spawn_monitor(d: str, run_id: str) -> int:
@@ -218,8 +218,9 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
     tasks = request.tasks
     if tasks is None:
         base = run_dir(root, run_id)
-        names = sorted(n for n in os.listdir(base) if SET_ASIDE not in n) if os.path.isdir(base) else []
-        tasks = [n.replace("-", ":", 1) for n in names]
+        names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+        # Tasks only: not the state of earlier starts (`_set_aside`).
+        tasks = [n.replace("-", ":", 1) for n in names if os.path.exists(os.path.join(base, n, "spec.json"))]
     procs: Dict[str, Optional[dict]] = {}
     for task in tasks:
         d = task_dir(root, run_id, task)

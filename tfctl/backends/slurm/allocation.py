@@ -8,6 +8,7 @@ Slurm as argv words, never through a shell.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -80,6 +81,8 @@ def sbatch_argv(config: ClusterConfig, name: str) -> list[str]:
     for flag, value in (("account", settings.account), ("qos", settings.qos)):
         if value:
             argv.append(f"--{flag}={value}")
+    if settings.signal_before:  # to every step (the tasks), not the holder
+        argv.append(f"--signal=TERM@{settings.signal_before}")
     gpus = sum((job.gpus or 0) * (job.count or 0) for job in config.jobs.values())
     cpus = max((job.cpus or 0) for job in config.jobs.values())
     if gpus:
@@ -148,6 +151,33 @@ def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, poll:
         time.sleep(poll)
 
 
+def time_left(job_id: str, run: Runner = run_slurm) -> float | None:
+    """Seconds until the allocation's time limit, as squeue says (`%L`); None: no limit, or Slurm
+    does not know the job."""
+    result = run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%L"], None)
+    words = result.stdout.split() if result.returncode == 0 else []
+    if not words or not _TIME_LEFT_RE.fullmatch(words[0]):
+        return None
+    days, _, clock = words[0].rpartition("-")
+    seconds = 0.0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
+
+
+_TIME_LEFT_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}")
+
+
+def wait_ended(job_id: str, patience: float, run: Runner = run_slurm, poll: float = POLL) -> JobState:
+    """The allocation's state once it ended, or as it is after `patience` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        state = job_state(job_id, run)
+        if state.ended or time.monotonic() > deadline:
+            return state
+        time.sleep(poll)
+
+
 def reason_text(reason: str) -> str:
     """Slurm's pending reasons, as a sentence."""
     known = {
@@ -169,12 +199,7 @@ def describe(state: JobState) -> str:
 def cancel(job_id: str, run: Runner = run_slurm, patience: float = 30.0) -> JobState:
     """End the allocation and wait until Slurm says it ended; the final state."""
     run(["scancel", job_id], None)
-    deadline = time.monotonic() + patience
-    while True:
-        state = job_state(job_id, run)
-        if state.ended or time.monotonic() > deadline:
-            return state
-        time.sleep(POLL)
+    return wait_ended(job_id, patience, run)
 
 
 def current_job() -> str | None:

@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
@@ -21,9 +21,11 @@ from tfctl.backends.slurm.allocation import (
     job_state,
     run_slurm,
     submit,
+    time_left,
+    wait_ended,
     wait_running,
 )
-from tfctl.backends.slurm.placement import node_count, place, step_options, task_count
+from tfctl.backends.slurm.placement import node_count, place, settings_of, step_options, task_count
 from tfctl.backends.slurm.transport import SlurmStepSpec, step_argv
 from tfctl.cluster.control import Judge, Outcome
 from tfctl.config.home import tfctl_home
@@ -38,17 +40,23 @@ if TYPE_CHECKING:
     from tfctl.cluster.agent import HostAgent
 
 JUDGE_EVERY = 5.0  # seconds between two looks at the allocation while the run goes on
+# Slurm looks at time limits about twice a minute: a job is signalled up to this much before its
+# `signal_before`, and ended up to this much after its limit.
+LIMIT_SLACK = 60.0
+CONTINUES = ("TIMEOUT", "PREEMPTED")  # the ends a run goes on after, in a new allocation
 NODES_LABEL = "slurm nodes"  # where a Slurm run's files are pruned from: this machine, which shares them
 
 
 @record
 class SlurmAllocation(Wire):
-    """The run's allocation: its job id, whether tfctl asked for it (and so ends it), and what
-    each task's job step asks Slurm for beyond one task (its GPUs and cores)."""
+    """The run's allocation: its job id, whether tfctl asked for it (and so ends it), what each
+    task's job step asks Slurm for beyond one task (its GPUs and cores), and how long before its
+    time limit Slurm signals the tasks (0: it does not)."""
 
     job_id: str
     owned: bool
     steps: Dict[str, List[str]] = field(default_factory=dict)
+    signal_before: int = 0
 
 
 def allocation_of(record: RunRecord) -> SlurmAllocation:
@@ -58,6 +66,11 @@ def allocation_of(record: RunRecord) -> SlurmAllocation:
 def _report(allocation: SlurmAllocation, state: JobState) -> BackendReport:
     fields = {**allocation.to_wire(), "state": state.state, "reason": state.reason}
     return BackendReport(f"slurm job {allocation.job_id}", describe(state), state.ended, fields)
+
+
+def _word(state: JobState) -> str:
+    """The state's word: `CANCELLED` of `CANCELLED by 0`; "" once Slurm forgot the job."""
+    return (state.state.split() or [""])[0]
 
 
 class StepLauncher:
@@ -146,8 +159,9 @@ class SlurmBackend:
                 cancel(job_id, self.run)
             raise
         progress("slurm", f"job {job_id} running on {', '.join(nodes)}")
-        allocation = SlurmAllocation(job_id, owned, step_options(config))
-        return Acquired(place(config, nodes), allocation.to_wire())
+        settings = settings_of(config)
+        allocation = SlurmAllocation(job_id, owned, step_options(config), settings.signal_before or 0)
+        return Acquired(place(config, nodes), allocation.to_wire(), settings.resubmit if owned else 0)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         job_id = SlurmAllocation.from_wire(state).job_id if state else "(job)"
@@ -161,6 +175,26 @@ class SlurmBackend:
 
     def is_over(self, record: RunRecord) -> bool:
         return job_state(allocation_of(record).job_id, self.run).ended
+
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
+        allocation = allocation_of(record)
+        job_id = allocation.job_id
+        state = job_state(job_id, self.run)
+        left = 0.0
+        if _word(state) == "COMPLETING":  # ending (its steps killed): how, Slurm says once it ended
+            progress("slurm", f"job {job_id} is ending; waiting for Slurm to say why")
+        elif not state.ended:  # the tasks ended first: by the signal before the limit, or by themselves
+            known = time_left(job_id, self.run)
+            if not allocation.signal_before or known is None or known > allocation.signal_before + LIMIT_SLACK:
+                return None
+            left = known
+            progress("slurm", f"job {job_id}: the tasks ended {left:.0f}s before its time limit; waiting for its end")
+        if not state.ended:
+            state = wait_ended(job_id, left + 2 * LIMIT_SLACK, self.run)
+            if not state.ended:
+                return None
+        progress("slurm", f"job {job_id} ended: {describe(state)}")
+        return AllocationOver(_word(state) or "GONE", allocation.owned and _word(state) in CONTINUES)
 
     def release(self, record: RunRecord) -> BackendReport | None:
         allocation = allocation_of(record)

@@ -36,6 +36,8 @@ class SlurmSettings:
     qos: str | None = None
     nodes: int | None = None  # None: one node per task
     extra: tuple[str, ...] = ()  # more sbatch arguments, as written
+    resubmit: int = 0  # new allocations for the same run when one ends by its time limit or preemption
+    signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
 
 
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
@@ -88,6 +90,8 @@ slurm_section = _section(
         "qos": _text("qos", "normal"),
         "nodes": _whole_number("nodes", 1, "e.g. `nodes: 2`; leave it out for one node per task"),
         "extra": _extra,
+        "resubmit": _whole_number("resubmit", 0, "e.g. `resubmit: 3`: up to 3 more allocations for the run"),
+        "signal_before": _whole_number("signal_before", 1, "e.g. `signal_before: 60` (seconds)"),
     },
     SlurmSettings,
     'slurm: {partition: debug, time: "01:00:00"}',

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.cluster.control import Judge
@@ -71,6 +71,9 @@ class SSHBackend:
 
     def is_over(self, record: RunRecord) -> bool:
         return False
+
+    def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
+        return None  # the hosts never end under a run: nothing to resubmit
 
     def release(self, record: RunRecord) -> BackendReport | None:
         return None

@@ -1,0 +1,247 @@
+"""A run that outlives its allocation (`slurm: {resubmit: N}`): the decisions on the fake backend
+and a fake Slurm, then a whole run through three one-minute allocations of a real Slurm."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_TASK, no_warnings
+from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
+from tests.fakes import TaskScript
+from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
+from tfctl.backends.base import AllocationOver
+from tfctl.backends.slurm.allocation import sbatch_argv, time_left
+from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
+from tfctl.cluster.supervisors import Cluster
+from tfctl.config.loader import parse_config
+from tfctl.controller import supervise
+from tfctl.runs.record import RunRecord
+from tfctl.runs.store import RunStore
+from tfctl.supervisor import files, tasks
+from tfctl.supervisor import protocol as p
+from tfctl.supervisor.errors import AgentError
+from tfctl.supervisor.protocol import RunState
+
+RESUBMITTING = FAKE_FILE.replace("fake: {pool: gpus}", "fake: {pool: gpus, resubmit: %d}")
+
+
+def watch(cluster: Cluster, store: RunStore) -> supervise.Ending:
+    with cluster:
+        ending = supervise.attach(store, cluster, lambda _lines: None)
+    return ending
+
+
+def end_each_lease(fake_backend, run_id: str, whys: list[str]) -> list[str]:
+    """The fake pool ends the run's lease by each of `whys` in turn (the first at once, each next
+    once the run started again); the `again` of every start the hosts were asked for."""
+    agains: list[str] = []
+    fake_backend.end_run(run_id, whys.pop(0))
+
+    def on_start(request: p.Request) -> None:
+        if isinstance(request, p.StartRequest) and request.again:
+            agains.append(request.again)
+            if whys:
+                fake_backend.end_run(run_id, whys.pop(0))
+            else:  # the last lease holds: the worker finishes in it
+                fake_backend.scripts["worker:0"] = TaskScript(end_after=2)
+
+    fake_backend.agent("h1").before = on_start
+    return agains
+
+
+def test_a_lease_ended_by_its_time_limit_or_preemption_moves_the_run_into_a_new_one(tmp_path, fake_backend):
+    path = write(tmp_path, RESUBMITTING % 2)
+    store, cluster = started(path, attached=True)
+    run_id = cluster.record.run_id
+    assert "fake pool: leased  allocation 1 of 3\n" in tfctl_here("-f", str(path), "status").out
+    agains = end_each_lease(fake_backend, run_id, ["TIMEOUT", "PREEMPTED"])
+    ending = watch(cluster, store)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome
+    assert agains == ["allocation1", "allocation2"]  # the tasks started afresh on the hosts, twice
+    assert fake_backend.acquired == [run_id] * 3 and fake_backend.released == [run_id]
+    record = store.load(run_id)
+    assert [(end.label, end.why) for end in record.allocations] == [
+        ("fake pool", "TIMEOUT"),
+        ("fake pool", "PREEMPTED"),
+    ]
+    assert record.state is RunState.SUCCEEDED and record.left_nothing
+    shown = tfctl_here("-f", str(path), "status", "--json")
+    assert [end["why"] for end in json.loads(shown.out)["run"]["allocations"]["ended"]] == ["TIMEOUT", "PREEMPTED"]
+    text = record.allocation_text()
+    assert text is not None and re.fullmatch(
+        r"allocation 3 of 3 \(1st ended: TIMEOUT at \d\d:\d\d; 2nd ended: PREEMPTED at \d\d:\d\d\)", text
+    )
+
+
+def test_resubmissions_stop_at_the_limit_and_never_follow_a_cancel(tmp_path, fake_backend):
+    store, cluster = started(write(tmp_path, RESUBMITTING % 1), attached=True)
+    run_id = cluster.record.run_id
+    end_each_lease(fake_backend, run_id, ["TIMEOUT", "TIMEOUT"])
+    ending = watch(cluster, store)
+    assert ending.outcome.state is RunState.FAILED and ending.outcome.reason == f"the fake pool ended run {run_id}"
+    assert len(store.load(run_id).allocations) == 1 and fake_backend.acquired == [run_id] * 2
+
+    store, cluster = started(write(tmp_path, RESUBMITTING % 3), attached=True)
+    end_each_lease(fake_backend, cluster.record.run_id, ["CANCELLED"])
+    assert watch(cluster, store).outcome.state is RunState.FAILED
+    assert store.load(cluster.record.run_id).allocations == ()
+
+
+def test_a_run_without_resubmit_ends_with_its_lease_and_says_nothing_of_allocations(tmp_path, fake_backend):
+    store, cluster = started(write(tmp_path), attached=True)
+    fake_backend.end_run(cluster.record.run_id, "TIMEOUT")
+    assert watch(cluster, store).outcome.state is RunState.FAILED
+    record = store.load(cluster.record.run_id)
+    assert record.allocations == () and record.allocation_text() is None and len(fake_backend.acquired) == 1
+
+
+def test_an_older_record_without_allocations_still_loads():
+    data = {"run_id": "r", "cluster_name": "c", "cluster_file": "/c.yaml", "created_at": 1.0}
+    record = RunRecord.from_json({**data, "schema_version": 2, "tasks": [], "hosts": [], "grace_period": 1.0})
+    assert record.allocations == () and record.resubmits == 0
+
+
+def test_a_host_starts_a_task_of_a_later_allocation_afresh_keeping_the_earlier_state_aside(tmp_path):
+    root, launch = str(tmp_path), p.TaskLaunch("worker:0", "true")
+    tasks.start(root, p.StartRequest("r", [launch], spawn=False))
+    with pytest.raises(AgentError, match="already started"):
+        tasks.start(root, p.StartRequest("r", [launch], spawn=False))
+    tasks.start(root, p.StartRequest("r", [launch], spawn=False, again="allocation1"))
+    here = Path(files.run_dir(root, "r"))
+    assert (here / "worker-0" / "spec.json").exists() and (here / "allocation1" / "worker-0" / "spec.json").exists()
+    stopped = tasks.stop(root, p.StopRequest("r", 0))
+    assert list(stopped.tasks) == ["worker:0"]  # the earlier allocation's state is no task
+
+
+# -- Slurm's side, with a fake Slurm ---------------------------------------------------------------
+
+SLURM_FILE = """\
+name: fake
+backend: slurm
+slurm: {time: "1", resubmit: 2, signal_before: 10}
+command: "sleep 1"
+jobs:
+  worker: {count: 2, port: 2222}
+"""
+
+
+def slurm_record(signal_before: int = 10, owned: bool = True) -> RunRecord:
+    allocation = SlurmAllocation("41", owned, {}, signal_before)
+    return RunRecord("r", "fake", "/c.yaml", 1.0, (), (), 1.0, backend="slurm", backend_state=allocation.to_wire())
+
+
+def test_slurm_is_asked_to_signal_the_steps_before_the_limit():
+    argv = sbatch_argv(parse_config(SLURM_FILE, Path("c.yaml")), "tfctl-r")
+    assert "--signal=TERM@10" in argv and "--time=1" in argv
+
+
+@pytest.mark.parametrize(("said", "seconds"), [("0:42", 42), ("1:02:03", 3723), ("2-00:00:01", 172801), ("", None)])
+def test_time_left_as_squeue_says_it(said, seconds):
+    run, _ = fake_slurm({"squeue": [said or "UNLIMITED"]})
+    assert time_left("41", run) == seconds
+
+
+TIMED_OUT = "JobId=41 JobState=TIMEOUT Reason=TimeLimit"
+
+
+@pytest.mark.parametrize(
+    ("squeue", "scontrol", "waiting"),
+    [
+        (
+            ["RUNNING|None|n[1-2]", "0:30", ""],
+            ["n1\nn2", TIMED_OUT],
+            "job 41: the tasks ended 30s before its time limit; waiting for its end",
+        ),
+        (  # killed at the limit
+            ["COMPLETING|None|n[1-2]", ""],
+            ["n1\nn2", TIMED_OUT],
+            "job 41 is ending; waiting for Slurm to say why",
+        ),
+        ([""], [TIMED_OUT], None),  # over already
+    ],
+)
+def test_a_time_limit_continues_the_run_waited_for_when_the_tasks_ended_just_before(
+    monkeypatch, squeue, scontrol, waiting
+):
+    monkeypatch.setattr("tfctl.backends.slurm.allocation.POLL", 0)
+    run, _ = fake_slurm({"squeue": squeue, "scontrol": scontrol})
+    said: list[str] = []
+    over = SlurmBackend(run).why_over(slurm_record(), lambda _who, what: said.append(what))
+    assert over == AllocationOver("TIMEOUT", continues=True)
+    assert said == [*([waiting] if waiting else []), "job 41 ended: TIMEOUT (TimeLimit)"]
+
+
+@pytest.mark.parametrize(
+    ("squeue", "scontrol", "record", "over"),
+    [
+        (["RUNNING|None|n1", "50:00"], ["n1"], slurm_record(), None),  # the tasks failed long before the limit
+        (["RUNNING|None|n1", "0:30"], ["n1"], slurm_record(signal_before=0), None),  # nobody signalled them
+        ([""], ["JobId=41 JobState=CANCELLED Reason=None"], slurm_record(), AllocationOver("CANCELLED", False)),
+        ([""], ["JobId=41 JobState=NODE_FAIL Reason=None"], slurm_record(), AllocationOver("NODE_FAIL", False)),
+        ([""], ["JobId=41 JobState=PREEMPTED Reason=None"], slurm_record(), AllocationOver("PREEMPTED", True)),
+        (  # an allocation tfctl runs inside is its owner's: never followed by one of tfctl's
+            [""],
+            ["JobId=41 JobState=TIMEOUT Reason=TimeLimit"],
+            slurm_record(owned=False),
+            AllocationOver("TIMEOUT", False),
+        ),
+    ],
+)
+def test_only_a_time_limit_or_preemption_of_tfctls_own_allocation_continues_the_run(squeue, scontrol, record, over):
+    run, calls = fake_slurm({"squeue": squeue, "scontrol": scontrol})
+    assert SlurmBackend(run).why_over(record, lambda *_: None) == over
+    assert {c[0] for c in calls} <= {"squeue", "scontrol"}  # nothing asked of Slurm but its state
+
+
+# -- a whole run on a real Slurm ------------------------------------------------------------------
+
+STEPS = 115  # a step a second: more than two one-minute allocations give once Slurm signals before the limit
+LAB_FILE = """\
+name: long
+backend: slurm
+slurm: {time: "1", resubmit: 4, signal_before: 1}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every 1"
+grace_period: 2
+jobs:
+  worker: {count: 2, port: 2222}
+"""
+
+
+@pytest.mark.netns
+def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, home):  # noqa: F811
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(LAB_FILE % {"task": FAKE_TASK, "steps": STEPS})
+    began, epoch = time.monotonic(), time.time()
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    no_warnings(up.stderr)
+
+    def shown() -> dict:
+        return json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"]
+
+    run = shown()
+    while run["state"] in ("starting", "running") and time.monotonic() - began < 600:
+        threading.Event().wait(2)
+        run = shown()
+    took = time.monotonic() - began
+    ends = ", ".join(
+        f"{end['label']} {end['why']} at +{end['ended_at'] - epoch:.0f}s" for end in run["allocations"]["ended"]
+    )
+    print(f"\nthe run took {took:.0f}s in {run['allocations']['now']} allocations ({ends})")
+    watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
+    assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
+    ended = run["allocations"]["ended"]
+    assert len(ended) >= 2 and {end["why"] for end in ended} <= {"TIMEOUT"}
+    assert all(end["label"].startswith("slurm job ") for end in ended)
+    saved = home / "work" / run_id / "checkpoints"
+    assert {path.name: path.read_text() for path in saved.iterdir()} == {"worker0": str(STEPS), "worker1": str(STEPS)}
+    (log,) = home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")  # the last allocation's worker:0
+    assert "worker0 resumed at step" in log.read_text()
+    assert slurm.jobs() == [] and run_processes(slurm, run_id) == []

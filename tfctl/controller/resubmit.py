@@ -1,0 +1,63 @@
+"""A run that outlives its allocation: when the scheduler ends it by its time limit or by
+preemption (not `down`, not a task's own failure), the backend asks for a new one, up to the
+run's `resubmits`, and the same run (same id, same $TFCTL_RUN_DIR) starts again there: its
+tasks, re-planned for the new hosts, resume from the checkpoints they saved.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tfctl import backends
+from tfctl.cluster.control import Outcome
+from tfctl.cluster.supervisors import Cluster
+from tfctl.config.loader import load_config
+from tfctl.controller.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.plan import Draft
+from tfctl.controller.up import drafted, start_again
+from tfctl.errors import TfctlError
+from tfctl.runs.record import AllocationEnd
+from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import RunState
+
+
+def carry_on(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier) -> Outcome | None:
+    """None once the run goes on in a new allocation (`cluster` moved onto it, its tasks
+    started); else how the run ends: `outcome`, or why going on failed."""
+    run_id = cluster.record.run_id
+    record = store.load(run_id)
+    if outcome.succeeded or not record.active or len(record.allocations) >= record.resubmits:
+        return outcome
+    backend = backends.get(record.backend)
+
+    def progress(who: str, message: str) -> None:
+        notifier.say(f"[{who}] {message}" if who else message)
+
+    try:
+        config = load_config(Path(record.cluster_file))  # read before anything is asked for
+        over = backend.why_over(record, progress)
+        if over is None or not over.continues:
+            return outcome
+        held = backend.report(record)
+        end = AllocationEnd(held.label if held else record.backend, time.time(), over.why)
+        progress(backend.name, "asking for a new allocation for the run")
+        acquired = backend.acquire(config, run_id, progress)
+        run = drafted(acquired.config, store, run_id, acquired.state)
+        moved = store.update_if_active(
+            run_id,
+            hosts=run.record.hosts,
+            backend_state=run.record.backend_state,
+            allocations=(*record.allocations, end),
+            state=RunState.STARTING,
+        )
+        if moved is None:  # a `down` ended it while the new allocation was asked for
+            backend.release(run.record)
+            return outcome
+        said = f"{end.label} ended: {end.why}; the run goes on in allocation {len(moved.allocations) + 1}"
+        progress("", said)
+        notifier.send(RunEvent.of(moved, EventKind.RESUBMITTED, said))
+        start_again(store, cluster, Draft(acquired.config, moved), progress)
+    except TfctlError as e:
+        return Outcome(RunState.FAILED, e.message.splitlines()[0])
+    return None
