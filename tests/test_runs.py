@@ -122,7 +122,12 @@ def test_restart_and_progress_come_back_as_typed_records(store: RunStore) -> Non
     )
     store.save(original)
     data = json.loads((store.run_dir(original.run_id) / "run.json").read_text())
-    assert data["progress"] == {"regex": r"step (?P<step>\d+)", "stall_timeout": 300.0, "window": 30.0}
+    assert data["progress"] == {
+        "regex": r"step (?P<step>\d+)",
+        "stall_timeout": 300.0,
+        "window": 30.0,
+        "on_stall": "warn",
+    }
     assert data["tasks"][2]["restart"] == {"policy": "on-failure", "max_restarts": 3, "backoff": 10.0}
     loaded = store.load(original.run_id)
     assert loaded == original

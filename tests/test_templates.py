@@ -271,7 +271,8 @@ def test_between_graph_async_saves_on_down_and_a_resumed_run_loses_no_step(tmp_p
         "worker 0: SIGTERM: saved a checkpoint at global step",
         overshoot=4,
     )
-    assert {t: s["exit_code"] for t, s in states.items()} == dict.fromkeys(("ps:0", "worker:0", "worker:1"), 143)
+    assert states["worker:0"]["exit_code"] == 143  # the chief saved and left by itself
+    assert {s["state"] for s in states.values()} == {"stopped"}
 
 
 def test_parameter_server_saves_on_down_and_a_resumed_run_loses_no_step(tmp_path: Path, home: Path) -> None:
@@ -280,8 +281,8 @@ def test_parameter_server_saves_on_down_and_a_resumed_run_loses_no_step(tmp_path
     states = down_then_resume(
         tmp_path, home, "parameter-server", "chief:0", "chief: SIGTERM: saved a checkpoint at global step"
     )
-    tasks = ("chief:0", "ps:0", "worker:0", "worker:1")
-    assert {t: s["exit_code"] for t, s in states.items()} == dict.fromkeys(tasks, 143)
+    assert states["chief:0"]["exit_code"] == 143  # it saved and left by itself (the ps wait for it, then go)
+    assert {s["state"] for s in states.values()} == {"stopped"}
 
 
 def test_a_sigkilled_between_graph_worker_restarts_rejoins_and_the_job_succeeds(tmp_path: Path, home: Path) -> None:

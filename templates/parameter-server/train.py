@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 LOG_EVERY = 100  # steps between progress lines (each one waits for the steps scheduled so far)
-CHIEF_SAVE_WAIT = 10.0  # seconds a stopped ps or worker waits for the chief to save and exit
+CHIEF_SAVE_WAIT = 8.0  # seconds a stopped ps or worker waits for the chief to save and exit (within grace_period 10)
 
 
 def log(message: str) -> None:
