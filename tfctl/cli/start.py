@@ -297,7 +297,9 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         return EXIT_INTERRUPTED
     # One last look at every task: which never got past waiting or never trained and, if the run failed, why.
     run_progress = RunProgress(record.progress)
-    statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+    if silent:  # a host busy with the stop it just made (TF's exits load it): one more look, not a verdict
+        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
     found = diagnose_run(cluster, statuses)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None
