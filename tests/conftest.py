@@ -143,6 +143,20 @@ def tfctl(
     )
 
 
+def spawn_tfctl(
+    *args: str, home: Path, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE
+) -> subprocess.Popen:
+    """Start the real CLI in a subprocess (an attached `up`, `logs -f`) and leave it running:
+    the caller reads its output, signals it, and waits for it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfctl", *args],
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+
+
 def fake(name_flags: str) -> str:
     """A cluster-file command running the fake task with the given flags."""
     return f"{{python}} {FAKE_TASK} {name_flags}"

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import fake, free_ports, marked_processes, port_listening, read_rest, tfctl, wait_for_line
+from tests.conftest import (
+    fake,
+    free_ports,
+    marked_processes,
+    port_listening,
+    read_rest,
+    spawn_tfctl,
+    tfctl,
+    wait_for_line,
+)
 from tfctl.controller.status_view import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 
@@ -402,13 +411,7 @@ def test_ctrl_c_or_sigterm_stops_the_whole_cluster_at_once(tmp_path: Path, home:
         fake(f"--name ps --port {ports[0]} --sleep -1"),
         fake("--name w{task_index} --ignore-term --sleep -1"),
     )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("up", "-f", str(cluster), home=home)
     assert up.stderr is not None
     wait_for_line(up.stderr, "following", 20)
     run_id = latest_run(home)

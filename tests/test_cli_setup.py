@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import fake, free_ports, marked_processes, tfctl, wait_for_line
+from tests.conftest import fake, free_ports, marked_processes, spawn_tfctl, tfctl, wait_for_line
 
 
 def write_cluster(tmp_path: Path, setup: list[str]) -> Path:
@@ -149,13 +149,7 @@ def test_dry_run_lists_setup_and_the_warnings_up_would_print(tmp_path: Path, hom
 
 def test_a_second_up_is_refused_while_the_first_is_in_setup(tmp_path: Path, home: Path) -> None:
     cluster = write_cluster(tmp_path, ["sleep 60"])
-    first = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    first = spawn_tfctl("up", "-f", str(cluster), home=home, stdout=subprocess.DEVNULL)
     try:
         assert first.stderr is not None
         wait_for_line(first.stderr, "$ sleep 60", 20)

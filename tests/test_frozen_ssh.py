@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
-from tests.conftest import tfctl, wait_for_line
+from tests.conftest import spawn_tfctl, tfctl, wait_for_line
 from tests.test_ssh_cluster import run_pids, write_cluster
 
 pytestmark = pytest.mark.netns
@@ -47,13 +46,7 @@ def test_a_frozen_host_fails_an_attached_run_after_host_timeout_without_taking_t
 ) -> None:
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
     cluster = write_cluster(tmp_path, lab, JOBS, command, extra="lease_timeout: 6\nhost_timeout: 12")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, stdout=subprocess.DEVNULL)
     frozen = lab.host("tfh3")
     try:
         assert up.stderr is not None

@@ -8,7 +8,6 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, tfctl
+from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, spawn_tfctl, tfctl
 from tests.fakes import record_of
 from tfctl.controller import rpc as live
 from tfctl.controller.rpc_messages import (
@@ -216,13 +215,7 @@ def test_status_and_down_go_through_the_detached_watcher(tmp_path: Path, home: P
     assert tail.stdout.splitlines() == ["[worker:0] worker0 line 2", "[worker:1] worker1 line 2"]
     assert "live.stream" in spans(traced)
     assert not [e for e in spans(traced) if e.startswith(("agent.", "transport."))]
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "logs", "-f", "ps"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    follower = spawn_tfctl("-f", str(cluster), "logs", "-f", "ps", home=home)
 
     traced = tmp_path / "down.trace"
     down = tfctl("--trace", str(traced), "-f", str(cluster), "down", home=home)
@@ -268,13 +261,7 @@ def test_a_killed_watcher_leaves_status_and_down_to_reach_the_hosts(tmp_path: Pa
 
 def test_status_and_down_go_through_an_attached_up(tmp_path: Path, home: Path) -> None:
     cluster, ports = sleeper_cluster(tmp_path)
-    attached = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    attached = spawn_tfctl("-f", str(cluster), "up", home=home, stdout=subprocess.DEVNULL)
     try:
         tasks = wait_listening(cluster, home)
         assert all(t["listening"] for t in tasks)

@@ -4,15 +4,13 @@ while `up -d` starts stops the run being started."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import fake, free_ports, marked_processes, tfctl
+from tests.conftest import fake, free_ports, marked_processes, spawn_tfctl, tfctl
 from tests.fakes import record_of
 from tfctl.controller import up
 from tfctl.errors import UsageError
@@ -51,13 +49,7 @@ jobs:
 
 
 def launch(cluster: Path, home: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    return spawn_tfctl("-f", str(cluster), *args, home=home)
 
 
 def run_processes(run_id: str) -> list[int]:

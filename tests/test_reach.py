@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench.waiting import WaitTimeout, wait_until
-from tests.conftest import fake, free_ports, port_listening, tfctl
+from tests.conftest import fake, free_ports, port_listening, spawn_tfctl, tfctl
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
 from tfctl.config.loader import load_config, parse_config
@@ -190,13 +190,7 @@ def test_piped_input_reaches_exec_and_feeds_ssh_its_commands(tmp_path, home):
 def test_exec_streams_output_while_the_command_runs(tmp_path, home):
     path, record = stored_run(tmp_path)
     script = "echo first; echo first-err >&2; while [ ! -e go ]; do sleep 0.05; done; echo second"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(path), "exec", "worker:0", "--", "sh", "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    proc = spawn_tfctl("-f", str(path), "exec", "worker:0", "--", "sh", "-c", script, home=home)
     try:
         assert proc.stdout is not None and proc.stderr is not None
         assert readline(proc.stdout, 30) == "first\n"  # while the command still waits for `go`
@@ -351,13 +345,7 @@ class start_tensorboard:
     """`tfctl tensorboard` as a user runs it: its URL on stdout, its story on stderr."""
 
     def __init__(self, args: list[str], home: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tfctl", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "TFCTL_HOME": str(home)},
-        )
+        self.proc = spawn_tfctl(*args, home=home)
 
     def url(self, timeout: float) -> str:
         assert self.proc.stdout is not None

@@ -17,7 +17,7 @@ import pytest
 
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
-from tests.conftest import tfctl, wait_for_line
+from tests.conftest import spawn_tfctl, tfctl, wait_for_line
 from tests.test_frozen_ssh import signal_host
 from tests.test_ssh_cluster import run_pids, write_cluster
 from tests.test_templates import copy_template
@@ -44,13 +44,7 @@ def test_a_frozen_workers_host_hands_its_task_to_the_spare_and_the_job_finishes(
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep 25"
     extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh3]"
     cluster = write_cluster(tmp_path, lab, JOBS, command, extra=extra)
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, stdout=subprocess.DEVNULL)
     frozen = lab.host("tfh2")
     try:
         assert up.stderr is not None

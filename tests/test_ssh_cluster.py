@@ -28,7 +28,7 @@ import pytest
 
 from bench.netns_hosts import TestHost, TestHostLab, require_netns
 from bench.waiting import WaitTimeout, wait_until
-from tests.conftest import FAKE_TASK, REPO, read_rest, tfctl, wait_for_line
+from tests.conftest import FAKE_TASK, REPO, read_rest, spawn_tfctl, tfctl, wait_for_line
 from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns
@@ -339,13 +339,7 @@ def test_setup_runs_once_per_workdir_so_hosts_sharing_a_home_never_install_at_on
 def test_each_host_stops_the_tasks_of_a_killed_attached_up_once_its_lease_ran_out(tmp_path, home, lab, no_leftovers):
     command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
     cluster = write_cluster(tmp_path, lab, JOBS, command, extra="lease_timeout: 2")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, stdout=subprocess.DEVNULL)
     try:
         assert up.stderr is not None
         wait_for_line(up.stderr, "following", 60)

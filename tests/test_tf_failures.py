@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import IO
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK, REPO, free_ports, marked_processes, tfctl, wait_for_line
+from tests.conftest import FAKE_TASK, REPO, free_ports, marked_processes, spawn_tfctl, tfctl, wait_for_line
 
 pytestmark = [
     pytest.mark.tf,
@@ -104,13 +103,7 @@ jobs:
   ps: [localhost:{ports[0]}]
   worker: [localhost:{ports[1]}, localhost:{ports[2]}]
 """)
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("-f", str(cluster), "up", home=home)
     assert up.stdout is not None
     try:
         wait_for_line(up.stdout, "[worker:0] step ", 90)  # training started
@@ -162,13 +155,7 @@ jobs:
     hosts: [localhost:{ports[0]}, localhost:{ports[1]}]
     command: "{{python}} hogwild.py {HOGWILD}"
 """)
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("-f", str(cluster), "up", home=home)
     streams = Streams(up)
     try:
         up.wait(timeout=150)

@@ -10,12 +10,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from bench.waiting import wait_until
-from tests.conftest import fake, free_ports, port_listening, tfctl, wait_for_line
+from tests.conftest import fake, free_ports, port_listening, spawn_tfctl, tfctl, wait_for_line
 from tests.test_cli_localhost import latest_run, run_processes, write_cluster
 from tfctl.controller.watcher import is_running
 from tfctl.runs.store import RunStore
@@ -42,13 +41,7 @@ def test_a_killed_attached_up_leaves_nothing_running_once_its_lease_runs_out(tmp
         fake(f"--name w{{task_index}} --port $(({ports[1]} + {{task_index}} * {ports[2] - ports[1]})) --sleep -1"),
         extra="lease_timeout: 2",
     )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "tfctl", "up", "-f", str(cluster)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
-    )
+    up = spawn_tfctl("up", "-f", str(cluster), home=home, stdout=subprocess.DEVNULL)
     try:
         assert up.stderr is not None
         wait_for_line(up.stderr, "following", 30)
