@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -18,7 +16,8 @@ import pytest
 
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK, tfctl
+from tests import test_ssh_cluster as ssh_cluster
+from tests.conftest import tfctl
 from tfctl.supervisor.procfs import proc_env_markers
 
 pytestmark = pytest.mark.netns
@@ -35,32 +34,15 @@ def lab(tmp_path_factory):
 def write_cluster(directory: Path, lab, name: str) -> Path:
     """ps on tfh0, worker 0 beside it and worker 1 on tfh1: no port anywhere."""
     directory.mkdir(parents=True)
-    shutil.copy(FAKE_TASK, directory / "fake_task.py")
-    path = directory / "cluster.yaml"
-    path.write_text(f"""name: {name}
-python: {sys.executable}
-grace_period: 2
-startup_timeout: 60
-ssh:
-  config: {lab.ssh_config}
-  connect_timeout: 3
-command: "{TASK} --sleep 8"
-jobs:
-  ps:
+    jobs = f'''  ps:
     hosts: [tfh0]
     command: "{TASK} --sleep -1"
-  worker: [tfh0, tfh1]
-""")
-    return path
+  worker: [tfh0, tfh1]'''
+    return ssh_cluster.write_cluster(directory, lab, jobs, f"{TASK} --sleep 8", name=name)
 
 
 def statuses(cluster: Path, home: Path) -> list[dict]:
     return json.loads(tfctl("-f", str(cluster), "status", "--json", home=home).stdout)["tasks"]
-
-
-def run_pids(lab, run_id: str) -> dict[str, list[int]]:
-    found = {h.name: [p for p in h.pids() if proc_env_markers(p)[0] == run_id] for h in lab.hosts}
-    return {host: pids for host, pids in found.items() if pids}
 
 
 def test_two_runs_without_ports_on_the_same_hosts_train_side_by_side(tmp_path, home, lab):
@@ -111,7 +93,7 @@ def test_two_runs_without_ports_on_the_same_hosts_train_side_by_side(tmp_path, h
             down = tfctl("-f", str(cluster), "down", home=home)
             assert down.returncode == 0, down.stderr
     for run_id in runs.values():
-        assert run_pids(lab, run_id) == {}
+        assert ssh_cluster.run_pids(lab, run_id) == {}
     for host in lab.hosts:  # nothing of either run, nor a port holder, on any host
         left = [p for p in host.pids() if proc_env_markers(p)[0]]
         for pid in left:
