@@ -163,12 +163,12 @@ class FaultLab:
             healthy = self.run_pids(run_id).get("tfh1", [])
             seconds = rng.uniform(0.5, 1.5)
             frozen = self.lab.host("tfh2")
-            _signal_all(frozen, signal.SIGSTOP)
+            frozen.signal_all(signal.SIGSTOP)
             try:
                 time.sleep(seconds)  # deliberately: the host stays frozen this long
                 stopped = [pid for pid in healthy if not os.path.exists(f"/proc/{pid}")]
             finally:
-                _signal_all(frozen, signal.SIGCONT)
+                frozen.signal_all(signal.SIGCONT)
             if not healthy or stopped:
                 raise FaultError(f"freeze_host: tfh1's worker (pids {healthy}) did not train on: {stopped} gone")
             return f"tfh2 frozen for {seconds:.1f}s while tfh1 trained on"
@@ -348,11 +348,3 @@ def series(lab: FaultLab, seed: int, cycles: int, faults: tuple[str, ...] = FAUL
         except AssertionError as e:  # a FaultError, or a wait that timed out
             raise FaultError(f"seed {seed}, cycle {number}: {e}") from None
     return results
-
-
-def _signal_all(host: TestHost, number: int) -> None:
-    """Every process of the host (its sshd, supervisor, monitors and tasks): SIGSTOP freezes it
-    as a paused VM or a hung NFS server would, SIGCONT thaws it."""
-    for pid in host.pids():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, number)

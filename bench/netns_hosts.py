@@ -54,6 +54,7 @@ removes leftovers of a crashed earlier run with the same prefix/bridge (``cleanu
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -181,6 +182,13 @@ class TestHost:
             if entry.isdigit() and _pid_ns(int(entry)) == target:
                 found.append(int(entry))
         return sorted(found)
+
+    def signal_all(self, number: int) -> None:
+        """Every process of the host (its sshd, supervisor, monitors and tasks): SIGSTOP freezes
+        it as a paused VM or a hung NFS server would, SIGCONT thaws it."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
 
     def is_reachable(self, port: int | None = None, timeout: float = 0.5) -> bool:
         """Does a TCP connect from the root namespace to address:port succeed within timeout?"""

@@ -5,7 +5,6 @@ naming that host, and the frozen host's tasks stop by their own lease once it th
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -33,14 +32,6 @@ def lab(tmp_path_factory):
         yield lab
 
 
-def signal_host(host, number: int) -> None:
-    for pid in host.pids():
-        try:
-            os.kill(pid, number)
-        except ProcessLookupError:
-            pass
-
-
 def test_a_frozen_host_fails_an_attached_run_after_host_timeout_without_taking_the_healthy_ones_down(
     tmp_path: Path, home: Path, lab
 ) -> None:
@@ -52,7 +43,7 @@ def test_a_frozen_host_fails_an_attached_run_after_host_timeout_without_taking_t
         assert up.stderr is not None
         wait_for_line(up.stderr, "all 4 tasks running", 90)
         run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-        signal_host(frozen, signal.SIGSTOP)
+        frozen.signal_all(signal.SIGSTOP)
         froze = time.monotonic()
 
         record = home / "runs" / run_id / "run.json"
@@ -80,7 +71,7 @@ def test_a_frozen_host_fails_an_attached_run_after_host_timeout_without_taking_t
         assert re.search(r"lost contact with tfh3 since \d\d:\d\d:\d\d \(12s, host_timeout\)", rest), rest
         assert sorted(run_pids(lab, run_id)) == ["tfh3"]  # the rest stopped; tfh3 could not be told
     finally:
-        signal_host(frozen, signal.SIGCONT)
+        frozen.signal_all(signal.SIGCONT)
         if up.poll() is None:
             up.kill()
             up.wait()

@@ -18,7 +18,6 @@ import pytest
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
 from tests.conftest import spawn_tfctl, tfctl, wait_for_line
-from tests.test_frozen_ssh import signal_host
 from tests.test_ssh_cluster import run_pids, write_cluster
 from tests.test_templates import copy_template
 
@@ -51,7 +50,7 @@ def test_a_frozen_workers_host_hands_its_task_to_the_spare_and_the_job_finishes(
         wait_for_line(up.stderr, "all 3 tasks running", 90)
         run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
         assert "tfh3" not in run_pids(lab, run_id)  # a spare runs nothing until needed
-        signal_host(frozen, signal.SIGSTOP)
+        frozen.signal_all(signal.SIGSTOP)
         froze = time.monotonic()
         wait_until(lambda: "tfh3" in run_pids(lab, run_id), 30, "worker:1 running on the spare", interval=0.1)
         moved_after = time.monotonic() - froze
@@ -73,7 +72,7 @@ def test_a_frozen_workers_host_hands_its_task_to_the_spare_and_the_job_finishes(
         assert up.wait(timeout=90) == 0, rest
         assert "moving worker:1 to spare tfh3" in rest and "job succeeded" in rest, rest
     finally:
-        signal_host(frozen, signal.SIGCONT)
+        frozen.signal_all(signal.SIGCONT)
         if up.poll() is None:
             up.kill()
             up.wait()
@@ -114,13 +113,13 @@ def test_the_between_graph_template_finishes_with_its_lost_worker_moved_to_the_s
     try:
         wait_until(lambda: "worker 1 accuracy" in out.read_text(), 180, "worker 1 training", interval=0.2)
         run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-        signal_host(frozen, signal.SIGSTOP)
+        frozen.signal_all(signal.SIGSTOP)
         froze = time.monotonic()
         wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 on the spare", interval=0.1)
         moved_after = time.monotonic() - froze
         assert up.wait(timeout=600) == 0, out.read_text()[-5000:]
     finally:
-        signal_host(frozen, signal.SIGCONT)
+        frozen.signal_all(signal.SIGCONT)
         if up.poll() is None:
             up.kill()
             up.wait()

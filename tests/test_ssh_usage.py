@@ -19,6 +19,7 @@ from bench.netns_hosts import TestHost, make_lab_fixture
 from bench.waiting import wait_until
 from tests.conftest import tfctl
 from tests.test_ssh_cluster import PORT, host_task_dir, no_leftovers, write_cluster
+from tests.test_usage import vm_rss
 from tfctl.supervisor import usage
 from tfctl.supervisor.procfs import proc_env_markers
 
@@ -45,14 +46,6 @@ def cpu_seconds(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / TICKS
-
-
-def vm_rss(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/status") as f:
-            total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
-    return total
 
 
 class Sampler:
