@@ -224,7 +224,7 @@ def test_one_host_per_filesystem_is_synced() -> None:
         "h2": p.SyncPlanAnswer([], "local-h2"),
         "h4": p.SyncPlanAnswer([], ""),  # an older supervisor: no token, synced on its own
     }
-    assert one_per_filesystem(plans) == {"h1": ["h3"], "h2": [], "h4": []}
+    assert one_per_filesystem({h: plan.filesystem for h, plan in plans.items()}) == {"h1": ["h3"], "h2": [], "h4": []}
 
 
 def test_state_is_kept_per_host_under_a_shared_root(tmp_path: Path) -> None:

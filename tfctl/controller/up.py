@@ -302,10 +302,7 @@ def version_warnings(infos: list[HostInfo]) -> list[str]:
 def resume_files(cluster: Cluster, earlier: str, filesystems: Mapping[str, str], progress: Progress) -> None:
     """Bring the earlier run's files (checkpoints) into this run's directory on every host, once
     per filesystem: a task finds them in its $TFCTL_RUN_DIR and resumes from them."""
-    groups: dict[str, list[str]] = {}
-    for host, filesystem in sorted(filesystems.items()):
-        groups.setdefault(filesystem or f"host:{host}", []).append(host)
-    firsts = {hosts[0]: hosts[1:] for hosts in groups.values()}
+    firsts = one_per_filesystem(filesystems)
     answers = cluster.fan_out(list(firsts), lambda a: a.call(ResumeRequest(cluster.record.run_id, earlier)))
     answers.raise_if_failed(f"resuming run {earlier}")
     for host, answer in sorted(answers.succeeded.items()):
@@ -331,7 +328,7 @@ def sync_code(cluster: Cluster, plan: Plan, progress: Progress) -> None:
         progress(host, f"syncing {plan.sync_dir} ({len(manifest.files)} files)")
     plans = cluster.fan_out(remote, lambda a: plan_host(a, manifest, name))
     plans.raise_if_failed("syncing the workdir")
-    groups = one_per_filesystem(plans.succeeded)
+    groups = one_per_filesystem({host: plan.filesystem for host, plan in plans.succeeded.items()})
     result = cluster.fan_out(groups, lambda a: apply_host(a, manifest, name, dest, plans.succeeded[a.host].need))
     result.raise_if_failed("syncing the workdir")
     for host, answer in sorted(result.succeeded.items()):

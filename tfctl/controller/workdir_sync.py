@@ -13,7 +13,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from tfctl.cluster.agent import REMOTE_ROOT, HostAgent
 from tfctl.errors import UsageError
@@ -76,9 +76,10 @@ def apply_host(agent: HostAgent, manifest: Manifest, cluster: str, dest: str, ne
     return agent.call(SyncApplyRequest(cache_path(cluster), dest, manifest.files, blobs), timeout=600)
 
 
-def one_per_filesystem(plans: dict[str, SyncPlanAnswer]) -> dict[str, list[str]]:
-    """host to sync -> the other hosts that see its files (a shared home): each tree copied once."""
+def one_per_filesystem(filesystems: Mapping[str, str]) -> dict[str, list[str]]:
+    """host to act on -> the other hosts that see its files (a shared home), from each host's
+    filesystem token (empty: its own): a tree is copied, or resumed, once per filesystem."""
     groups: dict[str, list[str]] = {}
-    for host, plan in sorted(plans.items()):
-        groups.setdefault(plan.filesystem or f"host:{host}", []).append(host)
+    for host, filesystem in sorted(filesystems.items()):
+        groups.setdefault(filesystem or f"host:{host}", []).append(host)
     return {hosts[0]: hosts[1:] for hosts in groups.values()}
