@@ -11,8 +11,8 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from . import devices
 from .distinfo import dist_version
-from .errors import AgentError
-from .procfs import RUN_ENV, STORE_ENV, listening_sockets, proc_cmdline, socket_owners
+from .ports import hold
+from .procfs import listening_sockets, proc_cmdline, socket_owners
 from .protocol import (
     InfoAnswer,
     InfoRequest,
@@ -221,25 +221,15 @@ def connect(target: str, timeout: float, mine: Set[str]) -> ProbeResult:
 def listen(root: str, request: ListenRequest) -> ListenAnswer:
     """Hold the given ports open for a while (marked with `run_id`, stopped with `stop`), so the
     network between hosts can be checked before any TensorFlow task exists."""
-    env = dict(os.environ)
-    env[RUN_ENV] = request.run_id
-    if request.store:
-        env[STORE_ENV] = request.store
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LISTENER, str(request.seconds)] + [str(p) for p in request.ports],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    pid, _ = hold(
+        LISTENER,
+        [str(request.seconds)] + [str(p) for p in request.ports],
+        request.run_id,
+        request.store,
+        "listening",
+        "cannot listen on ports %s" % request.ports,
     )
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    if not line.startswith(b"listening"):
-        proc.wait()
-        reason = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]
-        raise AgentError("cannot listen on ports %s: %s" % (request.ports, reason))
-    return ListenAnswer(proc.pid)
+    return ListenAnswer(pid)
 
 
 def port_owners(ports: List[int]) -> Dict[str, PortInfo]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Tuple
+from typing import List, Tuple
 
 from .errors import AgentError
 from .procfs import RUN_ENV, STORE_ENV
@@ -74,13 +74,21 @@ def candidates(ephemeral: Tuple[int, int]) -> Tuple[int, int]:
 
 def pick_ports(root: str, request: PickPortsRequest) -> PickPortsAnswer:
     low, high = candidates(ephemeral_range())
-    env = dict(os.environ)
-    env[RUN_ENV] = request.run_id  # the run's `stop` (and `down`) ends it like any of its processes
-    if request.store:
-        env[STORE_ENV] = request.store
     argv = [str(request.seconds), str(low), str(high), str(request.count)] + [str(p) for p in request.avoid]
+    pid, line = hold(HOLDER, argv, request.run_id, request.store, "ports", "cannot pick %d free ports" % request.count)
+    return PickPortsAnswer([int(p) for p in line.split()[1:]], pid)
+
+
+def hold(script: str, argv: List[str], run_id: str, store: str, ready: str, failed: str) -> Tuple[int, str]:
+    """Start `script` as a process of the run (marked with it: the run's `stop`, and `down`, end it
+    like any of its processes) that holds ports and says so in a first line starting with
+    `ready`; its pid and that line. AgentError `failed: <its last error line>` if it could not."""
+    env = dict(os.environ)
+    env[RUN_ENV] = run_id
+    if store:
+        env[STORE_ENV] = store
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER] + argv,
+        [sys.executable, "-c", script] + argv,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -89,8 +97,8 @@ def pick_ports(root: str, request: PickPortsRequest) -> PickPortsAnswer:
     )
     assert proc.stdout is not None and proc.stderr is not None
     line = proc.stdout.readline().decode()
-    if not line.startswith("ports"):
+    if not line.startswith(ready):
         proc.wait()
         reason = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]
-        raise AgentError("cannot pick %d free ports: %s" % (request.count, reason))
-    return PickPortsAnswer([int(p) for p in line.split()[1:]], proc.pid)
+        raise AgentError("%s: %s" % (failed, reason))
+    return proc.pid, line
