@@ -329,6 +329,8 @@ def test_a_stopped_task_starts_again_afresh_only_when_asked_its_old_directory_se
     """A move restarts a task under its name on the same host (`StartRequest.again`); a plain
     second start is still refused, and a stop of the whole run leaves the set-aside copy alone."""
     start(agent, "r1", "ps:0", pycmd("import time; print('first', flush=True); time.sleep(60)"))
+    first = lambda: status(agent, "r1", {"ps:0": 0})["ps:0"].last_line  # noqa: E731
+    wait_until(first, 15, "the first start's line", until=lambda line: line == "first")  # then it is stopped
     agent.call(StopRequest("r1", 1.0, tasks=["ps:0"]))
     wait_state(agent, "r1", "ps:0", (TaskState.STOPPED,))
     with pytest.raises(HostError, match="already started"):
