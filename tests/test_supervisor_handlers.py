@@ -21,7 +21,21 @@ from typing import Any
 import pytest
 
 from bench.waiting import wait_until
-from tfctl.supervisor import checks, distinfo, files, journal, logs, monitor, procfs, prune, serve, state, stream, sync
+from tfctl.supervisor import (
+    checks,
+    distinfo,
+    files,
+    journal,
+    logs,
+    monitor,
+    procfs,
+    prune,
+    serve,
+    state,
+    stream,
+    sync,
+    tasks,
+)
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.files import task_dir, write_json
 
@@ -395,3 +409,49 @@ def test_a_monitor_waits_for_its_task_asleep_and_sees_it_end_at_once() -> None:
         assert ended(0.1) is None
         assert ended(10) == 0
         assert time.monotonic() - started < 3
+
+
+EXIT_MAIN_THREAD_FIRST = """
+import ctypes, os, socket, sys, threading, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+threading.Thread(target=lambda: (time.sleep(float(sys.argv[1])), os._exit(0))).start()
+ctypes.CDLL(None).pthread_exit(None)  # the main thread goes; its process lingers in its threads
+"""
+
+
+def test_a_port_held_by_a_process_still_exiting_is_free_once_it_has_exited() -> None:
+    """A stopped process whose main thread has gone counts as gone, while its other threads
+    (TensorFlow freeing its heap) hold its listening socket for seconds more: `down` waits for
+    them rather than calling that port busy."""
+    proc = subprocess.Popen([sys.executable, "-c", EXIT_MAIN_THREAD_FIRST, "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        wait_until(lambda: proc.pid not in procfs.live_pids(), 10, "its main thread gone")
+        done = procfs.Termination(1, 0, [], [proc.pid])
+        assert done.still_exiting()
+        assert checks.port_owners([port])[str(port)].listening  # owned by nobody one can see
+        assert not tasks.ports_after_stop([port], done.still_exiting)[str(port)].listening
+        assert proc.wait(timeout=10) == 0
+        assert not done.still_exiting()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_port_nobody_visible_holds_once_the_stopped_processes_are_gone_is_busy_at_once() -> None:
+    """Another user's listener (its owner unreadable) is not waited for: no stopped process lingers."""
+    proc = subprocess.Popen([sys.executable, "-c", EXIT_MAIN_THREAD_FIRST, "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        wait_until(lambda: proc.pid not in procfs.live_pids(), 10, "its main thread gone")
+        started = time.monotonic()
+        assert tasks.ports_after_stop([port], lambda: False)[str(port)].listening
+        assert time.monotonic() - started < 1
+    finally:
+        proc.kill()
+        proc.wait()

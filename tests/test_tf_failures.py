@@ -141,7 +141,9 @@ class Streams:
         return next((t, line) for t, n, line in self.lines if n == name and text in line)
 
 
-def hogwild_up(tmp_path: Path, home: Path, policy: str, hang_timeout: int = 120) -> tuple[subprocess.Popen, Streams]:
+def hogwild_up(
+    tmp_path: Path, home: Path, policy: str, hang_timeout: int = 120, args: str = HOGWILD
+) -> tuple[subprocess.Popen, Streams]:
     """An attached `tfctl up` of the Hogwild program on two local workers, run to its end."""
     ports = free_ports(2)
     cluster = tmp_path / "cluster.yaml"
@@ -153,7 +155,7 @@ grace_period: 3
 jobs:
   worker:
     hosts: [localhost:{ports[0]}, localhost:{ports[1]}]
-    command: "{{python}} hogwild.py {HOGWILD}"
+    command: "{{python}} hogwild.py {args}"
 """)
     up = spawn_tfctl("-f", str(cluster), "up", home=home)
     streams = Streams(up)
@@ -194,19 +196,20 @@ def test_hogwild_worker_whose_variables_are_never_initialised_is_named_live_and_
 def test_hogwild_under_all_workers_fails_as_hung_with_the_cause_not_device_filters(tmp_path: Path, home: Path) -> None:
     """Once worker 0 is done, worker 1's next look at the model waits for worker 0 at CreateSession:
     that retry is not the story, its never-initialised variables are."""
+    # Worker 0 trains ~6 s; on a loaded host TF's start-up takes up to ~30 s more, and worker 1's
+    # retry logs its wait 10 s after worker 0 has gone: all well inside the 60 s.
     up, streams = hogwild_up(
-        tmp_path, home, "all_workers", hang_timeout=50
-    )  # past worker 0's ~20 s, and its retry 10 s later
+        tmp_path, home, "all_workers", hang_timeout=60, args=HOGWILD.replace("--steps 200", "--steps 60")
+    )
     err = "\n".join(line for _, n, line in streams.lines if n == "err")
     assert up.returncode == 1, err
+    worker1 = [line for _, n, line in streams.lines if n == "out" and line.startswith("[worker:1]")]
     assert any(  # worker 1's retry, a new session that waits for the finished worker 0
-        "CreateSession still waiting for response from worker: /job:worker/replica:0/task:0" in line
-        for _, n, line in streams.lines
-        if n == "out" and line.startswith("[worker:1]")
-    )
+        "CreateSession still waiting for response from worker: /job:worker/replica:0/task:0" in line for line in worker1
+    ), "\n".join(worker1[-15:] + [err])
     record = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]
     assert record["state"] == "failed", record
-    assert "worker:1 has been stuck for over 50s" in record["reason"], record["reason"]
+    assert "worker:1 has been stuck for over 60s" in record["reason"], record["reason"]
     assert "the chief worker:0 trained, then worker:0 exited with code 0" in record["reason"], record["reason"]
     assert "device_filters" not in record["reason"]
     assert run_left(record["run_id"]) == []

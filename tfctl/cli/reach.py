@@ -114,7 +114,7 @@ def tensorboard(ctx: click.Context, cluster_file: Path | None, run_id: str | Non
         if stopped.remaining
         else "0 remain"
     )
-    port_state = "its port is still open" if stopped.port_busy else "its port is closed"
+    port_state = "its port is closed" if stopped.port_holder is None else f"its port is held by {stopped.port_holder}"
     err.print(
         f"{stopped.why}: TensorBoard stopped on {stopped.host} ({stopped.processes} processes; {left}; {port_state})",
         markup=False,

@@ -172,6 +172,12 @@ class Termination(Record):
     processes: int
     killed: int
     remaining: List[int]
+    seen: List[int]
+
+    def still_exiting(self) -> bool:
+        """A stopped process still has its /proc entry: a zombie, or one whose main thread has
+        exited while its other threads free its memory, holding its files open until they do."""
+        return any(os.path.exists("/proc/%d" % pid) for pid in self.seen)
 
 
 def terminate(find: Callable[[], List[int]], grace: float) -> Termination:
@@ -199,7 +205,7 @@ def terminate(find: Callable[[], List[int]], grace: float) -> Termination:
             pids = find()
             seen.update(pids)
             rounds += 1
-    return Termination(len(seen), len(killed), pids)
+    return Termination(len(seen), len(killed), pids, sorted(seen))
 
 
 TCP_ESTABLISHED = "01"

@@ -13,7 +13,7 @@ import select
 import signal
 import sys
 import time
-from typing import Dict, List, NoReturn, Optional, Set
+from typing import Callable, Dict, List, NoReturn, Optional, Set
 
 from . import disk, guard, monitor, procfs
 from .checks import port_owners
@@ -242,7 +242,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         return sorted(found)
 
     done = procfs.terminate(find, request.grace)
-    port_state = ports_after_stop(request.ports)
+    port_state = ports_after_stop(request.ports, done.still_exiting)
     # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
     deadline = time.monotonic() + EXIT_PATIENCE
     for task in procs:
@@ -276,14 +276,16 @@ def restart(root: str, request: RestartRequest) -> RestartAnswer:
     return RestartAnswer(asked)
 
 
-def ports_after_stop(wanted: List[int], patience: float = 3.0) -> Dict[str, PortInfo]:
-    """Port state once the processes are gone. A listening socket nobody owns any more is one
-    the kernel is still tearing down: give it a moment before calling the port busy."""
+def ports_after_stop(wanted: List[int], exiting: Callable[[], bool], patience: float = 15.0) -> Dict[str, PortInfo]:
+    """Port state once the processes are gone. A listening socket nobody owns while a stopped
+    process is still `exiting` is one the kernel is still tearing down: a process whose main
+    thread has exited counts as gone while its other threads free a large heap (TensorFlow's:
+    seconds on a loaded host) before its files close. Wait for that, then call the port busy."""
     deadline = time.monotonic() + patience
     while True:
         state = port_owners(wanted)
         orphaned = [p for p, info in state.items() if info.listening and not info.pids]
-        if not orphaned or time.monotonic() > deadline:
+        if not orphaned or not exiting() or time.monotonic() > deadline:
             return state
         time.sleep(procfs.POLL)
 

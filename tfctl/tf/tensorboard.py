@@ -72,11 +72,11 @@ class Stopped:
     host: str
     processes: int
     remaining: tuple[int, ...]
-    port_busy: bool
+    port_holder: str | None  # who still listens on TensorBoard's port once it is stopped; None: nobody
 
     @property
     def clean(self) -> bool:
-        return not self.remaining and not self.port_busy
+        return not self.remaining and self.port_holder is None
 
 
 class _Output:
@@ -201,8 +201,12 @@ def _wait_for_end(store: RunStore, record: RunRecord, output: _Output) -> str:
 def _stop(agent: HostAgent, marker: str, port: int | None, why: str) -> Stopped:
     """Every process carrying `marker` on the host: SIGTERM, grace, SIGKILL, checked gone, by PID."""
     answer = agent.call(StopRequest(marker, STOP_GRACE, [port] if port else []), timeout=STOP_GRACE + 60)
-    busy = any(info.listening for info in answer.ports.values())
-    return Stopped(why, agent.host, answer.processes, tuple(answer.remaining), busy)
+    holders = [
+        f"pid {info.pids[0]}: {info.command[:80]}" if info.pids else "a process this user cannot see"
+        for info in answer.ports.values()
+        if info.listening
+    ]
+    return Stopped(why, agent.host, answer.processes, tuple(answer.remaining), holders[0] if holders else None)
 
 
 class _Signalled(KeyboardInterrupt):
