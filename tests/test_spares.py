@@ -11,9 +11,12 @@ import pytest
 
 from tests.fake_runs import started, write
 from tests.fakes import TaskScript
+from tfctl.cli.render import stop_summary
 from tfctl.cluster import control
+from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
-from tfctl.controller import supervise
+from tfctl.controller import spares, supervise
+from tfctl.controller.down import stop_run
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor import protocol as p
@@ -78,11 +81,48 @@ def test_a_lost_between_graph_worker_moves_to_a_spare_the_ps_and_chief_restart_a
     for name in ("ps:0", "worker:0"):
         assert tf_config(h1.launches[name])["worker"] == ["h1:2223", "h3:2222"]
     assert store.load(record.run_id).moves == record.moves
-    assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run: its stop is clean
-    assert ending.stop.clean and "stop" not in fake_backend.journal.verbs("h2")
+    assert [h.name for h in record.hosts] == ["h1", "h3", "h4"]  # h2 left the run, but stays on its record
+    assert [h.name for h in store.load(record.run_id).lost_hosts] == ["h2"]  # ... as it never answered again
+    assert ending.stop.clean and list(ending.stop.lost_silent) == ["h2"]  # asked, silent: not unclean
     assert "info" in fake_backend.journal.verbs("h4") and "start" not in fake_backend.journal.verbs(
         "h4"
     )  # checked, idle
+
+
+def test_a_lost_host_that_comes_back_is_made_to_stop_the_tasks_it_still_ran(tmp_path, fake_backend, monkeypatch):
+    """A frozen host thaws with its tasks running, their moved selves already training: the
+    controller stops them there (it renews no lease there any more), and strikes the host off."""
+    monkeypatch.setattr(spares, "RETIRE_POLL", 0.01)
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=200)
+    h2 = fake_backend.agent("h2")
+
+    def thaw_h2_later(request: p.Request[Any]) -> None:
+        if request.VERB == "status" and fake_backend.journal.verbs("h3").count("status") == 20:
+            h2.down = False
+
+    fake_backend.agent("h3").before = thaw_h2_later
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n", ["h2"])
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    assert h2.tasks["worker:1"].state is p.TaskState.STOPPED  # the old worker:1, stopped on h2 ...
+    entries = fake_backend.journal.entries
+    h2_stopped = next(i for i, (h, verb, _) in enumerate(entries) if (h, verb) == ("h2", "stop"))
+    run_stopped = max(i for i, (h, verb, _) in enumerate(entries) if (h, verb) == ("h1", "stop"))
+    assert h2_stopped < run_stopped  # while the run went on, not by its final stop
+    assert store.load(ending.record.run_id).lost_hosts == ()  # ... which the record no longer lists
+    assert ending.stop.lost_silent == {} and ending.stop.clean
+
+
+def test_down_of_a_run_whose_lost_host_is_still_silent_is_clean_and_says_so(tmp_path, fake_backend, monkeypatch):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=40)
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n", ["h2"])
+    report = stop_summary(ending.stop)
+    assert "2 processes stopped on 3 hosts; 0 remain" in report, report
+    fake_backend.hosts["h2"].down = False  # back, its tasks with it: the next `down` stops them there
+    with Cluster(store.load(ending.record.run_id)) as cluster:
+        again, _ = stop_run(store, cluster)
+    assert again.processes == 1 and again.lost_silent == {} and again.clean
+    assert fake_backend.hosts["h2"].tasks["worker:1"].state is p.TaskState.STOPPED
+    assert store.load(ending.record.run_id).lost_hosts == ()
 
 
 def test_a_lost_ps_moves_and_every_worker_restarts_with_its_new_address(tmp_path, fake_backend, monkeypatch):

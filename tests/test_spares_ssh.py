@@ -67,19 +67,50 @@ def test_a_frozen_workers_host_hands_its_task_to_the_spare_and_the_job_finishes(
         assert (row["host"], row["state"]) == ("tfh3", "running"), row
         table = tfctl("-f", str(cluster), "status", home=home, timeout=60).stdout
         assert "moved from tfh2 at " in next(line for line in table.splitlines() if line.startswith("worker:1"))
+        # Thawed while the job runs on: its old worker:1 must not run beside the moved one.
+        frozen.signal_all(signal.SIGCONT)
+        wait_until(lambda: "tfh2" not in run_pids(lab, run_id), 30, "tfh2's old worker:1 stopped", interval=0.1)
+        assert "tfh3" in run_pids(lab, run_id)  # while the moved one still runs
         assert up.stderr is not None
         rest = up.stderr.read()
         assert up.wait(timeout=90) == 0, rest
         assert "moving worker:1 to spare tfh3" in rest and "job succeeded" in rest, rest
+        assert rest.index("tfh2 answers again: stopped the ") < rest.index("job succeeded"), rest
     finally:
         frozen.signal_all(signal.SIGCONT)
         if up.poll() is None:
             up.kill()
             up.wait()
-    # Thawed, its old worker finds its lease long run out and stops by itself.
-    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the thawed host stopping its task", interval=0.2)
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "every task of the run gone", interval=0.2)
     assert HOST_TIMEOUT <= moved_after < HOST_TIMEOUT + 10, moved_after
     print(f"worker:1 running on the spare {moved_after:.1f}s after its host froze (host_timeout {HOST_TIMEOUT}s)")
+
+
+def test_a_detached_runs_lost_host_that_comes_back_stops_its_old_task_and_down_leaves_nothing(
+    tmp_path: Path, home: Path, lab
+) -> None:
+    """A detached run holds no lease: a host thawed after its task moved would train on beside
+    the moved task for ever. The watcher stops it there once the host answers."""
+    command = "{python} fake_task.py --name {job_name}{task_index} --port 2222 --sleep -1"
+    extra = f"host_timeout: {HOST_TIMEOUT}\nspares: [tfh3]"
+    cluster = write_cluster(tmp_path, lab, JOBS, command, extra=extra)
+    up = tfctl("-f", str(cluster), "up", "-d", home=home, timeout=120)
+    assert up.returncode == 0, up.stderr
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    frozen = lab.host("tfh2")
+    try:
+        frozen.signal_all(signal.SIGSTOP)
+        wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 running on the spare", interval=0.1)
+        stranded = run_pids(lab, run_id)["tfh2"]
+    finally:
+        frozen.signal_all(signal.SIGCONT)
+    wait_until(lambda: "tfh2" not in run_pids(lab, run_id), 30, "tfh2's old worker:1 stopped", interval=0.1)
+    assert stranded and all(not os.path.exists(f"/proc/{pid}") for pid in stranded)
+    shown = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, timeout=60).stdout)
+    assert shown["run"]["state"] == "running" and shown["run"]["lost_hosts"] == [], shown["run"]
+    down = tfctl("-f", str(cluster), "down", home=home, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert run_pids(lab, run_id) == {}
 
 
 FINAL = re.compile(r"^\[worker:0\]\s+final step (\d+) loss \S+ accuracy ([\d.]+)", re.M)

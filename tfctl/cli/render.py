@@ -43,6 +43,12 @@ def render_stop(report: StopReport) -> None:
         console.err().print(f"[red]{address}: still listening (pids {', '.join(map(str, pids)) or '?'})[/red]")
     for host, why in report.unreachable.items():
         console.err().print(f"[red]{host}: could not be checked: {why}[/red]")
+    for host, why in report.lost_silent.items():
+        console.err().print(
+            f"{host}, which the run left when its tasks moved to a spare, is still silent ({why}): "
+            "should it come back with them, `tfctl down` again stops them",
+            markup=False,
+        )
 
 
 def print_lines(

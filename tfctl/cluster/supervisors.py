@@ -35,6 +35,7 @@ from tfctl.supervisor.protocol import (
     StartRequest,
     StatusAnswer,
     StatusRequest,
+    StopAnswer,
     StopRequest,
     TailRequest,
     TaskInfo,
@@ -48,6 +49,7 @@ STATUS_TIMEOUT = 30.0  # a status request's own timeout on its host's conversati
 # How long one look at every host waits for the slowest: a host that has not answered by then
 # counts as unreachable for this look, and the others' answers are not held back by it.
 STATUS_DEADLINE = 5.0
+LOST_HOST_PATIENCE = 10.0  # beyond the grace period: how long `stop` asks a host the run left by a move
 STOP_DEADLINE = 30.0  # beyond the grace period: how long `stop` waits for a host to prove its tasks gone
 CLOSE_PATIENCE = 5.0  # closing a frozen host's connection must not hold up the end of a command
 T = TypeVar("T")
@@ -125,6 +127,9 @@ class StopReport(Wire):
     hosts: int = 0
     ports: list[int] = records.field(default_factory=list)
     unreachable: dict[str, str] = records.field(default_factory=dict)  # host -> why
+    # Hosts the run left when their tasks moved to a spare, still silent: nothing of the run runs
+    # there unless they come back, so they do not make the stop unclean (`render_stop` says so).
+    lost_silent: dict[str, str] = records.field(default_factory=dict)  # host -> why
 
     @property
     def clean(self) -> bool:
@@ -153,7 +158,9 @@ class Cluster:
         self.launcher = launcher
         self.accept_new_host_keys = accept_new_host_keys
         self.agents = (
-            agents if agents is not None else {h.name: open_agent(h, accept_new_host_keys) for h in record.hosts}
+            agents
+            if agents is not None
+            else {h.name: open_agent(h, accept_new_host_keys) for h in record.hosts + record.lost_hosts}
         )
         self.holds_lease = holds_lease and record.lease_timeout > 0
         self._lease_hosts: set[str] = set()
@@ -173,7 +180,7 @@ class Cluster:
         old = self.agents
         with self._lease_lock:
             self._lease_hosts.clear()
-        self.agents = {h.name: open_agent(h, self.accept_new_host_keys) for h in record.hosts}
+        self.agents = {h.name: open_agent(h, self.accept_new_host_keys) for h in record.hosts + record.lost_hosts}
         self.record, self.launcher = record, launcher
         for agent in old.values():
             agent.close()
@@ -398,6 +405,21 @@ class Cluster:
         watch = {name: record.task(name).address for name in record.decisive}
         return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
 
+    @property
+    def closing(self) -> threading.Event:
+        """Set once the cluster is closed: what its background threads end on."""
+        return self._closed
+
+    def leave(self, host: str) -> None:
+        """`host` is no longer the run's (its tasks moved): its lease is renewed no more."""
+        with self._lease_lock:
+            self._lease_hosts.discard(host)
+
+    def stop_left_behind(self, host: str, timeout: float) -> StopAnswer:
+        """Stop what the run left on a host it left (every process with its marker there)."""
+        grace = self.record.grace_period
+        return self.agents[host].call(StopRequest(self.record.run_id, grace), timeout=grace + timeout)
+
     def _keep_lease(self, hosts: Iterable[str]) -> None:
         """Renew the run's lease on these hosts (and those already held) until `close()`."""
         with self._lease_lock:
@@ -473,12 +495,18 @@ class Cluster:
         """Stop every task of the run on every host and check the processes and ports are gone."""
         grace = self.record.grace_period if grace is None else grace
         hosts = sorted(h.name for h in self.record.hosts)
+        lost = sorted(h.name for h in self.record.lost_hosts)
         ports = {h: sorted({t.port for t in self.record.tasks if t.host == h}) for h in hosts}
+        ports.update({h: [] for h in lost})
         answers = self.fan_out(
-            hosts,
-            lambda a: a.call(StopRequest(self.record.run_id, grace, ports[a.host]), timeout=grace + 120),
+            hosts + lost,
+            lambda a: a.call(
+                StopRequest(self.record.run_id, grace, ports[a.host]),
+                timeout=grace + (LOST_HOST_PATIENCE if a.host in lost else 120),
+            ),
             deadline=grace + STOP_DEADLINE,
         )
+        lost_silent = {h: error_text(e) for h, e in answers.failed.items() if h in lost}
         remaining: dict[str, list[int]] = {}
         busy: dict[str, list[int]] = {}
         for host, answer in answers.succeeded.items():
@@ -493,5 +521,6 @@ class Cluster:
             busy_ports=busy,
             hosts=len(hosts),
             ports=sorted({port for host in answers.succeeded for port in ports[host]}),
-            unreachable={h: error_text(e) for h, e in answers.failed.items()},
+            unreachable={h: error_text(e) for h, e in answers.failed.items() if h not in lost},
+            lost_silent=lost_silent,
         )

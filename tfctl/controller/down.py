@@ -33,7 +33,8 @@ def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> t
     """Stop every task of the run, then release what its backend holds. The record keeps whether
     the stop proved nothing left, so the next `up` need not ask the hosts again."""
     report = cluster.stop(grace)
-    store.update_if_exists(cluster.record.run_id, left_nothing=report.clean)
+    still_lost = tuple(h for h in cluster.record.lost_hosts if h.name in report.lost_silent)
+    store.update_if_exists(cluster.record.run_id, left_nothing=report.clean, lost_hosts=still_lost)
     return report, release(cluster.record)
 
 

@@ -3,23 +3,29 @@
 `plan_move` decides, from the run's record alone: which spare, each moved task's new spec, and
 which tasks elsewhere must start again with the new address (`tf/moves.py` says which). `Mover`
 carries it out from the supervision loop: stop those tasks, record the move, start the moved and
-restarted tasks through the usual start (listening, reachability), tell `notify:`.
+restarted tasks through the usual start (listening, reachability), tell `notify:`. The lost host
+leaves the run but stays on its record (`lost_hosts`) until it is seen to stop what it ran: a
+host that was only frozen comes back with its tasks, which must not train beside their moved
+selves, so the controller keeps asking it to stop them, and `down` asks it too.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.supervisors import LOST_HOST_PATIENCE, Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
-from tfctl.errors import TfctlError
+from tfctl.errors import HostError, TfctlError
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.tf import moves as tf_moves
 from tfctl.tf.tasks import start_phases
+
+RETIRE_POLL = 5.0  # seconds between two requests that a host the run left stop what it ran
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,7 @@ class Mover:
 
     def carry_out(self, plan: MovePlan) -> None:
         """Stop the tasks that restart, record the move, start the moved and restarted tasks as a
-        run's tasks start. The lost host leaves the run: its old tasks, which it cannot be asked
-        to stop, stop by their lease (`lease_timeout`) if it comes back."""
+        run's tasks start. The lost host leaves the run; what it ran is stopped once it answers."""
         cluster, record = self.cluster, self.cluster.record
 
         def say(who: str, message: str) -> None:
@@ -103,12 +108,39 @@ class Mover:
             record.run_id,
             tasks=plan.tasks,
             hosts=tuple(h for h in record.hosts if h.name != plan.lost),
+            lost_hosts=record.lost_hosts + tuple(h for h in record.hosts if h.name == plan.lost),
             spares=tuple(h for h in record.spares if h != plan.spare),
             moves=record.moves + plan.record_moves(at),
         )
+        self.retire(plan.lost)
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
         control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
         for t in plan.moved:
             reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
             self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))
+
+    def retire(self, host: str) -> None:
+        """`host` has left the run: renew no lease there, and stop what it ran once it answers.
+        Also for the hosts a run left under an earlier controller (one that died)."""
+        self.cluster.leave(host)
+        threading.Thread(target=self._retire, args=(host,), daemon=True, name=f"retire {host}").start()
+
+    def _retire(self, host: str) -> None:
+        """Ask `host` to stop what the run left there until it answers (or the controller closes),
+        then strike it off the record's lost hosts."""
+        cluster = self.cluster
+        while not cluster.closing.wait(RETIRE_POLL):
+            try:
+                answer = cluster.stop_left_behind(host, LOST_HOST_PATIENCE)
+            except HostError:
+                continue  # still silent
+            self.store.revise(
+                cluster.record.run_id,
+                lambda r: r.replace(lost_hosts=tuple(h for h in r.lost_hosts if h.name != host)),
+            )
+            left = f"{len(answer.remaining)} remain" if answer.remaining else "0 remain"
+            self.notifier.say(
+                f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had; {left}"
+            )
+            return

@@ -118,6 +118,9 @@ def supervise_through_allocations(
     """Supervise until decided; an allocation ended under the run by its time limit or by
     preemption moves it into a new one (`resubmit.carry_on`) and supervision goes on there.
     An attached run's log stream ends with its first allocation's tasks."""
+    mover = Mover(store, cluster, notifier)
+    for host in cluster.record.lost_hosts:  # left while an earlier controller watched
+        mover.retire(host)
     while True:
         outcome = control.supervise(
             cluster,
@@ -126,7 +129,7 @@ def supervise_through_allocations(
             cancelled=cancelled,
             judge=run_judge(cluster, notifier),
             on_unreachable=note_unreachable(store, cluster),
-            on_lost=Mover(store, cluster, notifier),
+            on_lost=mover,
         )
         if cancelled():
             return outcome

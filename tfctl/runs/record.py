@@ -164,6 +164,7 @@ class RunRecord(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {
         "tasks": ("tuple", TaskSpec),
         "hosts": ("tuple", HostSpec),
+        "lost_hosts": ("tuple", HostSpec),
         "progress": ("one", ProgressSpec),
         "watcher": ("one", Controller),
         "moves": ("tuple", Move),
@@ -202,6 +203,7 @@ class RunRecord(Wire):
     notify: tuple[str, ...] = ()  # the cluster file's `notify:` commands, run by the run's controller
     spares: tuple[str, ...] = ()  # hosts (in `hosts`, set up like the others) not yet given a lost host's tasks
     moves: tuple[Move, ...] = ()  # tasks moved to a spare, in order
+    lost_hosts: tuple[HostSpec, ...] = ()  # hosts whose tasks moved, not yet seen to stop what they ran
     resubmits: int = 0  # new allocations the backend may ask for when one ends under the run
     allocations: tuple[AllocationEnd, ...] = ()  # those that ended under it, oldest first
 

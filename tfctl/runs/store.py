@@ -91,6 +91,13 @@ class RunStore:
             self.save(record)
             return record
 
+    def revise(self, run_id: str, change: Callable[[RunRecord], RunRecord]) -> RunRecord:
+        """`update` by a function of the stored record, for a change that depends on it."""
+        with self.lock():
+            record = change(self.load(run_id))
+            self.save(record)
+            return record
+
     def update_if_active(self, run_id: str, **changes: Any) -> RunRecord | None:
         """`update` a run that is still active; None, changing nothing, once it has ended (a
         `down` typed while it started, say) or is no longer recorded."""

@@ -3,14 +3,19 @@ because their cluster spec names the moved address, and each moved or restarted 
 with the new address in its TF_CONFIG, its command and its environment.
 
 Which tasks talk to which: a tensor goes from one task to another by the receiver asking the
-sender at the address in the receiver's own cluster spec. Every worker (and chief) pulls the
-variables from each ps, so a ps moved restarts them all, from their checkpoints (the other ps
-never ask each other). Each ps pulls the gradients from every worker, at the address it was
-started with: a worker moved alone trains on the spare but its first step waits forever for the
-ps (seen with the between-graph template on the simulated hosts), so every ps restarts, and with
-them, their variables gone, every worker and chief, from the chief's checkpoint. All-reduce peers
-(MultiWorkerMirrored, no ps) form one collective group, which a moved peer restarts whole. The
-evaluator only reads checkpoints: it talks to nobody.
+sender (TF's `RpcRemoteRendezvous::RecvFromRemoteAsync` calls `RecvTensor` on the sender; a send
+only buffers locally), at the address in the receiver's own cluster spec (the worker cache
+`GrpcServer::Init` builds once from the server's ServerDef; `tf.train.Server` cannot change it).
+Every worker (and chief) pulls the variables from each ps, so a ps moved restarts them all, from
+their checkpoints (the other ps never ask each other). Each ps pulls the gradients from every
+worker at the address it was started with: a worker moved alone trains on the spare but its
+first step waits forever for the ps (seen with the between-graph template on the simulated
+hosts), so every ps restarts, and with them, their variables gone, every worker and chief, from
+the chief's checkpoint. (Only a program that propagates its cluster per session, with shared
+session state, could move a worker alone; the templates do not, nor do the public programs.)
+All-reduce peers (MultiWorkerMirrored, no ps) form one collective group whose peers are fixed
+when collectives are enabled, once per process, and which checks each peer's incarnation: a
+moved peer restarts it whole. The evaluator only reads checkpoints: it talks to nobody.
 """
 
 from __future__ import annotations
