@@ -50,8 +50,9 @@ def run(tmp_path, fake_backend, monkeypatch, jobs: str, goes_down: list[str]) ->
 
         return before
 
-    first = goes_down.pop(0)
-    fake_backend.hosts[first].before = down_after_three(first)
+    if goes_down:
+        first = goes_down.pop(0)
+        fake_backend.hosts[first].before = down_after_three(first)
     with cluster:
         ending = supervise.attach(store, cluster, lambda _lines: None)
     return store, ending
@@ -123,6 +124,31 @@ def test_down_of_a_run_whose_lost_host_is_still_silent_is_clean_and_says_so(tmp_
     assert again.processes == 1 and again.lost_silent == {} and again.clean
     assert fake_backend.hosts["h2"].tasks["worker:1"].state is p.TaskState.STOPPED
     assert store.load(ending.record.run_id).lost_hosts == ()
+
+
+def test_a_spare_silent_when_its_turn_comes_is_lost_in_its_turn_and_the_next_spare_takes_the_tasks(
+    tmp_path, fake_backend, monkeypatch
+):
+    monkeypatch.setattr(spares, "SPARE_PATIENCE", 0.1)
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=60)
+    h2, h3 = fake_backend.agent("h2"), fake_backend.agent("h3")
+
+    def h2_and_h3_go_down(request: p.Request[Any]) -> None:
+        if request.VERB == "status" and fake_backend.journal.verbs("h2").count("status") > 3:
+            h2.down = h3.down = True
+
+    h2.before = h2_and_h3_go_down
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n", [])
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    record = ending.record
+    assert [(m.task, m.from_host, m.to_host) for m in record.moves] == [
+        ("worker:1", "h2", "h3"),
+        ("worker:1", "h3", "h4"),
+    ]
+    assert record.moves[1].why.startswith("spare h3 failed: ") and record.moves[1].restarted == ("ps:0", "worker:0")
+    assert record.task("worker:1").address == "h4:2222" and record.spares == ()
+    assert tf_config(fake_backend.hosts["h1"].launches["worker:0"])["worker"] == ["h1:2223", "h4:2222"]
+    assert [h.name for h in store.load(record.run_id).lost_hosts] == ["h2", "h3"]
 
 
 def test_a_lost_ps_moves_and_every_worker_restarts_with_its_new_address(tmp_path, fake_backend, monkeypatch):

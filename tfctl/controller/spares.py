@@ -22,9 +22,11 @@ from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import StatusRequest
 from tfctl.tf import moves as tf_moves
 from tfctl.tf.tasks import start_phases
 
+SPARE_PATIENCE = 10.0  # seconds a spare whose move failed has to answer, before the next spare is tried
 RETIRE_POLL = 5.0  # seconds between two requests that a host the run left stop what it ran
 
 
@@ -44,16 +46,22 @@ class MovePlan:
         return tuple(Move(at, t.name, self.lost, self.spare, self.why, restarted) for t in self.moved)
 
 
-def plan_move(record: RunRecord, host: str, why: str) -> MovePlan | None:
+def plan_move(record: RunRecord, host: str, why: str, restart_all: bool = False) -> MovePlan | None:
     """The move of `host`'s tasks to the first spare left; None when there is none (or the host
-    runs no task): the run fails as it would without spares."""
+    runs no task): the run fails as it would without spares. `restart_all`: every other task
+    starts again too (a failed move stopped them all)."""
     lost = [t for t in record.tasks if t.host == host]
     if not record.spares or not lost:
         return None
     spare = record.spares[0]
     swaps = {t.address: host_port(spare, t.port) for t in lost}
     names = {t.name for t in lost}
-    again = {peer for t in lost for peer in tf_moves.peers_to_restart(record.tasks, t.name)} - names
+    peers = (
+        {t.name for t in record.tasks}
+        if restart_all
+        else {peer for t in lost for peer in tf_moves.peers_to_restart(record.tasks, t.name)}
+    )
+    again = peers - names
     tasks = tuple(
         tf_moves.readdressed(t, swaps).replace(host=spare)
         if t.name in names
@@ -80,15 +88,31 @@ class Mover:
         self.store, self.cluster, self.notifier = store, cluster, notifier
 
     def __call__(self, host: str, why: str) -> bool:
-        plan = plan_move(self.cluster.record, host, why)
-        if plan is None:
+        """Move `host`'s tasks; a spare that fails them (silent when its turn came) is lost in its
+        turn, and the next spare takes them, every task starting again (the failure stopped all)."""
+        restart_all = False
+        while True:
+            plan = plan_move(self.cluster.record, host, why, restart_all)
+            if plan is None:
+                return False
+            try:
+                self.carry_out(plan)
+                return True
+            except TfctlError as e:
+                self.notifier.say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}")
+                if not self._took_and_lost(plan):
+                    return False
+                host, why, restart_all = plan.spare, f"spare {plan.spare} failed: {e.message}", True
+
+    def _took_and_lost(self, plan: MovePlan) -> bool:
+        """The move got as far as giving the spare its tasks, and the spare does not answer."""
+        if self.cluster.record.task(plan.moved[0].name).host != plan.spare:
             return False
         try:
-            self.carry_out(plan)
-        except TfctlError as e:
-            self.notifier.say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}")
-            return False
-        return True
+            self.cluster.agents[plan.spare].call(StatusRequest(self.cluster.record.run_id, {}), timeout=SPARE_PATIENCE)
+        except HostError:
+            return True
+        return False
 
     def carry_out(self, plan: MovePlan) -> None:
         """Stop the tasks that restart, record the move, start the moved and restarted tasks as a
