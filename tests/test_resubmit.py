@@ -79,6 +79,29 @@ def test_a_lease_ended_by_its_time_limit_or_preemption_moves_the_run_into_a_new_
     )
 
 
+def test_an_attached_up_streams_every_allocations_tasks_and_ends_with_the_last(tmp_path, fake_backend):
+    path = write(tmp_path, RESUBMITTING % 2)
+    store, cluster = started(path, attached=True)
+    fake_backend.scripts["worker:1"] = TaskScript(lines=["first allocation"])
+    agains = end_each_lease(fake_backend, cluster.record.run_id, ["TIMEOUT", "PREEMPTED"])
+    before = fake_backend.agent("h1").before
+
+    def say_which(request: p.Request) -> None:
+        if isinstance(request, p.StartRequest) and request.again:
+            fake_backend.scripts["worker:1"] = TaskScript(lines=[f"started for {request.again}"])
+        before(request)
+
+    fake_backend.agent("h1").before = say_which
+    lines: list[tuple[str, str]] = []
+    with cluster:
+        ending = supervise.attach(store, cluster, lines.extend)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome
+    assert agains == ["allocation1", "allocation2"]
+    said = [line for task, line in lines if task == "worker:1"]  # (the 2nd allocation ends as it starts)
+    assert said[0] == "first allocation" and said[-1] == "started for allocation2", said
+    assert all(line in ("first allocation", "started for allocation1", "started for allocation2") for line in said)
+
+
 def test_resubmissions_stop_at_the_limit_and_never_follow_a_cancel(tmp_path, fake_backend):
     store, cluster = started(write(tmp_path, RESUBMITTING % 1), attached=True)
     run_id = cluster.record.run_id

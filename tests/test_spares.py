@@ -5,7 +5,7 @@ fails as it always did. Driven in-process on the fake backend with a tiny `host_
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -33,12 +33,20 @@ jobs:
 """
 
 
-def run(tmp_path, fake_backend, monkeypatch, jobs: str, goes_down: list[str]) -> Any:
+def run(
+    tmp_path,
+    fake_backend,
+    monkeypatch,
+    jobs: str,
+    goes_down: list[str],
+    header: str = BETWEEN_GRAPH,
+    on_lines: Callable[[list[tuple[str, str]]], None] = lambda _lines: None,
+) -> Any:
     """Start the run attached, take the `goes_down` hosts down one after the other once each has
     answered a few looks, and supervise it to its end."""
     monkeypatch.setattr(supervise, "LOG_DRAIN_SECONDS", 0.0)
     monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)
-    store, cluster = started(write(tmp_path, BETWEEN_GRAPH + jobs), attached=True)
+    store, cluster = started(write(tmp_path, header + jobs), attached=True)
 
     def down_after_three(host: str) -> Any:
         def before(request: p.Request[Any]) -> None:
@@ -54,7 +62,7 @@ def run(tmp_path, fake_backend, monkeypatch, jobs: str, goes_down: list[str]) ->
         first = goes_down.pop(0)
         fake_backend.hosts[first].before = down_after_three(first)
     with cluster:
-        ending = supervise.attach(store, cluster, lambda _lines: None)
+        ending = supervise.attach(store, cluster, on_lines)
     return store, ending
 
 
@@ -88,6 +96,23 @@ def test_a_lost_between_graph_worker_moves_to_a_spare_the_ps_and_chief_restart_a
     assert "info" in fake_backend.journal.verbs("h4") and "start" not in fake_backend.journal.verbs(
         "h4"
     )  # checked, idle
+
+
+def test_an_attached_up_streams_the_moved_task_and_those_restarted_with_it_from_their_new_start(
+    tmp_path, fake_backend, monkeypatch
+):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=40)
+    header = BETWEEN_GRAPH.replace("command: train", "command: echo {job_name}{task_index} sees")
+    lines: list[tuple[str, str]] = []
+    jobs = "  ps: [h1:2222]\n  worker: [h1:2223, h2:2222]\n"
+    _, ending = run(tmp_path, fake_backend, monkeypatch, jobs, ["h2"], header=header, on_lines=lines.extend)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    after = "--ps_hosts=h1:2222 --worker_hosts=h1:2223,h3:2222"
+    assert (
+        ("ps:0", f"ps0 sees --job_name=ps --task_index=0 {after}") in lines
+        and ("worker:0", f"worker0 sees --job_name=worker --task_index=0 {after}") in lines
+        and ("worker:1", f"worker1 sees --job_name=worker --task_index=1 {after}") in lines
+    ), lines
 
 
 def test_a_lost_host_that_comes_back_is_made_to_stop_the_tasks_it_still_ran(tmp_path, fake_backend, monkeypatch):

@@ -11,7 +11,7 @@ import itertools
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from tfctl import console
 from tfctl.errors import TfctlError
@@ -42,15 +42,17 @@ class LogFollower:
         tail: int | None = None,
         since: float | None = None,
         timestamps: bool = False,
+        offsets: Mapping[str, int] | None = None,
     ) -> None:
         """`since`: only lines written in the last this many seconds; `timestamps`: each line
-        begins with when it was written (UTC, to the second, by its host's clock)."""
+        begins with when it was written (UTC, to the second, by its host's clock); `offsets`:
+        where to begin in a task's output (what an earlier follower of it had read)."""
         self.cluster = cluster
         self.tasks = list(tasks)
         self.tail = tail
         self.since = since
         self.timestamps = timestamps
-        self.offsets = {t.name: 0 for t in self.tasks}
+        self.offsets = {t.name: (offsets or {}).get(t.name, 0) for t in self.tasks}
         self.ended: set[str] = set()
         self.errors: list[str] = []
         # Whole blocks (a task and its lines), not lines: one hand-over per block, not per line.

@@ -15,6 +15,7 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft
+from tfctl.controller.spares import Restarting
 from tfctl.controller.up import drafted, start_again
 from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd
@@ -22,9 +23,12 @@ from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
 
-def carry_on(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier) -> Outcome | None:
+def carry_on(
+    store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier, restarting: Restarting
+) -> Outcome | None:
     """None once the run goes on in a new allocation (`cluster` moved onto it, its tasks
-    started); else how the run ends: `outcome`, or why going on failed."""
+    started, `restarting` told before and after); else how the run ends: `outcome`, or why
+    going on failed."""
     run_id = cluster.record.run_id
     record = store.load(run_id)
     if outcome.succeeded or not record.active or len(record.allocations) >= record.resubmits:
@@ -57,7 +61,10 @@ def carry_on(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Noti
         said = f"{end.label} ended: {end.why}; the run goes on in allocation {len(moved.allocations) + 1}"
         progress("", said)
         notifier.send(RunEvent.of(moved, EventKind.RESUBMITTED, said))
+        names = [t.name for t in moved.tasks]
+        restarting.before(names)
         start_again(store, cluster, Draft(acquired.config, moved), progress)
+        restarting.after(names)
     except TfctlError as e:
         return Outcome(RunState.FAILED, e.message.splitlines()[0])
     return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Iterable
 
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import LOST_HOST_PATIENCE, Cluster
@@ -28,6 +29,18 @@ from tfctl.tf.tasks import start_phases
 
 SPARE_PATIENCE = 10.0  # seconds a spare whose move failed has to answer, before the next spare is tried
 RETIRE_POLL = 5.0  # seconds between two requests that a host the run left stop what it ran
+
+
+class Restarting:
+    """Told of tasks about to start anew (moved, restarted with a move, a new allocation's), and
+    once they have: an attached `up` stops following them before, and follows them again after,
+    so no line of their earlier run is read twice nor their new output read from the old offset."""
+
+    def before(self, names: Iterable[str]) -> None:
+        """The tasks `names` are about to start again."""
+
+    def after(self, names: Iterable[str]) -> None:
+        """They have started."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +97,15 @@ class Mover:
     """The supervision loop's `on_lost`: a lost host's tasks moved to a spare, one spare per lost
     host, for as long as spares are left."""
 
-    def __init__(self, store: RunStore, cluster: Cluster, notifier: Notifier) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        cluster: Cluster,
+        notifier: Notifier,
+        restarting: Restarting | None = None,
+    ) -> None:
         self.store, self.cluster, self.notifier = store, cluster, notifier
+        self.restarting = restarting or Restarting()
 
     def __call__(self, host: str, why: str) -> bool:
         """Move `host`'s tasks; a spare that fails them (silent when its turn came) is lost in its
@@ -139,7 +159,10 @@ class Mover:
         self.retire(plan.lost)
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
+        names = [t.name for t in starting]
+        self.restarting.before(names)
         control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
+        self.restarting.after(names)
         for t in plan.moved:
             reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
             self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))

@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfctl import backends
 from tfctl.cluster import control
@@ -19,7 +19,7 @@ from tfctl.controller.down import stop_run
 from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.plan import Draft
 from tfctl.controller.resubmit import carry_on
-from tfctl.controller.spares import Mover
+from tfctl.controller.spares import Mover, Restarting
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
 from tfctl.errors import TfctlError
@@ -29,6 +29,7 @@ from tfctl.supervisor.protocol import RunState
 
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
+    from tfctl.cluster.output import LogFollower
 
 LOG_DRAIN_SECONDS = 10.0
 UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
@@ -65,14 +66,15 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     from tfctl.cluster.output import LogFollower
     from tfctl.controller.rpc_handlers import controller_door
 
-    follower = LogFollower(cluster, cluster.record.tasks, follow=True)
+    following = _Following(LogFollower(cluster, cluster.record.tasks, follow=True))
     notifier = Notifier.of(cluster.record)
     decided: list[Outcome] = []
     quit_watching = threading.Event()
 
     def watch() -> None:
         try:
-            decided.append(supervise_through_allocations(store, cluster, notifier, quit_watching.is_set))
+            outcome = supervise_through_allocations(store, cluster, notifier, quit_watching.is_set, following)
+            decided.append(outcome)
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
@@ -87,12 +89,19 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     door = controller_door(store, cluster, on_down)
     door.open()
     try:
-        for batch in follower.batches():
-            on_lines(batch)
-            if decided:
+        while True:
+            for batch in following.follower.batches():
+                on_lines(batch)
+                if decided:
+                    break
+            while not decided and not following.started and watcher.is_alive():
+                time.sleep(0.05)  # every stream ended: all tasks are over; let the watcher see it
+            if decided or not following.started:
                 break
-        if not decided:  # every stream ended: all tasks are over; let the watcher see it
-            watcher.join()
+            following.follow_again(cluster)
+        if following.started:  # decided as soon as they started: their lines are still to be read
+            following.follow_again(cluster)
+        follower = following.follower
         outcome = decided[0] if decided else Outcome(RunState.FAILED, "supervision ended")
         ending = finish(store, cluster, outcome, notifier)
         # The lines still on their way from the hosts that were stopped; a host that could not be
@@ -108,19 +117,50 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
     finally:
         door.close()
         quit_watching.set()
-        follower.close()
+        following.follower.close()
         notifier.close()
 
 
+class _Following(Restarting):
+    """An attached `up`'s log follower, replaced when tasks start anew: the old one is closed
+    before they start (their new output is no continuation of what it read), and once they
+    have started, a new one follows them from their start and the others on from where it was."""
+
+    def __init__(self, follower: LogFollower) -> None:
+        self.follower = follower
+        self.started: set[str] = set()
+        self._lock = threading.Lock()
+
+    def before(self, names: Iterable[str]) -> None:
+        self.follower.close()
+
+    def after(self, names: Iterable[str]) -> None:
+        with self._lock:
+            self.started.update(names)
+
+    def follow_again(self, cluster: Cluster) -> None:
+        from tfctl.cluster.output import LogFollower
+
+        with self._lock:
+            again, self.started = self.started, set()
+        offsets = {name: at for name, at in self.follower.offsets.items() if name not in again}
+        self.follower = LogFollower(cluster, cluster.record.tasks, follow=True, offsets=offsets)
+
+
 def supervise_through_allocations(
-    store: RunStore, cluster: Cluster, notifier: Notifier, cancelled: Callable[[], bool]
+    store: RunStore,
+    cluster: Cluster,
+    notifier: Notifier,
+    cancelled: Callable[[], bool],
+    restarting: Restarting | None = None,
 ) -> Outcome:
     """Supervise until decided; an allocation ended under the run by its time limit or by
     preemption moves it into a new one (`resubmit.carry_on`) and supervision goes on there.
-    An attached run's log stream ends with its first allocation's tasks."""
-    mover = Mover(store, cluster, notifier)
+    `restarting` hears of tasks started anew (moved, restarted with them, a new allocation's)."""
+    restarting = restarting or Restarting()
+    mover = Mover(store, cluster, notifier, restarting)
     for host in cluster.record.lost_hosts:  # left while an earlier controller watched
-        mover.retire(host)
+        mover.retire(host.name)
     while True:
         outcome = control.supervise(
             cluster,
@@ -133,7 +173,7 @@ def supervise_through_allocations(
         )
         if cancelled():
             return outcome
-        ending = carry_on(store, cluster, outcome, notifier)
+        ending = carry_on(store, cluster, outcome, notifier, restarting)
         if ending is not None:
             return ending
 
