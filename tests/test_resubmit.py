@@ -268,3 +268,21 @@ def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, 
     (log,) = home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")  # the last allocation's worker:0
     assert "worker0 resumed at step" in log.read_text()
     assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
+
+
+@pytest.mark.netns
+def test_an_attached_up_through_three_allocations_streams_each_and_exits_0(slurm, tmp_path, home):  # noqa: F811
+    """The same run, attached: `up` stays through each new allocation, shows its tasks' lines
+    (resumed from their checkpoints), and exits 0 with nothing left."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(LAB_FILE % {"task": FAKE_TASK, "steps": STEPS})
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", timeout=600)
+    assert up.returncode == 0, up.stderr[-3000:]
+    goes_on = re.findall(r"slurm job \d+ ended: TIMEOUT; the run goes on in allocation (\d)", up.stderr)
+    assert len(goes_on) >= 2 and goes_on[:2] == ["2", "3"], up.stderr[-3000:]
+    resumed = re.findall(r"^\[worker:0\]\s+worker0 resumed at step (\d+)$", up.stdout, re.M)
+    assert len(resumed) == len(goes_on) and all(0 < int(step) < STEPS for step in resumed), up.stdout[-3000:]
+    assert re.search(rf"^\[worker:1\]\s+worker1 checkpoint step {STEPS}$", up.stdout, re.M), up.stdout[-3000:]
+    assert "job succeeded" in up.stderr and "0 remain" in up.stderr, up.stderr[-3000:]
+    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
