@@ -434,7 +434,7 @@ def test_a_port_held_by_a_process_still_exiting_is_free_once_it_has_exited() -> 
         done = procfs.Termination(1, 0, [], [proc.pid])
         assert done.still_exiting()
         assert checks.port_owners([port])[str(port)].listening  # owned by nobody one can see
-        assert not tasks.ports_after_stop([port], done.still_exiting)[str(port)].listening
+        assert not tasks.ports_after_stop([port], done.still_exiting, patience=0.1)[str(port)].listening
         assert proc.wait(timeout=10) == 0
         assert not done.still_exiting()
     finally:
@@ -442,16 +442,17 @@ def test_a_port_held_by_a_process_still_exiting_is_free_once_it_has_exited() -> 
         proc.wait()
 
 
-def test_a_port_nobody_visible_holds_once_the_stopped_processes_are_gone_is_busy_at_once() -> None:
-    """Another user's listener (its owner unreadable) is not waited for: no stopped process lingers."""
+def test_a_port_nobody_visible_holds_once_the_stopped_processes_are_gone_is_busy_after_a_moment() -> None:
+    """Another user's listener (its owner unreadable) is waited for only a moment: no stopped
+    process lingers that could still be closing it."""
     proc = subprocess.Popen([sys.executable, "-c", EXIT_MAIN_THREAD_FIRST, "30"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
         wait_until(lambda: proc.pid not in procfs.live_pids(), 10, "its main thread gone")
         started = time.monotonic()
-        assert tasks.ports_after_stop([port], lambda: False)[str(port)].listening
-        assert time.monotonic() - started < 1
+        assert tasks.ports_after_stop([port], lambda: False, patience=0.5)[str(port)].listening
+        assert 0.5 <= time.monotonic() - started < 2
     finally:
         proc.kill()
         proc.wait()

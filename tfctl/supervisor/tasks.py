@@ -276,16 +276,19 @@ def restart(root: str, request: RestartRequest) -> RestartAnswer:
     return RestartAnswer(asked)
 
 
-def ports_after_stop(wanted: List[int], exiting: Callable[[], bool], patience: float = 15.0) -> Dict[str, PortInfo]:
-    """Port state once the processes are gone. A listening socket nobody owns while a stopped
-    process is still `exiting` is one the kernel is still tearing down: a process whose main
-    thread has exited counts as gone while its other threads free a large heap (TensorFlow's:
-    seconds on a loaded host) before its files close. Wait for that, then call the port busy."""
-    deadline = time.monotonic() + patience
+def ports_after_stop(
+    wanted: List[int], exiting: Callable[[], bool], patience: float = 3.0, exit_patience: float = 15.0
+) -> Dict[str, PortInfo]:
+    """Port state once the processes are gone. A listening socket nobody owns is one the kernel
+    is still tearing down: give it `patience`, and up to `exit_patience` while a stopped process
+    is still `exiting` (its main thread gone, its other threads freeing a large heap, as
+    TensorFlow's take seconds to on a loaded host, before its files close). Then call it busy."""
+    began = time.monotonic()
     while True:
         state = port_owners(wanted)
         orphaned = [p for p, info in state.items() if info.listening and not info.pids]
-        if not orphaned or not exiting() or time.monotonic() > deadline:
+        waited = time.monotonic() - began
+        if not orphaned or waited > exit_patience or (waited > patience and not exiting()):
             return state
         time.sleep(procfs.POLL)
 
