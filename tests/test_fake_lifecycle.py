@@ -383,6 +383,18 @@ def test_a_ps_that_ended_before_the_probe_is_judged_by_its_end_not_as_a_network_
         assert "reachability" not in str(failed.value)
 
 
+def test_a_ps_refused_as_it_exits_is_looked_at_again_until_its_monitor_records_the_end(tmp_path, fake_backend):
+    """The process is gone (refused) a moment before its monitor has written its end: the first
+    looks after the refusal still say running (CI failed a resumed run that finished at once)."""
+    fake_backend.scripts["ps:0"] = TaskScript(end_after=6)  # refused from the first probe, ended 3 looks later
+    for host in ("h1", "h2"):
+        fake_backend.agent(host).refused.add("h1:2222")
+    store, cluster = started(write(tmp_path))
+    assert fake_backend.hosts["h1"].tasks["ps:0"].state is TaskState.SUCCEEDED
+    assert fake_backend.hosts["h2"].tasks["worker:1"].state is TaskState.RUNNING
+    down.down(store, store.load(cluster.record.run_id), None)
+
+
 def test_a_ps_still_running_but_refused_fails_the_start_as_a_network_fault(tmp_path, fake_backend):
     fake_backend.agent("h2").refused.add("h1:2222")
     with pytest.raises(StartupError, match=r"1 of 2 connections failed in the reachability check") as failed:

@@ -25,6 +25,9 @@ from tfctl.supervisor.protocol import RunState, TaskState
 LISTEN_WAIT = 1.0
 LISTEN_POLL = 0.05
 LISTEN_POLL_MAX = 0.5
+# A refused probe of a task that had listened: how long to look for its end before calling the
+# network at fault (a task that exits as the probe reaches it is not yet recorded as ended).
+PROBE_SETTLE = 3.0
 # How often a run's controller asks every host how its tasks are, for the run's whole life. Each
 # ask costs the host a supervisor request and the controller an SSH round trip: at 0.5 s that was
 # a quarter of what a logging 3-host run took from training (0.014 of a core); a run's end is now
@@ -110,8 +113,7 @@ def probe_listening(cluster: Cluster, sources: Sequence[str], listening: Sequenc
             cluster.check_reachable(sources, [cluster.record.task(n).address for n in targets], progress)
             return
         except StartupError:
-            statuses, _unreachable = cluster.status([cluster.record.task(n) for n in targets])
-            ended = [s for s in statuses if s.final]
+            ended = _ended_meanwhile(cluster, targets)
             if not ended:
                 raise
             for s in ended:
@@ -119,6 +121,18 @@ def probe_listening(cluster: Cluster, sources: Sequence[str], listening: Sequenc
                     raise StartupError(f"{s.task} {s.describe_end()}" + cluster.last_lines_text(s.task)) from None
                 progress(s.task, "finished already (exit code 0)")
             targets = [n for n in targets if n not in {s.task for s in ended}]
+
+
+def _ended_meanwhile(cluster: Cluster, targets: Sequence[str]) -> list[TaskStatus]:
+    """The targets that have ended, looking for up to PROBE_SETTLE seconds: a task that exits as
+    the probe reaches it is refused a moment before its monitor has recorded its end."""
+    deadline = time.monotonic() + PROBE_SETTLE
+    while True:
+        statuses, _unreachable = cluster.status([cluster.record.task(n) for n in targets])
+        ended = [s for s in statuses if s.final]
+        if ended or time.monotonic() > deadline:
+            return ended
+        time.sleep(0.2)
 
 
 def stop_after_failure(cluster: Cluster, progress: Progress) -> None:
