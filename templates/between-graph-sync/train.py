@@ -29,13 +29,7 @@ How the run ends (and why it always ends):
   for WATCHDOG_SECS while this worker is still inside a train step, it closes the queue itself.
 - The chief's queue runner thread is, at the end, blocked waiting for the gradients of a step that
   will never come; MonitoredTrainingSession waits `stop_grace_period_secs` (default 120 s!) for it
-  before closing the session. We pass # How long MonitoredTrainingSession waits for the chief queue runner thread when it closes. The
-# thread is then blocked for good (waiting for gradients of a step nobody computes), so every
-# second of this is wasted; TF's default is 120 s.
-STOP_GRACE_SECS = 1
-# A non-chief still inside a train step this long after the global step reached the target closes
-# the sync token queue (see the module docstring).
-WATCHDOG_SECS = 3.0.
+  before closing the session. We pass STOP_GRACE_SECS (1 s): every second of that wait is wasted.
 
 Data: nothing is downloaded. `--data_dir/mnist.npz` or ~/.keras/datasets/mnist.npz if present,
 otherwise scikit-learn's bundled `load_digits` (1797 images 8x8).

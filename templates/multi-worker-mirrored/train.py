@@ -25,7 +25,9 @@ What TF 2.21 does when a worker is missing or dies (no timeouts, so know the sig
 - SIGTERM (`tfctl down`, a failed run's clean-up, a scheduler's notice) goes to TF's own
   `PreemptionCheckpointHandler`: every worker finishes the step in flight, saves a checkpoint at
   that same step, and exits 143 (128 + SIGTERM); `tfctl up --resume` continues from it, losing
-  no step but the one in flight.
+  no step but the one in flight;
+- a worker whose host dies or hangs cannot take part in that save: the job then restarts (on a
+  spare host, with `spares:`) from the last periodic checkpoint, at most `--save_every` steps back.
 
 Data: nothing is downloaded: scikit-learn's bundled `load_digits` (1797 images 8x8), 80/20 split,
 every worker taking its own shard of each global batch.
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -61,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train_steps", type=int, default=300)
     p.add_argument("--global_batch_size", type=int, default=64, help="split evenly across the workers")
     p.add_argument("--learning_rate", type=float, default=0.2)
+    p.add_argument("--save_every", type=int, default=100,
+                   help="save a checkpoint every this many steps (0: only at the end and on SIGTERM), the "
+                        "most a lost host costs: SIGTERM's save needs every worker")
     p.add_argument("--checkpoint_dir", default=None,
                    help="where worker 0 saves (and every worker resumes from) checkpoints; default "
                         "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
@@ -208,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic()
             log(f"step {step} loss {loss:.4f} steps/s {(step - last_step) / max(now - last_time, 1e-9):.1f}")
             last_step, last_time = step, now
+        if args.save_every and step % args.save_every == 0 and step < args.train_steps:
+            save(checkpoint, args.checkpoint_dir, step, index, is_chief)
     elapsed = time.monotonic() - start
     step = int(step_var.numpy())
 
@@ -216,14 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     correct, count = evaluate(tf.constant(x_test[mine]), tf.constant(y_test[mine]))
     accuracy = float(correct) / float(count)
 
-    # Every worker must take part in saving (it may run collectives); only worker 0 keeps its copy.
-    save_dir = args.checkpoint_dir if is_chief else os.path.join(args.checkpoint_dir, f"tmp-worker-{index}")
-    checkpoint.write(os.path.join(save_dir, f"ckpt-{step}"))
-    if is_chief:
-        with open(os.path.join(save_dir, "checkpoint"), "w") as f:  # what latest_checkpoint() reads
-            f.write(f'model_checkpoint_path: "ckpt-{step}"\n')
-    else:
-        shutil.rmtree(save_dir, ignore_errors=True)
+    save(checkpoint, args.checkpoint_dir, step, index, is_chief)
     # A last collective: every worker has saved before any of them exits.
     strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
 
@@ -234,6 +235,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log(f"worker {index}: done, step {step} accuracy {accuracy:.4f}")
     hard_exit(0)
+
+
+def save(checkpoint, checkpoint_dir: str, step: int, index: int, is_chief: bool) -> None:
+    """Every worker must take part in saving (it may run collectives); only worker 0 keeps its
+    copy, and the one before it: a host lost while it saves leaves the previous one whole."""
+    save_dir = checkpoint_dir if is_chief else os.path.join(checkpoint_dir, f"tmp-worker-{index}")
+    checkpoint.write(os.path.join(save_dir, f"ckpt-{step}"))
+    if not is_chief:
+        shutil.rmtree(save_dir, ignore_errors=True)
+        return
+    index_file = os.path.join(save_dir, "checkpoint")  # what latest_checkpoint() reads
+    with open(index_file + ".tmp", "w") as f:
+        f.write(f'model_checkpoint_path: "ckpt-{step}"\n')
+    os.replace(index_file + ".tmp", index_file)
+    kept = sorted((int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index$").match, os.listdir(save_dir)) if m))
+    for old in kept[:-2]:
+        for name in os.listdir(save_dir):
+            if name.startswith(f"ckpt-{old}."):
+                os.remove(os.path.join(save_dir, name))
 
 
 if __name__ == "__main__":
