@@ -232,6 +232,15 @@ CASES = [
         "ready: Variables not initialized: w, global_step",
     ),
     ("supervisor_hogwild_chief_bare_arrays.log", "worker:0", [], None, [], [], None),
+    (
+        "hogwild_worker1_unavailable_after_the_chief_left.log",
+        "worker:1",
+        ["peer_died"],
+        "worker:0",
+        ["lost the connection to worker:0"],
+        ["see how worker:0 ended"],
+        "CreateSession failed because worker /job:worker/replica:0/task:0 returned error: UNAVAILABLE",
+    ),
     ("keras_fit_progress_bar.log", "worker:0", [], None, [], [], None),
 ]
 

@@ -14,7 +14,7 @@ from tfctl.cluster.task_status import TaskStatus
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Kind
-from tfctl.tf.doctor import FAILURE_HOLD, HOLD, REPEATED_HOLD, LiveNotes
+from tfctl.tf.doctor import FAILURE_HOLD, HOLD, REPEATED_HOLD, TAIL_LINES, LiveNotes, diagnose_run
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 HEALTHY = ("healthy_chief_worker0.log", "healthy_worker1.log", "keras_fit_progress_bar.log")
@@ -142,3 +142,43 @@ def test_a_model_wait_repeated_while_another_task_moved_on_is_noted_within_secon
             assert "the chief worker:0 trains" in finding.cause  # known from its lines, not its steps
         else:
             assert due == []  # a start-up race, held past TF's own 30 s retry
+
+
+def test_a_noted_wait_outlives_the_traceback_that_ends_the_task_and_names_it_at_the_end() -> None:
+    """Once the chief has finished, the waiting worker's next try fails with UnavailableError:
+    its tail is then all traceback, and only the wait seen live says it never got past waiting."""
+    clock = Clock()
+    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
+    chief = lines("supervisor_hogwild_chief_bare_arrays.log")
+    for line in chief:
+        notes.feed("worker:0", line)
+    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
+    clock.now += REPEATED_HOLD
+    notes.due()
+    assert "worker:1" in notes.waited
+    last = lines("hogwild_worker1_unavailable_after_the_chief_left.log")
+    for line in last:
+        notes.feed("worker:1", line)
+    assert notes.waited["worker:1"].kind is Kind.WAITING_FOR_MODEL  # a traceback is no progress
+    ended = [
+        TaskStatus("worker:0", "worker", 0, "localhost", 2222, TaskState.SUCCEEDED, exit_code=0, tail=tuple(chief)),
+        TaskStatus(
+            "worker:1", "worker", 1, "localhost", 2223, TaskState.STOPPED, signal=15, tail=tuple(last[-TAIL_LINES:])
+        ),
+    ]
+    assert diagnose_run(TwoWorkers(), ended).never_ready == {}  # type: ignore[arg-type]
+    found = diagnose_run(TwoWorkers(), ended, notes.waited).never_ready  # type: ignore[arg-type]
+    assert list(found) == ["worker:1"] and "the chief worker:0 trained, then" in found["worker:1"].cause
+
+
+def test_a_noted_wait_that_the_task_gets_past_is_forgotten() -> None:
+    clock = Clock()
+    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
+    for line in lines("supervisor_hogwild_chief_bare_arrays.log"):
+        notes.feed("worker:0", line)
+    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
+    clock.now += REPEATED_HOLD
+    notes.due()
+    assert "worker:1" in notes.waited
+    notes.feed("worker:1", "[0.51 0.49]")  # it trains after all
+    assert "worker:1" not in notes.waited

@@ -187,7 +187,9 @@ def test_hogwild_worker_whose_variables_are_never_initialised_is_named_live_and_
     assert 0 < named_after < 20, named_after
     assert "this worker's own task" in err and "replica_device_setter" in err
     # ... and again when the run ends, before the success line.
-    ended_at, _ = streams.first("err", "worker:1: never got past waiting: the chief worker:0 trained, then")
+    ending = "worker:1: never got past waiting: the chief worker:0 trained, then"
+    assert any(ending in line for _, n, line in streams.lines if n == "err"), err
+    ended_at, _ = streams.first("err", ending)
     assert ended_at <= streams.first("err", "job succeeded")[0]
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     assert run_left(run_id) == []

@@ -300,7 +300,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
     if silent:  # a host busy with the stop it just made (TF's exits load it): one more look, not a verdict
         statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
-    found = diagnose_run(cluster, statuses)
+    found = diagnose_run(cluster, statuses, notes.waited)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None
     for note in status_view.never_ready_notes(found, skip=culprit if finding else None):

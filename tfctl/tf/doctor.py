@@ -11,7 +11,7 @@ import collections
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster
@@ -61,8 +61,12 @@ class RunDiagnosis:
     never_ready: dict[str, Finding] = field(default_factory=dict)  # ended task -> the wait it ended in
 
 
-def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnosis:
-    """Findings for every task that runs or ended badly, and each task's last meaningful line."""
+def diagnose_run(
+    cluster: Cluster, statuses: Sequence[TaskStatus], waited: Mapping[str, Finding] | None = None
+) -> RunDiagnosis:
+    """Findings for every task that runs or ended badly, and each task's last meaningful line.
+    `waited`: the waits seen live that no later line ended (`LiveNotes.waited`), for an ended
+    task whose tail no longer shows its wait (its last error, once its peer left, pushed it out)."""
     names = [s.task for s in statuses if s.state not in (TaskState.PENDING, TaskState.UNREACHABLE)]
     given = {s.task: list(s.tail) for s in statuses if s.tail is not None}  # asked with the status
     missing = [name for name in names if name not in given]
@@ -78,7 +82,9 @@ def diagnose_run(cluster: Cluster, statuses: Sequence[TaskStatus]) -> RunDiagnos
             if found:
                 findings[s.task] = explain(found[0], known, cluster.reachable)
         if s.state.is_final:
-            waits = [f for f in diagnose(s.task, tails[s.task]) if f.kind in WAITS]
+            waits = [f for f in diagnose(s.task, tails[s.task]) if f.kind in WAITS] or (
+                [waited[s.task]] if waited and s.task in waited else []
+            )
             if waits:
                 never_ready[s.task] = explain(waits[0], known, cluster.reachable)
     meaningful = {task: last_meaningful(lines) or "" for task, lines in tails.items()}
@@ -138,6 +144,9 @@ class LiveNotes:
         self._pending: dict[tuple[str, Kind], float] = {}  # (task, kind) -> when first seen
         self._noted: dict[tuple[str, Kind], float] = {}
         self._moved_on: dict[str, bool] = {}  # task -> its session is up, by its newest line that tells
+        self._noted_waits: dict[str, Finding] = {}  # task -> the last wait it was noted for
+        self._up_until_failing: dict[str, bool] = {}  # task -> its session state, by lines before a failure
+        self._failing: set[str] = set()  # tasks that printed a failure or a traceback: what follows is no progress
 
     def feed(self, task: str, line: str) -> None:
         recent = self._recent[task]
@@ -146,9 +155,19 @@ class LiveNotes:
         hit = match_line(task, line)
         if hit is not None:
             self._pending.setdefault((task, hit.kind), self.clock())
+        if (hit is not None and hit.kind not in WAITS) or line.startswith("Traceback (most recent call last):"):
+            self._failing.add(task)
         state = session_state(line, hit, previous)
         if state is not None:
             self._moved_on[task] = state
+            if task not in self._failing:
+                self._up_until_failing[task] = state
+
+    @property
+    def waited(self) -> dict[str, Finding]:
+        """The tasks noted waiting whose lines never showed them past it, up to a failure of theirs
+        (a task's error output, once its peer has gone, says nothing of its session)."""
+        return {t: f for t, f in self._noted_waits.items() if not self._up_until_failing.get(t, False)}
 
     def due(self) -> list[tuple[str, Finding]]:
         """The findings held long enough that the task's recent lines still show, explained."""
@@ -169,6 +188,8 @@ class LiveNotes:
             if not is_news(found[0], now_peers):
                 continue
             self._noted[(task, kind)] = now
+            if kind in WAITS:
+                self._noted_waits[task] = found[0]
             out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
         return out
 
