@@ -37,8 +37,12 @@ def missing_binaries() -> list[str]:
     return [name for name in BINARIES if shutil.which(name) is None and not os.path.exists(f"/usr/sbin/{name}")]
 
 
+URGENT = "urgent"  # a partition whose jobs take whole nodes, preempting (cancelling) debug's jobs there
+
+
 class SlurmLab:
-    """`n` Slurm nodes named like the lab's hosts (tfh0...), partition `debug`; a context manager."""
+    """`n` Slurm nodes named like the lab's hosts (tfh0...), partition `debug`, and `urgent` that
+    preempts it; a context manager."""
 
     __test__ = False
 
@@ -142,8 +146,11 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 SlurmdTimeout=30
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 {nodes}
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1
+PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE PriorityTier=2
 """
         )
         (w / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\n")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.slurm_lab import URGENT
+from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, no_warnings
 from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
 from tests.fakes import TaskScript
@@ -276,7 +278,9 @@ def test_an_attached_up_through_three_allocations_streams_each_and_exits_0(slurm
     (resumed from their checkpoints), and exits 0 with nothing left."""
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(LAB_FILE % {"task": FAKE_TASK, "steps": STEPS})
+    began = time.monotonic()
     up = on_slurm(slurm, home, "-f", str(cluster), "up", timeout=600)
+    print(f"\nattached up exited {up.returncode} after {time.monotonic() - began:.0f}s")
     assert up.returncode == 0, up.stderr[-3000:]
     goes_on = re.findall(r"slurm job \d+ ended: TIMEOUT; the run goes on in allocation (\d)", up.stderr)
     assert len(goes_on) >= 2 and goes_on[:2] == ["2", "3"], up.stderr[-3000:]
@@ -285,4 +289,48 @@ def test_an_attached_up_through_three_allocations_streams_each_and_exits_0(slurm
     assert re.search(rf"^\[worker:1\]\s+worker1 checkpoint step {STEPS}$", up.stdout, re.M), up.stdout[-3000:]
     assert "job succeeded" in up.stderr and "0 remain" in up.stderr, up.stderr[-3000:]
     run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
+
+
+PREEMPTIBLE = """\
+name: preempted
+backend: slurm
+slurm: {time: "10", resubmit: 2}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every 0.5"
+grace_period: 2
+jobs:
+  worker: {count: 2, port: 2222}
+"""
+
+
+@pytest.mark.netns
+def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm, tmp_path, home):  # noqa: F811
+    """Another job of a higher priority tier takes a node of the run's allocation: Slurm cancels
+    the allocation (PREEMPTED), and the run goes on in a new one once nodes are free again."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(PREEMPTIBLE % {"task": FAKE_TASK, "steps": 40})
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    saved = home / "work" / run_id / "checkpoints" / "worker0"
+    wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 4, 120, "worker0 at step 4", interval=0.2)
+
+    def shown() -> dict:
+        return json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+
+    node = next(t["host"] for t in shown()["tasks"] if t["task"] == "worker:0")
+    urgent = slurm.run(["sbatch", "-p", URGENT, "-w", node, "--exclusive", "--wrap", "sleep 2", "--parsable"])
+    assert urgent.returncode == 0, urgent.stderr
+    run = shown()["run"]
+    began = time.monotonic()
+    while run["state"] in ("starting", "running") and time.monotonic() - began < 240:
+        threading.Event().wait(1)
+        run = shown()["run"]
+    watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
+    assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
+    assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]
+    (log,) = home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")  # the 2nd allocation's worker:0
+    resumed = re.search(r"worker0 resumed at step (\d+)", log.read_text())
+    assert resumed is not None and int(resumed.group(1)) >= 4, log.read_text()[-2000:]
+    assert saved.read_text() == "40"
     assert slurm.jobs() == [] and run_processes(slurm, run_id) == []

@@ -99,16 +99,20 @@ def test_a_detached_runs_lost_host_that_comes_back_stops_its_old_task_and_down_l
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     frozen = lab.host("tfh2")
     try:
-        frozen.signal_all(signal.SIGSTOP)
-        wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 running on the spare", interval=0.1)
-        stranded = run_pids(lab, run_id)["tfh2"]
+        try:
+            frozen.signal_all(signal.SIGSTOP)
+            wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 running on the spare", interval=0.1)
+            stranded = run_pids(lab, run_id)["tfh2"]
+            shown = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, timeout=60).stdout)
+            assert shown["run"]["lost_hosts"] == ["tfh2"], shown["run"]
+        finally:
+            frozen.signal_all(signal.SIGCONT)
+        wait_until(lambda: "tfh2" not in run_pids(lab, run_id), 30, "tfh2's old worker:1 stopped", interval=0.1)
+        assert stranded and all(not os.path.exists(f"/proc/{pid}") for pid in stranded)
+        shown = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, timeout=60).stdout)
+        assert shown["run"]["state"] == "running" and shown["run"]["lost_hosts"] == [], shown["run"]
     finally:
-        frozen.signal_all(signal.SIGCONT)
-    wait_until(lambda: "tfh2" not in run_pids(lab, run_id), 30, "tfh2's old worker:1 stopped", interval=0.1)
-    assert stranded and all(not os.path.exists(f"/proc/{pid}") for pid in stranded)
-    shown = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, timeout=60).stdout)
-    assert shown["run"]["state"] == "running" and shown["run"]["lost_hosts"] == [], shown["run"]
-    down = tfctl("-f", str(cluster), "down", home=home, timeout=120)
+        down = tfctl("-f", str(cluster), "down", home=home, timeout=120)
     assert down.returncode == 0, down.stderr
     assert run_pids(lab, run_id) == {}
 
@@ -165,3 +169,64 @@ def test_the_between_graph_template_finishes_with_its_lost_worker_moved_to_the_s
     assert re.search(r"\[worker:1\]\s+step \d+ loss \S+ steps/s \S+ worker 1 accuracy", logs), logs[-5000:]
     wait_until(lambda: run_pids(lab, run_id) == {}, 30, "the thawed host stopping its task", interval=0.2)
     print(f"worker:1 on the spare {moved_after:.1f}s after the freeze; final {final.group(0)}")
+
+
+@pytest.fixture(scope="module")
+def shared_lab(tmp_path_factory):
+    """3 hosts sharing one home, as with NFS: two MWMS workers and a spare."""
+    require_netns()
+    workdir = tmp_path_factory.mktemp("spares-shared")
+    with TestHostLab(
+        3, workdir=workdir, prefix="tfctl-sp", bridge="tfctlbr33", subnet="10.77.33", shared_home=True
+    ) as lab:
+        yield lab
+
+
+MWMS_STEPS = 3000
+RESUMED = re.compile(r"^\[worker:0\]\s+resumed from \S+ at step (\d+)$", re.M)
+MWMS_FINAL = re.compile(r"^\[worker:0\]\s+final step (\d+) loss \S+ accuracy ([\d.]+)", re.M)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_the_all_reduce_template_moves_a_frozen_worker_and_resumes_from_its_periodic_checkpoint(
+    tmp_path: Path, home: Path, shared_lab
+) -> None:
+    """Real TensorFlow, MultiWorkerMirrored on a shared home: worker 1's host freezes; worker 1
+    starts on the spare and worker 0 with it (one collective group), both from the last
+    periodic checkpoint (the save on SIGTERM needs the frozen worker), and the job finishes."""
+    template = copy_template("multi-worker-mirrored", tmp_path, train_steps=MWMS_STEPS)
+    command = re.search(r"command: >-\n((?:  .*\n)+)", template.read_text())
+    assert command is not None
+    line = " ".join(command.group(1).split())
+    extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh2]"
+    jobs = "  worker: [tfh0:2222, tfh1:2222]"
+    cluster = write_cluster(tmp_path, shared_lab, jobs, line, extra=extra, workdir=template.parent, name="mwms")
+    cluster.write_text(cluster.read_text().replace("grace_period: 2", "grace_period: 5"))  # the template's
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+    frozen = shared_lab.host("tfh1")
+    try:
+        wait_until(lambda: re.search(r"\[worker:0\]\s+step [2-9]00 ", out.read_text()), 240, "step 200", interval=0.1)
+        run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+        frozen.signal_all(signal.SIGSTOP)
+        wait_until(lambda: "tfh2" in run_pids(shared_lab, run_id), 60, "worker:1 on the spare", interval=0.1)
+        assert up.wait(timeout=600) == 0, out.read_text()[-5000:]
+    finally:
+        frozen.signal_all(signal.SIGCONT)
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    text = out.read_text()
+    assert "moving worker:1 to spare tfh2" in text and "restarting worker:0" in text, text[-5000:]
+    resumed, final = RESUMED.findall(text), MWMS_FINAL.search(text)  # streamed by the attached up
+    assert len(resumed) == 1 and 200 <= int(resumed[0]) < MWMS_STEPS and int(resumed[0]) % 100 == 0, text[-5000:]
+    assert final is not None and int(final.group(1)) == MWMS_STEPS and float(final.group(2)) >= 0.8, text[-5000:]
+    wait_until(lambda: run_pids(shared_lab, run_id) == {}, 30, "every task of the run gone", interval=0.2)
+    print(f"worker:0 resumed at step {resumed[0]}; {final.group(0)}")

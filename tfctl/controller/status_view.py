@@ -90,6 +90,7 @@ class Snapshot:
             "host_problems": host_problems(self.statuses),
             "spares": list(record.spares),
             "moves": [m.to_wire() for m in record.moves],
+            "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
