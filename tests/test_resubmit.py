@@ -319,13 +319,17 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
         return json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
 
     node = next(t["host"] for t in shown()["tasks"] if t["task"] == "worker:0")
+    at, began = time.time(), time.monotonic()
     urgent = slurm.run(["sbatch", "-p", URGENT, "-w", node, "--exclusive", "--wrap", "sleep 2", "--parsable"])
     assert urgent.returncode == 0, urgent.stderr
     run = shown()["run"]
-    began = time.monotonic()
     while run["state"] in ("starting", "running") and time.monotonic() - began < 240:
         threading.Event().wait(1)
         run = shown()["run"]
+    ends = [f"{end['why']} at +{end['ended_at'] - at:.0f}s" for end in run["allocations"]["ended"]]
+    print(
+        f"\npreempting job submitted; allocation ended {', '.join(ends)}; run {run['state']} at +{time.time() - at:.0f}s"
+    )
     watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
     assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
     assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]

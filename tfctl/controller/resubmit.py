@@ -63,8 +63,10 @@ def carry_on(
         notifier.send(RunEvent.of(moved, EventKind.RESUBMITTED, said))
         names = [t.name for t in moved.tasks]
         restarting.before(names)
-        start_again(store, cluster, Draft(acquired.config, moved), progress)
-        restarting.after(names)
+        try:
+            start_again(store, cluster, Draft(acquired.config, moved), progress)
+        finally:  # started or failed, what they printed is theirs to show
+            restarting.after(names)
     except TfctlError as e:
         return Outcome(RunState.FAILED, e.message.splitlines()[0])
     return None

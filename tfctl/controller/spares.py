@@ -161,8 +161,10 @@ class Mover:
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
         names = [t.name for t in starting]
         self.restarting.before(names)
-        control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
-        self.restarting.after(names)
+        try:
+            control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
+        finally:  # started or failed, what they printed is theirs to show
+            self.restarting.after(names)
         for t in plan.moved:
             reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
             self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))
