@@ -327,9 +327,7 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
         threading.Event().wait(1)
         run = shown()["run"]
     ends = [f"{end['why']} at +{end['ended_at'] - at:.0f}s" for end in run["allocations"]["ended"]]
-    print(
-        f"\npreempting job submitted; allocation ended {', '.join(ends)}; run {run['state']} at +{time.time() - at:.0f}s"
-    )
+    print(f"\npreempted: allocation ended {', '.join(ends)}; run {run['state']} at +{time.time() - at:.0f}s")
     watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
     assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
     assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]
