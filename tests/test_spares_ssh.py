@@ -230,3 +230,53 @@ def test_the_all_reduce_template_moves_a_frozen_worker_and_resumes_from_its_peri
     assert final is not None and int(final.group(1)) == MWMS_STEPS and float(final.group(2)) >= 0.8, text[-5000:]
     wait_until(lambda: run_pids(shared_lab, run_id) == {}, 30, "every task of the run gone", interval=0.2)
     print(f"worker:0 resumed at step {resumed[0]}; {final.group(0)}")
+
+
+PS_STEPS = 3000
+PS_RESUMED = re.compile(r"^\[chief:0\]\s+resumed from \S+ at global step (\d+)$", re.M)
+PS_FINAL = re.compile(r"^\[chief:0\]\s+final step (\d+) loss \S+ accuracy ([\d.]+)", re.M)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_the_parameter_server_template_moves_a_frozen_worker_and_the_chief_resumes(
+    tmp_path: Path, home: Path, lab
+) -> None:
+    """Real TensorFlow, TF2 ParameterServerStrategy on hosts of their own: worker 1's host
+    freezes; it starts on the spare, and the ps, the chief (the coordinator) and worker 0 start
+    again with its address, the chief from its checkpoint on its own host."""
+    template = copy_template("parameter-server", tmp_path, train_steps=PS_STEPS)
+    command = re.search(r"command: >-\n((?:  .*\n)+)", template.read_text())
+    assert command is not None
+    line = " ".join(command.group(1).split())
+    extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh3]\nsuccess_policy: chief"
+    jobs = "  ps: [tfh0:2222]\n  chief: [tfh0:2223]\n  worker: [tfh1:2222, tfh2:2222]"
+    cluster = write_cluster(tmp_path, lab, jobs, line, extra=extra, workdir=template.parent, name="pss")
+    cluster.write_text(cluster.read_text().replace("grace_period: 2", "grace_period: 10"))  # the template's
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "tfctl", "-f", str(cluster), "up"],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+    frozen = lab.host("tfh2")
+    try:
+        wait_until(lambda: re.search(r"\[chief:0\]\s+step [4-9]\d\d ", out.read_text()), 240, "step 400", interval=0.1)
+        run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+        frozen.signal_all(signal.SIGSTOP)
+        wait_until(lambda: "tfh3" in run_pids(lab, run_id), 60, "worker:1 on the spare", interval=0.1)
+        assert up.wait(timeout=600) == 0, out.read_text()[-5000:]
+    finally:
+        frozen.signal_all(signal.SIGCONT)
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    text = out.read_text()
+    assert "moving worker:1 to spare tfh3" in text, text[-5000:]
+    resumed, final = PS_RESUMED.findall(text), PS_FINAL.search(text)
+    assert len(resumed) == 1 and 400 <= int(resumed[0]) < PS_STEPS, text[-5000:]
+    assert final is not None and int(final.group(1)) >= PS_STEPS and float(final.group(2)) >= 0.8, text[-5000:]
+    wait_until(lambda: run_pids(lab, run_id) == {}, 30, "every task of the run gone", interval=0.2)
+    print(f"chief resumed at global step {resumed[0]}; {final.group(0)}")

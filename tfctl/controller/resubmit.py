@@ -15,7 +15,7 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft
-from tfctl.controller.spares import Restarting
+from tfctl.controller.restarting import Restarting
 from tfctl.controller.up import drafted, start_again
 from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd

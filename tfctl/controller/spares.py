@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable
 
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import LOST_HOST_PATIENCE, Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.restarting import Restarting
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
@@ -29,18 +29,6 @@ from tfctl.tf.tasks import start_phases
 
 SPARE_PATIENCE = 10.0  # seconds a spare whose move failed has to answer, before the next spare is tried
 RETIRE_POLL = 5.0  # seconds between two requests that a host the run left stop what it ran
-
-
-class Restarting:
-    """Told of tasks about to start anew (moved, restarted with a move, a new allocation's), and
-    once they have: an attached `up` stops following them before, and follows them again after,
-    so no line of their earlier run is read twice nor their new output read from the old offset."""
-
-    def before(self, names: Iterable[str]) -> None:
-        """The tasks `names` are about to start again."""
-
-    def after(self, names: Iterable[str]) -> None:
-        """They have started."""
 
 
 @dataclass(frozen=True)

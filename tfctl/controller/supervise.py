@@ -18,8 +18,9 @@ from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
 from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.plan import Draft
+from tfctl.controller.restarting import Restarting
 from tfctl.controller.resubmit import carry_on
-from tfctl.controller.spares import Mover, Restarting
+from tfctl.controller.spares import Mover
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
 from tfctl.errors import TfctlError
