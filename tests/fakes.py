@@ -111,6 +111,7 @@ class FakeHost:
         self.trees: dict[str, dict[str, bytes]] = {}  # synced workdir -> its files
         self.fail_verbs: dict[str, Exception] = {}
         self.refused: set[str] = set()  # probe targets this host cannot connect to
+        self.survivors: list[int] = []  # pids a stop reports surviving SIGKILL (a hung filesystem)
         self.resumable: dict[str, int] = {}  # earlier run -> how many of its files this host still has
         self.before: Callable[[p.Request[Any]], None] | None = None  # runs before each answer
         self.tasks: dict[str, p.TaskInfo] = {}
@@ -311,7 +312,7 @@ class FakeHost:
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
         self.held = []
-        return p.StopAnswer(stopped, 0, [], ports, dict(self.tasks))
+        return p.StopAnswer(stopped, 0, list(self.survivors), ports, dict(self.tasks))
 
     def _restart(self, request: p.RestartRequest) -> p.RestartAnswer:
         """As a monitor asked to restart its running task: within its restart policy it restarts

@@ -182,3 +182,42 @@ def test_a_noted_wait_that_the_task_gets_past_is_forgotten() -> None:
     assert "worker:1" in notes.waited
     notes.feed("worker:1", "[0.51 0.49]")  # it trains after all
     assert "worker:1" not in notes.waited
+
+
+def test_a_task_started_anew_is_judged_by_its_new_lines_only() -> None:
+    """Noted waiting, then a traceback as it was stopped for a move; started anew, it trains: it
+    did get past waiting, and ended as it should."""
+    clock = Clock()
+    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
+    chief = lines("supervisor_hogwild_chief_bare_arrays.log")
+    for line in chief:
+        notes.feed("worker:0", line)
+    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
+    clock.now += REPEATED_HOLD
+    notes.due()
+    for line in lines("hogwild_worker1_unavailable_after_the_chief_left.log"):
+        notes.feed("worker:1", line)
+    notes.feed("worker:1", "[0.51 0.49]")
+    assert "worker:1" in notes.waited  # progress after its own failure proves nothing of its session
+    notes.forget({"worker:1"})
+    assert "worker:1" not in notes.waited
+    for line in chief:  # its new life trains
+        notes.feed("worker:1", line)
+    assert "worker:1" not in notes.waited
+
+
+def test_a_task_that_succeeded_never_counts_as_having_waited_throughout() -> None:
+    clock = Clock()
+    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
+    chief = lines("supervisor_hogwild_chief_bare_arrays.log")
+    for line in chief:
+        notes.feed("worker:0", line)
+    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
+    clock.now += REPEATED_HOLD
+    notes.due()
+    last = tuple(lines("hogwild_worker1_unavailable_after_the_chief_left.log"))
+    ended = [
+        TaskStatus("worker:0", "worker", 0, "localhost", 2222, TaskState.SUCCEEDED, exit_code=0, tail=tuple(chief)),
+        TaskStatus("worker:1", "worker", 1, "localhost", 2223, TaskState.SUCCEEDED, exit_code=0, tail=last),
+    ]
+    assert diagnose_run(TwoWorkers(), ended, notes.waited).never_ready == {}  # type: ignore[arg-type]

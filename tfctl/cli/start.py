@@ -283,7 +283,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         render.print_lines(batch, prefix, notes, folder)
 
     try:
-        ending = supervise.attach(store, cluster, on_lines)
+        ending = supervise.attach(store, cluster, on_lines, notes.forget)
     except KeyboardInterrupt:
         err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
         try:

@@ -59,6 +59,8 @@ class LogFollower:
         self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=QUEUED_BLOCKS)
         self._backlog: collections.deque[tuple[str, list[str]] | None] = collections.deque()
         self._stopping = threading.Event()
+        self._abandoned = threading.Event()  # `blocks` ends once what was read is handed over
+        self._generation = 0  # readers of an earlier generation (stopped, still connecting) read nothing
         self._streams: dict[str, Stream] = {}
         self._threads: list[threading.Thread] = []
         self._running = 0
@@ -71,17 +73,17 @@ class LogFollower:
             if t.name not in self.ended:
                 by_host.setdefault(t.host, []).append(t)
         self._threads = [
-            threading.Thread(target=self._read_host, args=(host, tasks, follow), daemon=True)
+            threading.Thread(target=self._read_host, args=(host, tasks, follow, self._generation), daemon=True)
             for host, tasks in by_host.items()
         ]
         self._running += len(self._threads)
         for thread in self._threads:
             thread.start()
 
-    def _read_host(self, host: str, tasks: list[TaskSpec], follow: bool) -> None:
+    def _read_host(self, host: str, tasks: list[TaskSpec], follow: bool, generation: int) -> None:
         first = True
         try:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and generation == self._generation:
                 wanted = {t.name: self.offsets[t.name] for t in tasks if t.name not in self.ended}
                 if not wanted:
                     break
@@ -95,7 +97,7 @@ class LogFollower:
                 )
                 first = False
                 try:
-                    self._read_stream(host, request, final=not follow)
+                    self._read_stream(host, request, final=not follow, generation=generation)
                 except (TfctlError, OSError, ValueError) as e:
                     if not follow:
                         self.errors.append(f"{host}: {getattr(e, 'message', e)}")
@@ -106,13 +108,18 @@ class LogFollower:
         finally:
             self._queue.put(None)  # this reader is done
 
-    def _read_stream(self, host: str, request: FollowRequest, final: bool) -> None:
+    def _read_stream(self, host: str, request: FollowRequest, final: bool, generation: int) -> None:
         """One connection's worth of events. A partial last line is held back and its offset not
         passed, so after a reconnect it is read again whole; `final` reads flush it instead."""
         held: dict[str, bytes] = {}
         stream, events = self.cluster.agents[host].follow(request)
+        if self._stopping.is_set() or generation != self._generation:  # stopped while it connected
+            stream.close()
+            return
         self._streams[host] = stream
         for event in events:
+            if generation != self._generation:  # stopped, and its stream slow to notice the close
+                return
             if isinstance(event, LogChunk):
                 task = event.task
                 data = held.pop(task, b"") + event.data
@@ -165,7 +172,8 @@ class LogFollower:
                         break
                     item = self._backlog.popleft() if self._backlog else self._queue.get_nowait()
             except (queue.Empty, IndexError):
-                pass
+                if not blocks and self._abandoned.is_set():
+                    return
             yield blocks
 
     def batches(self, idle: float = 0.2) -> Iterator[list[tuple[str, str]]]:
@@ -186,6 +194,27 @@ class LogFollower:
         self._stopping.clear()
         self._spawn(follow=False)
 
+    def read_rest(self, patience: float) -> None:
+        """`finish`, waiting at most `patience` seconds for that last read, then `abandon`: for
+        tasks stopped to start anew, whose output is then a new one. A reader still connecting
+        to a silent host is not waited for."""
+        deadline = time.monotonic() + patience
+        self._stop_readers(deadline)
+        self._stopping.clear()
+        self._spawn(follow=False)
+        self._join_readers(deadline)
+        self.abandon()
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned.is_set()
+
+    def abandon(self) -> None:
+        """Stop reading, and let `blocks` end once what was read is handed over, without waiting
+        for the readers still at it."""
+        self._abandoned.set()
+        self.close()
+
     def __enter__(self) -> LogFollower:
         return self
 
@@ -198,11 +227,18 @@ class LogFollower:
         for stream in list(self._streams.values()):
             stream.close()
 
-    def _stop_readers(self) -> None:
-        """Close the streams and wait for the readers, keeping whatever they still queue."""
+    def _stop_readers(self, deadline: float | None = None) -> None:
+        """Close the streams and wait for the readers (until `deadline`, if given), keeping
+        whatever they still queue; those still at it then belong to a stopped generation."""
         self.close()
+        self._join_readers(deadline)
+        self._generation += 1
+
+    def _join_readers(self, deadline: float | None) -> None:
+        """Wait for the readers (until `deadline`), moving what they queue to the backlog so a
+        full queue never blocks them."""
         for thread in self._threads:
-            while thread.is_alive():
+            while thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._drain_to_backlog()
                 thread.join(0.05)
         self._drain_to_backlog()

@@ -34,7 +34,9 @@ def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> t
     the stop proved nothing left, so the next `up` need not ask the hosts again."""
     report = cluster.stop(grace)
     still_lost = tuple(h for h in cluster.record.lost_hosts if h.name in report.lost_silent)
-    store.update_if_exists(cluster.record.run_id, left_nothing=report.clean, lost_hosts=still_lost)
+    # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
+    left_nothing = report.clean and not report.lost_silent
+    store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost)
     return report, release(cluster.record)
 
 

@@ -101,7 +101,7 @@ class Mover:
         restart_all = False
         while True:
             plan = plan_move(self.cluster.record, host, why, restart_all)
-            if plan is None:
+            if plan is None or not self.store.load(self.cluster.record.run_id).active:  # none left, or `down`
                 return False
             try:
                 self.carry_out(plan)
@@ -110,7 +110,8 @@ class Mover:
                 self.notifier.say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}")
                 if not self._took_and_lost(plan):
                     return False
-                host, why, restart_all = plan.spare, f"spare {plan.spare} failed: {e.message}", True
+                first = e.message.splitlines()[0]
+                host, why, restart_all = plan.spare, f"spare {plan.spare} failed: {first}", True
 
     def _took_and_lost(self, plan: MovePlan) -> bool:
         """The move got as far as giving the spare its tasks, and the spare does not answer."""
@@ -135,15 +136,18 @@ class Mover:
         if plan.restarted:
             say("", f"restarting {', '.join(t.name for t in plan.restarted)}: their cluster names the new address")
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
-        at = time.time()
-        cluster.record = self.store.update(
-            record.run_id,
-            tasks=plan.tasks,
-            hosts=tuple(h for h in record.hosts if h.name != plan.lost),
-            lost_hosts=record.lost_hosts + tuple(h for h in record.hosts if h.name == plan.lost),
-            spares=tuple(h for h in record.spares if h != plan.spare),
-            moves=record.moves + plan.record_moves(at),
-        )
+        moves = plan.record_moves(time.time())
+
+        def with_move(stored: RunRecord) -> RunRecord:  # the stored lost hosts: a retire may have struck one off
+            return stored.replace(
+                tasks=plan.tasks,
+                hosts=tuple(h for h in stored.hosts if h.name != plan.lost),
+                lost_hosts=stored.lost_hosts + tuple(h for h in stored.hosts if h.name == plan.lost),
+                spares=tuple(h for h in stored.spares if h != plan.spare),
+                moves=stored.moves + moves,
+            )
+
+        cluster.record = self.store.revise(record.run_id, with_move)
         self.retire(plan.lost)
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
@@ -166,18 +170,23 @@ class Mover:
     def _retire(self, host: str) -> None:
         """Ask `host` to stop what the run left there until it answers (or the controller closes),
         then strike it off the record's lost hosts."""
-        cluster = self.cluster
+        cluster, said = self.cluster, False
         while not cluster.closing.wait(RETIRE_POLL):
             try:
                 answer = cluster.stop_left_behind(host, LOST_HOST_PATIENCE)
-            except HostError:
+            except TfctlError:
                 continue  # still silent
+            if answer.remaining:  # (in uninterruptible sleep on a hung filesystem): asked again
+                if not said:
+                    pids = ", ".join(map(str, answer.remaining))
+                    self.notifier.say(f"{host} answers again, but processes of the run survive SIGKILL there: {pids}")
+                    said = True
+                continue
             self.store.revise(
                 cluster.record.run_id,
                 lambda r: r.replace(lost_hosts=tuple(h for h in r.lost_hosts if h.name != host)),
             )
-            left = f"{len(answer.remaining)} remain" if answer.remaining else "0 remain"
             self.notifier.say(
-                f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had; {left}"
+                f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had"
             )
             return

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 LOG_DRAIN_SECONDS = 10.0
 UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
+READ_REST_PATIENCE = 5.0  # seconds to read the last lines of tasks stopped to start anew (a move)
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,15 @@ def finish(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifi
     return Ending(outcome, report, record)
 
 
-def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str, str]]], None]) -> Ending:
+def attach(
+    store: RunStore,
+    cluster: Cluster,
+    on_lines: Callable[[list[tuple[str, str]]], None],
+    on_restarted: Callable[[set[str]], None] = lambda _names: None,
+) -> Ending:
     """Stream every task's output until the job is decided, then stop the rest of the cluster.
+    Tasks that start anew (a move, a new allocation) are followed from their new start, and
+    `on_restarted` hears of them before their first new line.
 
     KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
     """
@@ -93,15 +101,18 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
         while True:
             for batch in following.follower.batches():
                 on_lines(batch)
-                if decided:
+                following.serve()
+                if decided or not watcher.is_alive():
                     break
-            while not decided and not following.started and watcher.is_alive():
-                time.sleep(0.05)  # every stream ended: all tasks are over; let the watcher see it
-            if decided or not following.started:
-                break
-            following.follow_again(cluster)
-        if following.started:  # decided as soon as they started: their lines are still to be read
-            following.follow_again(cluster)
+            while not decided and not following.ready and watcher.is_alive():
+                following.serve()
+                time.sleep(0.05)  # every stream ended: the tasks are over, or about to start anew
+            if not following.ready:
+                break  # decided, or the supervision thread is gone
+            for batch in following.follower.batches():  # the last lines of the stopped tasks, then it ends
+                on_lines(batch)
+            again = following.follow_again(cluster)
+            on_restarted(again)
         follower = following.follower
         outcome = decided[0] if decided else Outcome(RunState.FAILED, "supervision ended")
         ending = finish(store, cluster, outcome, notifier)
@@ -123,29 +134,55 @@ def attach(store: RunStore, cluster: Cluster, on_lines: Callable[[list[tuple[str
 
 
 class _Following(Restarting):
-    """An attached `up`'s log follower, replaced when tasks start anew: the old one is closed
-    before they start (their new output is no continuation of what it read), and once they
-    have started, a new one follows them from their start and the others on from where it was."""
+    """An attached `up`'s log follower, replaced when tasks start anew. Before they start, it
+    reads what they printed last and stops (their new output is no continuation of it); once
+    they have started, and no other start is under way, a new one follows them from their start
+    and the other tasks on from where it was. The follower is only ever used by the thread that
+    streams (`serve` does the reading asked for by the supervision thread's `before`)."""
 
     def __init__(self, follower: LogFollower) -> None:
         self.follower = follower
-        self.started: set[str] = set()
+        self._started: set[str] = set()
+        self._pending = 0  # starts under way: told `before`, not yet `after`
         self._lock = threading.Lock()
+        self._rest_asked, self._rest_read = threading.Event(), threading.Event()
 
     def before(self, names: Iterable[str]) -> None:
-        self.follower.close()
+        with self._lock:
+            self._pending += 1
+        self._rest_read.clear()
+        self._rest_asked.set()
+        self._rest_read.wait(READ_REST_PATIENCE + 5)  # a streaming thread that does not answer is not waited for
 
     def after(self, names: Iterable[str]) -> None:
         with self._lock:
-            self.started.update(names)
+            self._pending -= 1
+            self._started.update(names)
 
-    def follow_again(self, cluster: Cluster) -> None:
+    def serve(self) -> None:
+        """On the streaming thread: the last read `before` asked for, if it did."""
+        if self._rest_asked.is_set():
+            self._rest_asked.clear()
+            if not self.follower.abandoned:  # (a second start before the first's tasks were followed anew)
+                self.follower.read_rest(READ_REST_PATIENCE)
+            self._rest_read.set()
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self._started) and not self._pending
+
+    def follow_again(self, cluster: Cluster) -> set[str]:
+        """Follow with a new follower, if ready; the tasks followed from their new start."""
         from tfctl.cluster.output import LogFollower
 
         with self._lock:
-            again, self.started = self.started, set()
+            if not self._started or self._pending:
+                return set()
+            again, self._started = self._started, set()
         offsets = {name: at for name, at in self.follower.offsets.items() if name not in again}
         self.follower = LogFollower(cluster, cluster.record.tasks, follow=True, offsets=offsets)
+        return again
 
 
 def supervise_through_allocations(

@@ -11,13 +11,23 @@ import collections
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf.diagnose import WAITS, Finding, Kind, diagnose, last_meaningful, match_line, moved_on, session_state
+from tfctl.tf.diagnose import (
+    CLEARED_BY_PROGRESS,
+    WAITS,
+    Finding,
+    Kind,
+    diagnose,
+    last_meaningful,
+    match_line,
+    moved_on,
+    session_state,
+)
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
 
@@ -83,7 +93,7 @@ def diagnose_run(
                 findings[s.task] = explain(found[0], known, cluster.reachable)
         if s.state.is_final:
             waits = [f for f in diagnose(s.task, tails[s.task]) if f.kind in WAITS] or (
-                [waited[s.task]] if waited and s.task in waited else []
+                [waited[s.task]] if waited and s.task in waited and s.state is not TaskState.SUCCEEDED else []
             )
             if waits:
                 never_ready[s.task] = explain(waits[0], known, cluster.reachable)
@@ -155,13 +165,27 @@ class LiveNotes:
         hit = match_line(task, line)
         if hit is not None:
             self._pending.setdefault((task, hit.kind), self.clock())
-        if (hit is not None and hit.kind not in WAITS) or line.startswith("Traceback (most recent call last):"):
+        if (hit is not None and hit.kind not in CLEARED_BY_PROGRESS) or line.startswith(
+            "Traceback (most recent call last):"
+        ):
             self._failing.add(task)
         state = session_state(line, hit, previous)
         if state is not None:
             self._moved_on[task] = state
             if task not in self._failing:
                 self._up_until_failing[task] = state
+
+    def forget(self, tasks: Iterable[str]) -> None:
+        """These tasks start anew (moved, restarted with a move, a new allocation): what their
+        earlier run printed says nothing of the new one."""
+        for task in tasks:
+            self._recent.pop(task, None)
+            self._moved_on.pop(task, None)
+            self._noted_waits.pop(task, None)
+            self._up_until_failing.pop(task, None)
+            self._failing.discard(task)
+            for key in [key for key in self._pending if key[0] == task]:
+                del self._pending[key]
 
     @property
     def waited(self) -> dict[str, Finding]:
