@@ -114,6 +114,13 @@ def test_an_attached_up_streams_the_moved_task_and_those_restarted_with_it_from_
         and ("worker:0", f"worker0 sees --job_name=worker --task_index=0 {after}") in lines
         and ("worker:1", f"worker1 sees --job_name=worker --task_index=1 {after}") in lines
     ), lines
+    before = "--ps_hosts=h1:2222 --worker_hosts=h1:2223,h2:2222"
+    for task, line in (
+        ("ps:0", f"ps0 sees --job_name=ps --task_index=0 {before}"),
+        ("worker:0", f"worker0 sees --job_name=worker --task_index=0 {before}"),
+    ):
+        assert lines.count((task, line)) == 1, lines  # their first life's lines, each once
+    assert len(lines) == len(set(lines)), lines  # nothing read twice
 
 
 def test_a_lost_host_that_comes_back_is_made_to_stop_the_tasks_it_still_ran(tmp_path, fake_backend, monkeypatch):
