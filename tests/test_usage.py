@@ -103,6 +103,8 @@ def test_the_monitors_notes_are_read_back_and_a_restart_hides_the_ones_before(tm
     notes = usage.UsageNotes(log, [])
     idle = subprocess.Popen(["sleep", "60"])
     try:
+        # The kernel folds a new process's page counts into what /proc shows in batches: a moment.
+        wait_until(lambda: usage.tree_usage(idle.pid)[1] > 0, 10, "sleep's resident pages counted", interval=0.01)
         notes.begin(idle.pid, time.time() - 1)
         notes.note()
         notes.note()
