@@ -35,6 +35,11 @@ FAKE_TASK = REPO / "tests" / "tasks" / "fake_task.py"
 SESSION_MARKER = f"TFCTL_TEST_SESSION={os.getpid()}-{time.time_ns()}".encode()
 os.environ["TFCTL_TEST_SESSION"] = SESSION_MARKER.decode().split("=", 1)[1]
 
+# A suite started as a background job (`cmd &` in a script) inherits SIGINT ignored, and so would
+# every `tfctl` it starts: the Ctrl-C tests send it as a user's terminal would, so it must arrive.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def ours(pid: int) -> bool:
     try:
