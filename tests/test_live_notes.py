@@ -144,9 +144,9 @@ def test_a_model_wait_repeated_while_another_task_moved_on_is_noted_within_secon
             assert due == []  # a start-up race, held past TF's own 30 s retry
 
 
-def test_a_noted_wait_outlives_the_traceback_that_ends_the_task_and_names_it_at_the_end() -> None:
-    """Once the chief has finished, the waiting worker's next try fails with UnavailableError:
-    its tail is then all traceback, and only the wait seen live says it never got past waiting."""
+def worker1_noted_waiting() -> tuple[LiveNotes, list[str]]:
+    """The Hogwild hang, noted: the chief trains (its lines, returned too), worker 1 repeats its
+    wait past REPEATED_HOLD."""
     clock = Clock()
     notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
     chief = lines("supervisor_hogwild_chief_bare_arrays.log")
@@ -155,6 +155,13 @@ def test_a_noted_wait_outlives_the_traceback_that_ends_the_task_and_names_it_at_
     feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
     clock.now += REPEATED_HOLD
     notes.due()
+    return notes, chief
+
+
+def test_a_noted_wait_outlives_the_traceback_that_ends_the_task_and_names_it_at_the_end() -> None:
+    """Once the chief has finished, the waiting worker's next try fails with UnavailableError:
+    its tail is then all traceback, and only the wait seen live says it never got past waiting."""
+    notes, chief = worker1_noted_waiting()
     assert "worker:1" in notes.waited
     last = lines("hogwild_worker1_unavailable_after_the_chief_left.log")
     for line in last:
@@ -172,13 +179,7 @@ def test_a_noted_wait_outlives_the_traceback_that_ends_the_task_and_names_it_at_
 
 
 def test_a_noted_wait_that_the_task_gets_past_is_forgotten() -> None:
-    clock = Clock()
-    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
-    for line in lines("supervisor_hogwild_chief_bare_arrays.log"):
-        notes.feed("worker:0", line)
-    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
-    clock.now += REPEATED_HOLD
-    notes.due()
+    notes, _ = worker1_noted_waiting()
     assert "worker:1" in notes.waited
     notes.feed("worker:1", "[0.51 0.49]")  # it trains after all
     assert "worker:1" not in notes.waited
@@ -187,14 +188,7 @@ def test_a_noted_wait_that_the_task_gets_past_is_forgotten() -> None:
 def test_a_task_started_anew_is_judged_by_its_new_lines_only() -> None:
     """Noted waiting, then a traceback as it was stopped for a move; started anew, it trains: it
     did get past waiting, and ended as it should."""
-    clock = Clock()
-    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
-    chief = lines("supervisor_hogwild_chief_bare_arrays.log")
-    for line in chief:
-        notes.feed("worker:0", line)
-    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
-    clock.now += REPEATED_HOLD
-    notes.due()
+    notes, chief = worker1_noted_waiting()
     for line in lines("hogwild_worker1_unavailable_after_the_chief_left.log"):
         notes.feed("worker:1", line)
     notes.feed("worker:1", "[0.51 0.49]")
@@ -207,14 +201,7 @@ def test_a_task_started_anew_is_judged_by_its_new_lines_only() -> None:
 
 
 def test_a_task_that_succeeded_never_counts_as_having_waited_throughout() -> None:
-    clock = Clock()
-    notes = LiveNotes(TwoWorkers(), clock)  # type: ignore[arg-type]
-    chief = lines("supervisor_hogwild_chief_bare_arrays.log")
-    for line in chief:
-        notes.feed("worker:0", line)
-    feed(notes, clock, "worker:1", "supervisor_hogwild_worker1_never_initialised.log", every=0.2)
-    clock.now += REPEATED_HOLD
-    notes.due()
+    notes, chief = worker1_noted_waiting()
     last = tuple(lines("hogwild_worker1_unavailable_after_the_chief_left.log"))
     ended = [
         TaskStatus("worker:0", "worker", 0, "localhost", 2222, TaskState.SUCCEEDED, exit_code=0, tail=tuple(chief)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.slurm_lab import URGENT
+from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, no_warnings
 from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
@@ -241,6 +241,20 @@ jobs:
 """
 
 
+def status_json(lab: SlurmLab, home: Path, cluster: Path) -> dict:
+    return json.loads(on_slurm(lab, home, "-f", str(cluster), "status", "--json").stdout)
+
+
+def once_over(lab: SlurmLab, home: Path, cluster: Path, within: float, every: float) -> dict:
+    """The run's `status --json` object once it is no longer starting or running, or after `within` s."""
+    began = time.monotonic()
+    run = status_json(lab, home, cluster)["run"]
+    while run["state"] in ("starting", "running") and time.monotonic() - began < within:
+        threading.Event().wait(every)
+        run = status_json(lab, home, cluster)["run"]
+    return run
+
+
 @pytest.mark.netns
 def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, home):  # noqa: F811
     cluster = tmp_path / "cluster.yaml"
@@ -251,13 +265,7 @@ def test_a_run_longer_than_two_allocations_finishes_in_a_third(slurm, tmp_path, 
     run_id = up.stdout.strip()
     no_warnings(up.stderr)
 
-    def shown() -> dict:
-        return json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"]
-
-    run = shown()
-    while run["state"] in ("starting", "running") and time.monotonic() - began < 600:
-        threading.Event().wait(2)
-        run = shown()
+    run = once_over(slurm, home, cluster, 600 - (time.monotonic() - began), every=2)
     took = time.monotonic() - began
     ends = ", ".join(
         f"{end['label']} {end['why']} at +{end['ended_at'] - epoch:.0f}s" for end in run["allocations"]["ended"]
@@ -318,19 +326,13 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     saved = home / "work" / run_id / "checkpoints" / "worker0"
     wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 4, 120, "worker0 at step 4", interval=0.2)
 
-    def shown() -> dict:
-        return json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
-
-    node = next(t["host"] for t in shown()["tasks"] if t["task"] == "worker:0")
-    at, began = time.time(), time.monotonic()
+    node = next(t["host"] for t in status_json(slurm, home, cluster)["tasks"] if t["task"] == "worker:0")
+    at = time.time()
     urgent = slurm.run(
         ["sbatch", "-p", URGENT, "-w", node, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
     )
     assert urgent.returncode == 0, urgent.stderr
-    run = shown()["run"]
-    while run["state"] in ("starting", "running") and time.monotonic() - began < 240:
-        threading.Event().wait(1)
-        run = shown()["run"]
+    run = once_over(slurm, home, cluster, 240, every=1)
     ends = [f"{end['why']} at +{end['ended_at'] - at:.0f}s" for end in run["allocations"]["ended"]]
     print(f"\npreempted: allocation ended {', '.join(ends)}; run {run['state']} at +{time.time() - at:.0f}s")
     watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
