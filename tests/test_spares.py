@@ -273,6 +273,74 @@ def test_with_no_spare_left_a_lost_host_fails_the_run_as_before(tmp_path, fake_b
     assert ending.record.spares == () and ending.record.task("worker:1").host == "h4"
 
 
+PATIENT = BETWEEN_GRAPH.replace("host_timeout: 0.05", "host_timeout: 0.5")  # long enough to fail a peer first
+
+
+def fails_soon_then_runs_well_once_restarted(fake_backend, name: str, then: TaskScript) -> None:
+    """`name` (on h1) fails two looks after h2 went silent, as an all-reduce peer does on
+    UNAVAILABLE; started again anywhere, it lives `then`."""
+    fake_backend.scripts[name] = TaskScript(end_after=6, exit_code=1)
+
+    def healed(request: p.Request[Any]) -> None:
+        if request.VERB == "start":
+            fake_backend.scripts[name] = then
+
+    fake_backend.agent("h3").before = healed
+
+
+def test_a_peer_failing_while_a_host_is_silent_waits_for_its_verdict_and_starts_again_with_the_move(
+    tmp_path, fake_backend, monkeypatch
+):
+    fails_soon_then_runs_well_once_restarted(fake_backend, "worker:0", TaskScript(end_after=40))
+    jobs = "  worker: [h1:2222, h2:2222]\n"  # one collective group
+    store, ending = run(tmp_path, fake_backend, monkeypatch, jobs, ["h2"], header=PATIENT)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    [move] = ending.record.moves
+    assert (move.task, move.from_host, move.to_host, move.restarted) == ("worker:1", "h2", "h3", ("worker:0",))
+    assert move.why.startswith("lost contact with h2 since ")
+    assert fake_backend.journal.verbs("h1").count("start") == 2
+
+
+def test_a_task_failing_while_a_host_is_silent_starts_again_with_the_move_though_it_talks_to_no_moved_task(
+    tmp_path, fake_backend, monkeypatch, capsys
+):
+    fails_soon_then_runs_well_once_restarted(fake_backend, "ps:0", TaskScript())
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=60)
+    jobs = "  ps: [h1:2222, h2:2222]\n  worker: [h1:2223]\n"  # ps 1 moves; ps 0 talks to no ps
+    store, ending = run(tmp_path, fake_backend, monkeypatch, jobs, ["h2"], header=PATIENT)
+    assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome.reason
+    [move] = ending.record.moves
+    assert (move.task, move.restarted) == ("ps:1", ("ps:0", "worker:0"))
+    said = capsys.readouterr().err
+    assert "ps:0 ended while h2 was silent: starting again with the move" in said, said
+    assert "restarting worker:0: their cluster names the new address" in said, said
+
+
+def test_a_failure_while_a_host_is_silent_fails_the_run_at_once_with_no_spare(tmp_path, fake_backend, monkeypatch):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=6, exit_code=1)
+    header = PATIENT.replace(", spares: [h3, h4]", "")
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  worker: [h1:2222, h2:2222]\n", ["h2"], header=header)
+    assert ending.outcome.state is RunState.FAILED
+    assert ending.outcome.reason == "worker:0 on h1 exited with code 1", ending.outcome.reason
+    assert "status" not in fake_backend.journal.verbs("h3")
+
+
+def test_a_failure_while_a_host_is_silent_stands_once_the_host_answers_again(tmp_path, fake_backend, monkeypatch):
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=6, exit_code=1)
+    h2 = fake_backend.agent("h2")
+
+    def thaw_h2_soon(request: p.Request[Any]) -> None:
+        worker0 = fake_backend.hosts["h1"].tasks.get("worker:0")
+        if request.VERB == "status" and worker0 and worker0.state is p.TaskState.FAILED:
+            h2.down, h2.before = False, None  # (its hook would take it down again)
+
+    fake_backend.agent("h1").before = thaw_h2_soon
+    store, ending = run(tmp_path, fake_backend, monkeypatch, "  worker: [h1:2222, h2:2222]\n", ["h2"], header=PATIENT)
+    assert ending.outcome.state is RunState.FAILED
+    assert ending.outcome.reason == "worker:0 on h1 exited with code 1", ending.outcome.reason
+    assert ending.record.moves == ()
+
+
 def task(job: str, index: int, host: str, port: int = 2222) -> TaskSpec:
     return TaskSpec(job, index, host, port, "train", {}, None)
 

@@ -214,20 +214,19 @@ MWMS_STEPS = 3000
 RESUMED = re.compile(r"^\[worker:0\]\s+resumed from \S+ at step (\d+)$", re.M)
 
 
-@pytest.mark.skip(
-    reason="known race (issue 23 stays open): worker 0 often exits 1 on UNAVAILABLE from its frozen peer before "
-    "the host is judged lost, so the run fails instead of moving"
-)
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
 def test_the_all_reduce_template_moves_a_frozen_worker_and_resumes_from_its_periodic_checkpoint(
     tmp_path: Path, home: Path, shared_lab
 ) -> None:
     """Real TensorFlow, MultiWorkerMirrored on a shared home: worker 1's host freezes; worker 1
     starts on the spare and worker 0 with it (one collective group), both from the last
-    periodic checkpoint (the save on SIGTERM needs the frozen worker), and the job finishes."""
+    periodic checkpoint (the save on SIGTERM needs the frozen worker), and the job finishes.
+    Worker 0 often fails on UNAVAILABLE from its frozen peer before the host is judged lost: the
+    run waits for that verdict and starts it again with the move."""
     extra = f"lease_timeout: 6\nhost_timeout: {HOST_TIMEOUT}\nspares: [tfh2]"
     jobs = "  worker: [tfh0:2222, tfh1:2222]"
     training = (lambda out: re.search(r"\[worker:0\]\s+step [2-9]00 ", out), "step 200", 240.0)
-    text, run_id, _ = run_template_and_freeze(
+    text, run_id, moved_after = run_template_and_freeze(
         tmp_path,
         home,
         shared_lab,
@@ -241,12 +240,15 @@ def test_the_all_reduce_template_moves_a_frozen_worker_and_resumes_from_its_peri
         "mwms",
         5,
     )
-    assert "moving worker:1 to spare tfh2" in text and "restarting worker:0" in text, text[-5000:]
+    assert "moving worker:1 to spare tfh2" in text, text[-5000:]
+    assert re.search(r"restarting worker:0|worker:0 ended while tfh1 was silent: starting again", text), text[-5000:]
     resumed, final = RESUMED.findall(text), FINAL.search(text)  # streamed by the attached up
     assert len(resumed) == 1 and 200 <= int(resumed[0]) < MWMS_STEPS and int(resumed[0]) % 100 == 0, text[-5000:]
     assert final is not None and int(final.group(1)) == MWMS_STEPS and float(final.group(2)) >= 0.8, text[-5000:]
     wait_until(lambda: run_pids(shared_lab, run_id) == {}, 30, "every task of the run gone", interval=0.2)
-    print(f"worker:0 resumed at step {resumed[0]}; {final.group(0)}")
+    first = "failed first, so the run waited" if "worker:0 ended while tfh1" in text else "restarted for the move"
+    print(f"worker:1 on the spare {moved_after:.1f}s after the freeze; worker:0 {first}; resumed at step {resumed[0]}")
+    print(final.group(0))
 
 
 PS_STEPS = 3000

@@ -15,7 +15,7 @@ from tfctl.cluster.supervisors import Cluster, Progress, quiet
 from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
 from tfctl.errors import StartupError
-from tfctl.runs.record import TaskSpec
+from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 
 # Waiting for a port, each host waits on its own ports (StatusRequest.wait_listening) for at most
@@ -64,8 +64,9 @@ class Outcome:
 
 
 Judge = Callable[[list[TaskStatus]], "Outcome | None"]
-# A host lost (host, why in words): True once its tasks run elsewhere and the run goes on.
-LostHost = Callable[[str, str], bool]
+# A host lost (host, why in words, the tasks elsewhere that ended badly meanwhile): True once its
+# tasks run elsewhere, those ended ones started again, and the run goes on.
+LostHost = Callable[[str, str, tuple[str, ...]], bool]
 
 
 def start(
@@ -199,6 +200,10 @@ def supervise(
     """Watch the run until it is decided by its tasks' states (`decide`), by `judge` (which sees
     what states cannot: a task hung for good), or by a host lost: silent for longer than
     `host_patience`, or its tasks lost with it, unless `on_lost` moved them elsewhere.
+    A task that fails while another host is silent and a spare is left does not fail the run at
+    once: its peer's silence is likely why (a collective's peer frozen fails the others within
+    seconds, before the silence is judged). The silent host's verdict comes first: lost, the
+    move starts the failed task again too; back in time, the failure stands.
     `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds).
     `poll`: seconds between two looks (SUPERVISE_POLL, as read at the call)."""
     poll = SUPERVISE_POLL if poll is None else poll
@@ -213,12 +218,16 @@ def supervise(
             on_unreachable({host: time.time() - (now - since) for host, since in unreachable_since.items()})
         lost = _lost_host(statuses, unreachable, unreachable_since, now, host_patience)
         if lost is not None:
-            if on_lost is None or not on_lost(*lost):
-                return Outcome(RunState.FAILED, lost[1])
+            host, why = lost
+            if on_lost is None or not on_lost(host, why, _ended_badly(statuses, record, host)):
+                return Outcome(RunState.FAILED, why)
             continue  # its tasks run elsewhere now: look again at once
         if on_status:
             on_status(statuses)
-        outcome = decide(statuses, record.decisive, record.essential) or (judge(statuses) if judge else None)
+        outcome = decide(statuses, record.decisive, record.essential)
+        if outcome is not None and outcome.state is RunState.FAILED and unreachable and record.spares and on_lost:
+            outcome = None  # the silent host's verdict first
+        outcome = outcome or (judge(statuses) if judge else None)
         if outcome is not None:
             return outcome
         deadline = time.monotonic() + poll
@@ -244,6 +253,13 @@ def _lost_host(
         if s.state is TaskState.LOST:
             return s.host, f"{s.task} on {s.host} {s.describe_end()}"
     return None
+
+
+def _ended_badly(statuses: Sequence[TaskStatus], record: RunRecord, lost: str) -> tuple[str, ...]:
+    """The tasks off the lost host whose end `decide` would fail the run for."""
+    return tuple(
+        s.task for s in statuses if s.host != lost and (s.state.is_bad or (s.task in record.essential and s.final))
+    )
 
 
 def decide(statuses: Sequence[TaskStatus], decisive: Sequence[str], essential: Sequence[str]) -> Outcome | None:

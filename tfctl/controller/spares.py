@@ -41,16 +41,20 @@ class MovePlan:
     moved: tuple[TaskSpec, ...]  # the lost host's tasks, now on the spare
     restarted: tuple[TaskSpec, ...]  # tasks elsewhere started again with the new addresses
     tasks: tuple[TaskSpec, ...]  # every task of the run after the move
+    ended: tuple[str, ...] = ()  # tasks that ended badly while the lost host was silent: among `restarted`
 
     def record_moves(self, at: float) -> tuple[Move, ...]:
         restarted = tuple(t.name for t in self.restarted)
         return tuple(Move(at, t.name, self.lost, self.spare, self.why, restarted) for t in self.moved)
 
 
-def plan_move(record: RunRecord, host: str, why: str, restart_all: bool = False) -> MovePlan | None:
+def plan_move(
+    record: RunRecord, host: str, why: str, restart_all: bool = False, ended: tuple[str, ...] = ()
+) -> MovePlan | None:
     """The move of `host`'s tasks to the first spare left; None when there is none (or the host
     runs no task): the run fails as it would without spares. `restart_all`: every other task
-    starts again too (a failed move stopped them all)."""
+    starts again too (a failed move stopped them all); `ended`: these start again too (they
+    failed while the host was silent)."""
     lost = [t for t in record.tasks if t.host == host]
     if not record.spares or not lost:
         return None
@@ -62,7 +66,7 @@ def plan_move(record: RunRecord, host: str, why: str, restart_all: bool = False)
         if restart_all
         else {peer for t in lost for peer in tf_moves.peers_to_restart(record.tasks, t.name)}
     )
-    again = peers - names
+    again = (peers | set(ended)) - names
     tasks = tuple(
         tf_moves.readdressed(t, swaps).replace(host=spare)
         if t.name in names
@@ -78,6 +82,7 @@ def plan_move(record: RunRecord, host: str, why: str, restart_all: bool = False)
         tuple(t for t in tasks if t.name in names),
         tuple(t for t in tasks if t.name in again),
         tasks,
+        tuple(name for name in ended if name in again),
     )
 
 
@@ -95,12 +100,13 @@ class Mover:
         self.store, self.cluster, self.notifier = store, cluster, notifier
         self.restarting = restarting or Restarting()
 
-    def __call__(self, host: str, why: str) -> bool:
-        """Move `host`'s tasks; a spare that fails them (silent when its turn came) is lost in its
-        turn, and the next spare takes them, every task starting again (the failure stopped all)."""
+    def __call__(self, host: str, why: str, ended: tuple[str, ...] = ()) -> bool:
+        """Move `host`'s tasks, starting again those `ended` badly elsewhere while it was silent; a
+        spare that fails them (silent when its turn came) is lost in its turn, and the next spare
+        takes them, every task starting again (the failure stopped all)."""
         restart_all = False
         while True:
-            plan = plan_move(self.cluster.record, host, why, restart_all)
+            plan = plan_move(self.cluster.record, host, why, restart_all, ended)
             if plan is None or not self.store.load(self.cluster.record.run_id).active:  # none left, or `down`
                 return False
             try:
@@ -133,8 +139,12 @@ class Mover:
 
         moved = ", ".join(t.name for t in plan.moved)
         say("", f"{plan.why}: moving {moved} to spare {plan.spare}")
+        if plan.ended:
+            say("", f"{', '.join(plan.ended)} ended while {plan.lost} was silent: starting again with the move")
+        readdressed = [t.name for t in plan.restarted if t.name not in plan.ended]
+        if readdressed:
+            say("", f"restarting {', '.join(readdressed)}: their cluster names the new address")
         if plan.restarted:
-            say("", f"restarting {', '.join(t.name for t in plan.restarted)}: their cluster names the new address")
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
         moves = plan.record_moves(time.time())
 
