@@ -184,13 +184,14 @@ class LogFollower:
                 batch += zip(itertools.repeat(task), lines)
             yield batch
 
-    def finish(self) -> None:
-        """Stop following and read what is left once, from the exact offsets reached.
+    def finish(self, deadline: float | None = None) -> None:
+        """Stop following and read what is left once, from the exact offsets reached (waiting
+        for the followers to stop until `deadline`, if given).
 
         Closing a live stream may cut off lines the host had not sent yet; the catch-up read
         starts where the stream stopped, so nothing is lost and nothing repeats.
         """
-        self._stop_readers()
+        self._stop_readers(deadline)
         self._stopping.clear()
         self._spawn(follow=False)
 
@@ -199,9 +200,7 @@ class LogFollower:
         tasks stopped to start anew, whose output is then a new one. A reader still connecting
         to a silent host is not waited for."""
         deadline = time.monotonic() + patience
-        self._stop_readers(deadline)
-        self._stopping.clear()
-        self._spawn(follow=False)
+        self.finish(deadline)
         self._join_readers(deadline)
         self.abandon()
 
