@@ -110,6 +110,32 @@ def test_notes_from_a_controller_of_an_older_tfctl_are_read() -> None:
     assert part == LogsPart(notes=[LogNote("worker:0", "waits", "start ps:0")])
 
 
+def test_a_door_answers_from_the_moment_its_socket_can_be_seen(tmp_path: Path) -> None:
+    """Another terminal that finds the socket connects at once; a socket seen before it listened
+    sent that terminal to the hosts (and failed a fast `status` right after `up`)."""
+    import threading
+
+    record = this_process_controls(tmp_path)
+    path, refused, answered = live.socket_path(tmp_path), [], []
+    doors = {StatusAsk: lambda request: StatusReply(json={"ok": True})}
+    for _ in range(300):
+        opened = threading.Event()
+
+        def asker(opened: threading.Event = opened) -> None:
+            while not path.exists() and not opened.is_set():
+                pass
+            answer = live.ask(tmp_path, record, StatusAsk(json=True), 5)
+            (answered if answer is not None else refused).append(answer)
+
+        thread = threading.Thread(target=asker)
+        thread.start()
+        with live.ControllerDoor(path, doors):
+            opened.set()
+            thread.join(10)
+    assert (len(refused), len(answered)) == (0, 300)
+    assert [p.name for p in tmp_path.iterdir()] == []  # nothing left: no socket, no name it was bound under
+
+
 def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

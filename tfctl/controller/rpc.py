@@ -87,16 +87,22 @@ class ControllerDoor:
         """Listen; a door that cannot open (a read-only run store) leaves others to reach the
         hosts themselves, as without a live controller."""
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Bound and listening under a name of its own first, then renamed into place (replacing
+        # one left by a controller that was killed): whoever sees the socket can connect to it.
+        ready = self.path.with_name(f".{SOCKET_NAME}.{os.getpid()}.{threading.get_ident()}")
         try:
             with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()  # left by a controller that was killed
-            with _short(self.path) as name:
+                ready.unlink()
+            with _short(ready) as name:
                 listener.bind(name)
-            os.chmod(self.path, 0o600)
-            self._inode = self.path.stat().st_ino
+            os.chmod(ready, 0o600)
             listener.listen(16)
+            self._inode = ready.stat().st_ino
+            os.replace(ready, self.path)
         except OSError:
             listener.close()
+            with contextlib.suppress(OSError):
+                ready.unlink()
             return
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
