@@ -100,10 +100,10 @@ def test_status_logs_and_down_from_another_terminal_go_through_the_attached_up(l
         assert {h: host.closed for h, host in lab.hosts.items()} == closed  # no terminal connected on its own
     assert asked == [("status", True), ("status", True), ("logs", True), ("down", True)]
     (ending,) = ended
-    assert ending.outcome.state is RunState.STOPPED and ending.outcome.reason.endswith("was stopped (tfctl down)")
-    record = store.load(run_id)  # ended by the door's down, then as the attached `up` saw it end
-    assert (record.state, record.reason) == (RunState.STOPPED, "ps:0 on h1 was stopped (tfctl down)")
-    assert lab.released == [run_id]  # once, by the door's down
+    assert ending.outcome == supervise.STOPPED_BY_DOWN  # the attached `up` stopped the run for the door's down
+    assert (store.load(run_id).state, store.load(run_id).reason) == (RunState.STOPPED, "tfctl down")
+    assert lab.released == [run_id]  # once
+    assert lab.journal.verbs().count("stop") == 2  # once per host, by the attached `up`'s own thread
     assert ("worker:0", "step 2") in lines
 
 
@@ -168,7 +168,8 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
         ending = supervise._watch(store, cluster, stopping)
     answers[0].join(5)
     assert ending is not None and ending.outcome.reason == "worker:0 finished successfully"
-    assert answers[1] == DownReply(ending.stop, None)  # stopped once, by the watcher
+    assert answers[1] == DownReply(ending.stop, ending.backend)  # stopped once, by the watcher
+    assert ending.backend == BackendReport("fake pool", "released", True, {"pool": "gpus"})
     assert lab.journal.verbs().count("stop") == 2  # one per host
     assert store.load(run_id).state is RunState.SUCCEEDED
 

@@ -304,8 +304,10 @@ def test_status_and_down_go_through_an_attached_up(tmp_path: Path, home: Path) -
         if attached.poll() is None:
             attached.kill()
             attached.wait()
-    assert "stopped" in err
-    run_id = RunStore(home).all()[-1].run_id
+    assert "job stopped: tfctl down\n" in err and attached.returncode == 1
+    record = RunStore(home).all()[-1]
+    assert (record.state, record.reason) == (RunState.STOPPED, "tfctl down")
+    run_id = record.run_id
     assert not [p for p, (_, run) in marked_processes().items() if run == run_id]
     assert not any(port_listening(p) for p in ports)
 

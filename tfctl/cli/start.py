@@ -267,6 +267,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
     from tfctl.controller import status_view, supervise
+    from tfctl.supervisor.protocol import RunState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
@@ -309,6 +310,8 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
+    elif ending.outcome.state is RunState.STOPPED:  # by `tfctl down` in another terminal, or the stall watchdog
+        err.print(Text("job stopped", style="yellow") + Text(f": {ending.outcome.reason}"))
     else:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
         if culprit and finding is not None:

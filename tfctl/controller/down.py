@@ -5,7 +5,6 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING
 
 from tfctl import backends
@@ -59,7 +58,7 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)
-    store.update_if_active(record.run_id, state=RunState.STOPPED, reason="tfctl down", ended_at=time.time())
+    store.end_if_active(record.run_id, RunState.STOPPED, "tfctl down")
     return report, released
 
 

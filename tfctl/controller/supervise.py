@@ -44,12 +44,24 @@ class Ending:
     outcome: Outcome
     stop: StopReport
     record: RunRecord
+    backend: BackendReport | None = None  # what the run's backend said once it released it
 
 
-def finish(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier | None = None) -> Ending:
-    """Stop whatever still runs (the ps above all), record how the run ended, and tell the
-    `notify:` commands (through `notifier`, which the caller closes; else waiting for them here)."""
-    report, _ = stop_run(store, cluster)
+# How a run stopped by a `down` that came through its controller's door ends.
+STOPPED_BY_DOWN = Outcome(RunState.STOPPED, "tfctl down")
+
+
+def finish(
+    store: RunStore,
+    cluster: Cluster,
+    outcome: Outcome,
+    notifier: Notifier | None = None,
+    grace: float | None = None,
+) -> Ending:
+    """Stop whatever still runs (the ps above all; `grace`: as `down --grace`), record how the
+    run ended, and tell the `notify:` commands (through `notifier`, which the caller closes;
+    else waiting for them here)."""
+    report, backend = stop_run(store, cluster, grace)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
@@ -57,7 +69,7 @@ def finish(store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifi
     else:
         with Notifier.of(record) as own:
             own.send(event)
-    return Ending(outcome, report, record)
+    return Ending(outcome, report, record, backend)
 
 
 def attach(
@@ -79,23 +91,18 @@ def attach(
     notifier = Notifier.of(cluster.record)
     decided: list[Outcome] = []
     quit_watching = threading.Event()
+    handover = DownHandover(quit_watching)  # a `down` through the door: this thread stops the run
 
     def watch() -> None:
         try:
             outcome = supervise_through_allocations(store, cluster, notifier, quit_watching.is_set, following)
-            decided.append(outcome)
+            decided.append(STOPPED_BY_DOWN if quit_watching.is_set() else outcome)
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
-    def on_down(grace: float | None) -> tuple[StopReport, BackendReport | None]:
-        stopped = stop_run(store, cluster, grace)
-        if store.load(cluster.record.run_id).active:
-            store.end(cluster.record.run_id, RunState.STOPPED, "tfctl down")
-        return stopped  # the supervision thread sees the tasks stopped and ends the run as it would
-
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    door = controller_door(store, cluster, on_down)
+    door = controller_door(store, cluster, handover.ask)
     door.open()
     try:
         while True:
@@ -115,7 +122,8 @@ def attach(
             on_restarted(again)
         follower = following.follower
         outcome = decided[0] if decided else Outcome(RunState.FAILED, "supervision ended")
-        ending = finish(store, cluster, outcome, notifier)
+        ending = finish(store, cluster, outcome, notifier, handover.grace)
+        handover.answer(ending.stop, ending.backend)  # a `down` arriving meanwhile hears what was stopped
         # The lines still on their way from the hosts that were stopped; a host that could not be
         # reached sends no end, so it is not waited for.
         drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if ending.stop.unreachable else LOG_DRAIN_SECONDS)
@@ -127,6 +135,7 @@ def attach(
                 finishing = False
         return ending
     finally:
+        handover.answer(None, None)  # ended without a stop (Ctrl-C): a waiting `down` stops it itself
         door.close()
         quit_watching.set()
         following.follower.close()
@@ -252,12 +261,7 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
 
 def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
     """First Ctrl-C of an attached run: stop the whole cluster."""
-    report, _ = stop_run(store, cluster)
-    reason = "interrupted (Ctrl-C)"
-    record = store.end(cluster.record.run_id, RunState.STOPPED, reason)
-    with Notifier.of(record) as notifier:
-        notifier.send(RunEvent.of(record, EventKind.STOPPED, reason))
-    return report
+    return finish(store, cluster, Outcome(RunState.STOPPED, "interrupted (Ctrl-C)")).stop
 
 
 def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> Ending | None:
@@ -312,51 +316,45 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
     stopping anything; a `down` through its door stops the run with its connections."""
     from tfctl.controller.rpc_handlers import controller_door
 
-    record, run_id = cluster.record, cluster.record.run_id
     handover = DownHandover(stopping)
-    with controller_door(store, cluster, handover.ask), Notifier.of(record) as notifier:
-        outcome = supervise_through_allocations(store, cluster, notifier, stopping.is_set)
-        if not stopping.is_set():
-            ending = finish(store, cluster, outcome, notifier)
-            handover.answer(ending.stop, None)  # a `down` arriving meanwhile hears what was stopped
-            return ending
-        if handover.grace is None:
+    with controller_door(store, cluster, handover.ask), Notifier.of(cluster.record) as notifier:
+        try:
+            outcome = supervise_through_allocations(store, cluster, notifier, stopping.is_set)
+            cancelled = stopping.is_set()  # else the job decided, and a `down` arriving now hears what was stopped
+            if cancelled and not handover.asked:
+                return None  # SIGTERM: another `down` takes over, or the machine shuts down
+            ending = finish(store, cluster, STOPPED_BY_DOWN if cancelled else outcome, notifier, handover.grace)
+            handover.answer(ending.stop, ending.backend)  # before the notify commands end: `down` waits for it
+            return None if cancelled else ending  # a watcher told to stop by `down` has no outcome of its own
+        finally:
             handover.answer(None, None)
-            return None
-        report, job = stop_run(store, cluster, handover.grace.value)
-        if store.load(run_id).active:
-            ended = store.end(run_id, RunState.STOPPED, "tfctl down")
-            notifier.send(RunEvent.of(ended, EventKind.STOPPED, "tfctl down"))
-        handover.answer(report, job)  # before the notify commands end: `down` waits for the answer
-        return None
-
-
-@dataclass(frozen=True)
-class _Grace:
-    value: float | None
 
 
 class DownHandover:
-    """A `down` that reached the detached watcher through its door. The door's thread waits while
-    the watcher's own thread ends supervision and then stops the run, so the two never race."""
+    """A `down` that reached the run's controller through its door. The door's thread waits while
+    the controller's own thread ends supervision and then stops the run, so the two never race
+    (over which stops it, and over the words its record keeps)."""
 
     def __init__(self, stopping: threading.Event) -> None:
         self._stopping = stopping
-        self.grace: _Grace | None = None
+        self.asked = False
+        self.grace: float | None = None  # the `down --grace` asked for (None: the run's own)
         self._done = threading.Event()
         self._result: tuple[StopReport | None, BackendReport | None] = (None, None)
 
     def ask(self, grace: float | None) -> tuple[StopReport | None, BackendReport | None]:
         if not self._done.is_set():
-            self.grace = _Grace(grace)
+            self.grace, self.asked = grace, True
             self._stopping.set()
             self._done.wait()
         return self._result
 
     def answer(self, report: StopReport | None, job: BackendReport | None) -> None:
-        """What was stopped (None: the watcher ends without stopping anything)."""
-        self._result = (report, job)
-        self._done.set()
+        """What was stopped, once; (None, None): the controller ends without stopping anything,
+        and the `down` stops the run itself."""
+        if not self._done.is_set():
+            self._result = (report, job)
+            self._done.set()
 
 
 def resume(store: RunStore, record: RunRecord) -> str | None:

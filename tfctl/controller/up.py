@@ -281,8 +281,8 @@ def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> d
 def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
     if not touched:
         store.forget(run_id)
-    else:  # one step under the store's lock: a `down` ending it meanwhile keeps its own reason
-        store.update_if_active(run_id, state=state, reason=reason, ended_at=time.time())
+    else:  # a `down` ending it meanwhile keeps its own reason
+        store.end_if_active(run_id, state, reason)
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:
