@@ -116,8 +116,9 @@ def test_a_door_answers_from_the_moment_its_socket_can_be_seen(tmp_path: Path) -
     import threading
 
     record = this_process_controls(tmp_path)
-    path, refused, answered = live.socket_path(tmp_path), [], []
-    doors = {StatusAsk: lambda request: StatusReply(json={"ok": True})}
+    path = live.socket_path(tmp_path)
+    refused: list[None] = []
+    answered: list[StatusReply] = []
     for _ in range(300):
         opened = threading.Event()
 
@@ -125,11 +126,14 @@ def test_a_door_answers_from_the_moment_its_socket_can_be_seen(tmp_path: Path) -
             while not path.exists() and not opened.is_set():
                 pass
             answer = live.ask(tmp_path, record, StatusAsk(json=True), 5)
-            (answered if answer is not None else refused).append(answer)
+            if answer is None:
+                refused.append(answer)
+            else:
+                answered.append(answer)
 
         thread = threading.Thread(target=asker)
         thread.start()
-        with live.ControllerDoor(path, doors):
+        with live.ControllerDoor(path, {StatusAsk: lambda request: StatusReply(json={"ok": True})}):
             opened.set()
             thread.join(10)
     assert (len(refused), len(answered)) == (0, 300)
