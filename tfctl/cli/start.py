@@ -310,7 +310,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
-    elif ending.outcome.state is RunState.STOPPED:  # by `tfctl down` in another terminal, or the stall watchdog
+    elif ending.outcome.state is RunState.STOPPED:  # `tfctl down` in another terminal, or a task's host stopped it
         err.print(Text("job stopped", style="yellow") + Text(f": {ending.outcome.reason}"))
     else:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))

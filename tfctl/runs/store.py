@@ -105,7 +105,7 @@ class RunStore:
 
     def end_if_active(self, run_id: str, state: RunState, reason: str) -> RunRecord | None:
         """`end` a run nobody has ended yet, in one step under the lock: of two that end it at
-        once (a `down` and the controller that saw its tasks stop), the first one's words stay."""
+        once (a `down` and a start that fails), the first one's words stay."""
         return self.update_if_active(run_id, state=state, reason=reason, ended_at=time.time())
 
     def update_if_exists(self, run_id: str, **changes: Any) -> RunRecord | None:
