@@ -20,6 +20,7 @@ FLOORS = [
     ("config", "backends.*.settings"),
     ("transport",),
     ("runs",),
+    ("engine",),  # the run's decisions, pure: below the cluster that carries them out
     ("cluster",),
     ("backends.*",),
     ("tf",),

@@ -4,7 +4,6 @@ through it. The tests' fake backend (tests/fake_backend) runs the whole lifecycl
 from __future__ import annotations
 
 import inspect
-import threading
 
 import pytest
 
@@ -15,6 +14,7 @@ from tfctl.backends.base import Backend
 from tfctl.config.loader import load_config
 from tfctl.controller import down, forget, supervise, up
 from tfctl.controller.watcher import controller_of_this_process
+from tfctl.engine.clock import Cancel
 from tfctl.errors import BackendError, ConfigError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
@@ -62,7 +62,7 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
     cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
     assert store.load(plan.record.run_id).state is RunState.RUNNING
     with cluster:
-        ending = supervise._watch(store, cluster, threading.Event())
+        ending = supervise._watch(store, cluster, Cancel())
     assert ending is not None and ending.outcome.state is RunState.SUCCEEDED, ending
     assert ending.stop.clean and fake_backend.released == [plan.record.run_id]
     assert fake_backend.hosts["h1"].tasks["ps:0"].state is TaskState.STOPPED  # the ps stopped with the run
@@ -78,7 +78,7 @@ def test_the_backend_ending_a_run_fails_it_and_down_releases_once(tmp_path, fake
     cluster = up.launch(store, plan, lambda *_: None, detach=True)
     fake_backend.end_run(plan.record.run_id)
     with cluster:
-        ending = supervise._watch(store, cluster, threading.Event())
+        ending = supervise._watch(store, cluster, Cancel())
     assert ending is not None and ending.outcome.reason == f"the fake pool ended run {plan.record.run_id}"
     assert store.load(plan.record.run_id).state is RunState.FAILED
     report, released = down.down(store, store.load(plan.record.run_id), grace=0)

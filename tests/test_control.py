@@ -15,9 +15,11 @@ import pytest
 
 from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
-from tfctl.cluster.control import Outcome, Phase
+from tfctl.cluster.control import Phase
 from tfctl.cluster.supervisors import Cluster
 from tfctl.controller import down, supervise, up
+from tfctl.engine.clock import Cancel
+from tfctl.engine.verdicts import Outcome
 from tfctl.errors import HostError, StartupError, UsageError
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
@@ -295,8 +297,10 @@ def test_a_judge_may_decide_what_states_cannot() -> None:
 
 def test_cancelling_supervision_returns_at_once() -> None:
     cluster, _hosts, _journal = make()
-    outcome = control.supervise(running(cluster), poll=10, cancelled=lambda: True)
-    assert outcome == Outcome(RunState.STOPPED, "supervision cancelled")
+    cancel = Cancel()
+    cancel.set("tfctl down")
+    outcome = control.supervise(running(cluster), poll=10, cancel=cancel)
+    assert outcome == Outcome(RunState.STOPPED, "tfctl down")
 
 
 # ---------------------------------------------------------------- the controller over fake hosts

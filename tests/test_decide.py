@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfctl.cluster.control import Outcome, decide
-from tfctl.cluster.task_status import TaskStatus
 from tfctl.controller.status_view import number_ranges
+from tfctl.engine.observed import TaskStatus
+from tfctl.engine.verdicts import Outcome, decide
 from tfctl.supervisor.protocol import RunState, TaskState
 
 CHIEF = ["chief:0"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.cluster.task_status import TaskStatus, describe_end
+from tfctl.engine.observed import TaskStatus, describe_end
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (

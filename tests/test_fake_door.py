@@ -21,6 +21,7 @@ from tfctl.controller import rpc as live
 from tfctl.controller import supervise, watcher
 from tfctl.controller.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
 from tfctl.controller.watcher import controller_of_this_process
+from tfctl.engine.clock import Cancel
 from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.files import host_key
@@ -131,7 +132,7 @@ def test_logs_f_through_the_attached_up_ends_when_the_run_does(lab, tmp_path, as
 def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_itself(lab, tmp_path):
     store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(ControllerKind.WATCHER))
     run_id, run_dir = cluster.record.run_id, store.run_dir(cluster.record.run_id)
-    stopping = threading.Event()
+    stopping = Cancel()
     with cluster, in_thread(lambda: supervise._watch(store, cluster, stopping)) as ended:
         door_open(store, run_id)
         record = store.load(run_id)
@@ -151,7 +152,7 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
     lab.scripts["worker:0"] = TaskScript(end_after=2)
     store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(ControllerKind.WATCHER))
     run_id, run_dir = cluster.record.run_id, store.run_dir(cluster.record.run_id)
-    stopping = threading.Event()  # what the door sets when a `down` arrives
+    stopping = Cancel()  # what the door sets when a `down` arrives
     answers: list[Any] = []
 
     def down_arrives_during_the_stop(request: Any) -> None:

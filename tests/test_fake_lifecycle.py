@@ -7,7 +7,6 @@ fake lab's hosts (tests/fakes.py) and asserts what it recorded, stopped and said
 from __future__ import annotations
 
 import re
-import threading
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
 from tfctl.controller import down, supervise, up
 from tfctl.controller.watcher import controller_of_this_process
+from tfctl.engine.clock import Cancel
 from tfctl.errors import StartupError, UsageError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
@@ -351,7 +351,7 @@ def test_a_new_watcher_supervises_a_running_run_to_its_end_and_ignores_an_ended_
 
 def test_a_watcher_told_to_end_by_sigterm_stops_nothing(tmp_path, fake_backend):
     store, cluster = started(write(tmp_path))
-    stopping = threading.Event()
+    stopping = Cancel()
     stopping.set()
     with cluster:
         assert supervise._watch(store, cluster, stopping) is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.cluster.task_status import TaskStatus
+from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Kind

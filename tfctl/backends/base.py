@@ -20,9 +20,9 @@ from tfctl.supervisor.records import Wire, record
 from tfctl.supervisor.records import field as wire_field
 
 if TYPE_CHECKING:
-    from tfctl.cluster.control import Judge
     from tfctl.cluster.supervisors import MonitorLauncher
     from tfctl.config.model import ClusterConfig
+    from tfctl.engine.verdicts import Judge
     from tfctl.errors import UsageError
     from tfctl.runs.record import HostSpec, RunRecord
 

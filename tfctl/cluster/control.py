@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from tfctl.cluster.supervisors import Cluster, Progress, quiet
-from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
+from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
+from tfctl.engine.observed import TaskStatus
+from tfctl.engine.supervision import Look, Move, Supervision
+from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import StartupError
-from tfctl.runs.record import RunRecord, TaskSpec
-from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.runs.record import TaskSpec
+from tfctl.supervisor.protocol import TaskState
 
 # Waiting for a port, each host waits on its own ports (StatusRequest.wait_listening) for at most
 # LISTEN_WAIT seconds per request, so Ctrl-C and a lost host are noticed within that. A host that
@@ -50,20 +53,6 @@ class Phase:
     probe: bool = False
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a run ended (or must end): the run state to record, why, and the task to blame."""
-
-    state: RunState
-    reason: str
-    culprit: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.state is RunState.SUCCEEDED
-
-
-Judge = Callable[[list[TaskStatus]], "Outcome | None"]
 # A host lost (host, why in words, the tasks elsewhere that ended badly meanwhile): True once its
 # tasks run elsewhere, those ended ones started again, and the run goes on.
 LostHost = Callable[[str, str, tuple[str, ...]], bool]
@@ -192,94 +181,43 @@ def supervise(
     poll: float | None = None,
     host_patience: float = DEFAULT_HOST_TIMEOUT,
     on_status: Callable[[list[TaskStatus]], None] | None = None,
-    cancelled: Callable[[], bool] = lambda: False,
+    cancel: Cancel | None = None,
     judge: Judge | None = None,
     on_unreachable: Callable[[dict[str, float]], None] | None = None,
     on_lost: LostHost | None = None,
+    clock: Clock = REAL_CLOCK,
 ) -> Outcome:
-    """Watch the run until it is decided by its tasks' states (`decide`), by `judge` (which sees
-    what states cannot: a task hung for good), or by a host lost: silent for longer than
-    `host_patience`, or its tasks lost with it, unless `on_lost` moved them elsewhere.
-    A task that fails while another host is silent and a spare is left does not fail the run at
-    once: its peer's silence is likely why (a collective's peer frozen fails the others within
-    seconds, before the silence is judged). The silent host's verdict comes first: lost, the
-    move starts the failed task again too; back in time, the failure stands.
-    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds).
-    `poll`: seconds between two looks (SUPERVISE_POLL, as read at the call)."""
+    """Watch the run until it is decided: look at every host, let the engine decide
+    (`engine.supervision`), carry out what it says. `judge` sees what states cannot (a task hung
+    for good); `on_lost` moves a lost host's tasks elsewhere (True once they run there);
+    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds);
+    `cancel` ends it between two looks, as stopped. `poll`: seconds between two looks
+    (SUPERVISE_POLL, as read at the call)."""
     poll = SUPERVISE_POLL if poll is None else poll
-    unreachable_since: dict[str, float] = {}
-    while not cancelled():
+    cancel = cancel or Cancel()
+    engine = Supervision(cluster.record.decisive, cluster.record.essential, host_patience)
+    while not cancel.is_set():
         record = cluster.record  # a move rewrites it
+        began = clock.monotonic()
         statuses, unreachable = cluster.status()
-        now = time.monotonic()
-        before = unreachable_since
-        unreachable_since = {host: unreachable_since.get(host, now) for host in unreachable}
-        if on_unreachable and unreachable_since.keys() != before.keys():
-            on_unreachable({host: time.time() - (now - since) for host, since in unreachable_since.items()})
-        lost = _lost_host(statuses, unreachable, unreachable_since, now, host_patience)
-        if lost is not None:
-            host, why = lost
-            if on_lost is None or not on_lost(host, why, _ended_badly(statuses, record, host)):
-                return Outcome(RunState.FAILED, why)
-            continue  # its tasks run elsewhere now: look again at once
-        if on_status:
+        if cancel.is_set():
+            break
+        silent = {host: str(error) for host, error in unreachable.items()}
+        look = Look(began, statuses, silent, can_move=bool(record.spares) and on_lost is not None)
+        step = engine.observe(look, clock.monotonic(), clock.time())
+        if on_unreachable and step.silence is not None:
+            on_unreachable(step.silence)
+        verdict = step.verdict
+        if isinstance(verdict, Move):
+            assert on_lost is not None  # (can_move says so)
+            if on_lost(verdict.host, verdict.why, verdict.ended):
+                continue  # its tasks run elsewhere now (its silence ends with the next look): look again
+            verdict = engine.move_failed(verdict)
+        if not step.lost and on_status:
             on_status(statuses)
-        outcome = decide(statuses, record.decisive, record.essential)
-        if outcome is not None and outcome.state is RunState.FAILED and unreachable and record.spares and on_lost:
-            outcome = None  # the silent host's verdict first
-        outcome = outcome or (judge(statuses) if judge else None)
-        if outcome is not None:
-            return outcome
-        deadline = time.monotonic() + poll
-        while time.monotonic() < deadline and not cancelled():  # notice a cancel at once
-            time.sleep(0.02)
-    return Outcome(RunState.STOPPED, "supervision cancelled")
-
-
-def _lost_host(
-    statuses: Sequence[TaskStatus],
-    unreachable: Mapping[str, Exception],
-    since: Mapping[str, float],
-    now: float,
-    patience: float,
-) -> tuple[str, str] | None:
-    """The first host lost, and why in words: silent for longer than `patience`, or a task of it
-    lost (its monitor gone without a word: the host rebooted)."""
-    for host, began in since.items():
-        if now - began > patience:
-            when = time.strftime("%H:%M:%S", time.localtime(time.time() - (now - began)))
-            return host, f"lost contact with {host} since {when} ({patience:g}s, host_timeout): {unreachable[host]}"
-    for s in statuses:
-        if s.state is TaskState.LOST:
-            return s.host, f"{s.task} on {s.host} {s.describe_end()}"
-    return None
-
-
-def _ended_badly(statuses: Sequence[TaskStatus], record: RunRecord, lost: str) -> tuple[str, ...]:
-    """The tasks off the lost host whose end `decide` would fail the run for."""
-    return tuple(
-        s.task for s in statuses if s.host != lost and (s.state.is_bad or (s.task in record.essential and s.final))
-    )
-
-
-def decide(statuses: Sequence[TaskStatus], decisive: Sequence[str], essential: Sequence[str]) -> Outcome | None:
-    """The run's outcome from its tasks' states, or None while it is still undecided."""
-    by_name = {s.task: s for s in statuses}
-    for s in statuses:
-        if s.state.is_bad:
-            return Outcome(RunState.FAILED, f"{s.task} on {s.host} {s.describe_end()}", s.task)
-    if decisive and all(d in by_name and by_name[d].state is TaskState.SUCCEEDED for d in decisive):
-        # Before stopped tasks: a ps its host stopped once the job was over does not undo it.
-        return Outcome(RunState.SUCCEEDED, f"{', '.join(decisive)} finished successfully")
-    for s in statuses:
-        if s.state is TaskState.STOPPED:
-            return Outcome(RunState.STOPPED, f"{s.task} on {s.host} {s.describe_end()}", s.task)
-    for name in essential:
-        ended = by_name.get(name)
-        if ended is not None and ended.final:
-            return Outcome(
-                RunState.FAILED,
-                f"{ended.task} on {ended.host} ended while the job was running ({ended.describe_end()})",
-                ended.task,
-            )
-    return None
+        if verdict is None and step.ask_judges and judge is not None:
+            verdict = engine.judged(judge(statuses))
+        if verdict is not None:
+            return verdict.outcome
+        clock.wait(cancel, poll)
+    return engine.cancelled(cancel.reason).outcome

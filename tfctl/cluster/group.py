@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from tfctl.errors import HostError, TfctlError
 
@@ -44,12 +44,14 @@ def fan_out(
     fn: Callable[[H], T],
     max_parallel: int = MAX_PARALLEL,
     deadline: float | None = None,
+    deadlines: Mapping[str, float] | None = None,
 ) -> GroupResult[T]:
     """Call `fn` on every item in parallel (bounded) and collect results by `name(item)`.
 
     With `deadline` (seconds), an item that has not answered by then is a failure (`HostError`:
     no answer) and is not waited for: a frozen host never holds the others' answers hostage. Its
-    call goes on in a daemon thread until its own timeout ends it, and never delays an exit."""
+    call goes on in a daemon thread until its own timeout ends it, and never delays an exit.
+    `deadlines`: a shorter deadline of some items' own (a host already judged lost)."""
     items = list(items)
     result: GroupResult[T] = GroupResult()
     if not items:
@@ -71,17 +73,23 @@ def fan_out(
 
     for key, item in zip(keys, items):
         threading.Thread(target=run, args=(key, item), daemon=True, name=f"fan-out {key}").start()
-    end = None if deadline is None else time.monotonic() + deadline
+    began = time.monotonic()
+    allowed: dict[str, float | None] = {key: (deadlines or {}).get(key, deadline) for key in keys}
+    ends = {key: None if (limit := allowed[key]) is None else began + limit for key in keys}
     with finished:
-        while len(outcomes) < len(keys):
-            left = None if end is None else end - time.monotonic()
+        while True:
+            waiting = [ends[key] for key in keys if key not in outcomes]
+            if not waiting:
+                break
+            last = None if None in waiting else max(e for e in waiting if e is not None)
+            left = None if last is None else last - time.monotonic()
             if left is not None and left <= 0:
                 break
             finished.wait(left)
         answered = dict(outcomes)
     for key in keys:
         if key not in answered:
-            result.failed[key] = HostError(key, f"no answer within {deadline:g}s")
+            result.failed[key] = HostError(key, f"no answer within {allowed[key]:g}s")
         elif answered[key][0]:
             result.succeeded[key] = answered[key][1]
         elif isinstance(answered[key][1], Exception):

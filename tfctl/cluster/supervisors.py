@@ -12,13 +12,13 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from tfctl import trace
 from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.group import GroupResult, fan_out
-from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.devices import HostDevices
+from tfctl.engine.observed import TaskStatus
 from tfctl.errors import HostError, StartupError
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor import records
@@ -51,6 +51,7 @@ STATUS_TIMEOUT = 30.0  # a status request's own timeout on its host's conversati
 STATUS_DEADLINE = 5.0
 LOST_HOST_PATIENCE = 10.0  # beyond the grace period: how long `stop` asks a host the run left by a move
 STOP_DEADLINE = 30.0  # beyond the grace period: how long `stop` waits for a host to prove its tasks gone
+SILENT_STOP_PATIENCE = 2.0  # how long `stop` waits for a host the run was judged to have lost
 CLOSE_PATIENCE = 5.0  # closing a frozen host's connection must not hold up the end of a command
 T = TypeVar("T")
 
@@ -200,11 +201,16 @@ class Cluster:
                 closer.join(max(0.0, until - time.monotonic()))
 
     def fan_out(
-        self, hosts: Iterable[str], fn: Callable[[HostAgent], T], deadline: float | None = None
+        self,
+        hosts: Iterable[str],
+        fn: Callable[[HostAgent], T],
+        deadline: float | None = None,
+        deadlines: Mapping[str, float] | None = None,
     ) -> GroupResult[T]:
         """`fn` on the agent of every host in parallel; each host's failure is kept as data, and
-        with `deadline` a host not answering by then is one (see `group.fan_out`)."""
-        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn, deadline=deadline)
+        with `deadline` (or a host's own in `deadlines`) a host not answering by then is one
+        (see `group.fan_out`)."""
+        return fan_out([self.agents[h] for h in hosts], lambda a: a.host, fn, deadline=deadline, deadlines=deadlines)
 
     @staticmethod
     def by_host(tasks: Iterable[TaskSpec]) -> dict[str, list[TaskSpec]]:
@@ -491,8 +497,10 @@ class Cluster:
             deadline=grace + STOP_DEADLINE,
         ).raise_if_failed("stopping tasks")
 
-    def stop(self, grace: float | None = None) -> StopReport:
-        """Stop every task of the run on every host and check the processes and ports are gone."""
+    def stop(self, grace: float | None = None, silent: Collection[str] = ()) -> StopReport:
+        """Stop every task of the run on every host and check the processes and ports are gone.
+        `silent`: hosts already judged lost, asked too but waited for only SILENT_STOP_PATIENCE
+        (a frozen host would hold the run's end for the whole STOP_DEADLINE)."""
         grace = self.record.grace_period if grace is None else grace
         hosts = sorted(h.name for h in self.record.hosts)
         lost = sorted(h.name for h in self.record.lost_hosts)
@@ -505,6 +513,7 @@ class Cluster:
                 timeout=grace + (LOST_HOST_PATIENCE if a.host in lost else 120),
             ),
             deadline=grace + STOP_DEADLINE,
+            deadlines={h: SILENT_STOP_PATIENCE for h in silent},
         )
         lost_silent = {h: error_text(e) for h, e in answers.failed.items() if h in lost}
         remaining: dict[str, list[int]] = {}

@@ -5,7 +5,7 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
 from tfctl import backends
 from tfctl.cluster.agent import open_agent
@@ -28,10 +28,13 @@ def release(record: RunRecord) -> BackendReport | None:
     return backends.get(record.backend).release(record)
 
 
-def stop_run(store: RunStore, cluster: Cluster, grace: float | None = None) -> tuple[StopReport, BackendReport | None]:
+def stop_run(
+    store: RunStore, cluster: Cluster, grace: float | None = None, silent: Collection[str] = ()
+) -> tuple[StopReport, BackendReport | None]:
     """Stop every task of the run, then release what its backend holds. The record keeps whether
-    the stop proved nothing left, so the next `up` need not ask the hosts again."""
-    report = cluster.stop(grace)
+    the stop proved nothing left, so the next `up` need not ask the hosts again. `silent`: hosts
+    judged lost, not waited for."""
+    report = cluster.stop(grace, silent)
     still_lost = tuple(h for h in cluster.record.lost_hosts if h.name in report.lost_silent)
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent

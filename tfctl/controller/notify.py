@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
-from tfctl.cluster.task_status import TaskStatus
+from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.supervisor.records import Wire, record

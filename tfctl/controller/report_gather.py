@@ -18,9 +18,9 @@ import re
 import time
 
 from tfctl.cluster.supervisors import Cluster
-from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
+from tfctl.engine.observed import TaskStatus, describe_end
 from tfctl.supervisor.protocol import ProgressRule
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
 from tfctl.tf.progress import SERVER_STARTED, ProgressReader

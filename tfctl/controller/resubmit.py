@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 from tfctl import backends
-from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft
 from tfctl.controller.restarting import Restarting
 from tfctl.controller.up import drafted, start_again
+from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd
 from tfctl.runs.store import RunStore

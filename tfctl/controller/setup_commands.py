@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from tfctl.cluster.control import stop_after_failure
 from tfctl.cluster.output import LogFollower
 from tfctl.cluster.supervisors import Cluster, Progress
-from tfctl.cluster.task_status import TaskStatus
+from tfctl.engine.observed import TaskStatus
 from tfctl.errors import StartupError
 from tfctl.runs.record import HostSpec, TaskSpec
 from tfctl.supervisor.protocol import TaskState

@@ -17,9 +17,9 @@ from rich.text import Text
 from tfctl import backends, console
 from tfctl.backends.base import BackendReport
 from tfctl.cluster.supervisors import Cluster
-from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfctl import backends
 from tfctl.cluster import control
-from tfctl.cluster.control import Judge, Outcome
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller import watcher
 from tfctl.controller.down import stop_run
@@ -23,6 +22,8 @@ from tfctl.controller.resubmit import carry_on
 from tfctl.controller.spares import Mover
 from tfctl.controller.up import launch
 from tfctl.controller.watcher import Report, controller_of_this_process
+from tfctl.engine.clock import Cancel
+from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
 from tfctl.errors import TfctlError
 from tfctl.runs.record import ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
@@ -47,10 +48,6 @@ class Ending:
     backend: BackendReport | None = None  # what the run's backend said once it released it
 
 
-# How a run stopped by a `down` that came through its controller's door ends.
-STOPPED_BY_DOWN = Outcome(RunState.STOPPED, "tfctl down")
-
-
 def finish(
     store: RunStore,
     cluster: Cluster,
@@ -61,7 +58,7 @@ def finish(
     """Stop whatever still runs (the ps above all; `grace`: as `down --grace`), record how the
     run ended, and tell the `notify:` commands (through `notifier`, which the caller closes;
     else waiting for them here)."""
-    report, backend = stop_run(store, cluster, grace)
+    report, backend = stop_run(store, cluster, grace, outcome.silent)
     record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
@@ -90,12 +87,12 @@ def attach(
     following = _Following(LogFollower(cluster, cluster.record.tasks, follow=True))
     notifier = Notifier.of(cluster.record)
     decided: list[Outcome] = []
-    quit_watching = threading.Event()
+    quit_watching = Cancel()
     handover = DownHandover(quit_watching)  # a `down` through the door: this thread stops the run
 
     def watch() -> None:
         try:
-            outcome = supervise_through_allocations(store, cluster, notifier, quit_watching.is_set, following)
+            outcome = supervise_through_allocations(store, cluster, notifier, quit_watching, following)
             decided.append(STOPPED_BY_DOWN if quit_watching.is_set() else outcome)
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
@@ -137,7 +134,7 @@ def attach(
     finally:
         handover.answer(None, None)  # ended without a stop (Ctrl-C): a waiting `down` stops it itself
         door.close()
-        quit_watching.set()
+        quit_watching.set("the attached `up` ended")
         following.follower.close()
         notifier.close()
 
@@ -198,7 +195,7 @@ def supervise_through_allocations(
     store: RunStore,
     cluster: Cluster,
     notifier: Notifier,
-    cancelled: Callable[[], bool],
+    cancel: Cancel,
     restarting: Restarting | None = None,
 ) -> Outcome:
     """Supervise until decided; an allocation ended under the run by its time limit or by
@@ -213,12 +210,12 @@ def supervise_through_allocations(
             cluster,
             host_patience=cluster.record.host_timeout,
             on_status=RestartWatch(cluster.record, notifier),
-            cancelled=cancelled,
+            cancel=cancel,
             judge=run_judge(cluster, notifier),
             on_unreachable=note_unreachable(store, cluster),
             on_lost=mover,
         )
-        if cancelled():
+        if cancel.is_set():
             return outcome
         ending = carry_on(store, cluster, outcome, notifier, restarting)
         if ending is not None:
@@ -270,12 +267,12 @@ def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, re
     connections, so no host is connected to twice. SIGTERM during the start is `up -d`'s Ctrl-C:
     everything started is stopped."""
 
-    started, stopping = threading.Event(), threading.Event()
+    started, stopping = threading.Event(), Cancel()
 
     def on_sigterm(*_: object) -> None:  # one handler, so no SIGTERM falls between two
         if not started.is_set():
             raise KeyboardInterrupt
-        stopping.set()
+        stopping.set("SIGTERM")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -305,13 +302,13 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
     record = store.load(run_id)
     if not record.active:
         return None
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = Cancel()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set("SIGTERM"))
     with Cluster(record) as cluster:
         return _watch(store, cluster, stopping)
 
 
-def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Ending | None:
+def _watch(store: RunStore, cluster: Cluster, stopping: Cancel) -> Ending | None:
     """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
     stopping anything; a `down` through its door stops the run with its connections."""
     from tfctl.controller.rpc_handlers import controller_door
@@ -319,7 +316,7 @@ def _watch(store: RunStore, cluster: Cluster, stopping: threading.Event) -> Endi
     handover = DownHandover(stopping)
     with controller_door(store, cluster, handover.ask), Notifier.of(cluster.record) as notifier:
         try:
-            outcome = supervise_through_allocations(store, cluster, notifier, stopping.is_set)
+            outcome = supervise_through_allocations(store, cluster, notifier, stopping)
             cancelled = stopping.is_set()  # else the job decided, and a `down` arriving now hears what was stopped
             if cancelled and not handover.asked:
                 return None  # SIGTERM: another `down` takes over, or the machine shuts down
@@ -335,7 +332,7 @@ class DownHandover:
     the controller's own thread ends supervision and then stops the run, so the two never race
     (over which stops it, and over the words its record keeps)."""
 
-    def __init__(self, stopping: threading.Event) -> None:
+    def __init__(self, stopping: Cancel) -> None:
         self._stopping = stopping
         self.asked = False
         self.grace: float | None = None  # the `down --grace` asked for (None: the run's own)
@@ -345,7 +342,7 @@ class DownHandover:
     def ask(self, grace: float | None) -> tuple[StopReport | None, BackendReport | None]:
         if not self._done.is_set():
             self.grace, self.asked = grace, True
-            self._stopping.set()
+            self._stopping.set(STOPPED_BY_DOWN.reason)
             self._done.wait()
         return self._result
 
@@ -384,7 +381,7 @@ def _decided_already(store: RunStore, record: RunRecord) -> RunRecord | None:
     the tasks decide the job), or None while the job goes on or a host is silent."""
     with Cluster(record) as cluster:
         statuses, unreachable = cluster.status()
-        outcome = None if unreachable else control.decide(statuses, record.decisive, record.essential)
+        outcome = None if unreachable else decide(statuses, record.decisive, record.essential)
         if outcome is None:
             return None
         return finish(store, cluster, outcome).record

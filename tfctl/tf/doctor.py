@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tfctl.cluster.control import Outcome
 from tfctl.cluster.supervisors import Cluster
-from tfctl.cluster.task_status import TaskStatus
+from tfctl.engine.observed import TaskStatus
+from tfctl.engine.verdicts import Outcome
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import (
     CLEARED_BY_PROGRESS,

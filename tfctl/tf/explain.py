@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from tfctl.cluster.task_status import describe_end
 from tfctl.config.model import host_port
+from tfctl.engine.observed import describe_end
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import DEVICE_FILTERS_FIX, Finding, Kind
 
 if TYPE_CHECKING:
-    from tfctl.cluster.task_status import TaskStatus
+    from tfctl.engine.observed import TaskStatus
 
 Reachable = Callable[[str, str], "bool | None"]  # (source host, "host:port") -> True/False/None (unknown)
 

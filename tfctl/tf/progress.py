@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from tfctl.cluster.control import Outcome
+from tfctl.engine.verdicts import Outcome
 from tfctl.supervisor.protocol import Mark, ProgressRule, RestartRequest, RunState, TaskState
 
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import Cluster
-    from tfctl.cluster.task_status import TaskStatus
+    from tfctl.engine.observed import TaskStatus
     from tfctl.runs.record import ProgressSpec, TaskSpec
 
 DEFAULT_WINDOW = 60.0

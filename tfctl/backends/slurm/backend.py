@@ -27,9 +27,9 @@ from tfctl.backends.slurm.allocation import (
 )
 from tfctl.backends.slurm.placement import node_count, place, settings_of, step_options, task_count
 from tfctl.backends.slurm.transport import SlurmStepSpec, step_argv
-from tfctl.cluster.control import Judge, Outcome
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor.protocol import RunState

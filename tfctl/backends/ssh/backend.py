@@ -12,9 +12,9 @@ from typing import Any, Mapping
 from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
-from tfctl.cluster.control import Judge
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.engine.verdicts import Judge
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.transport import is_local_name
