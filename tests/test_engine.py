@@ -200,7 +200,7 @@ class ScriptedCluster:
 
 def drive(cluster: ScriptedCluster, **options: Any) -> Outcome:
     """The real driver over the scripted cluster, on its fake clock and cancel token."""
-    return control.supervise(cast(Cluster, cluster), **options)
+    return control.supervise(cast(Cluster, cluster), cancel=cluster.cancel, clock=cluster.clock, **options)
 
 
 def scripted(rows: list, record: RunRecord | None = None, cancel_at: int | None = None) -> ScriptedCluster:
@@ -241,7 +241,7 @@ def test_driver_a_held_failure_moves_with_the_silent_host_on_its_verdict() -> No
         (5, ("h2",), {"worker_0": "failed"})
     ] * 10
     cluster = scripted(rows, record)
-    outcome = drive(cluster, poll=1.0, host_patience=20, cancel=cluster.cancel, on_lost=on_lost, clock=cluster.clock)
+    outcome = drive(cluster, poll=1.0, host_patience=20, on_lost=on_lost)
     assert moves == [("h2", ("worker:0",))]
     assert outcome == Outcome(SUCCEEDED, "worker:0 finished successfully")
 
