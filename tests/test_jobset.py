@@ -17,8 +17,10 @@ import copy
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +31,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from bench.netns_hosts import TestHostLab, require_netns
 from tests.test_tfjob import kubernetes_expand, run_tfctl
 from tfctl.config.loader import parse_config
 from tfctl.config.model import Address, ClusterConfig
@@ -483,3 +486,83 @@ def test_cli_prints_or_writes_the_manifest(tmp_path: Path, verb: str):
     written = run_tfctl(tmp_path, "export", verb, "-o", "out.yaml")
     assert written.returncode == 0 and written.stdout == "" and "wrote out.yaml" in written.stderr
     assert (tmp_path / "out.yaml").read_text() == printed.stdout
+
+
+# -- a real run
+
+
+STEPS = 20
+
+
+@pytest.mark.tf
+@pytest.mark.netns
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow (and scikit-learn) are not installed")
+def test_the_parameter_server_template_trains_on_the_tf_configs_its_pods_build(tmp_path: Path):
+    """Each pod in a host of its own, whose /etc/hosts knows the pods' names (`ip netns exec`
+    bind-mounts /etc/netns/<netns>/hosts over it), runs its container's command as the kubelet
+    would, with its job index: the chief trains with the ps and workers, and exits 0."""
+    require_netns()
+    template = ROOT / "templates" / "parameter-server"
+    text = (template / "cluster.yaml").read_text().replace("--train_steps=400", f"--train_steps={STEPS}")
+    assert f"--train_steps={STEPS}" in text
+    kubernetes = f"\nkubernetes: {{image: {IMAGE}, workdir: {template}}}\n"
+    pods = [pod for _, pod in jobset_pods(jobset_manifest(parse_config(text + kubernetes, template / "cluster.yaml")))]
+    lab = TestHostLab(len(pods), workdir=tmp_path / "lab", prefix="tfctl-k8", bridge="tfctlbr41", subnet="10.77.41")
+    running: dict[str, subprocess.Popen[bytes]] = {}
+    made: list[Path] = []
+    with lab:
+        names = "".join(f"{h.address} {name} {name.split('.')[0]}\n" for h, (name, _, _) in zip(lab.hosts, pods))
+        try:
+            for host, (hostname, box, env) in zip(lab.hosts, pods):
+                etc = Path("/etc/netns") / host.netns
+                etc.mkdir(parents=True)
+                made.append(etc)
+                (etc / "hosts").write_text("127.0.0.1 localhost\n" + names)
+                pod = hostname.split(".")[0]
+                words = [kubernetes_expand(word, env) for word in box["command"]]
+                pod_env = {
+                    **os.environ,
+                    **env,
+                    "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the image's `python`
+                    "TFCTL_RUN_DIR": str(tmp_path / pod),  # a pod's /tmp is its own; these share one
+                }
+                with open(tmp_path / f"{pod}.log", "wb") as log:
+                    running[pod] = subprocess.Popen(
+                        ["ip", "netns", "exec", host.netns, *words],
+                        cwd=box["workingDir"],
+                        env=pod_env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+            chief = "parameter-server-chief-0-0"
+            code = running[chief].wait(timeout=150)
+            logs = {pod: (tmp_path / f"{pod}.log").read_text(errors="replace") for pod in running}
+            assert code == 0, "\n".join(f"== {pod}\n{text[-3000:]}" for pod, text in logs.items())
+            assert f"final step {STEPS} " in logs[chief]
+            assert "chief: coordinating 2 workers and 1 ps" in logs[chief]
+            for hostname, _, _ in pods:  # each task serves at its pod's name, from the TF_CONFIG it built
+                assert f"Started server with target: grpc://{hostname}:" in logs[hostname.split(".")[0]]
+            for pod in ("parameter-server-ps-0-0", "parameter-server-worker-0-0", "parameter-server-worker-1-0"):
+                assert running[pod].poll() is None  # servers: they end when the JobSet is done
+        finally:
+            stop(running.values())
+            for etc in made:
+                (etc / "hosts").unlink()
+                etc.rmdir()
+
+
+def stop(processes: Any) -> None:
+    """SIGTERM, as Kubernetes ends the pods of a finished JobSet, then SIGKILL after a grace
+    period; each process leads its own group (by its PID), with whatever it started."""
+    alive = [p for p in processes if p.poll() is None]
+    for process in alive:
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for process in alive:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
