@@ -226,7 +226,9 @@ def jobset_in_task_order(config: ClusterConfig, doc: dict[str, Any]) -> list[Pod
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_template_and_example_exports_a_valid_jobset_whose_pods_run_the_tasks(path: Path, tmp_path: Path):
     config = with_image(path)
-    doc = yaml.safe_load(jobset_yaml(config))
+    text = jobset_yaml(config)
+    assert "&id0" not in text  # no YAML aliases: each value where it is used
+    doc = yaml.safe_load(text)
     assert all_errors([doc]) == []
     assert (doc["apiVersion"], doc["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
     assert doc["spec"]["network"]["enableDNSHostnames"] is True
@@ -240,7 +242,9 @@ def test_every_template_and_example_exports_a_valid_jobset_whose_pods_run_the_ta
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_template_and_example_exports_a_valid_indexed_job_whose_pods_run_the_tasks(path: Path, tmp_path: Path):
     config = with_image(path)
-    service, job = yaml.safe_load_all(indexed_job_yaml(config))
+    text = indexed_job_yaml(config)
+    assert "&id0" not in text  # the Service and the Job have equal metadata, each its own
+    service, job = yaml.safe_load_all(text)
     assert all_errors([service, job]) == []
     assert (service["kind"], job["kind"], job["spec"]["completionMode"]) == ("Service", "Job", "Indexed")
     assert service["spec"]["clusterIP"] == "None"
@@ -345,6 +349,9 @@ def test_without_a_chief_worker_0_is_a_replicated_job_of_its_own_that_decides(tm
     assert ran == ["run ps:0", "run worker:0", "run worker:1", "run worker:2"]
     assert "dependsOn" not in str(doc) and "readinessProbe" not in str(doc)  # start_order: together
 
+    one = jobset_manifest(small("  ps: [a:1]\n  worker: [a:2]\n"))
+    assert [r["name"] for r in one["spec"]["replicatedJobs"]] == ["ps", "worker"]
+    assert one["spec"]["successPolicy"]["targetReplicatedJobs"] == ["worker"]
     everyone = jobset_manifest(small("  chief: [a:1]\n  worker: [a:2, a:3]\n", top="success_policy: all_workers\n"))
     assert everyone["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief", "worker"]}
     _, job = indexed_job_manifests(small("  chief: [a:1]\n  worker: [a:2, a:3]\n", top="success_policy: all_workers\n"))

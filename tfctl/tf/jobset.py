@@ -49,8 +49,10 @@ values = {"job_name": job, "task_index": str(index)}
 
 @dataclass(frozen=True)
 class Part:
-    """Tasks `first`.. of `job`, run by the pods whose index is `start`.. (as many as `count`)."""
+    """Tasks `first`.. of `job`, run by the pods whose index is `start`.. (as many as `count`);
+    in a JobSet, the replicated job `name`."""
 
+    name: str
     job: str
     first: int
     count: int
@@ -63,13 +65,13 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
     pods.require_image(config, "jobset")
     config, _ = backends.get(config.backend).stand_in(config, per_task=True)  # one pod per task
     parts = _replicated_jobs(config)
-    longest = max(f"-{_replicated_name(part)}-{part.count - 1}-0" for part in parts)
+    longest = max((f"-{part.name}-{part.count - 1}-0" for part in parts), key=len)
     name = pods.resource_name(config, "JobSet", longest=longest)
     owner = {(part.job, part.first + i): (part, i) for part in parts for i in range(part.count)}
 
     def address(job: str, index: int) -> str:
         part, i = owner[job, index]
-        return f"{name}-{_replicated_name(part)}-{i}-0.{name}"
+        return f"{name}-{part.name}-{i}-0.{name}"
 
     pod_config = _named(config, address)
     after = _start_after(config, parts)
@@ -81,9 +83,9 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
         box["env"].append({"name": JOB_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": JOB_INDEX_FIELD}}})
         if part in after.values():  # another waits until it is Ready: Ready must mean listening
             box["readinessProbe"] = {"tcpSocket": {"port": pods.job_port(job)}, "periodSeconds": 2}
-        entry: dict[str, Any] = {"name": _replicated_name(part), "replicas": part.count}
+        entry: dict[str, Any] = {"name": part.name, "replicas": part.count}
         if part in after:
-            entry["dependsOn"] = [{"name": _replicated_name(after[part]), "status": "Ready"}]
+            entry["dependsOn"] = [{"name": after[part].name, "status": "Ready"}]
         restart = job.restart or RestartPolicy("never", 0)
         job_spec, policy = _restarts(restart.policy, restart.max_restarts, per_index=False)
         job_spec["template"] = {"spec": pods.pod_spec(config, box, policy)}
@@ -98,7 +100,7 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "successPolicy": {
                 "operator": "All",
-                "targetReplicatedJobs": [_replicated_name(p) for p in parts if p in decisive],
+                "targetReplicatedJobs": [p.name for p in parts if p in decisive],
             },
             "replicatedJobs": replicated,
         },
@@ -106,23 +108,18 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
 
 
 def _replicated_jobs(config: ClusterConfig) -> list[Part]:
-    """A replicated job per job, but worker 0 in one of its own when it alone decides success
-    (no chief): a JobSet's success policy names whole replicated jobs."""
+    """A replicated job per job, but worker 0 in one of its own (`worker0`) when it alone decides
+    success (no chief): a JobSet's success policy names whole replicated jobs."""
     decisive = set(decisive_tasks(config))
     parts = []
     for job in (j for j in JOBSET_ORDER if j in config.jobs):
         count = len(config.jobs[job].addresses)
         mine = [i for i in range(count) if f"{job}:{i}" in decisive]
         if mine == [0] and count > 1:
-            parts += [Part(job, 0, 1), Part(job, 1, count - 1)]
+            parts += [Part(f"{job}0", job, 0, 1), Part(job, job, 1, count - 1)]
         else:
-            parts.append(Part(job, 0, count))
+            parts.append(Part(job, job, 0, count))
     return parts
-
-
-def _replicated_name(part: Part) -> str:
-    """`worker`, and `worker0` for worker 0 in a replicated job of its own."""
-    return f"{part.job}{part.first}" if part.first == 0 and part.count == 1 and part.job == "worker" else part.job
 
 
 def _start_after(config: ClusterConfig, parts: list[Part]) -> dict[Part, Part]:
@@ -148,7 +145,7 @@ def indexed_job_manifests(config: ClusterConfig) -> list[dict[str, Any]]:
     name = pods.resource_name(config, "Job", longest=f"-{len(tasks) - 1}")
     pod_index = {(job, index): k for k, (job, index, _) in enumerate(tasks)}
     pod_config = _named(config, lambda job, index: f"{name}-{pod_index[job, index]}.{name}")
-    parts = [Part(job, 0, len(spec.addresses), pod_index[job, 0]) for job, spec in config.jobs.items()]
+    parts = [Part(job, job, 0, len(spec.addresses), pod_index[job, 0]) for job, spec in config.jobs.items()]
     # One pod template for every task: the env all jobs share is the container's, a job's own
     # comes with its command; the limits and restarts are the most any job asks for.
     envs = {part.job: pods.run_env(config, part.job, name) for part in parts}
@@ -193,11 +190,10 @@ def indexed_job_manifests(config: ClusterConfig) -> list[dict[str, Any]]:
 
 def _named(config: ClusterConfig, host: Callable[[str, int], str]) -> ClusterConfig:
     """The cluster with each task's address the pod's DNS name (and the job's port)."""
-    jobs = {
-        job: replace(spec, addresses=tuple(Address(host(job, i), pods.job_port(spec)) for i in range(len(a))))
-        for job, spec in config.jobs.items()
-        for a in [spec.addresses]
-    }
+    jobs = {}
+    for job, spec in config.jobs.items():
+        port = pods.job_port(spec)
+        jobs[job] = replace(spec, addresses=tuple(Address(host(job, i), port) for i in range(len(spec.addresses))))
     return replace(config, jobs=MappingProxyType(jobs))
 
 

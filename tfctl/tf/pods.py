@@ -158,7 +158,11 @@ def pod_spec(config: ClusterConfig, box: dict[str, Any], restart_policy: str | N
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the launchers) as `|` blocks, readable in the manifest."""
+    """Multi-line strings (the launchers) as `|` blocks, readable in the manifest, and a value
+    used twice written twice, not as a YAML alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 _Dumper.add_representer(
