@@ -437,7 +437,7 @@ def test_kubernetes_settings_reach_the_pods():
         assert (box["image"], box["imagePullPolicy"], box["workingDir"]) == (IMAGE, "Always", "/app")
 
 
-def test_indexed_job_pods_get_their_own_jobs_command_and_env(tmp_path: Path):
+def test_each_pod_gets_its_own_jobs_command_and_env(tmp_path: Path):
     config = small(
         "  ps: {hosts: [a], command: 'serve {task_index}', env: {ROLE: ps, SHARED: x}}\n"
         "  worker: {hosts: [a, b], env: {SHARED: x, COST: '$(HOME) $$'}}\n",
@@ -453,9 +453,15 @@ def test_indexed_job_pods_get_their_own_jobs_command_and_env(tmp_path: Path):
         "train worker 0 --ps=demo-0.demo:2222",
         "train worker 1 --ps=demo-0.demo:2222",
     ]
-    assert [(r["env"].get("ROLE"), r["env"].get("COST")) for r in ran] == [("ps", None), (None, "$(HOME) $$")] + [
-        (None, "$(HOME) $$")
+    envs = [("ps", None)] + [(None, "$(HOME) $$")] * 2
+    assert [(r["env"].get("ROLE"), r["env"].get("COST")) for r in ran] == envs
+    in_jobset = [run_pod(tmp_path, box, env) for _, (_, box, env) in jobset_pods(jobset_manifest(config))]
+    assert [r["command"] for r in in_jobset] == [
+        "serve 0",
+        "train worker 0 --ps=demo-ps-0-0.demo:2222",
+        "train worker 1 --ps=demo-ps-0-0.demo:2222",
     ]
+    assert [(r["env"].get("ROLE"), r["env"].get("COST")) for r in in_jobset] == envs
 
 
 def test_no_image_or_an_unusable_name_is_a_config_error():
@@ -517,12 +523,14 @@ def test_the_parameter_server_template_trains_on_the_tf_configs_its_pods_build(t
     lab = TestHostLab(len(pods), workdir=tmp_path / "lab", prefix="tfctl-k8", bridge="tfctlbr41", subnet="10.77.41")
     running: dict[str, subprocess.Popen[bytes]] = {}
     made: list[Path] = []
+    netns_etc = Path("/etc/netns")
+    had_netns_etc = netns_etc.is_dir()
     with lab:
         names = "".join(f"{h.address} {name} {name.split('.')[0]}\n" for h, (name, _, _) in zip(lab.hosts, pods))
         try:
             for host, (hostname, box, env) in zip(lab.hosts, pods):
-                etc = Path("/etc/netns") / host.netns
-                etc.mkdir(parents=True)
+                etc = netns_etc / host.netns
+                etc.mkdir(parents=True, exist_ok=True)  # exists only if a killed run left it
                 made.append(etc)
                 (etc / "hosts").write_text("127.0.0.1 localhost\n" + names)
                 pod = hostname.split(".")[0]
@@ -556,8 +564,10 @@ def test_the_parameter_server_template_trains_on_the_tf_configs_its_pods_build(t
         finally:
             stop(running.values())
             for etc in made:
-                (etc / "hosts").unlink()
+                (etc / "hosts").unlink(missing_ok=True)
                 etc.rmdir()
+            if not had_netns_etc:
+                netns_etc.rmdir()
 
 
 def stop(processes: Any) -> None:
