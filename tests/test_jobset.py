@@ -421,6 +421,17 @@ def test_restart_policies_become_each_jobs_backoff_limit():
     assert (never["spec"]["backoffLimitPerIndex"], never["spec"]["template"]["spec"]["restartPolicy"]) == (0, "Never")
 
 
+def test_a_slurm_file_exports_one_pod_per_counted_task(tmp_path: Path):
+    config = small("  ps: {count: 1, port: 2230}\n  worker: {count: 3, port: 2230, gpus: 1}\n", top="backend: slurm\n")
+    doc = jobset_manifest(config)
+    service, job = indexed_job_manifests(config)
+    assert all_errors([doc, service, job]) == []
+    sizes = [(r["name"], r["replicas"]) for r in doc["spec"]["replicatedJobs"]]
+    assert sizes == [("ps", 1), ("worker0", 1), ("worker", 2)] and job["spec"]["completions"] == 4
+    tf = json.loads(run_pod(tmp_path, *next(indexed_pods(job))[1:])["env"]["TF_CONFIG"])
+    assert tf["cluster"] == {"ps": ["demo-0.demo:2230"], "worker": [f"demo-{i}.demo:2230" for i in (1, 2, 3)]}
+
+
 def test_kubernetes_settings_reach_the_pods():
     config = small(
         "  worker: [a:1, a:2]\n",
