@@ -374,6 +374,10 @@ def test_an_ordered_start_waits_for_the_ps_to_listen():
         "worker0": {"tcpSocket": {"port": 2231}, "periodSeconds": 2},
         "worker": None,
     }
+    everyone = small("  ps: [a:1]\n  worker: [a:2, b:2]\n", top="start_order: ordered\nsuccess_policy: all_workers\n")
+    doc = jobset_manifest(everyone)
+    assert [r.get("dependsOn", [{}])[0].get("name") for r in doc["spec"]["replicatedJobs"]] == [None, "ps", "worker0"]
+    assert doc["spec"]["successPolicy"]["targetReplicatedJobs"] == ["worker0", "worker"]
     with_chief = replicated(
         jobset_manifest(small("  ps: [a:1]\n  chief: [c:1]\n  worker: [a:2, b:2]\n", top="start_order: ordered\n"))
     )

@@ -109,13 +109,15 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
 
 def _replicated_jobs(config: ClusterConfig) -> list[Part]:
     """A replicated job per job, but worker 0 in one of its own (`worker0`) when it alone decides
-    success (no chief): a JobSet's success policy names whole replicated jobs."""
+    success (no chief), as a JobSet's success policy names whole replicated jobs, or when the
+    other workers wait for it (`_start_after`)."""
     decisive = set(decisive_tasks(config))
+    leads = config.start_order == "ordered" and "ps" in config.jobs and "chief" not in config.jobs
     parts = []
     for job in (j for j in JOBSET_ORDER if j in config.jobs):
         count = len(config.jobs[job].addresses)
         mine = [i for i in range(count) if f"{job}:{i}" in decisive]
-        if mine == [0] and count > 1:
+        if job == "worker" and count > 1 and (mine == [0] or leads):
             parts += [Part(f"{job}0", job, 0, 1), Part(job, job, 1, count - 1)]
         else:
             parts.append(Part(job, job, 0, count))
