@@ -150,6 +150,7 @@ def container(config: ClusterConfig, command: list[str], env: dict[str, str], mo
 
 
 def pod_spec(config: ClusterConfig, box: dict[str, Any], restart_policy: str | None = None) -> dict[str, Any]:
+    """A pod of one container, `box`; a TFJob sets the restart policy beside the pod, not in it."""
     pod: dict[str, Any] = {} if restart_policy is None else {"restartPolicy": restart_policy}
     if config.kubernetes.service_account:
         pod["serviceAccountName"] = config.kubernetes.service_account
