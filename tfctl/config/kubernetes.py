@@ -1,4 +1,4 @@
-"""The `kubernetes:` section of a cluster file: the pods `tfctl export tfjob` describes.
+"""The `kubernetes:` section of a cluster file: the pods `tfctl export tfjob|jobset|indexed-job` describe.
 
 Checked as strictly as the rest of the file, but against Kubernetes' own rules for names, so a
 manifest that `kubectl apply` would refuse is caught here, with the line to fix.

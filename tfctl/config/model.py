@@ -110,7 +110,8 @@ class ProgressSettings:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
-    """The pods of `tfctl export tfjob`; `up` ignores them, so `image` is only required there."""
+    """The pods of `tfctl export` (tfjob, jobset, indexed-job); `up` ignores them, so `image` is
+    only required there."""
 
     image: str | None = None
     namespace: str = "default"
