@@ -19,7 +19,7 @@ release = version = __version__
 
 extensions = ["myst_parser", "sphinx_click", "tfctl_keys", "tfctl_errors"]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "report.png"]
+exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nitpicky = True
