@@ -3,13 +3,16 @@
 Scans `tfctl/` for every `X(...)` where X is `TfctlError` or a subclass of it (found by reading
 the class definitions), and takes the message and the `hint` as written: text stays text, and each
 `{expression}` of an f-string is shown as `<expression>`, the value filled in when it is printed.
-Mistakes in a cluster file are not here: each is reported with its file, line, key and fix, all at
+Errors whose whole text is made at run time (relayed from a host's
+supervisor or a run's controller, where they are listed) are left out. Mistakes in a cluster
+file are not here either: each is reported with its file, line, key and fix, all at
 once (see the guide). `{tfctl-errors}` renders one table per module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +85,8 @@ def raised_errors() -> list[RaisedError]:
             if kind == "HostError" and args:  # (host, message, hint): printed as "host: message"
                 prefix, args = f"<{ast.unparse(args[0])}>: ", args[1:]
             message = prefix + _text(args[0] if args else None)
+            if not re.sub(r"<[^<>]*>", "", message).strip(" :"):
+                continue  # all of it made at run time: an error relayed from elsewhere (a host, the controller)
             hints = [k.value for k in node.keywords if k.arg == "hint"]
             hint = _text(hints[0] if hints else (args[1] if len(args) > 1 else None))
             found.append(RaisedError(module, node.lineno, kind, message, hint))
