@@ -645,9 +645,9 @@ def test_import_stays_light() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_the_readme_shows_what_tfctl_prints_for_its_broken_file(tmp_path: Path) -> None:
-    """The README's config-error example is a real run's output, and stays one."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_docs_show_what_tfctl_prints_for_its_broken_file(tmp_path: Path) -> None:
+    """The guide's config-error example is a real run's output, and stays one."""
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "cluster-file.md").read_text()
 
     def block(marker: str) -> str:
         after = readme.split(f"<!-- {marker} -->\n", 1)[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfctl.config.base import INVALID, Doc, Validator, _section, _string, _whole_number, type_error
+from tfctl.config.base import INVALID, Doc, Section, Validator, _string, _whole_number, type_error
 
 DESCRIPTION = "`fake` on the tests' in-process hosts"
 
@@ -31,7 +31,7 @@ def _remote(doc: Doc, path: str, value: Any) -> Any:
 
 
 SECTIONS: dict[str, Validator] = {
-    "fake": _section(
+    "fake": Section(
         {"pool": _pool, "remote": _remote, "spares": _remote, "resubmit": _whole_number("resubmit", 0, "resubmit: 2")},
         FakeSettings,
         "fake: {pool: default}",

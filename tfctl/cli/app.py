@@ -28,7 +28,7 @@ Examples:
   tfctl -f gpu.yaml down        stop it and prove nothing remains
   tfctl export tfjob            the same cluster as a Kubeflow TFJob
 
-Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the README for zsh
+Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the docs for zsh
 and fish.""",
 )
 @file_option()

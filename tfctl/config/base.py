@@ -174,24 +174,28 @@ def _boolean(doc: Doc, path: str, value: Any) -> Any:
     return type_error(doc, path, "true or false", value, f"write `{_leaf(path)}: true` or `{_leaf(path)}: false`")
 
 
-def _section(fields: Mapping[str, Validator], build: Callable[..., Any], example: str) -> Validator:
-    """Validator for a mapping of known keys, each with its own validator, built into `build`."""
+class Section:
+    """Validator for a mapping of known keys, each with its own validator, built into `build`;
+    a class, so the generated key reference can list the section's keys (`fields`)."""
 
-    def validate(doc: Doc, path: str, value: Any) -> Any:
+    def __init__(self, fields: Mapping[str, Validator], build: Callable[..., Any], example: str) -> None:
+        self.fields = fields
+        self.build = build
+        self.example = example
+
+    def __call__(self, doc: Doc, path: str, value: Any) -> Any:
         if not isinstance(value, dict):
-            return type_error(doc, path, "a mapping", value, f"e.g. `{example}`")
+            return type_error(doc, path, "a mapping", value, f"e.g. `{self.example}`")
         out, valid = {}, True
         for key, item in value.items():
             child = f"{path}.{key}"
-            validator = fields.get(key)
+            validator = self.fields.get(key)
             if validator is None:
-                unknown_key(doc, child, key, "key", tuple(fields))
+                unknown_key(doc, child, key, "key", tuple(self.fields))
                 valid = False
             elif item is INVALID:
                 valid = False
             else:
                 out[key] = validator(doc, child, item)
                 valid = valid and out[key] is not INVALID
-        return build(**out) if valid else INVALID
-
-    return validate
+        return self.build(**out) if valid else INVALID

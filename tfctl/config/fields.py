@@ -18,13 +18,13 @@ from tfctl import backends
 from tfctl.config.base import (
     INVALID,
     Doc,
+    Section,
     Validator,
     _boolean,
     _choice,
     _leaf,
     _python,
     _seconds,
-    _section,
     _string,
     _suggest,
     _whole_number,
@@ -393,6 +393,9 @@ def _valid_ipv6(host: str) -> bool:
     return True
 
 
+RESTART_KEYS = ("policy", "max_restarts", "backoff")
+
+
 def _restart(doc: Doc, path: str, value: Any) -> Any:
     """`{policy: never | on-failure | exit-code, max_restarts: N, backoff: seconds}`."""
     example = "e.g. `restart: {policy: on-failure, max_restarts: 3, backoff: 10}`"
@@ -400,8 +403,8 @@ def _restart(doc: Doc, path: str, value: Any) -> Any:
         return type_error(doc, path, "a mapping", value, example)
     before = len(doc.problems)
     for key in value:
-        if key not in ("policy", "max_restarts", "backoff"):
-            unknown_key(doc, f"{path}.{key}", key, "key", ("policy", "max_restarts", "backoff"))
+        if key not in RESTART_KEYS:
+            unknown_key(doc, f"{path}.{key}", key, "key", RESTART_KEYS)
     policy = value.get("policy", "on-failure")
     if policy not in RESTART_POLICIES:
         doc.problem(f"{path}.policy", f"expected one of {', '.join(RESTART_POLICIES)}, found {policy!r}", example)
@@ -473,7 +476,7 @@ def _progress_regex(doc: Doc, path: str, value: Any) -> Any:
     return text
 
 
-_progress = _section(
+_progress = Section(
     {
         "regex": _progress_regex,
         "stall_timeout": _seconds(DEFAULT_STALL_TIMEOUT),

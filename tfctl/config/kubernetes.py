@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tfctl.config.base import INVALID, Doc, Validator, _choice, _section, _string
+from tfctl.config.base import INVALID, Doc, Section, Validator, _choice, _string
 from tfctl.config.model import IMAGE_PULL_POLICIES, KubernetesSettings
 
 # RFC 1123 label and subdomain, as Kubernetes validates namespaces and service accounts.
@@ -55,7 +55,7 @@ def _container_dir(doc: Doc, path: str, value: Any) -> Any:
     )
 
 
-_kubernetes = _section(
+_kubernetes = Section(
     {
         "image": _image,
         "namespace": _k8s_name(_LABEL_RE, 63, "namespace", "namespace: ml-team"),
@@ -68,3 +68,13 @@ _kubernetes = _section(
     KubernetesSettings,
     "kubernetes: {image: tensorflow/tensorflow:2.16.1}",
 )
+
+
+# One line per key for the generated reference (see `key_docs.py`).
+KEY_DOCS: dict[str, str] = {
+    "kubernetes.image": "The container image every pod runs; required by `tfctl export tfjob`.",
+    "kubernetes.namespace": "Namespace of the TFJob.",
+    "kubernetes.image_pull_policy": "`Always`, `IfNotPresent` or `Never`, as Kubernetes spells them.",
+    "kubernetes.service_account": "Service account the pods run as.",
+    "kubernetes.workdir": "The container's working directory (absolute).",
+}

@@ -15,10 +15,10 @@ from typing import Any, Mapping
 from tfctl.config.base import (
     INVALID,
     Doc,
+    Section,
     Validator,
     _found,
     _leaf,
-    _section,
     _string,
     _whole_number,
     type_error,
@@ -82,7 +82,7 @@ def _extra(doc: Doc, path: str, value: Any) -> Any:
 
 DESCRIPTION = "`slurm` on nodes Slurm allocates"
 
-slurm_section = _section(
+slurm_section = Section(
     {
         "partition": _text("partition", "debug"),
         "time": _time,
@@ -101,6 +101,21 @@ SECTIONS: dict[str, Validator] = {"slurm": slurm_section}
 JOB_KEYS: dict[str, Validator] = {
     "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
     "port": _port,
+}
+
+# One line per key for the generated reference (see `tfctl.config.key_docs`).
+KEY_DOCS: dict[str, str] = {
+    "slurm": "With `backend: slurm`: what `up` asks Slurm for; unset values are Slurm's defaults.",
+    "slurm.partition": "Partition to allocate in.",
+    "slurm.time": 'Time limit, in Slurm\'s format (minutes, "HH:MM:SS" or "D-HH:MM:SS").',
+    "slurm.account": "Account to charge.",
+    "slurm.qos": "Quality of service.",
+    "slurm.nodes": "Nodes to allocate; unset: one per task.",
+    "slurm.extra": "More sbatch options, as written (each starting with `-`).",
+    "slurm.resubmit": "New allocations for the same run when one ends by its time limit or preemption.",
+    "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
+    "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
+    "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
 }
 
 

@@ -36,6 +36,10 @@ def _spares(doc: Doc, path: str, value: Any) -> Any:
 
 SECTIONS: dict[str, Validator] = {"spares": _spares}
 JOB_KEYS: dict[str, Validator] = {}
+# One line per key for the generated reference (see `tfctl.config.key_docs`).
+KEY_DOCS: dict[str, str] = {
+    "spares": "Hosts no job lists, kept idle: a lost host's tasks move to the first one left.",
+}
 
 
 def settings(sections: Mapping[str, Any]) -> SSHBackendSettings:

@@ -1,0 +1,192 @@
+"""The cluster-file key reference, generated from the code that reads the keys.
+
+Every key comes from the validators `tfctl.config` runs (`fields.top_keys()`, `fields.job_keys()`,
+and the keys of each `Section`); its type and default from the dataclass field it fills; its
+meaning from the `KEY_DOCS` next to it. `{tfctl-keys}` renders them as one table per section, so a
+key added in the code shows up here, and a key without a doc string fails the build (and
+`tests/test_docs.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from tfctl import backends
+from tfctl.config import fields, key_docs, kubernetes, ssh_hosts
+from tfctl.config.base import Section
+from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
+
+# `<job>` and `<host>` stand for any job or host name in key paths.
+JOB = "jobs.<job>"
+HOST = "hosts.<host>"
+# Keys whose dataclass field has another name.
+_RENAMED = {"hosts": "addresses", "ssh": "destination"}
+# How a field's annotation reads to someone writing YAML.
+_WORDS = {
+    "str": "string",
+    "float": "seconds",
+    "int": "whole number",
+    "bool": "boolean",
+    "Path": "path",
+    "tuple[str, ...]": "list of strings",
+    "tuple[Address, ...]": "list of host[:port]",
+    "Mapping[str, str]": "mapping of strings",
+}
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One key of the reference: where it is, what it takes, what it is without it, what it does."""
+
+    path: str
+    section: str  # the path of the mapping it is in ("" at the top level)
+    type: str
+    default: str
+    doc: str
+
+
+def documented() -> dict[str, str]:
+    """Every key's one-line doc, from each module that declares keys."""
+    docs = {**key_docs.KEY_DOCS, **ssh_hosts.KEY_DOCS, **kubernetes.KEY_DOCS}
+    for name in backends.names():
+        docs.update(getattr(backends.settings(name), "KEY_DOCS", {}))
+    return docs
+
+
+def key_rows() -> list[KeyRow]:
+    """Every key the cluster file accepts, in the order the code declares them."""
+    docs = documented()
+    return [
+        KeyRow(path, path.rpartition(".")[0], *_type_and_default(path, owner), docs.get(path, ""))
+        for path, owner in _keys()
+    ]
+
+
+def _keys() -> Iterator[tuple[str, Any]]:
+    """(key path, the dataclass the key fills a field of, or None) for every key."""
+    backend_sections = {key: name for name in backends.names() for key in backends.settings(name).SECTIONS}
+    for key, validator in fields.top_keys().items():
+        owner: Any = ClusterConfig
+        if key in backend_sections:
+            owner = type(backends.settings(backend_sections[key]).settings({}))
+        yield key, owner
+        if key == "jobs":
+            for job_key in fields.job_keys():
+                yield f"{JOB}.{job_key}", Job
+                if job_key == "restart":
+                    yield from ((f"{JOB}.restart.{k}", RestartPolicy) for k in fields.RESTART_KEYS)
+        elif key == "hosts":
+            for host_key in ssh_hosts.host_entry("<host>").fields:
+                is_ssh = host_key == "ssh" or host_key not in {f.name for f in dataclasses.fields(HostConfig)}
+                yield f"{HOST}.{host_key}", SSHSettings if is_ssh else HostConfig
+        elif isinstance(validator, Section):
+            build = validator.build
+            yield from ((f"{key}.{k}", build if dataclasses.is_dataclass(build) else None) for k in validator.fields)
+
+
+def _type_and_default(path: str, owner: Any) -> tuple[str, str]:
+    key = path.rpartition(".")[2]
+    if key in fields.REQUIRED and "." not in path:
+        default = "required"
+    else:
+        default = "–"
+    found = [f for f in dataclasses.fields(owner) if f.name == _RENAMED.get(key, key)] if owner else []
+    if not found:
+        return "mapping", default
+    field = found[0]
+    annotation = str(field.type).replace(" | None", "")
+    words = _WORDS.get(annotation, "mapping")
+    if default == "required":
+        return words, default
+    if field.default is not dataclasses.MISSING:
+        return words, _shown(field.default, words)
+    if field.default_factory is not dataclasses.MISSING:
+        return words, _shown(field.default_factory(), words)
+    return words, default
+
+
+def _shown(value: Any, words: str) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return f"{value:g}" + (" s" if words == "seconds" else "")
+    if isinstance(value, tuple) or hasattr(value, "keys"):
+        return ", ".join(f"`{v}`" for v in value) if value else "none"
+    if dataclasses.is_dataclass(value):
+        return "–"
+    return f"`{value}`"
+
+
+def inline(markdown: str) -> list[Any]:
+    """Docutils nodes of a doc string: its `code` as literals, the rest as text."""
+    from docutils import nodes
+
+    parts = re.split(r"`([^`]+)`", markdown)
+    return [nodes.literal(text=part) if i % 2 else nodes.Text(part) for i, part in enumerate(parts) if part]
+
+
+def table(title: str, widths: list[int], header: list[str], rows: list[list[list[Any]]], kind: str) -> Any:
+    """A docutils table of CSS class `kind`: `rows` of cells, each cell a list of inline nodes."""
+    from docutils import nodes
+
+    node = nodes.table(classes=[kind, "colwidths-given"])
+    node += nodes.title(text=title)
+    group = nodes.tgroup(cols=len(widths))
+    node += group
+    group += [nodes.colspec(colwidth=width) for width in widths]
+    head = nodes.thead()
+    head += _row([[nodes.Text(text)] for text in header])
+    group += head
+    body = nodes.tbody()
+    body += [_row(cells) for cells in rows]
+    group += body
+    return node
+
+
+def _row(cells: list[list[Any]]) -> Any:
+    from docutils import nodes
+
+    row = nodes.row()
+    for cell in cells:
+        entry = nodes.entry()
+        entry += nodes.paragraph("", "", *cell)
+        row += entry
+    return row
+
+
+def setup(app: Any) -> dict[str, Any]:
+    """Register `{tfctl-keys}`: no arguments, one table per section."""
+    from docutils import nodes
+    from sphinx.util import logging
+    from sphinx.util.docutils import SphinxDirective
+
+    logger = logging.getLogger(__name__)
+
+    class KeysDirective(SphinxDirective):
+        def run(self) -> list[nodes.Node]:
+            rows = key_rows()
+            for row in rows:
+                if not row.doc.strip():
+                    logger.warning(
+                        "cluster-file key %s has no doc string (KEY_DOCS)", row.path, location=self.get_location()
+                    )
+            tables = []
+            for section in dict.fromkeys(row.section for row in rows):
+                cells = [
+                    [[nodes.literal(text=row.path)], [nodes.Text(row.type)], inline(row.default), inline(row.doc)]
+                    for row in rows
+                    if row.section == section
+                ]
+                title = section or "Top-level keys"
+                tables.append(
+                    table(title, [26, 13, 16, 45], ["key", "type", "default", "meaning"], cells, "tfctl-keys")
+                )
+            return tables
+
+    app.add_directive("tfctl-keys", KeysDirective)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

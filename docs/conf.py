@@ -1,0 +1,38 @@
+"""Sphinx configuration of tfctl's documentation: MyST Markdown, the Furo theme, sphinx-click for
+the verbs, and two extensions of our own (`_ext/`) that generate the cluster-file key reference
+and the list of errors from the code. Nothing here fetches anything over the network."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE / "_ext"), str(HERE.parent)]
+
+from tfctl import __version__  # noqa: E402
+
+project = "tfctl"
+author = "the tfctl authors"
+copyright = "the tfctl authors, Apache-2.0"
+release = version = __version__
+
+extensions = ["myst_parser", "sphinx_click", "tfctl_keys", "tfctl_errors"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build"]
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+nitpicky = True
+suppress_warnings: list[str] = []
+
+html_theme = "furo"
+html_title = f"tfctl {release}"
+html_static_path = ["_static"]
+html_css_files = ["tfctl.css"]
+html_theme_options = {
+    "navigation_with_keys": True,
+    "light_css_variables": {"color-brand-primary": "#d9480f", "color-brand-content": "#c2410c"},
+    "dark_css_variables": {"color-brand-primary": "#ff8a4c", "color-brand-content": "#ff8a4c"},
+}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
