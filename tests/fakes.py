@@ -97,6 +97,8 @@ class Journal:
 class FakeHost:
     """A simulated host answering `call` with typed answers; `down` makes it unreachable."""
 
+    late = False  # (a real agent's: waiting on a frozen host; closing a fake never waits)
+
     def __init__(self, host: str, journal: Journal, scripts: dict[str, TaskScript] | None = None) -> None:
         self.host = host
         self.python = "python3"

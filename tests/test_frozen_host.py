@@ -132,3 +132,31 @@ def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypa
     assert took < 2 and report.processes == 3 and report.unreachable == {"h3": "h3: no answer within 0.2s"}
     assert not report.clean
     assert all(hosts[h].tasks[t].state.value == "stopped" for t, h in TASKS.items() if h != "h3")
+
+
+def test_the_final_stop_asks_a_host_judged_lost_but_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run failed because h3 froze: its end is not held for the grace period and STOP_DEADLINE
+    (32 s) by h3, but only SILENT_STOP_PATIENCE; the answering hosts are stopped as ever."""
+    monkeypatch.setattr(supervisors, "SILENT_STOP_PATIENCE", 0.2)
+    record = record_of(TASKS)
+    journal = Journal()
+    hosts = fake_hosts(record, journal)
+    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
+    thaw = threading.Event()
+    try:
+        cluster.start_tasks(record.tasks)
+        freeze(hosts["h3"], thaw)
+        began = time.monotonic()
+        report = cluster.stop(grace=2, silent=("h3",))
+        took = time.monotonic() - began
+        asked = len(journal.entries)
+        statuses, unreachable = cluster.status(skip_hosts={"h3"})
+        status_verbs = [(h, verb) for h, verb, _ in journal.entries[asked:]]
+    finally:
+        thaw.set()
+        cluster.close()
+    assert took < 1.5 and report.processes == 3 and report.unreachable == {"h3": "h3: no answer within 0.2s"}
+    assert ("h3", "stop") in [(h, verb) for h, verb, _ in journal.entries]  # asked all the same
+    # The last look skips it: its tasks unreachable, no request sent its way to wait on.
+    assert unreachable == {} and "h3" not in {h for h, _ in status_verbs}
+    assert {s.task: s.state.value for s in statuses}["worker:2"] == "unreachable"

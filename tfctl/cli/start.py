@@ -297,10 +297,12 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
             )
         return EXIT_INTERRUPTED
     # One last look at every task: which never got past waiting or never trained and, if the run failed, why.
+    # A host the stop could not reach is not asked again: it would hold each look for seconds.
     run_progress = RunProgress(record.progress)
-    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+    gone = {*ending.stop.unreachable, *ending.stop.lost_silent}
+    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, skip_hosts=gone)
     if silent:  # a host busy with the stop it just made (TF's exits load it): one more look, not a verdict
-        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, skip_hosts=gone)
     found = diagnose_run(cluster, statuses, notes.waited)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None

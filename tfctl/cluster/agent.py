@@ -143,6 +143,7 @@ class HostAgent:
         self._conversation: _Conversation | None = None
         self._lock = threading.Lock()
         self._busy_since: float | None = None  # monotonic time the request holding the lock began
+        self._unanswered = False  # the last request got no answer within its timeout
 
     def __enter__(self) -> HostAgent:
         return self
@@ -184,7 +185,9 @@ class HostAgent:
         with trace.span("agent." + verb, host=self.host), self._turn(verb, timeout):
             try:
                 answer = self._ask(line, timeout)
+                self._unanswered = False
             except queue.Empty:
+                self._unanswered = True
                 self._drop_conversation()
                 raise HostError(self.host, f"supervisor `{verb}` gave no answer within {timeout:g}s") from None
             except (OSError, EOFError):
@@ -284,10 +287,17 @@ class HostAgent:
             self._conversation.close()
             self._conversation = None
 
+    @property
+    def late(self) -> bool:
+        """A request has waited longer than BUSY_PATIENCE for its answer, or waits behind one that
+        got none: the host is frozen."""
+        busy_since = self._busy_since
+        return busy_since is not None and (self._unanswered or time.monotonic() - busy_since > BUSY_PATIENCE)
+
     def close(self) -> None:
         """End the conversation and the connection (both reopen on the next call). Behind a
         request still waiting for a frozen host, the connection is closed under it, ending it."""
-        late = self._busy_since is not None and time.monotonic() - self._busy_since > BUSY_PATIENCE
+        late = self.late
         if self._lock.acquire(blocking=not late, timeout=-1 if late else BUSY_PATIENCE):
             try:
                 self._drop_conversation()

@@ -192,13 +192,17 @@ class Cluster:
             self._keeper.join(2)  # a renewal under way would reopen a connection closed below
         # In parallel: closing an SSH connection waits for its reader thread to end (~25 ms each
         # under load), which one host after the other adds up to half a second at 16 hosts.
+        # A frozen host's close is not waited for at all: its socket may never take the goodbye.
         with trace.span("cluster.close"):
-            closers = [threading.Thread(target=agent.close, daemon=True) for agent in self.agents.values()]
-            for closer in closers:
+            closers = [
+                (threading.Thread(target=agent.close, daemon=True), agent.late) for agent in self.agents.values()
+            ]
+            for closer, _late in closers:
                 closer.start()
             until = time.monotonic() + CLOSE_PATIENCE
-            for closer in closers:
-                closer.join(max(0.0, until - time.monotonic()))
+            for closer, late in closers:
+                if not late:
+                    closer.join(max(0.0, until - time.monotonic()))
 
     def fan_out(
         self,
@@ -229,15 +233,22 @@ class Cluster:
         wait_listening: float = 0.0,
         usage_history: int = 0,
         usage_points: int = 0,
+        skip_hosts: Collection[str] = (),
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
         """Every task's status (with its recent progress lines, given the `progress` rule, its
         last `tail` output lines and `usage_history` usage samples, or `usage_points` over its
         whole life), plus the hosts that could not be asked (their tasks: `unreachable`). One
         request per host; with `wait_listening`, each host answers once its tasks listen or have
-        ended, or after that many seconds."""
+        ended, or after that many seconds. `skip_hosts`: hosts not asked (known silent: a frozen
+        host would hold the look for STATUS_DEADLINE); their tasks are `unreachable`."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
         answers = self._ask_status(
-            tasks, wait_listening, progress=progress, tail=tail, usage_history=usage_history, usage_points=usage_points
+            [t for t in tasks if t.host not in skip_hosts],
+            wait_listening,
+            progress=progress,
+            tail=tail,
+            usage_history=usage_history,
+            usage_points=usage_points,
         )
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}

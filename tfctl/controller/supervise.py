@@ -122,13 +122,18 @@ def attach(
         ending = finish(store, cluster, outcome, notifier, handover.grace)
         handover.answer(ending.stop, ending.backend)  # a `down` arriving meanwhile hears what was stopped
         # The lines still on their way from the hosts that were stopped; a host that could not be
-        # reached sends no end, so it is not waited for.
-        drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if ending.stop.unreachable else LOG_DRAIN_SECONDS)
+        # reached sends no end, and its last read is not waited for past READ_REST_PATIENCE.
+        silent = bool(ending.stop.unreachable or ending.stop.lost_silent)
+        drain_until = time.monotonic() + (UNREACHABLE_DRAIN_SECONDS if silent else LOG_DRAIN_SECONDS)
         finishing = True
         for batch in follower.batches():
             on_lines(batch)
             if finishing and time.monotonic() > drain_until:
-                follower.finish()  # tasks that never started send no end: read what is left, once
+                # Tasks that never started send no end: read what is left, once.
+                if silent:
+                    follower.read_rest(READ_REST_PATIENCE)
+                else:
+                    follower.finish()
                 finishing = False
         return ending
     finally:
