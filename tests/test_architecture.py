@@ -50,16 +50,12 @@ def floor_of(module: str) -> int:
 
 
 def imports(path: Path) -> set[str]:
-    """Modules of tfctl this file imports, anywhere but under `if TYPE_CHECKING:`."""
+    """Modules of tfctl this file imports, anywhere: in a function, and under `if TYPE_CHECKING:`
+    too (a type named across floors is a dependency all the same; skipping those once hid an
+    8-module loop through the backend registry)."""
     tree = ast.parse(path.read_text())
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(n) for child in node.body for n in ast.walk(child)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tfctl":
             base = node.module.removeprefix("tfctl").removeprefix(".")
             for alias in node.names:

@@ -9,8 +9,7 @@ import pytest
 
 from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
-from tfctl import backends
-from tfctl.backends.base import Backend
+from tfctl.backends.base import Backend, backend_for
 from tfctl.config.loader import load_config
 from tfctl.controller import down, forget, supervise, up
 from tfctl.controller.watcher import controller_of_this_process
@@ -27,7 +26,7 @@ def interface_methods() -> set[str]:
 
 @pytest.mark.parametrize("name", ["ssh", "slurm", "fake"])
 def test_every_backend_implements_the_whole_interface_and_nothing_more_in_public(name, fake_backend):
-    backend = backends.get(name)
+    backend = backend_for(name)
     wanted = {n for n in inspect.get_annotations(Backend)} | interface_methods()
     public = {n for n in dir(backend) if not n.startswith("_")} - {"run"}  # slurm's injected runner
     assert wanted <= public, f"{name} lacks {sorted(wanted - public)}"

@@ -205,9 +205,9 @@ def fork_in_process(monkeypatch: pytest.MonkeyPatch, watch_log: io.StringIO) -> 
 
 
 def watcher_backend() -> Any:
-    from tfctl import backends
+    from tfctl.backends.base import backend_for
 
-    return backends.get("fake")
+    return backend_for("fake")
 
 
 def test_up_d_of_a_backend_that_never_waits_relays_its_forked_watchers_progress(lab, monkeypatch):

@@ -2,18 +2,15 @@
 
 The one place that names the backends. Each is a package `tfctl.backends.<name>` (or any module
 path given here) with two modules: `settings` (its cluster-file keys, read by `tfctl.config`) and
-`backend` (its `BACKEND`, a `base.Backend`). Both load on first use only, so `tfctl --help` and
-runs of one backend never import another. A new backend is one package and one line here.
+`backend` (its `BACKEND`, a `base.Backend`, which `base.backend_for` loads: the interface sits
+above this registry, so naming its type here would loop back up). Both load on first use only, so
+`tfctl --help` and runs of one backend never import another. A new backend is one package and one line here.
 """
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tfctl.backends.base import Backend
 
 DEFAULT = "ssh"
 PACKAGES: dict[str, str] = {
@@ -29,8 +26,3 @@ def names() -> tuple[str, ...]:
 def settings(name: str) -> ModuleType:
     """The backend's cluster-file keys: `SECTIONS`, `JOB_KEYS`, `DESCRIPTION` and `check`."""
     return importlib.import_module(f"{PACKAGES[name]}.settings")
-
-
-def get(name: str) -> Backend:
-    backend: Backend = importlib.import_module(f"{PACKAGES[name]}.backend").BACKEND
-    return backend

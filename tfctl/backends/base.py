@@ -13,9 +13,11 @@ form; only the backend reads it, as its own typed record.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Protocol
 
+from tfctl import backends
 from tfctl.supervisor.records import Wire, record
 from tfctl.supervisor.records import field as wire_field
 
@@ -137,3 +139,9 @@ class Backend(Protocol):
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         """Where an ended run's files are removed from."""
         ...
+
+
+def backend_for(name: str) -> Backend:
+    """The backend a cluster file's `backend:` names (loaded on first use), through the registry."""
+    backend: Backend = importlib.import_module(f"{backends.PACKAGES[name]}.backend").BACKEND
+    return backend

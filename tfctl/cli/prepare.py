@@ -37,12 +37,13 @@ def check(
     """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
     from rich.table import Table
 
-    from tfctl import backends, console
+    from tfctl import console
+    from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
     from tfctl.controller import check, up
 
     config = load_config(cluster_file_path(ctx, cluster_file))
-    refusal = backends.get(config.backend).check_refusal(config)
+    refusal = backend_for(config.backend).check_refusal(config)
     if refusal is not None:
         raise refusal
     plan = up.plan_run(config, run_store())

@@ -62,13 +62,14 @@ def up(
     accept_new_host_keys: bool,
 ) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
-    from tfctl import backends, console
+    from tfctl import console
+    from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
     from tfctl.controller import up, watcher
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
-    backend = backends.get(config.backend)
+    backend = backend_for(config.backend)
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     resumes = None if resume is None else up.resumed_run(store, config, resume)

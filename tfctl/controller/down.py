@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Collection
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.supervisors import Cluster, StopReport
@@ -25,7 +25,7 @@ LOG_DRAIN_SECONDS = 10.0
 def release(record: RunRecord) -> BackendReport | None:
     """Give back what the run's backend acquired for it (a scheduler's allocation), if anything;
     what the backend says of it once given back."""
-    return backends.get(record.backend).release(record)
+    return backend_for(record.backend).release(record)
 
 
 def stop_run(

@@ -14,8 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from tfctl import backends
-from tfctl.backends.base import PruneTarget
+from tfctl.backends.base import PruneTarget, backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.runs.record import RunRecord
@@ -129,7 +128,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
 def _holders(record: RunRecord) -> tuple[PruneTarget, ...]:
     """Where a run's files are removed from, as its backend says: its hosts, or a place that
     stands for all of them."""
-    return backends.get(record.backend).prune_targets(record)
+    return backend_for(record.backend).prune_targets(record)
 
 
 def _key(target: PruneTarget) -> str:

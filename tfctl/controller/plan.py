@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import REMOTE_ROOT, interpreter
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices
@@ -51,7 +51,7 @@ def host_specs(config: ClusterConfig, state: Mapping[str, Any] | None = None) ->
     """How to reach each host of the cluster, as its backend reaches it (`state`: what the backend
     acquired for the run); its spares last, checked, synced and set up as every host is, so that
     taking over a lost host's tasks is only starting them."""
-    backend = backends.get(config.backend)
+    backend = backend_for(config.backend)
     hosts = sorted({a.host for _, _, a in config.tasks()}) + list(backend.spares(config))
     return tuple(backend.host_spec(config, h, state) for h in hosts)
 
@@ -94,7 +94,7 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         backend=config.backend,
         backend_state=None if state is None else dict(state),
         notify=config.notify,
-        spares=backends.get(config.backend).spares(config),
+        spares=backend_for(config.backend).spares(config),
     )
     return Draft(config, record)
 

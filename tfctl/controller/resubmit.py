@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
@@ -33,7 +33,7 @@ def carry_on(
     record = store.load(run_id)
     if outcome.succeeded or not record.active or len(record.allocations) >= record.resubmits:
         return outcome
-    backend = backends.get(record.backend)
+    backend = backend_for(record.backend)
 
     def progress(who: str, message: str) -> None:
         notifier.say(f"[{who}] {message}" if who else message)

@@ -14,8 +14,8 @@ from typing import Any, Callable, Sequence
 from rich.console import Group
 from rich.text import Text
 
-from tfctl import backends, console
-from tfctl.backends.base import BackendReport
+from tfctl import console
+from tfctl.backends.base import BackendReport, backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
@@ -118,7 +118,7 @@ def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
-    held = backends.get(cluster.record.backend).report(cluster.record)
+    held = backend_for(cluster.record.backend).report(cluster.record)
     return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
 
 

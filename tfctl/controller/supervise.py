@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller import watcher
@@ -255,7 +255,7 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     limit = record.hang_timeout
     judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
     judges.append(StallJudge(cluster, stalled))
-    backend_judge = backends.get(record.backend).judge(record)
+    backend_judge = backend_for(record.backend).judge(record)
     if backend_judge is not None:
         judges.insert(0, backend_judge)
     return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)

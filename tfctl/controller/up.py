@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
@@ -50,7 +50,7 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
         return None
     if not record.active and record.left_nothing:
         return record.run_id  # its stop proved nothing of it left on any host: no need to ask them again
-    if backends.get(record.backend).is_over(record):
+    if backend_for(record.backend).is_over(record):
         return record.run_id
     controller = record.watcher
     just_claimed = controller is None and time.time() - record.created_at < CLAIM_PATIENCE  # `up -d` forks next
@@ -111,7 +111,7 @@ def acquire(store: RunStore, config: ClusterConfig, progress: Progress, resumes:
     ssh, the file's hosts as they are), drafted: `launch` plans it once it knows their devices.
     `resumes`: the earlier run whose files it continues from (`resumed_run`)."""
     run_id = new_run_id(config.name)
-    acquired = backends.get(config.backend).acquire(config, run_id, progress)
+    acquired = backend_for(config.backend).acquire(config, run_id, progress)
     run = drafted(acquired.config, store, run_id, acquired.state)
     return dataclasses.replace(run, record=run.record.replace(resumes=resumes, resubmits=acquired.resubmits))
 
@@ -176,7 +176,7 @@ def launch(
         claim(store, record, cleared)
     elif store.update_if_active(record.run_id, watcher=record.watcher, lease_timeout=record.lease_timeout) is None:
         raise StartupError(f"run {record.run_id} was stopped (tfctl down) before it started")
-    backend = backends.get(record.backend)
+    backend = backend_for(record.backend)
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
     try:
@@ -194,7 +194,7 @@ def start_again(store: RunStore, cluster: Cluster, run: Draft, progress: Progres
     recorded): `cluster` moves onto them, and the tasks start as in `launch`, finding their files
     (checkpoints) in the run's own directory. The earlier run it resumed is not brought in again:
     that would overwrite what this run saved since."""
-    backend = backends.get(run.record.backend)
+    backend = backend_for(run.record.backend)
     record = run.record.replace(resumes=None)
     cluster.rehost(record, backend.monitor_launcher(record))
     _start(store, cluster, run.config, progress, touched=True, again=f"allocation{len(record.allocations)}")
@@ -210,7 +210,7 @@ def _start(
     `touched`: something of the run was put on hosts before (an earlier allocation's), whose
     tasks' state each host sets aside under `again` (`StartRequest.again`)."""
     record = cluster.record
-    backend = backends.get(record.backend)
+    backend = backend_for(record.backend)
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.config.model import Address, ClusterConfig, RestartPolicy
 from tfctl.tf import pods
 from tfctl.tf.tasks import cluster_spec, decisive_tasks, placeholder_values
@@ -63,7 +63,7 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
     """The JobSet: one replicated job per job, of one Job (one pod) per task; raises ConfigError
     when the file lacks `kubernetes.image` or its name cannot name the pods."""
     pods.require_image(config, "jobset")
-    config, _ = backends.get(config.backend).stand_in(config, per_task=True)  # one pod per task
+    config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     parts = _replicated_jobs(config)
     longest = max((f"-{part.name}-{part.count - 1}-0" for part in parts), key=len)
     name = pods.resource_name(config, "JobSet", longest=longest)
@@ -142,7 +142,7 @@ def indexed_job_manifests(config: ClusterConfig) -> list[dict[str, Any]]:
     """A headless Service and one Indexed Job whose completion indexes are the tasks, in task
     order; raises ConfigError when the file lacks `kubernetes.image` or a usable name."""
     pods.require_image(config, "indexed-job")
-    config, _ = backends.get(config.backend).stand_in(config, per_task=True)  # one pod per task
+    config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     tasks = config.tasks()
     name = pods.resource_name(config, "Job", longest=f"-{len(tasks) - 1}")
     pod_index = {(job, index): k for k, (job, index, _) in enumerate(tasks)}

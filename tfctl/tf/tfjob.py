@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from tfctl import backends
+from tfctl.backends.base import backend_for
 from tfctl.config.model import ClusterConfig
 from tfctl.tf import pods
 
@@ -38,7 +38,7 @@ command = sys.argv[1]
 def manifest(config: ClusterConfig) -> dict[str, Any]:
     """The TFJob, one replica spec per job; raises ConfigError when the file lacks `kubernetes.image`."""
     pods.require_image(config, "tfjob")
-    config, _ = backends.get(config.backend).stand_in(config, per_task=True)  # one pod per task
+    config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     name = pods.resource_name(config, "TFJob")
     spec: dict[str, Any] = {
         "tfReplicaSpecs": {REPLICA_TYPES[job]: _replica(config, job, name) for job in config.jobs},
