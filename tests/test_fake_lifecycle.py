@@ -17,6 +17,7 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
 from tfctl.controller import down, supervise, up
+from tfctl.controller.resubmit import recorded_config
 from tfctl.controller.watcher import controller_of_this_process
 from tfctl.engine.clock import Cancel
 from tfctl.errors import StartupError, UsageError
@@ -401,3 +402,20 @@ def test_a_ps_still_running_but_refused_fails_the_start_as_a_network_fault(tmp_p
         started(write(tmp_path))
     assert "h2 -> h1:2222: connection refused" in str(failed.value)
     assert all(info.state is TaskState.STOPPED for h in fake_backend.hosts.values() for info in h.tasks.values())
+
+
+def test_a_run_keeps_its_cluster_file_and_a_resubmission_reads_that_not_the_edited_file(tmp_path, fake_backend):
+    """Hours into a run its file may be edited for the next one: the run re-planned in a new
+    allocation is still the run that started."""
+    fake_backend.scripts["worker:0"] = TaskScript(end_after=2)
+    store = RunStore()
+    path = write(tmp_path)
+    started = path.read_text()
+    plan = up.acquire(store, load_config(path), lambda *_: None)
+    with sigterm_kept():
+        supervise.launch_and_watch(store, plan, False, lambda _report: None)
+    path.write_text(started + "grace_period: 7\n")
+    record = store.load(plan.record.run_id)
+    assert load_config(path).grace_period == 7  # the file as it is now
+    assert recorded_config(store, record).grace_period == 10  # the run as it started (the default)
+    assert (store.run_dir(record.run_id) / "cluster.yaml").stat().st_mode & 0o777 == 0o600

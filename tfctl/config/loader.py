@@ -8,6 +8,7 @@ column, key path and a fix, as one `ConfigError`. The per-key validators are in 
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -68,7 +69,7 @@ def parse_config(text: str, path: Path) -> ClusterConfig:
     if doc.problems or config is None:
         doc.problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
         raise ConfigError(doc.problems)
-    return config
+    return replace(config, source=text)
 
 
 def _compose(doc: Doc, text: str) -> Any:

@@ -195,6 +195,9 @@ class ClusterConfig:
     backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    # The text it was read from: what a run keeps, so a resubmission hours later is the run that
+    # started, whatever became of the file.
+    source: str = field(default="", repr=False, compare=False)
 
     def command_for(self, job: str) -> str:
         """The job's own command, else the cluster command (validation guarantees one exists)."""

@@ -11,14 +11,15 @@ from pathlib import Path
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
-from tfctl.config.loader import load_config
+from tfctl.config.loader import load_config, parse_config
+from tfctl.config.model import ClusterConfig
 from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft
 from tfctl.controller.restarting import Restarting
 from tfctl.controller.up import drafted, start_again
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
-from tfctl.runs.record import AllocationEnd
+from tfctl.runs.record import AllocationEnd, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
@@ -39,7 +40,7 @@ def carry_on(
         notifier.say(f"[{who}] {message}" if who else message)
 
     try:
-        config = load_config(Path(record.cluster_file))  # read before anything is asked for
+        config = recorded_config(store, record)  # read before anything is asked for
         over = backend.why_over(record, progress)
         if over is None or not over.continues:
             return outcome
@@ -70,3 +71,12 @@ def carry_on(
     except TfctlError as e:
         return Outcome(RunState.FAILED, e.message.splitlines()[0])
     return None
+
+
+def recorded_config(store: RunStore, record: RunRecord) -> ClusterConfig:
+    """The run's configuration as it started: the cluster file it kept, not the file as it is now
+    (edited hours later, it would change the resubmitted run). A run kept none before tfctl kept
+    them: its file as it is."""
+    kept = store.kept_cluster_file(record.run_id)
+    path = Path(record.cluster_file)
+    return load_config(path) if kept is None else parse_config(kept, path)

@@ -176,6 +176,7 @@ def launch(
         claim(store, record, cleared)
     elif store.update_if_active(record.run_id, watcher=record.watcher, lease_timeout=record.lease_timeout) is None:
         raise StartupError(f"run {record.run_id} was stopped (tfctl down) before it started")
+    store.keep_cluster_file(record.run_id, run.config.source)
     backend = backend_for(record.backend)
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)

@@ -25,6 +25,8 @@ from tfctl.errors import TfctlError, UsageError
 from tfctl.runs.record import SCHEMA_VERSION, NewerRecordError, RunRecord
 from tfctl.supervisor.protocol import RunState
 
+CLUSTER_FILE = "cluster.yaml"  # the cluster file as the run started from it (`keep_cluster_file`)
+
 
 def new_run_id(cluster_name: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
@@ -172,6 +174,21 @@ class RunStore:
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
+
+    def keep_cluster_file(self, run_id: str, text: str) -> None:
+        """The cluster file as the run started from it, kept once, for whatever re-plans the run
+        later (a resubmission): an edited file must not change a running run."""
+        kept = self.run_dir(run_id) / CLUSTER_FILE
+        if text and not kept.exists():
+            kept.write_text(text, encoding="utf-8")
+            kept.chmod(0o600)
+
+    def kept_cluster_file(self, run_id: str) -> str | None:
+        """The text `keep_cluster_file` kept; None for a run recorded by a tfctl that kept none."""
+        try:
+            return (self.run_dir(run_id) / CLUSTER_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
 
 
 def _read(path: Path) -> RunRecord:
