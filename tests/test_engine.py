@@ -20,6 +20,7 @@ from tfctl.engine.clock import Cancel, FakeClock
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.supervision import End, Look, Move, Supervision
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
+from tfctl.errors import StartupError
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 
@@ -251,3 +252,59 @@ def test_driver_cancel_before_any_look_ends_at_once_with_its_reason() -> None:
     cluster.cancel.set("SIGTERM")
     outcome = drive(cluster, poll=1.0)
     assert outcome == Outcome(STOPPED, "SIGTERM") and cluster.looks == []
+
+
+# --------------------------------------------------------------------------- a refused probe
+
+# e4aae48: a resumed run's quick ps listened, was seen listening, and exited as the other hosts
+# probed it; its monitor recorded the end a moment after the refusal. (the ps's state at each
+# look after the refusal, seconds between looks) -> what the start makes of it
+REFUSALS = [
+    pytest.param(["running", "running", "succeeded"], 0.2, "finished", id="ended after two looks: probed no more"),
+    pytest.param(["running", "failed"], 0.2, "failed", id="failed meanwhile: the start fails as itself"),
+    pytest.param(["running"] * 40, 0.2, "network", id="still running after the settle time: the network"),
+    pytest.param(["succeeded"], 0.2, "finished", id="ended at the first look"),
+]
+
+
+@dataclass
+class ProbedCluster:
+    """The ps refused by every probe; each look after that answers the next scripted state."""
+
+    record: RunRecord
+    clock: FakeClock
+    states: list[str]
+    looks: int = 0
+
+    def check_reachable(self, _sources: object, addresses: list[str], _progress: object) -> None:
+        if addresses:  # (once it ended, the ps is probed no more)
+            raise StartupError("1 of 2 connections failed: h1 -> h0:2222: refused")
+
+    def status(self, _tasks: object) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        state = self.states[min(self.looks, len(self.states) - 1)]
+        self.looks += 1
+        code = 1 if state == "failed" else 0
+        return [TaskStatus("ps:0", "ps", 0, "h0", 2222, TaskState(state), exit_code=code)], {}
+
+    def last_lines_text(self, _task: str) -> str:
+        return ""
+
+
+@pytest.mark.parametrize(("states", "pause", "meaning"), REFUSALS)
+def test_a_refused_probe_is_judged_by_the_targets_ends_first(states: list[str], pause: float, meaning: str) -> None:
+    cluster = ProbedCluster(record_of(HOSTS), FakeClock(start=0), states)
+    said: list[tuple[str, str]] = []
+    try:
+        control.probe_listening(cast(Cluster, cluster), ["h1"], ["ps:0"], lambda *m: said.append(m), cluster.clock)
+        got = "finished" if said == [("ps:0", "finished already (exit code 0)")] else "?"
+    except StartupError as e:
+        got = (
+            "network"
+            if "refused" in e.message
+            else "failed"
+            if e.message.startswith("ps:0 exited with code 1")
+            else "?"
+        )
+    assert got == meaning
+    if meaning == "network":  # looked at for PROBE_SETTLE seconds, not a look longer
+        assert control.PROBE_SETTLE < cluster.clock.monotonic() <= control.PROBE_SETTLE + pause

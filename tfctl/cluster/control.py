@@ -15,6 +15,7 @@ from tfctl.cluster.supervisors import Cluster, Progress, quiet
 from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
 from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
 from tfctl.engine.observed import TaskStatus
+from tfctl.engine.probing import after_refusal
 from tfctl.engine.supervision import Look, Move, Supervision
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import StartupError
@@ -93,36 +94,34 @@ def start(
         raise
 
 
-def probe_listening(cluster: Cluster, sources: Sequence[str], listening: Sequence[str], progress: Progress) -> None:
-    """Probe the listening tasks from every source host. A refused connection to a task that
-    ended meanwhile is not a network fault: a task that finished is left out and probed no more,
-    one that failed is reported as itself."""
+def probe_listening(
+    cluster: Cluster, sources: Sequence[str], listening: Sequence[str], progress: Progress, clock: Clock = REAL_CLOCK
+) -> None:
+    """Probe the listening tasks from every source host. A refused connection is judged by the
+    targets' ends (`engine.probing`): a task that finished is left out and probed no more, one
+    that failed is reported as itself, and the network is at fault only once none ended within
+    PROBE_SETTLE seconds."""
     targets = list(listening)
     while True:
         try:
             cluster.check_reachable(sources, [cluster.record.task(n).address for n in targets], progress)
             return
         except StartupError:
-            ended = _ended_meanwhile(cluster, targets)
-            if not ended:
+            refused_at = clock.monotonic()
+            while True:
+                statuses, _unreachable = cluster.status([cluster.record.task(n) for n in targets])
+                after = after_refusal(statuses, clock.monotonic() - refused_at, PROBE_SETTLE)
+                if not after.look_again:
+                    break
+                clock.sleep(0.2)
+            if after.network_fault:
                 raise
-            for s in ended:
-                if s.state is not TaskState.SUCCEEDED:
-                    raise StartupError(f"{s.task} {s.describe_end()}" + cluster.last_lines_text(s.task)) from None
-                progress(s.task, "finished already (exit code 0)")
-            targets = [n for n in targets if n not in {s.task for s in ended}]
-
-
-def _ended_meanwhile(cluster: Cluster, targets: Sequence[str]) -> list[TaskStatus]:
-    """The targets that have ended, looking for up to PROBE_SETTLE seconds: a task that exits as
-    the probe reaches it is refused a moment before its monitor has recorded its end."""
-    deadline = time.monotonic() + PROBE_SETTLE
-    while True:
-        statuses, _unreachable = cluster.status([cluster.record.task(n) for n in targets])
-        ended = [s for s in statuses if s.final]
-        if ended or time.monotonic() > deadline:
-            return ended
-        time.sleep(0.2)
+            if after.failed is not None:
+                s = after.failed
+                raise StartupError(f"{s.task} {s.describe_end()}" + cluster.last_lines_text(s.task)) from None
+        for name in after.finished:
+            progress(name, "finished already (exit code 0)")
+        targets = [n for n in targets if n not in after.finished]
 
 
 def stop_after_failure(cluster: Cluster, progress: Progress) -> None:

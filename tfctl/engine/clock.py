@@ -46,6 +46,10 @@ class Clock(Protocol):
         """Let `seconds` pass unless cancelled first; True once cancelled."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass (a pause nothing cancels)."""
+        ...
+
 
 class RealClock:
     def monotonic(self) -> float:
@@ -56,6 +60,9 @@ class RealClock:
 
     def wait(self, cancel: Cancel, seconds: float) -> bool:
         return cancel.wait(max(0.0, seconds))
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
 
 
 class FakeClock:
@@ -78,6 +85,9 @@ class FakeClock:
         if not cancel.is_set():
             self.advance(seconds)
         return cancel.is_set()
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
 
 
 REAL_CLOCK = RealClock()
