@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,30 @@ def test_a_command_that_cannot_start_is_reported(tmp_path):
     assert notify.run_command("true", event, tmp_path / "gone") == "could not start: No such file or directory"
     assert event.environment()["TFCTL_EVENT_TASK"] == "" and event.environment()["TFCTL_EVENT_KIND"] == "failed"
     assert os.environ.get("TFCTL_EVENT_KIND") is None  # only the command's environment has them
+
+
+PEAK_OF_A_LOUD_COMMAND = """
+import resource, sys
+from tfctl.controller import notify
+event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
+loud = "head -c 300000000 /dev/zero | tr '\\\\0' x; echo; echo the end; exit 3"
+print(notify.run_command(loud, event, None, timeout=60))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_command_printing_300_MB_costs_its_last_64_KiB_and_its_last_line_is_reported():
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_A_LOUD_COMMAND], capture_output=True, text=True, timeout=120, check=True
+    )
+    failure, peak_kib = done.stdout.splitlines()
+    assert failure == "exited with code 3: the end"
+    assert int(peak_kib) < 150 * 1024, peak_kib  # not the 300 MB it printed
+
+
+def test_a_failing_command_s_line_obeys_nothing_it_printed(tmp_path, capsys):
+    event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
+    with notify.Notifier([r"printf 'retitled\033]0;pwned\007\033[2J\n'; exit 1"], tmp_path) as notifier:
+        notifier.send(event)
+    said = capsys.readouterr().err
+    assert "exited with code 1: retitled^[]0;pwned" in said and "\x1b" not in said, said
