@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tfctl.config.loader import parse_config
 from tfctl.controller import rpc
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
-from tfctl.errors import TfctlError
+from tfctl.errors import ConfigError, TfctlError
 
 
 def door_answering(tmp_path: Path, text: str) -> rpc.ControllerDoor:
@@ -39,3 +43,92 @@ def test_a_request_beyond_its_bound_is_answered_with_an_error_that_names_it(tmp_
         conn.sendall(b"x" * (rpc.MAX_REQUEST + 1))
         answer = json.loads(conn.makefile("rb").readline())
     assert answer == {"error": "the controller's request is longer than its bound of 64 KiB"}
+
+
+HEAD = "name: x\ncommand: 'true'\njobs: {worker: [localhost:2222]}\n"
+
+
+def alias_bomb() -> str:
+    """Ten anchors, each ten aliases of the one before: 10**10 values once expanded."""
+    anchors = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    return HEAD + "\n".join(anchors) + "\n"
+
+
+def in_a_file(tmp_path: Path, name: str, text: str) -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def hostile_files(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """name -> (the -f argument, what the error must say)."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    return {
+        "alias bomb": (in_a_file(tmp_path, "bomb.yaml", alias_bomb()), "more than 10000 values once YAML aliases"),
+        "nested 5000 deep": (
+            in_a_file(tmp_path, "deep.yaml", HEAD + "x: " + "[" * 5000 + "]" * 5000 + "\n"),
+            "nested more than 64 deep",
+        ),
+        "mappings nested 5000 deep": (
+            in_a_file(tmp_path, "deep_maps.yaml", HEAD + "x: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"),
+            "nested more than 64 deep",
+        ),
+        "/dev/zero": ("/dev/zero", "zero: is larger than 1 MiB, the most a cluster file may be"),
+        "a 60 MB file": (
+            in_a_file(tmp_path, "big.yaml", HEAD + "# " + "x" * 60_000_000 + "\n"),
+            "big.yaml: is larger than 1 MiB",
+        ),
+        "a workdir in a symlink loop": (
+            in_a_file(tmp_path, "loop.yaml", HEAD + "workdir: loop1\n"),
+            "loop1 cannot be followed: Symlink loop",
+        ),
+        "a 200 KB env value": (
+            in_a_file(tmp_path, "env.yaml", HEAD + "env: {BIG: '" + "x" * 200_000 + "'}\n"),
+            "env.BIG: `BIG=...` is 200004 bytes, over the 128 KiB",
+        ),
+    }
+
+
+LIMITED = """
+import resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # the old parser grew to GBs
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=20)
+print(done.returncode)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.stdout.write(done.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "alias bomb",
+        "nested 5000 deep",
+        "mappings nested 5000 deep",
+        "/dev/zero",
+        "a 60 MB file",
+        "a workdir in a symlink loop",
+        "a 200 KB env value",
+    ],
+)
+def test_a_hostile_cluster_file_is_refused_quickly_naming_its_bound(tmp_path: Path, case: str) -> None:
+    argument, said = hostile_files(tmp_path)[case]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, sys.executable, "-m", "tfctl", "-f", argument, "up", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    code, peak_kib, stderr = done.stdout.split("\n", 2)
+    assert code == "2" and said in stderr and "Traceback" not in stderr, done.stdout + done.stderr
+    assert int(peak_kib) < 200 * 1024 and time.monotonic() - started < 10
+
+
+def test_the_bounds_leave_a_big_honest_file_alone() -> None:
+    hosts = ", ".join(f"h{i}:2222" for i in range(2000))
+    assert len(parse_config(f"name: x\ncommand: 'true'\njobs: {{worker: [{hosts}]}}\n", Path("c.yaml")).tasks()) == 2000
+    with pytest.raises(ConfigError) as nested_60_deep:
+        parse_config(HEAD + "x: " + "[" * 60 + "]" * 60 + "\n", Path("c.yaml"))
+    assert [p.message for p in nested_60_deep.value.problems] == ["unknown key `x`"]
