@@ -16,6 +16,8 @@ from tfctl.config.loader import parse_config
 from tfctl.controller import rpc
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.errors import ConfigError, TfctlError
+from tfctl.supervisor.logs import MAX_TAIL_BYTES, output_log, tail
+from tfctl.supervisor.protocol import TailRequest
 
 
 def door_answering(tmp_path: Path, text: str) -> rpc.ControllerDoor:
@@ -132,3 +134,13 @@ def test_the_bounds_leave_a_big_honest_file_alone() -> None:
     with pytest.raises(ConfigError) as nested_60_deep:
         parse_config(HEAD + "x: " + "[" * 60 + "]" * 60 + "\n", Path("c.yaml"))
     assert [p.message for p in nested_60_deep.value.problems] == ["unknown key `x`"]
+
+
+def test_a_tail_after_a_5_MB_line_sees_what_came_after_it(tmp_path: Path) -> None:
+    log = Path(output_log(str(tmp_path), "r-1", "worker:0"))
+    log.parent.mkdir(parents=True)
+    after = ["step 2", "step 3", "Traceback (most recent call last):", "RuntimeError: the real cause"]
+    log.write_bytes(b"step 1\n" + b"x" * 5_000_000 + b"\n" + "\n".join(after).encode() + b"\n")
+    lines = tail(str(tmp_path), TailRequest("r-1", ["worker:0"], 200)).tails["worker:0"]
+    assert lines[-4:] == after and len(lines) == 5  # the huge line's last part, then all after it
+    assert len(lines[0]) == MAX_TAIL_BYTES - sum(len(line) + 1 for line in after) - 1
