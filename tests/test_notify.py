@@ -19,6 +19,7 @@ from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.controller import notify, supervise
+from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -208,3 +209,12 @@ def test_a_failing_command_s_line_obeys_nothing_it_printed(tmp_path, capsys):
         notifier.send(event)
     said = capsys.readouterr().err
     assert "exited with code 1: retitled^[]0;pwned" in said and "\x1b" not in said, said
+
+
+def test_a_run_whose_ps_exits_before_listening_sends_a_failed_event(tmp_path, fake_backend):
+    fake_backend.scripts["ps:0"] = TaskScript(listen_after=None, end_after=2, exit_code=3)
+    with pytest.raises(StartupError, match="ps:0 exited with code 3 before listening"):
+        started(write(tmp_path, extra=APPEND))
+    (failed,) = events(tmp_path)
+    assert failed["kind"] == "failed" and failed["reason"].startswith("ps:0 exited with code 3 before listening")
+    assert (tmp_path / "env.txt").read_text() == f"failed  {failed['run_id']}\n"

@@ -18,6 +18,7 @@ from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.down import release
+from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft, Plan, draft, make_plan, remote_workdir
 from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
@@ -254,10 +255,10 @@ def _start(
             picked = {}
         control.start(cluster, plan.phases, plan.startup_timeout, progress, again)
     except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
-        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
+        _end_if_active(store, record, RunState.STOPPED, "interrupted during start", touched=True)
         raise
     except TfctlError as e:
-        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
+        _end_if_active(store, record, RunState.FAILED, e.message.splitlines()[0], touched)
         raise
     finally:
         if picked:  # the start failed before its tasks could take them
@@ -278,11 +279,17 @@ def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> d
     return picked
 
 
-def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
+def _end_if_active(store: RunStore, record: RunRecord, state: RunState, reason: str, touched: bool) -> None:
+    """Record the end of a start that failed, and tell the `notify:` commands: an `up -d` whose
+    ps exited before listening reaches its user as any failed run does."""
     if not touched:
-        store.forget(run_id)
-    else:  # a `down` ending it meanwhile keeps its own reason
-        store.end_if_active(run_id, state, reason)
+        store.forget(record.run_id)
+        ended: RunRecord | None = record
+    else:  # a `down` ending it meanwhile keeps its own reason, and said it
+        ended = store.end_if_active(record.run_id, state, reason)
+    if ended is not None:
+        with Notifier.of(ended) as notifier:
+            notifier.send(RunEvent.of(ended, EventKind.of_end(state), reason))
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:
