@@ -5,8 +5,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import fake, free_ports, tfctl
+import pytest
+
+from tests.conftest import fake, free_ports, tfctl, wait_until
+from tests.fake_runs import FAKE_FILE, in_thread, started, tfctl_here, write
+from tests.fakes import TaskScript
+from tfctl.controller import rpc as live
+from tfctl.controller import supervise
+from tfctl.supervisor.protocol import Usage
 
 
 def test_a_task_whose_folder_on_its_host_was_deleted_is_lost_saying_why(tmp_path: Path, home: Path) -> None:
@@ -27,3 +35,36 @@ def test_a_task_whose_folder_on_its_host_was_deleted_is_lost_saying_why(tmp_path
         assert task["state"] == "lost"
     finally:
         assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_top_and_status_json_of_100_tasks_with_two_minutes_of_history_come_through_the_door(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake backend's hosts answer each task's usage samples as the supervisor's monitors
+    # record them (one every 3 s: two minutes is 40), through the real wire and the real door;
+    # 100 real processes for two minutes would cost the suite more than the bound is worth.
+    monkeypatch.chdir(tmp_path)
+    workers = [f"h{1 + i % 2}:{3000 + i // 2}" for i in range(99)]
+    write(tmp_path, FAKE_FILE.replace("[h1:2223, h2:2222]", f"[{', '.join(workers)}]"))
+    history = [Usage(1000.0 + 3 * i, 50.0 + i % 7, (900 + i) << 20) for i in range(40)]
+    names = ["ps:0", *(f"worker:{i}" for i in range(99))]
+    fake_backend.scripts.update({name: TaskScript(lines=["step 1"], usage=history) for name in names})
+    answered: list[bool] = []
+    real_ask = live.ask
+
+    def ask(*args: Any) -> Any:
+        answer = real_ask(*args)
+        answered.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(live, "ask", ask)
+    store, cluster = started(tmp_path / "cluster.yaml", attached=True)
+    with cluster, in_thread(lambda: supervise.attach(store, cluster, lambda _lines: None)) as ended:
+        wait_until(live.socket_path(store.run_dir(cluster.record.run_id)).exists, 10, "the door to open")
+        top = tfctl_here("top", "--once")
+        assert top.code == 0, top.err
+        assert sorted(line.split()[0] for line in top.out.splitlines()[2:102]) == sorted(names)
+        status = tfctl_here("status", "--json")
+        assert status.code == 0 and len(json.loads(status.out)["tasks"]) == 100
+        assert tfctl_here("down", "--grace", "0").code == 0
+    assert answered == [True, True, True], ended  # top, status, down: through the attached up's door
