@@ -10,7 +10,7 @@ limit. Each is far above what a real cluster file needs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -38,45 +38,53 @@ def too_big_text() -> str:
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """SafeLoader's composer, measuring each collection as composed: its nodes and depth once
-    aliases are expanded come from its children's, so nothing is ever expanded to count it."""
+    """SafeLoader's composer, counting as it composes: every node once, and for each alias the
+    nodes of what it names, known from when that was composed; so nothing is ever expanded to
+    count it, and a file of a million small values stops at the first value over the bound."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
-        self._measured: dict[int, tuple[int, int]] = {}  # id(node) -> (nodes, depth), expanded
+        self._nodes = 0  # of the document so far, aliases expanded
+        self._measured: dict[int, tuple[int, int]] = {}  # id(node) -> (nodes, depth), aliases expanded
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            node = cast(yaml.Node, super().compose_node(parent, index))  # None only at a stream's end
+            # an alias of a collection still being composed (one that holds it): loader.py refuses it
+            self._count(self._measured.get(id(node), (1, 0))[0], node)
+            return node
         if self._depth >= MAX_DEPTH:
             raise _too_deep(self.peek_event().start_mark)
         self._depth += 1
         try:
-            node = super().compose_node(parent, index)
+            node = cast(yaml.Node, super().compose_node(parent, index))  # None only at a stream's end
         finally:
             self._depth -= 1
-        if node is not None and id(node) not in self._measured:  # an alias's node was measured where it was anchored
-            self._measure(node)
+        self._measure(node)
+        self._count(1, node)
         return node
 
-    def _measure(self, node: yaml.Node) -> None:
-        if isinstance(node, yaml.ScalarNode):
-            self._measured[id(node)] = (1, 0)
-            return
-        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
-        # a child not measured yet is an alias of a collection holding it: loader.py refuses it
-        sizes = [self._measured.get(id(child), (1, 0)) for child in children]
-        nodes = 1 + sum(n for n, _ in sizes)
-        depth = 1 + max((d for _, d in sizes), default=0)
-        if nodes > MAX_NODES:
+    def _count(self, nodes: int, node: yaml.Node) -> None:
+        self._nodes += nodes
+        if self._nodes > MAX_NODES:
             raise TooBig(
                 f"more than {MAX_NODES} values once YAML aliases (`*name`) are expanded, the most a cluster "
                 "file may have",
                 "write the values out, or use fewer aliases of big anchors; a cluster file needs far fewer",
                 node.start_mark,
             )
+
+    def _measure(self, node: yaml.Node) -> None:
+        if isinstance(node, yaml.ScalarNode):
+            self._measured[id(node)] = (1, 0)
+            return
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        sizes = [self._measured.get(id(child), (1, 0)) for child in children]
+        depth = 1 + max((d for _, d in sizes), default=0)
         if depth > MAX_DEPTH:
             raise _too_deep(node.start_mark)
-        self._measured[id(node)] = (nodes, depth)
+        self._measured[id(node)] = (1 + sum(n for n, _ in sizes), depth)
 
 
 def _too_deep(mark: yaml.Mark) -> TooBig:
