@@ -19,7 +19,7 @@ from rich.text import Text
 
 from tests.conftest import free_ports
 from tfctl.cluster.output import Prefixer
-from tfctl.console import has_controls, inert, make_console, rendered
+from tfctl.console import has_controls, inert, make_console, rendered, shown
 
 CLIPBOARD = "\x1b]52;c;aGVsbG8=\x07"  # OSC 52: write the clipboard
 TITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
@@ -72,6 +72,13 @@ def test_whatever_a_rich_console_prints_is_inert_whoever_quotes_it(monkeypatch, 
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", without_colours), text
     assert "^[]0;pwned" in screen.getvalue() and "<U+202E>evil" in screen.getvalue() and "^[]0;pwned<U+2067>" in other
     assert ("\x1b[31m" in screen.getvalue()) == bool(colour.get("FORCE_COLOR"))
+
+
+def test_text_rendered_elsewhere_keeps_its_colours_and_nothing_else() -> None:
+    # the status table a run's controller (perhaps of an older tfctl) rendered for this terminal
+    table = "\x1b[1mTASK\x1b[0m  LAST LINE\nworker:0  " + TITLE + CLEAR + "\u202eok\tx\n"
+    assert shown(table) == "\x1b[1mTASK\x1b[0m  LAST LINE\nworker:0  ^[]0;pwned^G^[[2J<U+202E>ok\tx\n"
+    assert shown("plain\n\x1b[31mred\x1b[0m\n") == "plain\n\x1b[31mred\x1b[0m\n"
 
 
 def test_the_prefixer_neutralises_for_a_terminal_only() -> None:

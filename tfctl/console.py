@@ -185,6 +185,15 @@ def inert(line: str, keep_colour: bool = False) -> str:
     return "".join(out) + "\x1b[0m"
 
 
+def shown(text: str) -> str:
+    """Text rendered elsewhere (the status table a run's controller rendered for this terminal)
+    as it may reach the terminal: its SGR colours kept, every other control shown, not obeyed."""
+    if not has_controls(_SGR.sub("", text)):
+        return text
+    parts, colours = _SGR.split(text), _SGR.findall(text)
+    return "".join(inert_lines(part) + colour for part, colour in zip(parts, [*colours, ""]))
+
+
 def inert_lines(text: str) -> str:
     """`inert` for text of many lines: newlines and tabs stay, every other control is shown."""
     return _UNSAFE_IN_LINES.sub(_caret, text) if _UNSAFE_IN_LINES.search(text) else text

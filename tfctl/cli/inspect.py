@@ -46,7 +46,7 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     with status_asker(record) as ask:
 
         def table() -> str:  # as this terminal prints it; it may have been resized since the last one
-            return ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or ""
+            return console.shown(ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or "")
 
         if as_json:
             console.out().print_json(json.dumps(ask(StatusAsk(json=True)).json))
