@@ -18,6 +18,7 @@ import pytest
 from rich.text import Text
 
 from tests.conftest import free_ports
+from tfctl import console
 from tfctl.cluster.output import Prefixer
 from tfctl.console import has_controls, inert, make_console, rendered, shown
 
@@ -205,3 +206,17 @@ def test_one_huge_line_costs_logs_no_more_memory_than_the_same_bytes_in_short_li
     assert one_longest <= 64 * 1024 + 32  # a piece and its `[worker:0] ` prefix
     assert one_printed >= size and short_printed >= size
     assert one <= short * 1.3, (one, short)  # KiB
+
+
+def test_a_stop_report_quoting_a_host_takes_no_markup_from_it(monkeypatch) -> None:
+    # `why` is what the connection to the host said: rich markup in it is text, not a style or a
+    # link, and a stray closing tag is no error
+    from tfctl.cli import render
+    from tfctl.cluster.supervisors import StopReport
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    screen = Screen()
+    monkeypatch.setattr(console, "err", lambda: make_console(screen))
+    report = StopReport(hosts=1, unreachable={"h1": "[/red][link=https://evil]x[/link]"})
+    render.render_stop(report)
+    assert "h1: could not be checked: [/red][link=https://evil]x[/link]" in screen.getvalue()

@@ -177,7 +177,7 @@ def _print_parts(parts: Iterator[LogsPart]) -> int:
     finally:
         getattr(parts, "close", lambda: None)()  # stop reading now, not when collected
     for problem in errors:
-        console.err().print(f"[red]{problem}[/red]")
+        console.err().print(problem, style="red", markup=False)
     return 1 if errors else 0
 
 

@@ -309,7 +309,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
         err.print(note)
     if ending.outcome.succeeded:
-        err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
+        err.print(Text("job succeeded", style="green") + Text(f": {ending.outcome.reason}"))
     elif ending.outcome.state is RunState.STOPPED:  # `tfctl down` in another terminal, or a task's host stopped it
         err.print(Text("job stopped", style="yellow") + Text(f": {ending.outcome.reason}"))
     else:
