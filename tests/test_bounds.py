@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_runs import started, write
+from tests.fakes import TaskScript
 from tfctl.config.loader import parse_config
 from tfctl.controller import rpc
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
-from tfctl.errors import ConfigError, TfctlError
+from tfctl.errors import ConfigError, StartupError, TfctlError
 from tfctl.supervisor.logs import MAX_TAIL_BYTES, output_log, tail
 from tfctl.supervisor.protocol import TailRequest
 
@@ -149,3 +151,11 @@ def test_a_tail_after_a_5_MB_line_sees_what_came_after_it(tmp_path: Path) -> Non
     lines = tail(str(tmp_path), TailRequest("r-1", ["worker:0"], 200)).tails["worker:0"]
     assert lines[-4:] == after and len(lines) == 5  # the huge line's last part, then all after it
     assert len(lines[0]) == MAX_TAIL_BYTES - sum(len(line) + 1 for line in after) - 1
+
+
+def test_a_failed_start_quotes_at_most_500_characters_of_each_line(tmp_path: Path, fake_backend) -> None:
+    fake_backend.scripts["ps:0"] = TaskScript(listen_after=None, end_after=2, exit_code=3, lines=["x" * 100_000, "bye"])
+    with pytest.raises(StartupError) as failed:
+        started(write(tmp_path))
+    said = failed.value.message
+    assert "x" * 500 + "… (99500 more characters)\n  bye" in said and len(said) < 2000, said[:300]
