@@ -4,6 +4,7 @@ error a user sees: the controller's socket, cluster files, tails, notify output.
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -159,3 +160,25 @@ def test_a_failed_start_quotes_at_most_500_characters_of_each_line(tmp_path: Pat
         started(write(tmp_path))
     said = failed.value.message
     assert "x" * 500 + "… (99500 more characters)\n  bye" in said and len(said) < 2000, said[:300]
+
+
+MANGLING = ["&a ", "*a", "<<: *a", "[", "]", "{", "}", ": ", "- ", "!!python/object:os.system", "\t", "\x00"]
+MANGLING += ["\u202e", "'", '"', "{job_name}", "{0}", "{x!r}", "..", "$(id)", "\n", "  ", "~", "1e400", "? ", "---\n"]
+MANGLING += ["%YAML 1.1\n", "&b [*b]", "\ufeff", "\r", "[" * 100, "{a: " * 70]
+
+
+def test_a_mangled_cluster_file_is_a_config_error_and_never_another_exception() -> None:
+    example = (Path(__file__).resolve().parents[1] / "cluster.yaml.example").read_text()
+    rng = random.Random(1)
+    for _ in range(500):
+        text = example
+        for _ in range(rng.randrange(1, 6)):
+            at = rng.randrange(len(text) + 1)
+            if rng.random() < 0.6:
+                text = text[:at] + rng.choice(MANGLING) + text[at:]
+            else:
+                text = text[:at] + text[at + rng.randrange(1, 20) :]
+        try:
+            parse_config(text, Path("c.yaml"))
+        except ConfigError:
+            pass
