@@ -171,8 +171,7 @@ def run_command(command: str, event: RunEvent, cwd: Path | None, timeout: float 
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait()
-        reader.join()
+        proc.wait()  # (its reader ends when the last holder of its output does: it is not waited for)
         return f"did not finish within {timeout:g}s: killed"
     out = bytes(kept)
     if proc.returncode == 0:
