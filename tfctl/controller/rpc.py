@@ -30,7 +30,7 @@ from tfctl.supervisor.records import Wire
 
 SOCKET_NAME = "control.sock"
 # Bounds of one line on the socket: a request is a verb and its few arguments; an answer may be
-# `top`'s history of every task (a 100-task run's two minutes are about 1 MiB).
+# `top`'s history of every task (a 100-task run's is about 320 KiB).
 MAX_REQUEST = 64 * 1024
 MAX_ANSWER = 16 * 1024 * 1024
 # The longest path bind() takes (sun_path is 108 bytes); longer ones are reached through the

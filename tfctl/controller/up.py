@@ -182,9 +182,10 @@ def launch(
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
     try:
         _start(store, cluster, run.config, progress)
-    except BaseException:
+    except BaseException as e:
         cluster.close()
         release(record)
+        _tell_failed_start(store, record, e)
         raise
     cluster.record = store.update(record.run_id, state=RunState.RUNNING)
     return cluster
@@ -255,10 +256,10 @@ def _start(
             picked = {}
         control.start(cluster, plan.phases, plan.startup_timeout, progress, again)
     except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
-        _end_if_active(store, record, RunState.STOPPED, "interrupted during start", touched=True)
+        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
         raise
     except TfctlError as e:
-        _end_if_active(store, record, RunState.FAILED, e.message.splitlines()[0], touched)
+        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
         raise
     finally:
         if picked:  # the start failed before its tasks could take them
@@ -279,17 +280,26 @@ def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> d
     return picked
 
 
-def _end_if_active(store: RunStore, record: RunRecord, state: RunState, reason: str, touched: bool) -> None:
-    """Record the end of a start that failed, and tell the `notify:` commands: an `up -d` whose
-    ps exited before listening reaches its user as any failed run does."""
+def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
     if not touched:
-        store.forget(record.run_id)
-        ended: RunRecord | None = record
-    else:  # a `down` ending it meanwhile keeps its own reason, and said it
-        ended = store.end_if_active(record.run_id, state, reason)
-    if ended is not None:
-        with Notifier.of(ended) as notifier:
-            notifier.send(RunEvent.of(ended, EventKind.of_end(state), reason))
+        store.forget(run_id)
+    else:  # a `down` ending it meanwhile keeps its own reason
+        store.end_if_active(run_id, state, reason)
+
+
+def _tell_failed_start(store: RunStore, record: RunRecord, error: BaseException) -> None:
+    """Send the end of a start that failed (or was interrupted, or stopped by a `down`) to the
+    `notify:` commands, as recorded (a run forgotten, as it failed): an `up -d` whose ps exited
+    before listening reaches its user as any failed run does."""
+    stored = store.load(record.run_id) if store.exists(record.run_id) else None
+    if stored is not None and stored.state.is_final:
+        state, reason = stored.state, stored.reason or ""
+    elif isinstance(error, TfctlError):
+        state, reason = RunState.FAILED, error.message.splitlines()[0]
+    else:
+        state, reason = RunState.STOPPED, "interrupted during start"
+    with Notifier.of(stored or record) as notifier:
+        notifier.send(RunEvent.of(stored or record, EventKind.of_end(state), reason))
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:
