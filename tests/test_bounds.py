@@ -19,6 +19,7 @@ from tfctl.config.loader import parse_config
 from tfctl.controller import rpc
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.errors import ConfigError, StartupError, TfctlError
+from tfctl.supervisor.files import MAX_RECORD, read_json
 from tfctl.supervisor.logs import MAX_TAIL_BYTES, output_log, tail
 from tfctl.supervisor.protocol import TailRequest
 
@@ -182,3 +183,11 @@ def test_a_mangled_cluster_file_is_a_config_error_and_never_another_exception() 
             parse_config(text, Path("c.yaml"))
         except ConfigError:
             pass
+
+
+def test_a_state_file_on_a_host_is_read_to_its_bound_and_no_further(tmp_path: Path) -> None:
+    record = tmp_path / "exit.json"
+    record.write_text('{"exit_code": 0, "pad": "' + "x" * (MAX_RECORD + 10) + '"}')
+    assert read_json(str(record)) is None  # not one tfctl wrote: as if unreadable
+    record.write_text('{"exit_code": 3}')
+    assert read_json(str(record)) == {"exit_code": 3}
