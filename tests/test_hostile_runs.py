@@ -68,3 +68,19 @@ def test_top_and_status_json_of_100_tasks_with_two_minutes_of_history_come_throu
         assert status.code == 0 and len(json.loads(status.out)["tasks"]) == 100
         assert tfctl_here("down", "--grace", "0").code == 0
     assert answered == [True, True, True], ended  # top, status, down: through the attached up's door
+
+
+def test_logs_of_long_lines_through_the_door_come_in_parts_below_the_answer_bound(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    lines = [f"{i} " + "x" * 100_000 for i in range(200)]  # 20 MB, in lines longer than logs shows whole
+    fake_backend.scripts.update({"ps:0": TaskScript(), "worker:0": TaskScript(lines=lines), "worker:1": TaskScript()})
+    store, cluster = started(tmp_path / "cluster.yaml", attached=True)
+    with cluster, in_thread(lambda: supervise.attach(store, cluster, lambda _lines: None)):
+        wait_until(live.socket_path(store.run_dir(cluster.record.run_id)).exists, 10, "the door to open")
+        shown = tfctl_here("logs", "worker:0")
+        assert tfctl_here("down", "--grace", "0").code == 0
+    assert shown.code == 0, shown.err
+    assert "".join(line.removeprefix("[worker:0] ") for line in shown.out.splitlines()) == "".join(lines)
