@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +88,26 @@ def test_logs_of_long_lines_through_the_door_come_in_parts_below_the_answer_boun
         assert tfctl_here("down", "--grace", "0").code == 0
     assert shown.code == 0, shown.err
     assert "".join(line.removeprefix("[worker:0] ") for line in shown.out.splitlines()) == "".join(lines)
+
+
+def test_a_start_whose_watcher_is_killed_ends_failed_with_nothing_left(tmp_path: Path, home: Path) -> None:
+    (port,) = free_ports(1)
+    cluster = tmp_path / "cluster.yaml"
+    command = fake(f"--name w --port {port} --sleep -1")
+    cluster.write_text(f"name: cut\njobs:\n  worker:\n    hosts: [localhost:{port}]\n    command: '{command}'\n")
+    up = subprocess.Popen(
+        [sys.executable, "-m", "tfctl", "-f", str(cluster), "up", "-d"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFCTL_HOME": str(home)},
+    )
+    children = Path(f"/proc/{up.pid}/task/{up.pid}/children")
+    forked = wait_until(lambda: children.read_text().split(), 30, "up -d to fork its watcher", interval=0.001)
+    os.kill(int(forked[0]), signal.SIGKILL)  # long before it could say how the start went
+    _out, err = up.communicate(timeout=60)
+    assert up.returncode == 1 and "died during the start: what it started is stopped" in err, err
+    (record,) = json.loads(tfctl("runs", "--all", "--json", home=home).stdout)
+    assert record["state"] == "failed" and record["reason"].endswith("died during the start")
+    shown = tfctl("-f", str(cluster), "status", "--json", home=home)
+    assert all(t["state"] != "running" for t in json.loads(shown.stdout)["tasks"]), shown.stdout

@@ -192,6 +192,9 @@ def _up_detached(
         except KeyboardInterrupt:
             os.kill(child, signal.SIGTERM)
             final = _relay(messages, progress)
+    if final.get("gone") and store.exists(run.record.run_id):  # killed before it said how the start went
+        os.waitpid(child, 0)  # reaped: it no longer counts as running
+        final["error"] = supervise.resume(store, store.load(run.record.run_id)) or final["error"]
     if "error" in final:
         error = TfctlError(final["error"], hint=final.get("hint"))
         error.exit_code = final.get("exit_code", error.exit_code)
@@ -215,6 +218,7 @@ def _relay(messages: IO[str], progress: Callable[[str, str], None]) -> dict[str,
     return {
         "error": "the run's watcher ended before the run started",
         "hint": "its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+        "gone": True,
     }
 
 
