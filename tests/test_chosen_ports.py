@@ -53,7 +53,7 @@ def kill(pid: int) -> None:
 
 def free_span(length: int) -> int:
     """The first of `length` consecutive ports nothing here holds, below the ephemeral range."""
-    low, high = ports.candidates(ports.ephemeral_range())
+    low, high = ports.candidates(ports.ephemeral_range())[0]
     for first in range(low + 5000, high - length, length):
         if all(bindable(p) for p in range(first, first + length)):
             return first
@@ -76,16 +76,29 @@ def test_a_host_picks_free_ports_outside_its_ephemeral_range_and_holds_them_unti
 
 def test_picked_ports_avoid_the_ones_asked_and_too_few_free_ports_say_so(tmp_path, monkeypatch):
     first = free_span(3)
-    monkeypatch.setattr(ports, "candidates", lambda _ephemeral: (first, first + 2))
+    monkeypatch.setattr(ports, "candidates", lambda _ephemeral: [(first, first + 2)])
     root, run_id = str(tmp_path / "root"), "chosen-20261127-000000-beef"
     answer = ports.pick_ports(root, PickPortsRequest(run_id, 2, avoid=[first + 1], seconds=60))
     try:
         assert sorted(answer.ports) == [first, first + 2]
-        with pytest.raises(AgentError, match=f"only 0 of 1 ports between {first} and {first + 2} are free"):
+        with pytest.raises(AgentError, match=f"only 0 of 1 ports in {first}-{first + 2} are free"):
             ports.pick_ports(root, PickPortsRequest(run_id, 1, avoid=[first + 1], seconds=60))
     finally:
         tasks.stop(root, StopRequest(run_id, 1.0, tasks=[]))
         kill(answer.pid)
+
+
+@pytest.mark.parametrize("ephemeral", [(32768, 60999), (10500, 65000), (1024, 64900), (5000, 9000), (11000, 60999)])
+def test_ports_are_never_picked_inside_the_ephemeral_range_however_little_room_it_leaves(ephemeral):
+    spans = ports.candidates(ephemeral)
+    picked = {p for low, high in spans for p in range(low, high + 1)}
+    assert picked and min(picked) >= 1024 and not any(ephemeral[0] <= p <= ephemeral[1] for p in picked)
+
+
+def test_an_ephemeral_range_of_every_port_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (1024, 65535))
+    with pytest.raises(AgentError, match="outside the ephemeral range 1024-65535 .*: it leaves no port above 1024"):
+        ports.pick_ports(str(tmp_path), PickPortsRequest("chosen-20261127-000000-cafe", 1, seconds=60))
 
 
 def test_chosen_ports_fill_tf_config_and_the_classic_flags():

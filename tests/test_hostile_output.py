@@ -3,9 +3,11 @@ while the stored log and piped output stay byte-exact."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -13,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 
 from tests.conftest import free_ports
+from tfctl import console
 from tfctl.cluster.output import Prefixer
-from tfctl.console import has_controls, inert
+from tfctl.console import has_controls, inert, make_console, rendered, shown
 
 CLIPBOARD = "\x1b]52;c;aGVsbG8=\x07"  # OSC 52: write the clipboard
 TITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
@@ -33,6 +37,7 @@ CLEAR = "\x1b[2J"  # CSI: clear the screen
         ("\x1b]0;never ended", "^[]0;never ended"),  # an OSC cut off by the line's end stays inert
         ("tab\tstays", "tab\tstays"),
         ("bell\x07 nul\x00 del\x7f", "bell^G nul^@ del^?"),
+        ("txt.\u202egnp \u2066x\u2069", "txt.<U+202E>gnp <U+2066>x<U+2069>"),  # bidi overrides
     ],
 )
 def test_every_control_character_is_shown_not_obeyed(line: str, shown: str) -> None:
@@ -44,6 +49,37 @@ def test_colours_may_stay_with_a_reset_at_the_end_and_nothing_else_does() -> Non
     assert inert("\x1b[1;31mred" + CLEAR, keep_colour=True) == "\x1b[1;31mred^[[2J\x1b[0m"
     assert inert("\x1b[1;31mred", keep_colour=False) == "^[[1;31mred"
     assert inert("plain", keep_colour=True) == "plain"
+
+
+class Screen(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("colour", [{"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}])
+def test_whatever_a_rich_console_prints_is_inert_whoever_quotes_it(monkeypatch, colour: dict[str, str]) -> None:
+    # the one boundary: a diagnosis, a status note or a notify line quoting a task, with or
+    # without markup, as Text, or rendered for another terminal, obeys nothing it quotes
+    for name, value in colour.items():
+        monkeypatch.setenv(name, value)
+    screen = Screen()
+    shown = make_console(screen)
+    shown.print(f"[red]failed[/red]: {TITLE}{CLEAR}all good \u202eevil", markup=True)
+    shown.print(Text(CLIPBOARD + "x", style="bold link https://evil.example"))
+    shown.print(f"{TITLE} \x9b2J", markup=False)
+    other = rendered(Text(TITLE + "\u2067"), {"tty": True, "color": bool(colour.get("FORCE_COLOR")), "width": 80})
+    for text in (screen.getvalue(), other):
+        without_colours = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", without_colours), text
+    assert "^[]0;pwned" in screen.getvalue() and "<U+202E>evil" in screen.getvalue() and "^[]0;pwned<U+2067>" in other
+    assert ("\x1b[31m" in screen.getvalue()) == bool(colour.get("FORCE_COLOR"))
+
+
+def test_text_rendered_elsewhere_keeps_its_colours_and_nothing_else() -> None:
+    # the status table a run's controller (perhaps of an older tfctl) rendered for this terminal
+    table = "\x1b[1mTASK\x1b[0m  LAST LINE\nworker:0  " + TITLE + CLEAR + "\u202eok\tx\n"
+    assert shown(table) == "\x1b[1mTASK\x1b[0m  LAST LINE\nworker:0  ^[]0;pwned^G^[[2J<U+202E>ok\tx\n"
+    assert shown("plain\n\x1b[31mred\x1b[0m\n") == "plain\n\x1b[31mred\x1b[0m\n"
 
 
 def test_the_prefixer_neutralises_for_a_terminal_only() -> None:
@@ -170,3 +206,17 @@ def test_one_huge_line_costs_logs_no_more_memory_than_the_same_bytes_in_short_li
     assert one_longest <= 64 * 1024 + 32  # a piece and its `[worker:0] ` prefix
     assert one_printed >= size and short_printed >= size
     assert one <= short * 1.3, (one, short)  # KiB
+
+
+def test_a_stop_report_quoting_a_host_takes_no_markup_from_it(monkeypatch) -> None:
+    # `why` is what the connection to the host said: rich markup in it is text, not a style or a
+    # link, and a stray closing tag is no error
+    from tfctl.cli import render
+    from tfctl.cluster.supervisors import StopReport
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    screen = Screen()
+    monkeypatch.setattr(console, "err", lambda: make_console(screen))
+    report = StopReport(hosts=1, unreachable={"h1": "[/red][link=https://evil]x[/link]"})
+    render.render_stop(report)
+    assert "h1: could not be checked: [/red][link=https://evil]x[/link]" in screen.getvalue()

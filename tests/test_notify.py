@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.controller import notify, supervise
+from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -179,3 +182,40 @@ def test_a_command_that_cannot_start_is_reported(tmp_path):
     assert notify.run_command("true", event, tmp_path / "gone") == "could not start: No such file or directory"
     assert event.environment()["TFCTL_EVENT_TASK"] == "" and event.environment()["TFCTL_EVENT_KIND"] == "failed"
     assert os.environ.get("TFCTL_EVENT_KIND") is None  # only the command's environment has them
+
+
+PEAK_OF_A_LOUD_COMMAND = """
+import re
+from tfctl.controller import notify
+event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
+loud = "head -c 300000000 /dev/zero | tr '\\\\0' x; echo; echo the end; exit 3"
+print(notify.run_command(loud, event, None, timeout=60))
+# this process's own peak (ru_maxrss would count the test process it was forked from)
+print(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+"""
+
+
+def test_a_command_printing_300_MB_costs_its_last_64_KiB_and_its_last_line_is_reported():
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_A_LOUD_COMMAND], capture_output=True, text=True, timeout=120, check=True
+    )
+    failure, peak_kib = done.stdout.splitlines()
+    assert failure == "exited with code 3: the end"
+    assert int(peak_kib) < 150 * 1024, peak_kib  # not the 300 MB it printed
+
+
+def test_a_failing_command_s_line_obeys_nothing_it_printed(tmp_path, capsys):
+    event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
+    with notify.Notifier([r"printf 'retitled\033]0;pwned\007\033[2J\n'; exit 1"], tmp_path) as notifier:
+        notifier.send(event)
+    said = capsys.readouterr().err
+    assert "exited with code 1: retitled^[]0;pwned" in said and "\x1b" not in said, said
+
+
+def test_a_run_whose_ps_exits_before_listening_sends_a_failed_event(tmp_path, fake_backend):
+    fake_backend.scripts["ps:0"] = TaskScript(listen_after=None, end_after=2, exit_code=3)
+    with pytest.raises(StartupError, match="ps:0 exited with code 3 before listening"):
+        started(write(tmp_path, extra=APPEND))
+    (failed,) = events(tmp_path)
+    assert failed["kind"] == "failed" and failed["reason"].startswith("ps:0 exited with code 3 before listening")
+    assert (tmp_path / "env.txt").read_text() == f"failed  {failed['run_id']}\n"

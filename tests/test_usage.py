@@ -168,9 +168,29 @@ def test_without_nvidia_smi_a_task_has_no_gpu_figures(tmp_path: Path, monkeypatc
     assert usage.gpu_usage([0], [1]) == (None, None)
 
 
-def test_a_whole_life_of_samples_is_thinned_evenly_keeping_the_newest() -> None:
-    samples = [Usage(float(i), 1.0, i) for i in range(1000)]
-    kept = usage.thinned(samples, 200)
-    assert 200 <= len(kept) <= 201 and kept[0] is samples[0] and kept[-1] is samples[-1]
+def write_samples(log: Path, count: int) -> list[Usage]:
+    samples = [Usage(float(i), 1.0, i) for i in range(count)]
+    with open(usage.usage_path(str(log)), "wb") as f:
+        for u in samples:
+            f.write(usage.RECORD.pack(u.sampled_at, u.cpu_percent, u.rss_bytes, -1.0, -1))
+    return samples
+
+
+def test_a_whole_life_of_samples_is_thinned_evenly_keeping_the_newest(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    samples = write_samples(log, 1000)
+    kept = usage.read_usage_points(str(log), 200)
+    assert 200 <= len(kept) <= 201 and kept[0] == samples[0] and kept[-1] == samples[-1]
     assert {b.sampled_at - a.sampled_at for a, b in zip(kept, kept[1:-1])} == {5.0}
-    assert usage.thinned(samples[:3], 200) == samples[:3] and usage.thinned([], 200) == []
+    assert usage.read_usage_points(str(tmp_path / "none.log"), 200) == []
+    assert usage.read_usage_points(str(log), 2000) == samples
+
+
+def test_a_huge_usage_file_costs_only_the_points_read(tmp_path: Path) -> None:
+    # a month's run, or a file someone filled on the host: 100 million records (3.2 GB, sparse)
+    log = tmp_path / "output.log"
+    with open(usage.usage_path(str(log)), "wb") as f:
+        f.truncate(100_000_000 * usage.RECORD.size)
+    started = time.monotonic()
+    assert len(usage.read_usage_points(str(log), 200)) == 201
+    assert time.monotonic() - started < 2

@@ -13,10 +13,11 @@ import re
 import shutil
 import sys
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, Mapping, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.segment import Segment
 
 # Piped output is read by scripts and pagers: don't cut it to an imaginary 80-column screen.
 OUT_PIPE_WIDTH = 200
@@ -66,12 +67,10 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, width: i
 
 
 def _console(stream: TextIO | None, stderr: bool, width: int | None, tty: bool, color: bool) -> Console:
-    from rich.console import Console
-
     system: Literal["auto", "standard"] | None = None
     if color:
         system = "auto" if tty and os.environ.get("TERM") != "dumb" else "standard"
-    return Console(
+    return _inert_console_class()(
         file=stream,
         stderr=stderr,
         force_terminal=tty,
@@ -81,6 +80,28 @@ def _console(stream: TextIO | None, stderr: bool, width: int | None, tty: bool, 
         soft_wrap=True,
         width=width,
     )
+
+
+@lru_cache(maxsize=None)
+def _inert_console_class() -> type[Console]:
+    """rich's Console, but every piece of text it writes passes `inert_lines` (its own control
+    segments, cursor moves of a live display, stay) and no text becomes a hyperlink: the one
+    boundary between what tasks and commands printed and the terminal, whoever quotes it."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class InertConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            return super()._render_buffer(
+                segment if segment.control else Segment(inert_lines(segment.text), _unlinked(segment.style))
+                for segment in buffer
+            )
+
+    return InertConsole
+
+
+def _unlinked(style: Any) -> Any:
+    return style.update_link(None) if style is not None and style.link else style
 
 
 def stdout_traits() -> dict[str, Any]:
@@ -122,13 +143,16 @@ def paint(text: str, color: str) -> str:
 
 
 # Task output is untrusted: on a terminal, a control sequence a task prints could set the window
-# title, write the clipboard (OSC 52), clear the screen or move the cursor over tfctl's own lines.
-# `inert` shows every such byte as `cat -v` does (ESC as ^[, BEL as ^G), so nothing reaches the
-# terminal as a command and no sequence is ever cut in half; SGR colour sequences may be kept,
-# with a reset at the end of the line so a colour never leaks into the next.
+# title, write the clipboard (OSC 52), clear the screen or move the cursor over tfctl's own lines,
+# and a bidirectional override (U+202A-202E, U+2066-2069) could show text in another order than
+# it is. `inert` shows every such character as `cat -v` does (ESC as ^[, BEL as ^G; an override
+# as <U+202E>), so nothing reaches the terminal as a command and no sequence is ever cut in half;
+# SGR colour sequences may be kept, with a reset at the end of the line so a colour never leaks
+# into the next. Every rich console (`make_console`, `rendered`) passes the text it prints through
+# the same filter, so whatever tfctl quotes of a task or a command is shown, never obeyed.
 _SGR = re.compile(r"\x1b\[[0-9;:]*m")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]")
-_UNSAFE_IN_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")  # newlines between lines are fine
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")  # newlines are fine
 
 
 def has_controls(text: str) -> bool:
@@ -139,6 +163,8 @@ def has_controls(text: str) -> bool:
 
 def _caret(match: re.Match[str]) -> str:
     code = ord(match.group())
+    if code > 0xFF:
+        return f"<U+{code:04X}>"
     if code >= 0x80:
         return "M-^" + chr(code - 0x80 + 0x40)
     return "^?" if code == 0x7F else "^" + chr(code + 0x40)
@@ -157,3 +183,17 @@ def inert(line: str, keep_colour: bool = False) -> str:
     for colour, part in zip(colours, parts[1:]):
         out += [colour, _CONTROL.sub(_caret, part)]
     return "".join(out) + "\x1b[0m"
+
+
+def shown(text: str) -> str:
+    """Text rendered elsewhere (the status table a run's controller rendered for this terminal)
+    as it may reach the terminal: its SGR colours kept, every other control shown, not obeyed."""
+    if not has_controls(_SGR.sub("", text)):
+        return text
+    parts, colours = _SGR.split(text), _SGR.findall(text)
+    return "".join(inert_lines(part) + colour for part, colour in zip(parts, [*colours, ""]))
+
+
+def inert_lines(text: str) -> str:
+    """`inert` for text of many lines: newlines and tabs stay, every other control is shown."""
+    return _UNSAFE_IN_LINES.sub(_caret, text) if _UNSAFE_IN_LINES.search(text) else text

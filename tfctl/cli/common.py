@@ -100,7 +100,9 @@ def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resum
     record = resolve_run(store, path or Path("."), run_id)
     note = supervise.resume(store, record) if resume else None
     if note:
-        console.err().print(f"[yellow]warning:[/yellow] {note}")
+        from rich.text import Text
+
+        console.err().print(Text("warning:", style="yellow") + Text(f" {note}"))  # the note may quote a host
         record = store.load(record.run_id)
     return record
 

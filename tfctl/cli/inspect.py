@@ -46,7 +46,7 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     with status_asker(record) as ask:
 
         def table() -> str:  # as this terminal prints it; it may have been resized since the last one
-            return ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or ""
+            return console.shown(ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or "")
 
         if as_json:
             console.out().print_json(json.dumps(ask(StatusAsk(json=True)).json))
@@ -177,7 +177,7 @@ def _print_parts(parts: Iterator[LogsPart]) -> int:
     finally:
         getattr(parts, "close", lambda: None)()  # stop reading now, not when collected
     for problem in errors:
-        console.err().print(f"[red]{problem}[/red]")
+        console.err().print(problem, style="red", markup=False)
     return 1 if errors else 0
 
 

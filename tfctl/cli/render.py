@@ -38,11 +38,13 @@ def stop_summary(report: StopReport) -> str:
 def render_stop(report: StopReport) -> None:
     console.err().print(stop_summary(report))
     for host, pids in report.remaining.items():
-        console.err().print(f"[red]{host}: still running: pids {', '.join(map(str, pids))}[/red]")
+        console.err().print(f"{host}: still running: pids {', '.join(map(str, pids))}", style="red", markup=False)
     for address, pids in report.busy_ports.items():
-        console.err().print(f"[red]{address}: still listening (pids {', '.join(map(str, pids)) or '?'})[/red]")
+        console.err().print(
+            f"{address}: still listening (pids {', '.join(map(str, pids)) or '?'})", style="red", markup=False
+        )
     for host, why in report.unreachable.items():
-        console.err().print(f"[red]{host}: could not be checked: {why}[/red]")
+        console.err().print(f"{host}: could not be checked: {why}", style="red", markup=False)
     for host, why in report.lost_silent.items():
         console.err().print(
             f"{host}, which the run left when its tasks moved to a spare, is still silent ({why}): "

@@ -193,6 +193,9 @@ def _up_detached(
         except KeyboardInterrupt:
             os.kill(child, signal.SIGTERM)
             final = _relay(messages, progress)
+    if final.get("gone") and store.exists(run.record.run_id):  # killed before it said how the start went
+        os.waitpid(child, 0)  # reaped: it no longer counts as running
+        final["error"] = supervise.resume(store, store.load(run.record.run_id)) or final["error"]
     if "error" in final:
         error = TfctlError(final["error"], hint=final.get("hint"))
         error.exit_code = final.get("exit_code", error.exit_code)
@@ -216,6 +219,7 @@ def _relay(messages: IO[str], progress: Callable[[str, str], None]) -> dict[str,
     return {
         "error": "the run's watcher ended before the run started",
         "hint": "its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+        "gone": True,
     }
 
 
@@ -312,7 +316,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
         err.print(note)
     if ending.outcome.succeeded:
-        err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")
+        err.print(Text("job succeeded", style="green") + Text(f": {ending.outcome.reason}"))
     elif ending.outcome.state is RunState.STOPPED:  # `tfctl down` in another terminal, or a task's host stopped it
         err.print(Text("job stopped", style="yellow") + Text(f": {ending.outcome.reason}"))
     else:

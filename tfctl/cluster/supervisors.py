@@ -299,7 +299,7 @@ class Cluster:
 
     def last_lines_text(self, task: str, count: int = 10) -> str:
         """`\\nlast N lines of TASK:` and the lines, for an error message; empty if none."""
-        lines = self.tails([task], count).get(task, [])
+        lines = [_cut(line) for line in self.tails([task], count).get(task, [])]
         return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
 
     def reachable(self, source: str, address: str) -> bool | None:
@@ -544,3 +544,10 @@ class Cluster:
             unreachable={h: error_text(e) for h, e in answers.failed.items() if h not in lost},
             lost_silent=lost_silent,
         )
+
+
+LINE_SHOWN = 500  # characters of each line an error message quotes: a 4 MiB line would fill screens
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE_SHOWN else f"{line[:LINE_SHOWN]}… ({len(line) - LINE_SHOWN} more characters)"

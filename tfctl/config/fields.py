@@ -150,7 +150,10 @@ def _workdir(doc: Doc, path: str, value: Any) -> Any:
     directory = Path(text).expanduser()
     if not directory.is_absolute():
         directory = doc.file.parent / directory
-    directory = directory.resolve()
+    try:
+        directory = directory.resolve()
+    except (RuntimeError, OSError) as error:  # RuntimeError: a symlink loop
+        return doc.problem(path, f"{directory} cannot be followed: {error}", "point `workdir` at a real directory")
     if not directory.exists():
         return doc.problem(
             path,

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfctl import backends
+from tfctl.config import bounded
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.errors import ConfigError, ConfigProblem
@@ -33,10 +34,17 @@ _PLAIN_TAGS: dict[type[yaml.Node], str] = {
 }
 
 
+MAX_ENV_VARIABLE = 128 * 1024  # bytes of `NAME=value`, with its NUL (Linux's MAX_ARG_STRLEN)
+_NOT_A_CLUSTER_FILE = "check that -f names the cluster file (a few KiB of settings)"
+
+
 def load_config(path: Path) -> ClusterConfig:
     """Read and validate a cluster file; an unreadable file is reported like any other mistake."""
     try:
-        text = path.read_text(encoding="utf-8")
+        head = bounded.read_head(path)
+        if len(head) > bounded.MAX_FILE:
+            raise ConfigError([ConfigProblem(path, None, None, "", bounded.too_big_text(), _NOT_A_CLUSTER_FILE)])
+        text = head.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() reads it
     except FileNotFoundError:
         problem = ConfigProblem(
             path, None, None, "", "no such cluster file", "create one with `tfctl init`, or pass -f FILE"
@@ -75,7 +83,9 @@ def parse_config(text: str, path: Path) -> ClusterConfig:
 def _compose(doc: Doc, text: str) -> Any:
     """YAML text -> plain Python values (top-level mapping), recording each path's node."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=bounded.BoundedLoader)
+    except bounded.TooBig as error:
+        return doc.problem("", error.problem or "", error.fix, at=error.problem_mark)
     except yaml.MarkedYAMLError as error:
         message = f"invalid YAML: {error.problem or error.context}"
         if error.context and error.problem and error.context_mark is not None:
@@ -195,6 +205,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_commands(doc, root)
     _check_backend(doc, root, values)
     _check_logdir(doc, values)
+    _check_env_sizes(doc, values)
     _check_device_env(doc, values)
     _check_host_names(doc, values, root)
     _check_on_stall(doc, values)
@@ -268,6 +279,28 @@ def _check_logdir(doc: Doc, values: dict[str, Any]) -> None:
                 "uses `{logdir}`, but the file has no `logdir`",
                 "add a top-level `logdir: logs/{run_id}` (relative paths start at each task's workdir)",
             )
+
+
+def _check_env_sizes(doc: Doc, values: dict[str, Any]) -> None:
+    """A variable longer than the kernel passes to a program (MAX_ARG_STRLEN: 128 KiB for
+    `NAME=value`) would fail every task at start with "Argument list too long": refused here."""
+    jobs = values.get("jobs")
+    every = {f"env.{name}": (name, text) for name, text in _env_of(values.get("env"))}
+    if isinstance(jobs, Mapping):
+        every.update({f"jobs.{job}.env.{n}": (n, text) for job, spec in jobs.items() for n, text in _env_of(spec.env)})
+    for path, (name, text) in every.items():
+        size = len(f"{name}={text}".encode())
+        if size >= MAX_ENV_VARIABLE:
+            doc.problem(
+                path,
+                f"`{name}=...` is {size} bytes, over the {MAX_ENV_VARIABLE >> 10} KiB a program can be given one "
+                "variable in",
+                "pass big data in a file (its path in the variable), not in the variable itself",
+            )
+
+
+def _env_of(env: Any) -> list[tuple[str, str]]:
+    return [(n, t) for n, t in env.items() if isinstance(t, str)] if isinstance(env, Mapping) else []
 
 
 def _check_device_env(doc: Doc, values: dict[str, Any]) -> None:

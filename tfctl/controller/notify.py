@@ -10,18 +10,19 @@ for them; a command that fails is reported as one line and changes nothing about
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, ClassVar, Mapping, Sequence
+from typing import IO, Callable, ClassVar, Mapping, Sequence
 
+from tfctl import console
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -29,6 +30,7 @@ from tfctl.supervisor.records import Wire, record
 
 NOTIFY_TIMEOUT = 10.0  # seconds a notify command may take before it is killed
 OUTPUT_SHOWN = 200  # characters of a failed command's last output line in its report
+OUTPUT_KEPT = 64 * 1024  # bytes of a command's output kept, its last: one printing gigabytes costs nothing
 
 
 class EventKind(str, enum.Enum):
@@ -77,7 +79,8 @@ class RunEvent(Wire):
 
 
 def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)  # the terminal of an attached `up`, a watcher's watch.log
+    # the terminal of an attached `up`, a watcher's watch.log; the command's words shown, not obeyed
+    console.err().print(line, markup=False)
 
 
 class Notifier:
@@ -151,22 +154,49 @@ def run_command(command: str, event: RunEvent, cwd: Path | None, timeout: float 
         )
     except OSError as e:
         return f"could not start: {e.strerror}"
+    assert proc.stdin is not None and proc.stdout is not None
+    deadline = time.monotonic() + timeout
     stdin = (json.dumps(event.to_wire()) + "\n").encode()
+    threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+    kept = bytearray()
+    reader = threading.Thread(target=_keep_last, args=(proc.stdout, kept), daemon=True)
+    reader.start()
+    reader.join(timeout)  # until the command and all it started closed its output
     try:
-        out, _ = proc.communicate(stdin, timeout=timeout)
+        if reader.is_alive():
+            raise subprocess.TimeoutExpired(command, timeout)
+        proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait()
+        proc.wait()  # (its reader ends when the last holder of its output does: it is not waited for)
         return f"did not finish within {timeout:g}s: killed"
+    out = bytes(kept)
     if proc.returncode == 0:
         return None
     code = proc.returncode
     end = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     last = out.decode("utf-8", "replace").strip().splitlines()[-1:]
     return end + (f": {last[0][:OUTPUT_SHOWN]}" if last else "")
+
+
+def _feed(stdin: IO[bytes], data: bytes) -> None:
+    """The event to a command's stdin, on a thread: one that never reads it blocks nothing."""
+    with contextlib.suppress(OSError):  # BrokenPipeError: it did not read it
+        with stdin:
+            stdin.write(data)
+
+
+def _keep_last(stdout: IO[bytes], kept: bytearray) -> None:
+    """Read a command's output to its end, keeping its last OUTPUT_KEPT bytes in `kept`."""
+    with stdout:
+        while chunk := os.read(stdout.fileno(), 65536):
+            kept += chunk
+            if len(kept) > 2 * OUTPUT_KEPT:  # trimmed now and then, not on every chunk
+                del kept[:-OUTPUT_KEPT]
+    del kept[:-OUTPUT_KEPT]
 
 
 class RestartWatch:

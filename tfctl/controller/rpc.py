@@ -29,7 +29,10 @@ from tfctl.runs.record import RunRecord
 from tfctl.supervisor.records import Wire
 
 SOCKET_NAME = "control.sock"
+# Bounds of one line on the socket: a request is a verb and its few arguments; an answer may be
+# `top`'s history of every task (a 100-task run's is about 320 KiB).
 MAX_REQUEST = 64 * 1024
+MAX_ANSWER = 16 * 1024 * 1024
 # The longest path bind() takes (sun_path is 108 bytes); longer ones are reached through the
 # directory's descriptor in /proc/self/fd.
 MAX_SOCKET_PATH = 100
@@ -123,7 +126,7 @@ class ControllerDoor:
                 if not _same_user(conn):
                     return
                 conn.settimeout(5)
-                line = json.loads(_read_line(conn))
+                line = json.loads(_read_line(conn, MAX_REQUEST, "request"))
                 verb, args = line["verb"], line.get("args") or {}
                 conn.settimeout(None)
                 if verb in self._streams:
@@ -135,6 +138,9 @@ class ControllerDoor:
                 else:
                     answer = {"error": f"the run's controller does not serve `{verb}`"}
                 conn.sendall(json.dumps(answer).encode() + b"\n")
+            except TooLong as e:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"error": str(e)}).encode() + b"\n")
             except (OSError, ValueError, KeyError, TypeError):
                 return  # the asker went away or sent nonsense: it falls back to the hosts
 
@@ -195,16 +201,26 @@ def _same_user(conn: socket.socket) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _read_line(conn: socket.socket) -> bytes:
-    data = b""
+class TooLong(ValueError):
+    """A line on the socket longer than its bound; the message names the bound."""
+
+
+def _too_long(what: str, limit: int) -> TooLong:
+    bound = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+    return TooLong(f"the controller's {what} is longer than its bound of {bound}")
+
+
+def _read_line(conn: socket.socket, limit: int, what: str) -> bytes:
+    """One line of at most `limit` bytes (`what`: request or answer, for the error)."""
+    data = bytearray()
     while not data.endswith(b"\n"):
-        chunk = conn.recv(4096)
+        chunk = conn.recv(65536)
         if not chunk:
             break
         data += chunk
-        if len(data) > MAX_REQUEST:
-            raise ValueError("request too long")
-    return data
+        if len(data) > limit:
+            raise _too_long(what, limit)
+    return bytes(data)
 
 
 def _request_line(request: DoorRequest[Any]) -> bytes:
@@ -242,7 +258,9 @@ def _exchange(path: Path, request: DoorRequest[Any], timeout: float) -> bytes | 
             with _short(path) as name:
                 conn.connect(name)
             conn.sendall(_request_line(request))
-            return _read_line(conn)
+            return _read_line(conn, MAX_ANSWER, "answer")
+    except TooLong as e:
+        raise TfctlError(str(e)) from None
     except OSError:
         return None
 
@@ -262,7 +280,7 @@ def stream(run_dir: Path, record: RunRecord, request: DoorRequest[A]) -> Iterato
                 conn.connect(name)
             conn.sendall(_request_line(request))
             answers = conn.makefile("rb")
-            first = answers.readline()
+            first = answers.readline(MAX_ANSWER)
         conn.settimeout(None)
     except OSError:  # a timeout included: a stopped or hung controller
         conn.close()
@@ -282,7 +300,9 @@ def stream(run_dir: Path, record: RunRecord, request: DoorRequest[A]) -> Iterato
 
 def _parts(conn: socket.socket, answers: BinaryIO, part_type: type[A]) -> Iterator[A]:
     with conn, answers:
-        for line in answers:
+        while line := answers.readline(MAX_ANSWER + 1):
+            if len(line) > MAX_ANSWER:
+                raise TfctlError(str(_too_long("answer", MAX_ANSWER)))
             answer = json.loads(line)
             if "part" in answer:
                 try:

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
 
 RUN_END_CHECK = 2.0  # seconds between looks at whether a followed run has ended
+# Characters of log text in one part: as JSON (at most 6 bytes a character, `\u001b`) far below
+# the answer's bound, `rpc.MAX_ANSWER`, however long the lines of a batch are.
+PART_CHARS = 1 << 20
 
 
 def controller_door(
@@ -61,7 +64,9 @@ def logs_parts(
         for blocks in follower.blocks():
             if blocks:
                 shown = blocks if folder is None else [(task, folder.fold(task, lines)) for task, lines in blocks]
-                yield LogsPart(text=prefix.text(shown))
+                text = prefix.text(shown)
+                for start in range(0, len(text), PART_CHARS):
+                    yield LogsPart(text=text[start : start + PART_CHARS])
             if notes is not None:
                 for task, lines in blocks:
                     for line in lines:

@@ -21,7 +21,7 @@ from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import RunRecord
-from tfctl.supervisor.protocol import TaskState
+from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
 from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
@@ -116,10 +116,30 @@ class Snapshot:
 def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     progress = RunProgress(cluster.record.progress)
     statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history)
+    statuses = traceless(cluster.record, statuses)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     held = backend_for(cluster.record.backend).report(cluster.record)
     return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
+
+
+def traceless(record: RunRecord, statuses: list[TaskStatus]) -> list[TaskStatus]:
+    """A task of a run past its start whose host has no trace of it is not `pending`: its folder
+    there was deleted (or, in a start that failed, it never started). Shown as lost, saying so;
+    a task moved to a spare is left pending while it starts there."""
+    if record.state is RunState.STARTING:
+        return statuses
+    moved = {m.task for m in record.moves}
+    return [
+        dataclasses.replace(
+            s,
+            state=TaskState.LOST,
+            error=f"no trace of it on {s.host} (its folder there was deleted, or it never started)",
+        )
+        if s.state is TaskState.PENDING and s.task not in moved
+        else s
+        for s in statuses
+    ]
 
 
 def unreachable_text(since: float) -> str:
@@ -229,6 +249,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         )
     captions = [f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())]
     captions += [f"{host}: {problem}" for host, problem in sorted(host_problems(statuses).items())]
+    captions += [f"{s.task} {s.describe_end()}" for s in statuses if s.state is TaskState.LOST and s.error]
     if captions:
         table.caption = "\n".join(captions)
     notes = [finding_text(task, f) for task, f in found.findings.items()]

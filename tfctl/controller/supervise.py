@@ -367,6 +367,10 @@ def resume(store: RunStore, record: RunRecord) -> str | None:
     if w is None or not watcher.controller_gone(record):
         return None
     was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
+    if record.state is RunState.STARTING:  # nobody can finish a start cut off halfway: end it
+        with Cluster(record) as cluster:
+            cut = finish(store, cluster, Outcome(RunState.FAILED, f"{was} died during the start")).record
+        return f"run {record.run_id}: {was} died during the start: what it started is stopped; recorded as {cut.state}"
     ended = _decided_already(store, record)
     if ended is not None:
         how = f"{ended.state.value} ({ended.reason})"

@@ -18,6 +18,7 @@ from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.down import release
+from tfctl.controller.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.plan import Draft, Plan, draft, make_plan, remote_workdir
 from tfctl.controller.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.watcher import controller_gone, controller_of_this_process
@@ -182,9 +183,10 @@ def launch(
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
     try:
         _start(store, cluster, run.config, progress)
-    except BaseException:
+    except BaseException as e:
         cluster.close()
         release(record)
+        _tell_failed_start(store, record, e)
         raise
     cluster.record = store.update(record.run_id, state=RunState.RUNNING)
     return cluster
@@ -284,6 +286,21 @@ def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, t
         store.forget(run_id)
     else:  # a `down` ending it meanwhile keeps its own reason
         store.end_if_active(run_id, state, reason)
+
+
+def _tell_failed_start(store: RunStore, record: RunRecord, error: BaseException) -> None:
+    """Send the end of a start that failed (or was interrupted, or stopped by a `down`) to the
+    `notify:` commands, as recorded (a run forgotten, as it failed): an `up -d` whose ps exited
+    before listening reaches its user as any failed run does."""
+    stored = store.load(record.run_id) if store.exists(record.run_id) else None
+    if stored is not None and stored.state.is_final:
+        state, reason = stored.state, stored.reason or ""
+    elif isinstance(error, TfctlError):
+        state, reason = RunState.FAILED, error.message.splitlines()[0]
+    else:
+        state, reason = RunState.STOPPED, "interrupted during start"
+    with Notifier.of(stored or record) as notifier:
+        notifier.send(RunEvent.of(stored or record, EventKind.of_end(state), reason))
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:

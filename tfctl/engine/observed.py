@@ -27,7 +27,7 @@ def describe_end(
     """
     at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
     if state is TaskState.LOST:
-        return "was lost (its process is gone and no exit code was recorded)"
+        return f"was lost: {error}" if error else "was lost (its process is gone and no exit code was recorded)"
     if state is TaskState.STOPPED:
         return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
     if signal:

@@ -52,10 +52,16 @@ def write_json(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
+MAX_RECORD = 4 * 1024 * 1024  # bytes: a record is a few hundred; one bigger was not written by tfctl
+
+
 def read_json(path: str) -> Optional[Any]:
+    """A JSON record; None if there is none, or it is not one tfctl wrote (unreadable, or
+    larger than MAX_RECORD: files on a host are read without trusting them)."""
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_RECORD + 1)
+        return json.loads(data) if len(data) <= MAX_RECORD else None
     except (FileNotFoundError, ValueError):
         return None
 

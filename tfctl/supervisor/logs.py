@@ -27,8 +27,9 @@ def output_log(root: str, run_id: str, task: str) -> str:
     return os.path.join(task_dir(root, run_id, task), "output.log")
 
 
-def tail_offset(path: str, lines: int) -> int:
-    """Byte offset where the last `lines` lines of the file begin."""
+def tail_offset(path: str, lines: int, within: Optional[int] = None) -> int:
+    """Byte offset where the last `lines` lines of the file begin; with `within`, no earlier than
+    that many bytes before its end (what is before is not even read)."""
     try:
         f = open(path, "rb")
     except OSError:
@@ -39,9 +40,10 @@ def tail_offset(path: str, lines: int) -> int:
         end = pos
         if lines <= 0:
             return end  # `--tail 0`: nothing of what is there, only what comes
+        floor = 0 if within is None else max(0, end - within)
         newlines = 0
-        while pos > 0:
-            step = min(65536, pos)
+        while pos > floor:
+            step = min(65536, pos - floor)
             pos -= step
             f.seek(pos)
             block = f.read(step)
@@ -55,7 +57,7 @@ def tail_offset(path: str, lines: int) -> int:
                 newlines += 1
                 if newlines == lines:
                     return pos + i + 1
-        return 0
+        return floor
 
 
 def _last_line_end(data: bytes) -> int:
@@ -102,13 +104,14 @@ def last_line(path: str) -> str:
 
 
 def tail(root: str, request: TailRequest) -> TailAnswer:
-    """The last `lines` lines of several tasks' output, in one answer (for diagnosis)."""
+    """The last `lines` lines of several tasks' output, in one answer (for diagnosis), from at
+    most its last MAX_TAIL_BYTES: after a huge line, what came after it is what matters."""
     tails: Dict[str, List[str]] = {}
     for task in request.tasks:
         path = output_log(root, request.run_id, task)
         try:
             with open(path, "rb") as f:
-                f.seek(tail_offset(path, request.lines))
+                f.seek(tail_offset(path, request.lines, MAX_TAIL_BYTES))
                 tails[task] = f.read(MAX_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
         except OSError:
             tails[task] = []

@@ -22,19 +22,22 @@ EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 LINUX_EPHEMERAL = (32768, 60999)  # the kernel's default, when the file cannot be read
 LOWEST = 10000  # below: the well-known and registered ports people write by hand (2222, 8080...)
 
-# argv: seconds, lowest, highest, count, then the ports to avoid. Binds ports from a random
-# start in [lowest, highest], listens on each (a bound socket that does not listen does not
-# stop another SO_REUSEADDR bind), prints them, and holds them.
+ROOM = 1000  # ports outside the ephemeral range above LOWEST below which ports under LOWEST are used too
+
+# argv: seconds, count, the spans ("10000-32767,61000-65535"), then the ports to avoid. Binds
+# ports from a random start among the spans' ports, listens on each (a bound socket that does
+# not listen does not stop another SO_REUSEADDR bind), prints them, and holds them.
 HOLDER = """
 import random, socket, sys, time
-seconds, low, high, count = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-avoid = set(int(p) for p in sys.argv[5:])
-span, held = high - low + 1, []
-start = random.randrange(span)
-for i in range(span):
+seconds, count, spans = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+avoid = set(int(p) for p in sys.argv[4:])
+ports = [p for span in spans.split(",") for p in range(int(span.split("-")[0]), int(span.split("-")[1]) + 1)]
+held = []
+start = random.randrange(len(ports))
+for i in range(len(ports)):
     if len(held) == count:
         break
-    port = low + (start + i) % span
+    port = ports[(start + i) % len(ports)]
     if port in avoid:
         continue
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -47,7 +50,7 @@ for i in range(span):
         continue
     held.append(s)
 if len(held) < count:
-    sys.exit("only %d of %d ports between %d and %d are free" % (len(held), count, low, high))
+    sys.exit("only %d of %d ports in %s are free" % (len(held), count, spans.replace(",", ", ")))
 print("ports " + " ".join(str(s.getsockname()[1]) for s in held), flush=True)
 time.sleep(seconds)
 """
@@ -62,20 +65,26 @@ def ephemeral_range() -> Tuple[int, int]:
         return LINUX_EPHEMERAL
 
 
-def candidates(ephemeral: Tuple[int, int]) -> Tuple[int, int]:
-    """The span ports are picked from: below the ephemeral range, else above it."""
+def candidates(ephemeral: Tuple[int, int]) -> List[Tuple[int, int]]:
+    """The spans ports are picked from, never inside the ephemeral range: from LOWEST up, and
+    from 1024 when there is little room above LOWEST (none at all: an empty list)."""
     low, high = ephemeral
-    if low - LOWEST >= 1000:
-        return LOWEST, low - 1
-    if 65535 - high >= 1000:
-        return high + 1, 65535
-    return 1024, 65535  # the whole range is ephemeral: nothing better to do
+    spans = [(LOWEST, low - 1), (max(high + 1, LOWEST), 65535)]
+    if sum(max(0, b - a + 1) for a, b in spans) < ROOM:
+        spans = [(1024, min(low, LOWEST) - 1), (max(high + 1, 1024), LOWEST - 1)] + spans
+    return [(a, b) for a, b in spans if a <= b]
 
 
 def pick_ports(root: str, request: PickPortsRequest) -> PickPortsAnswer:
-    low, high = candidates(ephemeral_range())
-    argv = [str(request.seconds), str(low), str(high), str(request.count)] + [str(p) for p in request.avoid]
-    pid, line = hold(HOLDER, argv, request.run_id, request.store, "ports", "cannot pick %d free ports" % request.count)
+    ephemeral = ephemeral_range()
+    spans = candidates(ephemeral)
+    failed = "cannot pick %d free ports outside the ephemeral range %d-%d (%s)" % (
+        (request.count,) + ephemeral + (EPHEMERAL_RANGE,)
+    )
+    if not spans:
+        raise AgentError("%s: it leaves no port above 1024 outside it" % failed)
+    argv = [str(request.seconds), str(request.count), ",".join("%d-%d" % span for span in spans)]
+    pid, line = hold(HOLDER, argv + [str(p) for p in request.avoid], request.run_id, request.store, "ports", failed)
     return PickPortsAnswer([int(p) for p in line.split()[1:]], pid)
 
 

@@ -38,7 +38,7 @@ from .protocol import (
     TaskState,
 )
 from .state import task_state
-from .usage import current_usage, read_usage, thinned
+from .usage import current_usage, read_usage, read_usage_points
 
 START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
@@ -196,7 +196,7 @@ def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
             if request.usage_history:
                 info = info.replace(usage_history=read_usage(log, request.usage_history, info.started_at or 0.0))
         if request.usage_points:
-            info = info.replace(usage_history=thinned(read_usage(log), request.usage_points))
+            info = info.replace(usage_history=read_usage_points(log, request.usage_points))
         out[task] = info
     tails = tail(root, TailRequest(run_id, list(request.tasks), request.tail)).tails if request.tail else {}
     return StatusAnswer(out, now, tails, disk=trouble or "")

@@ -153,24 +153,32 @@ def read_usage(log_path: str, last: Optional[int] = None, since: float = 0.0) ->
             data = f.read((count - first) * RECORD.size)
     except OSError:
         return []
-    out = []
-    for stamp, percent, rss, util, memory in RECORD.iter_unpack(data):
-        if stamp >= since:
-            out.append(
-                Usage(
-                    stamp, round(percent, 1), rss, None if util < 0 else round(util, 1), None if memory < 0 else memory
-                )
-            )
-    return out
+    return [_usage(fields) for fields in RECORD.iter_unpack(data) if fields[0] >= since]
 
 
-def thinned(samples: List[Usage], points: int) -> List[Usage]:
-    """At most about `points` of the samples, evenly spread, the newest always among them."""
-    step = max(1, -(-len(samples) // max(points, 1)))
-    kept = samples[::step]
-    if samples and kept[-1] is not samples[-1]:
-        kept.append(samples[-1])
-    return kept
+def read_usage_points(log_path: str, points: int) -> List[Usage]:
+    """At most about `points` of the task's usage records over its whole life, evenly spread, the
+    newest always among them; only those are read, however long the file (a month's run, or one
+    someone filled on the host)."""
+    try:
+        with open(usage_path(log_path), "rb") as f:
+            count = os.fstat(f.fileno()).st_size // RECORD.size
+            step = max(1, -(-count // max(points, 1)))
+            indexes = list(range(0, count, step))
+            if count and indexes[-1] != count - 1:
+                indexes.append(count - 1)
+            found = []
+            for index in indexes:
+                f.seek(index * RECORD.size)
+                found.append(_usage(RECORD.unpack(f.read(RECORD.size))))
+            return found
+    except (OSError, struct.error):  # struct.error: it shrank meanwhile
+        return []
+
+
+def _usage(fields: Tuple[float, float, int, float, int]) -> Usage:
+    stamp, percent, rss, util, memory = fields
+    return Usage(stamp, round(percent, 1), rss, None if util < 0 else round(util, 1), None if memory < 0 else memory)
 
 
 def current_usage(log_path: str, started_at: Optional[float]) -> Optional[Usage]:

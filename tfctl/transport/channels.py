@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Callable, Iterator, Protocol
 
+from tfctl import console
 from tfctl.transport.base import Stream, Tunnel
 
 
@@ -33,8 +34,9 @@ CHUNK = 65536
 
 
 def write_stderr(text: str) -> None:
-    """The default sink for a stream's remote stderr: ours, as a local command's would be."""
-    sys.stderr.write(text)
+    """The default sink for a stream's remote stderr: ours, as a local command's would be, but
+    with its control sequences shown, not obeyed (`console.inert_lines`)."""
+    sys.stderr.write(console.inert_lines(text))
     sys.stderr.flush()
 
 
