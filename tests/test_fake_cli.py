@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -154,6 +155,19 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
     assert ran.code == 0 and lab.hosts["h1"].tasks["worker:0"].state is TaskState.STOPPED
 
 
+def test_a_sigterm_to_up_stops_the_run_and_says_sigterm_not_ctrl_c(lab, monkeypatch):
+    for worker in ("worker:0", "worker:1"):
+        lab.scripts[worker] = TaskScript(lines=["step 1"])
+    monkeypatch.setattr(render, "print_lines", lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    with sigterm_kept():
+        ran = tfctl_here("up")
+    assert ran.code == 130
+    assert "SIGTERM: stopping the cluster" in ran.err and "Ctrl-C: stopping" not in ran.err
+    assert ran.err.endswith("3 processes stopped on 2 hosts; 0 remain; ports 2222-2223 free\n")
+    assert (only_run().state, only_run().reason) == (RunState.STOPPED, "terminated (SIGTERM)")
+    assert "terminated (SIGTERM)" in tfctl_here("runs").out
+
+
 def test_a_second_up_of_a_live_cluster_is_refused_with_how_to_stop_the_first(lab, tmp_path):
     store, cluster = started(tmp_path / "cluster.yaml")
     cluster.close()
@@ -284,6 +298,8 @@ def test_status_shows_every_task_as_its_host_says_and_the_backends_own_state(lab
     tasks = {t["task"]: t for t in answer["tasks"]}
     assert tasks["worker:1"]["state"] == "running" and tasks["worker:0"]["step"] == 20
     assert tasks["worker:0"]["diagnosis"]["kind"] == "oom"
+    assert set(answer) == {"run", "tasks"}  # one object, as `status --help` says
+    assert "per task" not in tfctl_here("status", "--help").out
     assert tfctl_here("down").code == 0
 
 
