@@ -172,6 +172,20 @@ def test_a_failed_run_reports_its_diagnosis_and_restarts_whose_times_were_not_re
     assert not (tmp_path / "report.html").exists() and not list(tmp_path.glob("*.html"))  # stdout only
 
 
+def test_tasks_stopped_because_the_job_succeeded_are_not_said_to_be_stopped_by_down(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    fake_backend.scripts.update(
+        {"ps:0": TaskScript(lines=["ps: listening"]), "worker:0": TaskScript(end_after=2, lines=["step 1"])}
+    )
+    assert tfctl_here("up").code == 0
+    page = tfctl_here("report", "-o", "-").out
+    assert "was stopped (by tfctl once the job succeeded: worker:0 finished successfully)" in page
+    assert "tfctl down" not in page
+
+
 def restarted_run(tmp_path: Path, home: Path) -> str:
     """A finished localhost run: a ps that says it listens as TF does, and two workers that each
     die once, are restarted by their host, step and succeed."""

@@ -110,8 +110,13 @@ def up(
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM to `up` (`kill`, a batch job's time limit): stops the run as Ctrl-C does, and
+    says it was a SIGTERM, so nobody looks for who pressed Ctrl-C."""
+
+
 def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _progress_printer(start: float) -> Callable[[str, str], None]:
@@ -285,10 +290,15 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 
     try:
         ending = supervise.attach(store, cluster, on_lines, notes.forget)
-    except KeyboardInterrupt:
-        err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated):
+            err.print("\nSIGTERM: stopping the cluster (another SIGTERM or Ctrl-C detaches, leaving it to `down`)")
+            why = "terminated (SIGTERM)"
+        else:
+            err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+            why = "interrupted (Ctrl-C)"
         try:
-            render.render_stop(supervise.interrupt(store, cluster))
+            render.render_stop(supervise.interrupt(store, cluster, why))
         except KeyboardInterrupt:
             lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
             err.print(

@@ -19,17 +19,19 @@ def describe_end(
     error: str | None = None,
     ended_at: float | None = None,
     stop_reason: str | None = None,
+    stopped_by: str = "tfctl down",
 ) -> str:
     """How a finished task ended, as the rest of a sentence that starts with the task's name.
 
     E.g. `was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03`.
     The one wording for run outcomes, start failures and diagnoses; `ended_at` (epoch) adds the time.
+    `stopped_by`: why tfctl stopped it, where the run's end is known (its success policy, ...).
     """
     at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
     if state is TaskState.LOST:
         return "was lost (its process is gone and no exit code was recorded)"
     if state is TaskState.STOPPED:
-        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
+        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped ({stopped_by}){at}"
     if signal:
         why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
         return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"

@@ -21,7 +21,8 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
-from tfctl.supervisor.protocol import ProgressRule
+from tfctl.runs.record import RunRecord
+from tfctl.supervisor.protocol import ProgressRule, RunState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
 from tfctl.tf.progress import SERVER_STARTED, ProgressReader
 
@@ -51,6 +52,7 @@ def gather(cluster: Cluster) -> RunReport:
                 now,
                 diagnosis=(finding.cause, finding.fix) if finding else None,
                 last_line=found.last_lines.get(s.task) or s.last_line,
+                stopped_by=stopped_by(record),
             )
         )
     untimed = [s.task for s in statuses if s.restarts > len(s.attempts)]
@@ -75,15 +77,32 @@ def gather(cluster: Cluster) -> RunReport:
     )
 
 
+def stopped_by(record: RunRecord) -> str:
+    """Why tfctl stopped the tasks that were still running when the run ended."""
+    ended = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed"}.get(record.state)
+    if ended is None:
+        return record.reason or "tfctl down"
+    return f"by tfctl once the job {ended}" + (f": {record.reason}" if record.reason else "")
+
+
 def task_report(
-    s: TaskStatus, reader: ProgressReader, now: float, diagnosis: tuple[str, str] | None, last_line: str
+    s: TaskStatus,
+    reader: ProgressReader,
+    now: float,
+    diagnosis: tuple[str, str] | None,
+    last_line: str,
+    stopped_by: str = "tfctl down",
 ) -> TaskReport:
     """One task's runs and moments from its host's answer (`s.marks` over the whole run)."""
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
-    end = describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason) if s.final else s.state.value
+    end = (
+        describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason, stopped_by=stopped_by)
+        if s.final
+        else s.state.value
+    )
     if s.started_at is not None:
         ended = s.ended_at if s.final else None
         outcome = s.state.value if s.final else "running"

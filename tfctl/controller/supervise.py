@@ -259,9 +259,9 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
 
 
-def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
-    """First Ctrl-C of an attached run: stop the whole cluster."""
-    return finish(store, cluster, Outcome(RunState.STOPPED, "interrupted (Ctrl-C)")).stop
+def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
+    """First Ctrl-C (or SIGTERM, says `why`) of an attached run: stop the whole cluster."""
+    return finish(store, cluster, Outcome(RunState.STOPPED, why)).stop
 
 
 def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> Ending | None:
