@@ -537,3 +537,20 @@ def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(
     assert completed(monkeypatch, "tfctl logs --file other.yaml ") == []  # no run of that file
     monkeypatch.delenv("_TFCTL_COMPLETE")
     assert tfctl_here("down").code == 0
+
+
+def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):
+    lab.scripts["ps:0"].cpu_seconds = 36.0
+    lab.scripts["worker:0"].cpu_seconds = 7200.0
+    lab.scripts["worker:1"].cpu_seconds = 0.0
+    assert tfctl_here("up").code == 0
+    (run,) = json.loads(tfctl_here("runs", "--json").out)
+    cost = run["accounting"]
+    assert {name: task["cpu_hours"] for name, task in cost["tasks"].items()} == {
+        "ps:0": 0.01,
+        "worker:0": 2.0,
+        "worker:1": 0.0,
+    }
+    assert cost["total"]["cpu_hours"] == 2.01 and cost["total"]["gpu_hours"] == 0.0
+    assert cost["tasks"]["worker:1"]["wall_seconds"] <= cost["total"]["wall_seconds"] < 60
+    assert json.loads(tfctl_here("status", "--json").out)["run"]["accounting"] == cost

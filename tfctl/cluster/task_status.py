@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfctl.runs.accounting import TaskCost, wall_seconds
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import Attempt, Mark, TaskInfo, TaskState, Usage
 
@@ -80,6 +81,7 @@ class TaskStatus:
     unrecorded: bool = False  # its end is known on its host but not yet written there
     usage: Usage | None = None  # what its process tree uses, while it runs
     usage_history: tuple[Usage, ...] = ()  # earlier samples, when asked for
+    cpu_seconds: float | None = None  # of every run of it so far, as its host's monitor counted
 
     @classmethod
     def of(
@@ -133,7 +135,15 @@ class TaskStatus:
             unrecorded=info.unrecorded,
             usage=info.usage,
             usage_history=tuple(info.usage_history),
+            cpu_seconds=info.cpu_seconds,
         )
+
+    def cost(self, now: float) -> TaskCost:
+        """What it used so far: every run of it (`attempts`, then the current or last one)."""
+        runs: list[tuple[float, float | None]] = [(a.started_at, a.ended_at) for a in self.attempts]
+        if self.started_at is not None:
+            runs.append((self.started_at, self.ended_at if self.final else None))
+        return TaskCost(self.task, wall_seconds(runs, now), self.cpu_seconds, len(self.gpus or ()))
 
     @property
     def final(self) -> bool:

@@ -20,6 +20,7 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus
 from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
@@ -71,6 +72,15 @@ class Snapshot:
     progress: dict[str, TaskProgress]
     backend: BackendReport | None = None  # what the run's backend says of its own state
 
+    def cost(self, record: RunRecord) -> dict[str, Any]:
+        """Wall time, CPU- and GPU-hours so far; for a stopped run, as counted when it stopped
+        (its tasks' hosts may be gone since)."""
+        if record.accounting is not None and not record.active:
+            return record.accounting
+        now = time.time()
+        reached = [s.cost(now) for s in self.statuses if s.state is not TaskState.UNREACHABLE]
+        return cost_json(reached, (record.ended_at or now) - record.created_at)
+
     def to_json(self, record: RunRecord, usage_history: bool = False) -> dict[str, Any]:
         run = {
             "id": record.run_id,
@@ -91,6 +101,7 @@ class Snapshot:
             "spares": list(record.spares),
             "moves": [m.to_wire() for m in record.moves],
             "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
+            "accounting": self.cost(record),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)

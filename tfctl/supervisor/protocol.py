@@ -97,6 +97,7 @@ class TaskInfo(Wire):
     unrecorded: bool = False  # its end is known to its monitor, which waits for the disk to take it
     usage: Optional[Usage] = None  # while it runs: its latest CPU, memory and GPU sample
     usage_history: List[Usage] = field(default_factory=list)  # earlier samples, when asked for
+    cpu_seconds: Optional[float] = None  # CPU time of every run of it so far, as its monitor counted
 
 
 @record
