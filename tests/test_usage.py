@@ -3,6 +3,7 @@ idle processes on this machine, and GPUs through a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -177,6 +178,10 @@ def test_a_whole_life_of_samples_is_thinned_evenly_keeping_the_newest() -> None:
     assert usage.thinned(samples[:3], 200) == samples[:3] and usage.thinned([], 200) == []
 
 
+def burnt(pid: int, seconds: float) -> bool:
+    return usage.tree_usage(pid)[0] >= seconds
+
+
 def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Path, monkeypatch) -> None:
     """A task that burns CPU, is restarted and burns again: its total holds both runs, and a
     monitor taking over the task counts on from it."""
@@ -188,8 +193,7 @@ def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Pat
         busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
         try:
             notes.begin(busy.pid, time.time())
-            pid = busy.pid
-            wait_until(lambda pid=pid: usage.tree_usage(pid)[0] >= 0.3, 20, "0.3 s of CPU", interval=0.05)
+            wait_until(functools.partial(burnt, busy.pid, 0.3), 20, "0.3 s of CPU", interval=0.05)
             notes.note()
             totals.append(usage.read_cpu_total(log))
         finally:
