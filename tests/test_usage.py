@@ -212,9 +212,9 @@ def test_a_runs_cost_is_wall_time_cpu_and_gpu_hours_per_task_and_in_total() -> N
             "ps:0": {"wall_seconds": 3600.0, "cpu_hours": 0.1, "gpu_hours": 0.0},
             "worker:0": {"wall_seconds": 1800.0, "cpu_hours": 1.5, "gpu_hours": 1.0},
         },
-        "total": {"wall_seconds": 3700.0, "cpu_hours": 1.6, "gpu_hours": 1.0},
+        "total": {"wall_seconds": 3700.0, "cpu_hours": 1.6, "gpu_hours": 1.0, "unmeasured": []},
     }
-    unmeasured = cost_json([TaskCost("ps:0", 10.0, None, 0), *costs], 3700.0)
-    assert unmeasured["total"]["cpu_hours"] is None  # not a sum that leaves a task out unsaid
+    unmeasured = cost_json([TaskCost("ps:1", 10.0, None, 0), *costs], 3700.0)["total"]
+    assert (unmeasured["cpu_hours"], unmeasured["unmeasured"]) == (1.6, ["ps:1"])  # said, not left out
     assert wall_seconds([(100.0, 160.0), (170.0, None)], now=200.0) == 90.0  # a restart, then running
     assert [hours_text(h) for h in (None, 44 / 3600, 0.25, 3.2)] == ["-", "44 s", "15.0 min", "3.20 h"]

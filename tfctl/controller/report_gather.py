@@ -13,22 +13,27 @@ for an attached run, a detached one, and one whose controller died.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
+from typing import Mapping, Sequence
 
 from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
-from tfctl.runs.record import RunRecord
-from tfctl.supervisor.protocol import ProgressRule, RunState
+from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, metrics
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
 POINTS = 200  # marks of each kind per task over the run: the steps/s chart's resolution
+RATE_SPAN = 10.0  # seconds: line times are exact to a second, so shorter spans swing the rate
+TAIL_SHOWN = 20  # last lines shown of a task that failed or may not have trained
+SECRET = re.compile(r"(?i)pass|secret|token|key|credential|auth|cookie")
 
 
 def gather(cluster: Cluster) -> RunReport:
@@ -42,17 +47,24 @@ def gather(cluster: Cluster) -> RunReport:
     rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
     statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS)
     found = diagnose_run(cluster, statuses)
+    silent = quiet_tasks(statuses, reader)
     tasks = []
     for s in statuses:
-        finding = found.findings.get(s.task)
+        finding = found.findings.get(s.task) or found.never_ready.get(s.task)
+        told = finding is not None or s.task in silent or s.state in (TaskState.FAILED, TaskState.LOST)
         tasks.append(
-            task_report(
-                s,
-                reader,
-                now,
-                diagnosis=(finding.cause, finding.fix) if finding else None,
-                last_line=found.last_lines.get(s.task) or s.last_line,
-                stopped_by=stopped_by(record),
+            dataclasses.replace(
+                task_report(
+                    s,
+                    reader,
+                    now,
+                    diagnosis=(finding.cause, finding.fix) if finding else None,
+                    last_line=found.last_lines.get(s.task) or s.last_line,
+                    stopped_by=stopped_by(record),
+                ),
+                note=silent.get(s.task, ""),
+                tail=tuple((s.tail or ())[-TAIL_SHOWN:]) if told else (),
+                cost=s.cost(now),
             )
         )
     untimed = [s.task for s in statuses if s.restarts > len(s.attempts)]
@@ -72,17 +84,54 @@ def gather(cluster: Cluster) -> RunReport:
         ended_at=record.ended_at,
         generated_at=now,
         tasks=tuple(tasks),
+        commands=tuple((t.name, t.command) for t in first_of_each_job(record.tasks)),
+        tf_config=record.tasks[0].env.get("TF_CONFIG", "") if record.tasks else "",
+        env=tuple(sorted(masked(record.tasks[0].env).items())) if record.tasks else (),
+        versions=tuple(record.versions.items()),
         unreachable=tuple((host, str(getattr(e, "message", e))) for host, e in sorted(unreachable.items())),
         notes=notes,
     )
 
 
+def first_of_each_job(tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
+    """One task per job: the commands of a job's tasks differ only in their index."""
+    seen: dict[str, TaskSpec] = {}
+    for t in tasks:
+        seen.setdefault(t.job, t)
+    return list(seen.values())
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """The task's environment for the page, TF_CONFIG apart (shown whole), with the values of
+    names that look secret (tokens, passwords, keys) hidden."""
+    return {k: "********" if SECRET.search(k) else v for k, v in env.items() if k != "TF_CONFIG"}
+
+
+def quiet_tasks(statuses: Sequence[TaskStatus], reader: ProgressReader) -> dict[str, str]:
+    """Tasks that logged no step while another task of their job did -> why that matters."""
+    stepped: dict[str, list[str]] = {}
+    for s in statuses:
+        if reader.samples([m for m in s.marks if not re.search(SERVER_STARTED, m.text)])[0]:
+            stepped.setdefault(s.job, []).append(s.task)
+    return {
+        s.task: f"never logged a training step, while {peers(stepped[s.job])} did: it may not have trained"
+        for s in statuses
+        if s.task not in stepped.get(s.job, []) and stepped.get(s.job)
+    }
+
+
+def peers(names: Sequence[str]) -> str:
+    """`worker:0, worker:1`; many: `worker:0 and 47 others`."""
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} others"
+
+
 def stopped_by(record: RunRecord) -> str:
-    """Why tfctl stopped the tasks that were still running when the run ended."""
+    """Why tfctl stopped the tasks that were still running when the run ended (the page says
+    what decided the job once, at its top)."""
     ended = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed"}.get(record.state)
     if ended is None:
         return record.reason or "tfctl down"
-    return f"by tfctl once the job {ended}" + (f": {record.reason}" if record.reason else "")
+    return f"by tfctl once the job {ended}"
 
 
 def task_report(
@@ -97,6 +146,10 @@ def task_report(
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for mark in steps:
+        for name, value in metrics(mark.text).items():
+            curves.setdefault(name, []).append((mark.time, value))
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
     end = (
         describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason, stopped_by=stopped_by)
@@ -127,7 +180,8 @@ def task_report(
         end=end + (f" after {s.restarts} restart{'s' if s.restarts != 1 else ''}" if s.restarts else ""),
         spans=tuple(spans),
         events=tuple(events),
-        rates=tuple(reader.history(steps)),
+        rates=tuple(reader.history(steps, min_span=RATE_SPAN)),
+        metrics=tuple((name, tuple(points)) for name, points in curves.items()),
         step=samples[-1][1] if samples else None,
         restarts=s.restarts,
         resources=resources(s),

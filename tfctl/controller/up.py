@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -241,7 +242,12 @@ def _start(
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
         plan = make_plan(Draft(config, record), devices)
         record = cluster.record = plan.record
-        store.update(record.run_id, tasks=record.tasks, essential=record.essential)
+        versions = {
+            "tfctl": metadata.version("tfctl"),
+            **{i.host: f"python {i.python or '?'}, {i.tensorflow or 'no tensorflow'}" for i in infos},
+        }
+        record = cluster.record = record.replace(versions=versions)
+        store.update(record.run_id, tasks=record.tasks, essential=record.essential, versions=versions)
         busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
             lines = [

@@ -35,16 +35,13 @@ def wall_seconds(runs: Iterable[tuple[float, float | None]], now: float) -> floa
 
 
 def cost_json(costs: Sequence[TaskCost], run_wall_seconds: float) -> dict[str, Any]:
-    """`{"tasks": {name: {...}}, "total": {...}}`: hours rounded to a second's worth; a total
-    CPU-hours of None when some task's was not measured."""
-    cpu = [c.cpu_seconds for c in costs]
+    """`{"tasks": {name: {...}}, "total": {...}}`, hours rounded; the total names the tasks
+    whose CPU time no host measured (`unmeasured`), so its sum never leaves one out unsaid."""
+    measured = [c.cpu_seconds for c in costs if c.cpu_seconds is not None]
+    total = _entry(run_wall_seconds, sum(measured) / HOUR if measured else None, sum(c.gpu_hours for c in costs))
     return {
         "tasks": {c.task: _entry(c.wall_seconds, c.cpu_hours, c.gpu_hours) for c in costs},
-        "total": _entry(
-            run_wall_seconds,
-            None if None in cpu or not costs else sum(s or 0.0 for s in cpu) / HOUR,
-            sum(c.gpu_hours for c in costs),
-        ),
+        "total": {**total, "unmeasured": [c.task for c in costs if c.cpu_seconds is None]},
     }
 
 
