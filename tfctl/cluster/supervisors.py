@@ -223,15 +223,22 @@ class Cluster:
         wait_listening: float = 0.0,
         usage_history: int = 0,
         usage_points: int = 0,
+        count_lines: bool = False,
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
         """Every task's status (with its recent progress lines, given the `progress` rule, its
         last `tail` output lines and `usage_history` usage samples, or `usage_points` over its
-        whole life), plus the hosts that could not be asked (their tasks: `unreachable`). One
-        request per host; with `wait_listening`, each host answers once its tasks listen or have
-        ended, or after that many seconds."""
+        whole life; with `count_lines`, its output lines), plus the hosts that could not be asked
+        (their tasks: `unreachable`). One request per host; with `wait_listening`, each host
+        answers once its tasks listen or have ended, or after that many seconds."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
         answers = self._ask_status(
-            tasks, wait_listening, progress=progress, tail=tail, usage_history=usage_history, usage_points=usage_points
+            tasks,
+            wait_listening,
+            progress=progress,
+            tail=tail,
+            usage_history=usage_history,
+            usage_points=usage_points,
+            count_lines=count_lines,
         )
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}

@@ -82,6 +82,8 @@ class TaskStatus:
     usage: Usage | None = None  # what its process tree uses, while it runs
     usage_history: tuple[Usage, ...] = ()  # earlier samples, when asked for
     cpu_seconds: float | None = None  # of every run of it so far, as its host's monitor counted
+    output_at: float | None = None  # when it last printed, by its host's clock
+    output_lines: int | None = None  # lines it printed so far, when asked for
 
     @classmethod
     def of(
@@ -136,6 +138,8 @@ class TaskStatus:
             usage=info.usage,
             usage_history=tuple(info.usage_history),
             cpu_seconds=info.cpu_seconds,
+            output_at=info.output_at,
+            output_lines=info.output_lines,
         )
 
     def cost(self, now: float) -> TaskCost:
