@@ -289,7 +289,13 @@ class FakeHost:
             infos = {name: info.replace(marks=self._marks(name, request.progress, now)) for name, info in infos.items()}
         for name, info in infos.items():
             if name in self.scripts:
-                info = infos[name] = info.replace(cpu_seconds=self.scripts[name].cpu_seconds)
+                script = self.scripts[name]
+                info = infos[name] = info.replace(
+                    cpu_seconds=script.cpu_seconds,
+                    output_at=now - script.quiet_for if script.lines and name in self.tasks else None,
+                    last_line=script.lines[-1] if script.lines and name in self.tasks else info.last_line,
+                    output_lines=len(script.lines) if request.count_lines else None,
+                )
             samples = self.scripts[name].usage if name in self.scripts else []
             if info.state is p.TaskState.RUNNING and samples:
                 shown = samples[-request.usage_history :] if request.usage_history else []

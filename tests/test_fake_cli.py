@@ -554,3 +554,52 @@ def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):
     assert cost["total"]["cpu_hours"] == 2.01 and cost["total"]["gpu_hours"] == 0.0
     assert cost["tasks"]["worker:1"]["wall_seconds"] <= cost["total"]["wall_seconds"] < 60
     assert json.loads(tfctl_here("status", "--json").out)["run"]["accounting"] == cost
+
+
+SCANNING = "I0000 master.cc:243] Scanning workers for devices: 3 total workers"
+
+
+def test_a_worker_silent_while_its_peer_printed_is_named_at_the_end_in_up_status_and_json(lab):
+    """The Hogwild run of issue 33 with TF's defaults: worker 0 prints bare arrays and exits 0,
+    worker 1 said nothing for 30 s after its session came up. The run succeeds; worker 1 is named."""
+    lab.scripts["worker:0"] = TaskScript(end_after=3, lines=[f"[0.98{i % 10} 1.43{i % 7}]" for i in range(500)])
+    lab.scripts["worker:1"] = TaskScript(lines=["I0000 grpc_server_lib.cc:467] Started server", SCANNING], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 0, ran.err
+    said = f"worker:1: printed nothing for 30 s after `{SCANNING}` while worker:0 printed 500 lines: it never trained"
+    assert said in ran.err and "set_verbosity" in ran.err and "replica_device_setter" in ran.err
+    assert ran.err.index(said) < ran.err.index("job succeeded")
+    assert said in tfctl_here("status").out.replace("\n  ", " ")
+    tasks = {t["task"]: t for t in json.loads(tfctl_here("status", "--json").out)["tasks"]}
+    assert tasks["worker:1"]["diagnosis"]["kind"] == "silent" and tasks["worker:1"]["diagnosis"]["peer"] == "worker:0"
+    assert tasks["worker:0"]["diagnosis"] is None
+
+
+CREATE_SESSION_WAIT = (
+    "I0000 master.cc:281] CreateSession still waiting for response from worker: /job:worker/replica:0/task:0"
+)
+
+
+def test_a_silent_worker_is_noted_live_once_it_lasts_hang_timeout(lab, tmp_path):
+    write(tmp_path, extra="hang_timeout: 1\n")
+    lab.scripts["worker:0"] = TaskScript(end_after=4, lines=[f"[0.9{i % 10} 1.4]" for i in range(300)])
+    lab.scripts["worker:1"] = TaskScript(lines=[SCANNING], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 0, ran.err
+    note = f"note: worker:1 printed nothing for 30 s after `{SCANNING}` while worker:0 printed 300 lines"
+    note += ": it is not training"
+    assert note in ran.err and ran.err.count("note: worker:1 printed nothing") == 1
+    assert ran.err.index(note) < ran.err.index("job succeeded")
+
+
+def test_under_all_workers_the_silent_workers_hang_fails_the_run_with_its_silence_not_device_filters(lab, tmp_path):
+    """Worker 0 trained and left; worker 1, silent all along, now waits for it at CreateSession
+    (its session's retry): the run fails as hung, naming the silence."""
+    write(tmp_path, extra="hang_timeout: 1\nsuccess_policy: all_workers\n")
+    lab.scripts["worker:0"] = TaskScript(end_after=2, lines=[f"[0.9{i % 10} 1.4]" for i in range(300)])
+    lab.scripts["worker:1"] = TaskScript(lines=[SCANNING, CREATE_SESSION_WAIT], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 1, ran.err
+    reason = only_run().reason
+    assert reason.startswith("worker:1 has been stuck for over 1s: worker:1 printed nothing for 30 s after"), reason
+    assert "it never trained" in reason and "set_verbosity" in reason and "device_filters" not in reason

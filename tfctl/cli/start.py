@@ -308,15 +308,17 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         return EXIT_INTERRUPTED
     # One last look at every task: which never got past waiting or never trained and, if the run failed, why.
     run_progress = RunProgress(record.progress)
-    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, count_lines=True)
     if silent:  # a host busy with the stop it just made (TF's exits load it): one more look, not a verdict
-        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES)
+        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, count_lines=True)
     found = diagnose_run(cluster, statuses, notes.waited)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None
     for note in status_view.never_ready_notes(found, skip=culprit if finding else None):
         err.print(note)
-    for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
+    assessed = run_progress.assess(statuses)
+    quiet = status_view.silent_tasks(ending.record, statuses, assessed, found)
+    for note in status_view.untrained_notes(statuses, assessed, quiet):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(f"[green]job succeeded[/green]: {ending.outcome.reason}")

@@ -23,10 +23,11 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.cluster.task_status import TaskStatus, describe_end
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
+from tfctl.controller.status_view import silent_tasks
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader, metrics
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
@@ -45,20 +46,24 @@ def gather(cluster: Cluster) -> RunReport:
     window = now - record.created_at + MARGIN
     buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
     rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
-    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS)
+    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS, count_lines=True)
     found = diagnose_run(cluster, statuses)
-    silent = quiet_tasks(statuses, reader)
+    quiet = silent_tasks(record, statuses, RunProgress(record.progress).assess(statuses), found)
+    silent = {**quiet_tasks(statuses, reader), **{task: s.text(not record.active) for task, s in quiet.items()}}
     tasks = []
     for s in statuses:
         finding = found.findings.get(s.task) or found.never_ready.get(s.task)
-        told = finding is not None or s.task in silent or s.state in (TaskState.FAILED, TaskState.LOST)
+        diagnosis = (finding.cause, finding.fix) if finding else None
+        if diagnosis is None and s.task in quiet:
+            diagnosis = (quiet[s.task].cause, quiet[s.task].fix)
+        told = diagnosis is not None or s.task in silent or s.state in (TaskState.FAILED, TaskState.LOST)
         tasks.append(
             dataclasses.replace(
                 task_report(
                     s,
                     reader,
                     now,
-                    diagnosis=(finding.cause, finding.fix) if finding else None,
+                    diagnosis=diagnosis,
                     last_line=found.last_lines.get(s.task) or s.last_line,
                     stopped_by=stopped_by(record),
                 ),

@@ -241,7 +241,7 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
     scheduler ending the allocation), a stalled task (`on_stall: fail`; with `warn`, a line and
     a `stalled` event for `notifier`)."""
-    from tfctl.tf.doctor import HangJudge
+    from tfctl.tf.doctor import HangJudge, SilenceJudge
     from tfctl.tf.progress import StallJudge
 
     record = cluster.record
@@ -251,7 +251,10 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
         notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
 
     limit = record.hang_timeout
-    judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
+    judges: list[Judge] = []
+    if limit:
+        silence = SilenceJudge(cluster, limit, notifier.say)
+        judges += [silence, HangJudge(cluster, limit, silent=silence.seen)]
     judges.append(StallJudge(cluster, stalled))
     backend_judge = backends.get(record.backend).judge(record)
     if backend_judge is not None:

@@ -30,6 +30,7 @@ from tfctl.tf.diagnose import (
 )
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
+from tfctl.tf.silence import Silence, outputs, silences
 
 TAIL_LINES = 200
 HANGS = WAITS  # kinds that fail a run once they last
@@ -101,17 +102,64 @@ def diagnose_run(
     return RunDiagnosis(findings, meaningful, never_ready)
 
 
+class SilenceJudge:
+    """Tells, once, of a task that has printed nothing for `limit` seconds while a task of its job
+    went on (`tf.silence`: with TF's defaults nothing else tells), and remembers every silence
+    of `silence.AT_END` seconds or more for `HangJudge`: a task that later hangs waiting for a
+    peer that finished (a retry of its session) hangs because of it. Never ends a run itself.
+    Asks the hosts every `every` seconds, apart from supervision's own looks."""
+
+    def __init__(self, cluster: Cluster, limit: float, say: Callable[[str], None], every: float = 5.0) -> None:
+        self.cluster = cluster
+        self.limit = limit
+        self.say = say
+        self.every = every
+        self.progress = RunProgress(cluster.record.progress)
+        self.seen: dict[str, Silence] = {}  # task -> its silence, until it logs a step
+        self._told: set[str] = set()
+        self._last_check = 0.0
+
+    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
+        now = time.monotonic()
+        if now - self._last_check < self.every or not any(s.state is TaskState.RUNNING for s in statuses):
+            return None
+        self._last_check = now
+        looked, _ = self.cluster.status(progress=self.progress.rule())
+        quiet = self._silences(looked)
+        if set(quiet) - set(self.seen):  # new: count the lines, once, for the words
+            looked, _ = self.cluster.status(progress=self.progress.rule(), count_lines=True)
+            quiet = self._silences(looked)
+        assessed = self.progress.assess(looked)
+        for task in [t for t in self.seen if t in assessed and assessed[t].step is not None]:
+            del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
+        self.seen.update(quiet)
+        for task, silence in quiet.items():
+            if silence.quiet >= self.limit and task not in self._told:
+                self._told.add(task)
+                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  to see it: {silence.fix}")
+        return None
+
+    def _silences(self, looked: Sequence[TaskStatus]) -> dict[str, Silence]:
+        clock = max((s.observed_at for s in looked if s.observed_at is not None), default=time.time())
+        return silences(outputs(looked, self.progress.assess(looked), {}), clock)
+
+
 class HangJudge:
     """Ends a run whose task has waited on a peer for longer than `limit` seconds.
 
     TF never gives up on its own: CreateSession waits forever, and so do non-chief workers
-    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds.
+    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds. A task
+    that was silent while its peers trained (`silent`, from `SilenceJudge`) hangs because it
+    never trained: that is the cause given, not the wait its retry shows now.
     """
 
-    def __init__(self, cluster: Cluster, limit: float, every: float = 5.0) -> None:
+    def __init__(
+        self, cluster: Cluster, limit: float, every: float = 5.0, *, silent: Mapping[str, Silence] | None = None
+    ) -> None:
         self.cluster = cluster
         self.limit = limit
         self.every = every
+        self.silent = silent if silent is not None else {}
         self._first_seen: dict[tuple[str, Kind], float] = {}
         self._last_check = 0.0
 
@@ -130,11 +178,14 @@ class HangJudge:
         self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
         for key, since in self._first_seen.items():
             if now - since >= self.limit:
-                finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
+                silence = self.silent.get(key[0])
+                if silence is not None:
+                    cause, fix = f"{silence.text()}; {silence.cause}", silence.fix
+                else:
+                    finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
+                    cause, fix = finding.cause, finding.fix
                 return Outcome(
-                    RunState.FAILED,
-                    f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} (fix: {finding.fix})",
-                    key[0],
+                    RunState.FAILED, f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})", key[0]
                 )
         return None
 
