@@ -99,6 +99,10 @@ def test_the_sentence_names_the_silence_its_last_line_and_the_peer() -> None:
         (SCANNING, SESSION_FIX),
         ("I0000 grpc_server_lib.cc:467] Started server with target: grpc://localhost:2223", SESSION_FIX),
         ("INFO:tensorflow:Running local_init_op.", SESSION_FIX),
+        (  # TF 2.21's last line before a Supervisor's silent wait
+            "I0000 00:00:1795824706.042538   23212 coordination_service.cc:221] Initializing CoordinationService",
+            SESSION_FIX,
+        ),
         ("loading shards from /data", OTHER_FIX),
         ("", OTHER_FIX),
     ],

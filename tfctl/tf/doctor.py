@@ -136,7 +136,7 @@ class SilenceJudge:
         for task, silence in quiet.items():
             if silence.quiet >= self.limit and task not in self._told:
                 self._told.add(task)
-                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  to see it: {silence.fix}")
+                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}")
         return None
 
     def _silences(self, looked: Sequence[TaskStatus]) -> dict[str, Silence]:

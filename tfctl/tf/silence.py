@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 # (exit 0: it finished its work; `progress.never_stepped` still names one that logged no step).
 QUIET_BY_RIGHT = (TaskState.PENDING, TaskState.FAILED, TaskState.SUCCEEDED, TaskState.UNREACHABLE)
 AT_END = 10.0  # seconds of silence, while a peer went on, that name a task once the run ended
+# TF's runtime said the last word (its C++ log, or its session's start): the program's own code
+# runs no more, as when a session waits for its variables.
 SESSION_UP = re.compile(
-    r"Scanning workers for devices|Created TensorFlow session|Started server with target|"
-    r"Running local_init_op|Done running local_init_op|Graph was finalized|master\.cc|grpc_server_lib"
+    r"^[IWE]\d{4} [\d:. ]+\d+ [\w.]+\.cc:\d+\]|Scanning workers for devices|Created TensorFlow session|"
+    r"Started server with target|Running local_init_op|Done running local_init_op|Graph was finalized|"
+    r"CoordinationService"
 )
 SESSION_WAIT = (
     "its TF session is up (its last line is TF's), so it most likely waits in MonitoredTrainingSession "
