@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -272,7 +273,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
     from tfctl.controller import status_view, supervise
-    from tfctl.supervisor.protocol import RunState
+    from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
@@ -314,10 +315,15 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     found = diagnose_run(cluster, statuses, notes.waited)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None
-    for note in status_view.never_ready_notes(found, skip=culprit if finding else None):
-        err.print(note)
     assessed = run_progress.assess(statuses)
     quiet = status_view.silent_tasks(ending.record, statuses, assessed, found)
+    # Silent while a peer printed, seen live: a wait it showed since (its session's retry once
+    # that peer left) is not the story.
+    ended = {s.task for s in statuses if s.state in (TaskState.SUCCEEDED, TaskState.FAILED)}
+    quiet.update({t: s for t, s in notes.silent.items() if t not in quiet and t not in ended})
+    never_ready = dataclasses.replace(found, never_ready={t: f for t, f in found.never_ready.items() if t not in quiet})
+    for note in status_view.never_ready_notes(never_ready, skip=culprit if finding else None):
+        err.print(note)
     for note in status_view.untrained_notes(statuses, assessed, quiet):
         err.print(note)
     if ending.outcome.succeeded:

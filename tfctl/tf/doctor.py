@@ -30,7 +30,7 @@ from tfctl.tf.diagnose import (
 )
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
-from tfctl.tf.silence import Silence, outputs, silences
+from tfctl.tf.silence import Output, Silence, outputs, silences
 
 TAIL_LINES = 200
 HANGS = WAITS  # kinds that fail a run once they last
@@ -126,13 +126,14 @@ class SilenceJudge:
         self._last_check = now
         looked, _ = self.cluster.status(progress=self.progress.rule())
         quiet = self._silences(looked)
-        if set(quiet) - set(self.seen):  # new: count the lines, once, for the words
+        due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
+        if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
             looked, _ = self.cluster.status(progress=self.progress.rule(), count_lines=True)
             quiet = self._silences(looked)
+            self.seen.update(quiet)
         assessed = self.progress.assess(looked)
         for task in [t for t in self.seen if t in assessed and assessed[t].step is not None]:
             del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
-        self.seen.update(quiet)
         for task, silence in quiet.items():
             if silence.quiet >= self.limit and task not in self._told:
                 self._told.add(task)
@@ -208,8 +209,12 @@ class LiveNotes:
         self._noted_waits: dict[str, Finding] = {}  # task -> the last wait it was noted for
         self._up_until_failing: dict[str, bool] = {}  # task -> its session state, by lines before a failure
         self._failing: set[str] = set()  # tasks that printed a failure or a traceback: what follows is no progress
+        self._printed: dict[str, tuple[int, float]] = {}  # task -> (lines so far, when the last came)
+        self.silent: dict[str, Silence] = {}  # tasks seen silent while a peer of their job printed on
 
     def feed(self, task: str, line: str) -> None:
+        lines, _ = self._printed.get(task, (0, 0.0))
+        self._printed[task] = (lines + 1, self.clock())
         recent = self._recent[task]
         previous = recent[-1] if recent else ""
         recent.append(line)
@@ -244,9 +249,19 @@ class LiveNotes:
         (a task's error output, once its peer has gone, says nothing of its session)."""
         return {t: f for t, f in self._noted_waits.items() if not self._up_until_failing.get(t, False)}
 
+    def _note_silences(self, now: float) -> None:
+        """Remember who went quiet while a peer of its job printed on (`tf.silence`): a wait it
+        shows later (its session's retry, once that peer has left) is not the story, its silence is."""
+        printed = [
+            Output(task, task.split(":")[0], TaskState.RUNNING, None, lines, at, self._recent[task][-1])
+            for task, (lines, at) in self._printed.items()
+        ]
+        self.silent.update(silences(printed, now))  # the longest each was; kept once it prints again
+
     def due(self) -> list[tuple[str, Finding]]:
         """The findings held long enough that the task's recent lines still show, explained."""
         now, out = self.clock(), []
+        self._note_silences(now)
         for (task, kind), since in list(self._pending.items()):
             if now - since < HOLD.get(kind, FAILURE_HOLD) and not self._repeated_while_others_moved_on(task, kind):
                 continue
@@ -265,7 +280,12 @@ class LiveNotes:
             self._noted[(task, kind)] = now
             if kind in WAITS:
                 self._noted_waits[task] = found[0]
-            out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
+            silence = self.silent.get(task) if kind in WAITS else None
+            if silence is not None:
+                told = f"{silence.text(ended=False)}; {silence.cause}"
+                out.append((task, replace(found[0], cause=told, fix=silence.fix)))
+            else:
+                out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
         return out
 
     def _repeated_while_others_moved_on(self, task: str, kind: Kind) -> bool:
