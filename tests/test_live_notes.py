@@ -229,6 +229,6 @@ def test_a_wait_of_a_task_that_was_silent_while_its_peer_printed_is_told_as_its_
     notes.feed("worker:1", retry)
     clock.now += HOLD[Kind.WAITING_FOR_PEER] + 1
     ((task, finding),) = notes.due()
-    assert task == "worker:1" and finding.cause.startswith(f"worker:1 printed nothing for 20 s after `{scanning}`")
+    assert task == "worker:1" and finding.cause.startswith(f"printed nothing for 20 s after `{scanning}`")
     assert "while worker:0 printed 400 lines" in finding.cause and "device filters" not in finding.cause
     assert "set_verbosity" in finding.fix

@@ -320,9 +320,7 @@ def untrained_notes(
 ) -> list[Any]:
     """The tasks that printed nothing while their peers went on, with what TF most likely waits
     for; then those that ended without a step while their peers logged some."""
-    notes = [
-        note_text(task, f"{s.text(ended).removeprefix(task + ' ')}; {s.cause}", s.fix) for task, s in silent.items()
-    ]
+    notes = [note_text(task, f"{s.text(ended, named=False)}; {s.cause}", s.fix) for task, s in silent.items()]
     return notes + [
         Text(f"{task}: ", style="bold yellow")
         + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")

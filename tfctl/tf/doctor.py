@@ -282,7 +282,7 @@ class LiveNotes:
                 self._noted_waits[task] = found[0]
             silence = self.silent.get(task) if kind in WAITS else None
             if silence is not None:
-                told = f"{silence.text(ended=False)}; {silence.cause}"
+                told = f"{silence.text(ended=False, named=False)}; {silence.cause}"
                 out.append((task, replace(found[0], cause=told, fix=silence.fix)))
             else:
                 out.append((task, explain(found[0], now_peers, self.cluster.reachable)))

@@ -74,11 +74,13 @@ class Silence:
     cause: str  # what TF most likely waits for
     fix: str  # how to see it, and how to make it train
 
-    def text(self, ended: bool = True) -> str:
-        """`worker:1 printed nothing for 21 s after `...` while worker:0 printed 5000 lines: it never trained`."""
+    def text(self, ended: bool = True, named: bool = True) -> str:
+        """`worker:1 printed nothing for 21 s after `...` while worker:0 printed 5000 lines: it never
+        trained`; without the task's name where a note already starts with it."""
         after = f" after `{self.after}`" if self.after else ""
         verdict = "it never trained" if ended else "it is not training"
-        return f"{self.task} printed nothing for {self.quiet:.0f} s{after} while {self.peer} {self.peer_did}: {verdict}"
+        said = f"printed nothing for {self.quiet:.0f} s{after} while {self.peer} {self.peer_did}: {verdict}"
+        return f"{self.task} {said}" if named else said
 
 
 def silences(tasks: Sequence[Output], now: float, least: float = AT_END) -> dict[str, Silence]:
