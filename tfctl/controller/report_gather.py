@@ -27,7 +27,7 @@ from tfctl.controller.status_view import silent_tasks
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics, never_stepped
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
@@ -48,8 +48,15 @@ def gather(cluster: Cluster) -> RunReport:
     rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
     statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS, count_lines=True)
     found = diagnose_run(cluster, statuses)
-    quiet = silent_tasks(record, statuses, RunProgress(record.progress).assess(statuses), found)
-    silent = {**quiet_tasks(statuses, reader), **{task: s.text(not record.active) for task, s in quiet.items()}}
+    assessed = RunProgress(record.progress).assess(statuses)
+    quiet = silent_tasks(record, statuses, assessed, found)
+    silent = {
+        **{
+            task: f"never logged a training step, while {peers(names)} did: it may not have trained"
+            for task, names in never_stepped(statuses, assessed).items()
+        },
+        **{task: s.text(not record.active) for task, s in quiet.items()},
+    }
     tasks = []
     for s in statuses:
         finding = found.findings.get(s.task) or found.never_ready.get(s.task)
@@ -110,19 +117,6 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
     """The task's environment for the page, TF_CONFIG apart (shown whole), with the values of
     names that look secret (tokens, passwords, keys) hidden."""
     return {k: "********" if SECRET.search(k) else v for k, v in env.items() if k != "TF_CONFIG"}
-
-
-def quiet_tasks(statuses: Sequence[TaskStatus], reader: ProgressReader) -> dict[str, str]:
-    """Tasks that logged no step while another task of their job did -> why that matters."""
-    stepped: dict[str, list[str]] = {}
-    for s in statuses:
-        if reader.samples([m for m in s.marks if not re.search(SERVER_STARTED, m.text)])[0]:
-            stepped.setdefault(s.job, []).append(s.task)
-    return {
-        s.task: f"never logged a training step, while {peers(stepped[s.job])} did: it may not have trained"
-        for s in statuses
-        if s.task not in stepped.get(s.job, []) and stepped.get(s.job)
-    }
 
 
 def peers(names: Sequence[str]) -> str:
