@@ -233,7 +233,7 @@ def test_a_silent_hogwild_worker_with_tfs_defaults_is_named_live_and_at_the_end(
     initialises says nothing; worker 0 prints bare arrays and exits 0 before worker 1's first
     retry (TF's 30 s). Only worker 0's output tells: tfctl names worker 1 live, once the silence
     lasts hang_timeout, and at the end."""
-    args = "--place own --print arrays --steps 400 --every 1 --pause 0.05 --summaries_secs 0 --log_level default"
+    args = "--place own --print arrays --steps 500 --every 1 --pause 0.05 --summaries_secs 0 --log_level default"
     up, streams = hogwild_up(tmp_path, home, "chief", hang_timeout=10, args=args)
     err = "\n".join(line for _, n, line in streams.lines if n == "err")
     assert up.returncode == 0, err

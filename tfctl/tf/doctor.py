@@ -109,7 +109,7 @@ class SilenceJudge:
     peer that finished (a retry of its session) hangs because of it. Never ends a run itself.
     Asks the hosts every `every` seconds, apart from supervision's own looks."""
 
-    def __init__(self, cluster: Cluster, limit: float, say: Callable[[str], None], every: float = 5.0) -> None:
+    def __init__(self, cluster: Cluster, limit: float, say: Callable[[str], None], every: float = 10.0) -> None:
         self.cluster = cluster
         self.limit = limit
         self.say = say
