@@ -38,6 +38,7 @@ class TaskScript:
     after_restart: TaskScript | None = None  # its life once its restart policy started it again (None: the same)
     usage: list[p.Usage] = field(default_factory=list)  # its monitor's usage samples while it runs, oldest first
     quiet_for: float = 0.0  # its progress lines were all printed this long before each look: it stalls
+    cpu_seconds: float | None = None  # CPU time its monitor counted over every run of it
 
 
 def end_text(exit_code: int | None, signal: int | None) -> str:
@@ -289,6 +290,14 @@ class FakeHost:
         if request.progress is not None:
             infos = {name: info.replace(marks=self._marks(name, request.progress, now)) for name, info in infos.items()}
         for name, info in infos.items():
+            if name in self.scripts:
+                script = self.scripts[name]
+                info = infos[name] = info.replace(
+                    cpu_seconds=script.cpu_seconds,
+                    output_at=now - script.quiet_for if script.lines and name in self.tasks else None,
+                    last_line=script.lines[-1] if script.lines and name in self.tasks else info.last_line,
+                    output_lines=len(script.lines) if request.count_lines else None,
+                )
             samples = self.scripts[name].usage if name in self.scripts else []
             if info.state is p.TaskState.RUNNING and samples:
                 shown = samples[-request.usage_history :] if request.usage_history else []

@@ -438,6 +438,10 @@ ERRORS = {
         with_jobs("  worker: {hosts: [a:1], cpus: -2}\n"),
         ["jobs.worker.cpus: must be a whole number of CPU cores per task, 0 or more", "fix: e.g. `cpus: 1`"],
     ),
+    "host no job uses": (
+        with_jobs("  worker: [h1, localhost]\n") + "hosts:\n  zz: {}\n",
+        ["hosts.zz: unknown host `zz`", "allowed hosts (those used in `jobs`): h1, localhost"],
+    ),
 }
 
 

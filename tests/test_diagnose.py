@@ -115,7 +115,7 @@ CASES = [
         ["port_in_use"],
         None,
         ["port 37373", "already listens"],
-        ["ss -ltnp 'sport = :37373'", "tfctl down --all", "another port"],
+        ["ss -ltnp 'sport = :37373'", "tfctl -f ITS_FILE down", "tfctl down --all", "without a port"],
         "Failed to add port to server",
     ),
     (

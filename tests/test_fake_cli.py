@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -154,6 +155,19 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
     assert ran.code == 0 and lab.hosts["h1"].tasks["worker:0"].state is TaskState.STOPPED
 
 
+def test_a_sigterm_to_up_stops_the_run_and_says_sigterm_not_ctrl_c(lab, monkeypatch):
+    for worker in ("worker:0", "worker:1"):
+        lab.scripts[worker] = TaskScript(lines=["step 1"])
+    monkeypatch.setattr(render, "print_lines", lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    with sigterm_kept():
+        ran = tfctl_here("up")
+    assert ran.code == 130
+    assert "SIGTERM: stopping the cluster" in ran.err and "Ctrl-C: stopping" not in ran.err
+    assert ran.err.endswith("3 processes stopped on 2 hosts; 0 remain; ports 2222-2223 free\n")
+    assert (only_run().state, only_run().reason) == (RunState.STOPPED, "terminated (SIGTERM)")
+    assert "terminated (SIGTERM)" in tfctl_here("runs").out
+
+
 def test_a_second_up_of_a_live_cluster_is_refused_with_how_to_stop_the_first(lab, tmp_path):
     store, cluster = started(tmp_path / "cluster.yaml")
     cluster.close()
@@ -284,6 +298,8 @@ def test_status_shows_every_task_as_its_host_says_and_the_backends_own_state(lab
     tasks = {t["task"]: t for t in answer["tasks"]}
     assert tasks["worker:1"]["state"] == "running" and tasks["worker:0"]["step"] == 20
     assert tasks["worker:0"]["diagnosis"]["kind"] == "oom"
+    assert set(answer) == {"run", "tasks"}  # one object, as `status --help` says
+    assert "per task" not in tfctl_here("status", "--help").out
     assert tfctl_here("down").code == 0
 
 
@@ -521,3 +537,69 @@ def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(
     assert completed(monkeypatch, "tfctl logs --file other.yaml ") == []  # no run of that file
     monkeypatch.delenv("_TFCTL_COMPLETE")
     assert tfctl_here("down").code == 0
+
+
+def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):
+    lab.scripts["ps:0"].cpu_seconds = 36.0
+    lab.scripts["worker:0"].cpu_seconds = 7200.0
+    lab.scripts["worker:1"].cpu_seconds = 0.0
+    assert tfctl_here("up").code == 0
+    (run,) = json.loads(tfctl_here("runs", "--json").out)
+    cost = run["accounting"]
+    assert {name: task["cpu_hours"] for name, task in cost["tasks"].items()} == {
+        "ps:0": 0.01,
+        "worker:0": 2.0,
+        "worker:1": 0.0,
+    }
+    assert cost["total"]["cpu_hours"] == 2.01 and cost["total"]["gpu_hours"] == 0.0
+    assert cost["tasks"]["worker:1"]["wall_seconds"] <= cost["total"]["wall_seconds"] < 60
+    assert json.loads(tfctl_here("status", "--json").out)["run"]["accounting"] == cost
+
+
+SCANNING = "I0000 master.cc:243] Scanning workers for devices: 3 total workers"
+
+
+def test_a_worker_silent_while_its_peer_printed_is_named_at_the_end_in_up_status_and_json(lab):
+    """The Hogwild run of issue 33 with TF's defaults: worker 0 prints bare arrays and exits 0,
+    worker 1 said nothing for 30 s after its session came up. The run succeeds; worker 1 is named."""
+    lab.scripts["worker:0"] = TaskScript(end_after=3, lines=[f"[0.98{i % 10} 1.43{i % 7}]" for i in range(500)])
+    lab.scripts["worker:1"] = TaskScript(lines=["I0000 grpc_server_lib.cc:467] Started server", SCANNING], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 0, ran.err
+    said = f"worker:1: printed nothing for 30 s after `{SCANNING}` while worker:0 printed 500 lines: it never trained"
+    assert said in ran.err and "set_verbosity" in ran.err and "replica_device_setter" in ran.err
+    assert ran.err.index(said) < ran.err.index("job succeeded")
+    assert said in tfctl_here("status").out.replace("\n  ", " ")
+    tasks = {t["task"]: t for t in json.loads(tfctl_here("status", "--json").out)["tasks"]}
+    assert tasks["worker:1"]["diagnosis"]["kind"] == "silent" and tasks["worker:1"]["diagnosis"]["peer"] == "worker:0"
+    assert tasks["worker:0"]["diagnosis"] is None
+
+
+CREATE_SESSION_WAIT = (
+    "I0000 master.cc:281] CreateSession still waiting for response from worker: /job:worker/replica:0/task:0"
+)
+
+
+def test_a_silent_worker_is_noted_live_once_it_lasts_hang_timeout(lab, tmp_path):
+    write(tmp_path, extra="hang_timeout: 1\n")
+    lab.scripts["worker:0"] = TaskScript(end_after=4, lines=[f"[0.9{i % 10} 1.4]" for i in range(300)])
+    lab.scripts["worker:1"] = TaskScript(lines=[SCANNING], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 0, ran.err
+    note = f"note: worker:1 printed nothing for 30 s after `{SCANNING}` while worker:0 printed 300 lines"
+    note += ": it is not training"
+    assert note in ran.err and ran.err.count("note: worker:1 printed nothing") == 1
+    assert ran.err.index(note) < ran.err.index("job succeeded")
+
+
+def test_under_all_workers_the_silent_workers_hang_fails_the_run_with_its_silence_not_device_filters(lab, tmp_path):
+    """Worker 0 trained and left; worker 1, silent all along, now waits for it at CreateSession
+    (its session's retry): the run fails as hung, naming the silence."""
+    write(tmp_path, extra="hang_timeout: 1\nsuccess_policy: all_workers\n")
+    lab.scripts["worker:0"] = TaskScript(end_after=2, lines=[f"[0.9{i % 10} 1.4]" for i in range(300)])
+    lab.scripts["worker:1"] = TaskScript(lines=[SCANNING, CREATE_SESSION_WAIT], quiet_for=30)
+    ran = tfctl_here("up")
+    assert ran.code == 1, ran.err
+    reason = only_run().reason
+    assert reason.startswith("worker:1 has been stuck for over 1s: worker:1 printed nothing for 30 s after"), reason
+    assert "it never trained" in reason and "set_verbosity" in reason and "device_filters" not in reason

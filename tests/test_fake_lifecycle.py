@@ -236,8 +236,27 @@ def test_busy_task_ports_refuse_the_start_before_anything_is_recorded_or_kept(tm
     with pytest.raises(StartupError, match="task ports already in use") as caught:
         started(write(tmp_path))
     assert "h2:2222: in use by pid 4321 (python old_run.py)" in caught.value.message
+    hint = caught.value.hint or ""
+    assert "`tfctl down --all`" in hint and "without a port" in hint
     assert not RunStore().all() and fake_backend.released and not fake_backend.leases
     assert "start" not in fake_backend.journal.verbs()
+
+
+def test_ports_held_by_a_live_run_of_another_file_are_freed_by_its_own_down(tmp_path, fake_backend):
+    """`down --all` leaves another file's live run alone: the hint names that run's own `down`."""
+    other = tmp_path / "other"
+    other.mkdir()
+    _store, first = started(write(other))
+    first.close()
+    fake_backend.agent("h2")._ports = lambda request: p.PortsAnswer(
+        {str(port): p.PortInfo(True, [4321], "train") for port in request.ports}
+    )
+    with pytest.raises(StartupError, match="task ports already in use") as caught:
+        started(write(tmp_path))
+    run_id = first.record.run_id
+    down_first = f"tfctl -f {other}/cluster.yaml down --run {run_id}"
+    assert caught.value.hint == f"they are run {run_id}'s: stop it with `{down_first}`"
+    down.down(RunStore(), RunStore().load(run_id), grace=0)
 
 
 def test_a_task_that_cannot_start_fails_the_run_stops_the_rest_and_releases(tmp_path, fake_backend):

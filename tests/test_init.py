@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import REPO, tfctl
 from tfctl.config.loader import load_config
+from tfctl.config.model import CHOSEN_AT_START
 
 TEMPLATES = sorted(p.name for p in (REPO / "templates").iterdir() if (p / "cluster.yaml").is_file())
 
@@ -29,6 +30,23 @@ def test_template_is_written_and_its_cluster_file_validates(name: str, tmp_path:
     assert config.jobs and all(a.host == "localhost" for _, _, a in config.tasks())
     dry = tfctl("-f", str(tmp_path / "proj" / "cluster.yaml"), "up", "--dry-run", home=home)
     assert dry.returncode == 0 and "TF_CONFIG" in dry.stdout
+
+
+SHIPPED = [*(REPO / "templates").glob("*/cluster.yaml"), *(REPO / "examples").glob("*/cluster*.yaml")]
+
+
+@pytest.mark.parametrize("path", SHIPPED + [REPO / "cluster.yaml.example"], ids=lambda p: str(p.relative_to(REPO)))
+def test_shipped_cluster_files_name_no_port_so_two_of_them_never_collide(path: Path) -> None:
+    config = load_config(path)
+    assert {a.port for _, _, a in config.tasks()} == {CHOSEN_AT_START}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_shipped_files_that_speak_of_resuming_point_at_up_resume(path: Path) -> None:
+    text = path.read_text()
+    assert "fixed directory" not in text
+    if "resum" in text.replace("--resume", ""):
+        assert "up --resume" in text
 
 
 def test_init_refuses_to_overwrite_without_force(tmp_path: Path, home: Path) -> None:

@@ -208,3 +208,27 @@ def test_a_task_that_succeeded_never_counts_as_having_waited_throughout() -> Non
         TaskStatus("worker:1", "worker", 1, "localhost", 2223, TaskState.SUCCEEDED, exit_code=0, tail=last),
     ]
     assert diagnose_run(TwoWorkers(), ended, notes.waited).never_ready == {}  # type: ignore[arg-type]
+
+
+def test_a_wait_of_a_task_that_was_silent_while_its_peer_printed_is_told_as_its_silence() -> None:
+    """Issue 33's all_workers run: worker 1 says nothing after its session came up while worker 0
+    prints for 20 s and leaves; worker 1's retry then waits for worker 0 at CreateSession. That
+    wait is noted as the silence it follows, not as missing device filters."""
+    clock = Clock()
+    notes = LiveNotes(QuietCluster(), clock)  # type: ignore[arg-type]
+    scanning = "I0000 00:00:1795824706.042538   23212 coordination_service.cc:221] Initializing CoordinationService"
+    notes.feed("worker:1", scanning)
+    for i in range(400):
+        notes.feed("worker:0", f"[0.9{i % 10} 1.43]")
+        clock.now += 0.05
+        assert notes.due() == []
+    retry = (
+        "I0000 00:00:1795824736.259590    5045 master.cc:278] CreateSession still waiting for response from "
+        "worker: /job:worker/replica:0/task:0"
+    )
+    notes.feed("worker:1", retry)
+    clock.now += HOLD[Kind.WAITING_FOR_PEER] + 1
+    ((task, finding),) = notes.due()
+    assert task == "worker:1" and finding.cause.startswith(f"printed nothing for 20 s after `{scanning}`")
+    assert "while worker:0 printed 400 lines" in finding.cause and "device filters" not in finding.cause
+    assert "set_verbosity" in finding.fix

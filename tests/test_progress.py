@@ -4,6 +4,7 @@ and its meaning (`tf/progress.py`), against logs of real TF runs and lines at kn
 from __future__ import annotations
 
 import json
+import math
 import struct
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tfctl.supervisor.marks import recent_marks
 from tfctl.supervisor.protocol import Mark, TaskState
 from tfctl.supervisor.timeline import Timeline, TimeNotes, times_path
-from tfctl.tf.progress import Progress, ProgressReader, flags
+from tfctl.tf.progress import Progress, ProgressReader, flags, metrics
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 NOW = 1_800_000_000.0
@@ -296,3 +297,35 @@ def test_a_short_burst_of_steps_long_ago_counts_its_quiet_time(tmp_path: Path) -
     )
     p = progress_of(log)
     assert p.step == 39 and p.steps_per_sec == pytest.approx(39 / 7, rel=0.01)  # from the first step to now
+
+
+@pytest.mark.parametrize(
+    "line, found",
+    [
+        ("step 120 loss 0.31 accuracy 0.9 steps/s 40.1", {"loss": 0.31, "accuracy": 0.9}),
+        ("INFO:tensorflow:loss = 0.3, step = 120 (0.5 sec)", {"loss": 0.3}),
+        ("120/938 [====>....] - ETA: 0s - loss: 0.3121 - accuracy: 0.9100", {"loss": 0.3121, "accuracy": 0.91}),
+        (
+            "final step 400 loss nan accuracy 0.96 time 12.3s checkpoint /x/ckpt-4",
+            {"loss": float("nan"), "accuracy": 0.96},
+        ),
+        ("Epoch 3/10", {}),
+        ("[0.988 1.431]", {}),
+        ("global_step/sec: 31.4", {}),
+        ("val_loss=1e-3 lr 0.01", {"val_loss": 0.001, "lr": 0.01}),
+        ("using 4 GPUs at 80%", {}),
+    ],
+)
+def test_the_models_own_numbers_are_read_from_a_progress_line(line: str, found: dict) -> None:
+    got = metrics(line)
+    assert set(got) == set(found)
+    assert all(got[k] == v or (math.isnan(got[k]) and math.isnan(v)) for k, v in found.items())
+
+
+def test_steps_per_second_for_the_report_come_from_windows_of_at_least_10_s() -> None:
+    """A steady 2 steps/s logged once a second, with line times cut to the second."""
+    marks = [Mark(float(int(1000 + 0.5 * i)), f"step {i}") for i in range(0, 120)]
+    swinging = [rate for _, rate in ProgressReader().history(marks)]
+    steady = [rate for _, rate in ProgressReader().history(marks, min_span=10.0)]
+    assert steady and all(1.8 <= rate <= 2.2 for rate in steady), steady
+    assert len(swinging) > len(steady)

@@ -11,6 +11,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import time
 import zlib
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from tests.test_cli_localhost import latest_run, write_cluster
 from tests.test_restart import agent, once_then, start, wait_state  # noqa: F401 (agent: a fixture)
 from tfctl.cluster.agent import HostAgent
 from tfctl.controller.report import OUTCOME_COLOURS, Event, Resources, RunReport, Span, TaskReport, render
+from tfctl.controller.report_gather import masked
+from tfctl.runs.accounting import TaskCost
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import Mark, RestartRule, TaskState
 from tfctl.tf.progress import ProgressReader
 
@@ -120,6 +124,54 @@ def test_steps_per_second_over_time_start_afresh_after_a_restart() -> None:
     assert ProgressReader().history(rates) == [(T0 + 1, 31.5)]  # the program's own word wins
 
 
+def test_a_one_point_series_is_drawn_as_a_point_and_50_tasks_get_50_colours() -> None:
+    lone = render(run_of(task_of(rates=((T0 + 5, 2.0),))))
+    assert re.search(r'<circle cx="[\d.]+" cy="[\d.]+" r="3.5" fill="#\w+"><title>worker:0</title>', lone)
+    many = render(run_of(*(task_of(f"worker:{i}", rates=((T0, 1.0), (T0 + 9, 2.0))) for i in range(50))))
+    strokes = re.findall(r'<polyline points="[^"]+" fill="none" stroke="([^"]+)"', many)
+    assert len(strokes) == 50 and len(set(strokes)) == 50
+
+
+def test_fifty_tasks_are_counted_by_how_they_ended_not_listed() -> None:
+    tasks = [task_of("worker:0")] + [task_of(f"worker:{i}", state="stopped", end="was stopped") for i in range(1, 50)]
+    facts = render(run_of(*tasks)).split("<h2>", 1)[0]
+    assert "50: 49 stopped, 1 succeeded" in facts and "worker:7" not in facts
+
+
+def test_the_models_numbers_are_charted_and_a_quiet_tasks_lines_shown_beside_its_row() -> None:
+    curve = (("loss", ((T0 + 10, 0.9), (T0 + 20, 0.5), (T0 + 30, 0.3))), ("accuracy", ((T0 + 30, 0.9),)))
+    quiet = task_of(
+        "worker:1",
+        state="stopped",
+        note="never logged a training step, while worker:0 did: it may not have trained",
+        tail=("Scanning workers for devices: 3 total workers", HOSTILE),
+        cost=TaskCost("worker:1", 30.0, 1.5, 0),
+    )
+    page = render(run_of(task_of(metrics=curve, step=300, cost=TaskCost("worker:0", 30.0, 45.0, 1)), quiet))
+    assert "<h2>loss</h2>" in page and "<h2>accuracy</h2>" in page
+    row = page[page.index('<td class="n">worker:1</td>') :].split("</table>", 1)[0]
+    assert "never logged a training step" in row and "Scanning workers for devices" in row
+    assert "<script" not in row and "^[]52;c;bad^G" in row
+    assert all(f'<td class="n">{cell}</td>' in page for cell in ("0.3", "45 s", "30 s"))  # loss, CPU, GPU
+    assert "wall 1m40s, CPU 46 s, GPU 30 s" in page
+
+
+def test_the_page_says_how_the_run_was_started_with_secrets_masked() -> None:
+    env = masked({"TF_CONFIG": '{"cluster": {}}', "WANDB_API_KEY": "abc123", "DB_PASSWORD": "pw", "LANG": "C"})
+    page = render(
+        run_of(
+            task_of(),
+            commands=(("worker:0", "python train.py --task_index=0"),),
+            tf_config='{"cluster": {"worker": ["h1:2222"]}}',
+            env=tuple(sorted(env.items())),
+            versions=(("tfctl", "0.1.0"), ("h1", "python 3.11, tensorflow 2.16.1")),
+        )
+    )
+    assert "python train.py --task_index=0" in page and "h1:2222" in page
+    assert "abc123" not in page and ">pw<" not in page and "<td>C</td>" in page
+    assert "tfctl: 0.1.0; h1: python 3.11, tensorflow 2.16.1" in page
+
+
 def test_a_task_host_records_when_each_earlier_run_started_and_ended(agent: HostAgent) -> None:  # noqa: F811
     start(agent, "r", "echo run; exit 3", RestartRule("on-failure", 2, 0.2))
     info = wait_state(agent, "r", (TaskState.FAILED,))
@@ -170,6 +222,22 @@ def test_a_failed_run_reports_its_diagnosis_and_restarts_whose_times_were_not_re
     assert "worker:0: restarted before tfctl recorded when" in page
     assert "exited with code 1 after 1 restart" in page
     assert not (tmp_path / "report.html").exists() and not list(tmp_path.glob("*.html"))  # stdout only
+
+
+def test_tasks_stopped_because_the_job_succeeded_are_not_said_to_be_stopped_by_down(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    fake_backend.scripts.update(
+        {"ps:0": TaskScript(lines=["ps: listening"]), "worker:0": TaskScript(end_after=2, lines=["step 1"])}
+    )
+    assert tfctl_here("up").code == 0
+    page = tfctl_here("report", "-o", "-").out
+    assert (
+        "was stopped (by tfctl once the job succeeded)" in page and "succeeded: worker:0 finished successfully" in page
+    )
+    assert "tfctl down" not in page
 
 
 def restarted_run(tmp_path: Path, home: Path) -> str:
@@ -223,8 +291,56 @@ def test_the_report_of_a_run_with_a_restart_shows_every_task_in_a_real_browser(t
         assert rows["failed"] & band and rows["succeeded"] & band and not rows["stopped"] & band
 
 
-def screenshot(page: Path, out: Path, profile: Path) -> list[list[tuple[int, int, int]]]:
-    """The page as headless Chromium draws it in a 1200x900 window, as rows of RGB pixels."""
+def fifty_task_run(tmp_path: Path, fake_backend) -> str:
+    """A finished run of the fake backend: a ps and 49 workers logging steps, loss and accuracy
+    over its last 60 s; worker:7 never trains, worker:12's last line is one 400-character word.
+    The hosts' clocks are moved back, so the run began 100 s ago."""
+    workers = ", ".join(f"h{1 + i % 2}:{3000 + i}" for i in range(49))
+    write(tmp_path, FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", f"  worker: [{workers}]\n"))
+    fake_backend.scripts["ps:0"] = TaskScript(lines=["ps: listening"], cpu_seconds=40.0)
+    for i in range(49):
+        lines = [f"step {20 * k} loss {2.0 / (k + 2 + i / 10):.4f} accuracy {0.5 + k / 120:.3f}" for k in range(60)]
+        fake_backend.scripts[f"worker:{i}"] = TaskScript(lines=lines, cpu_seconds=90.0 + i)
+    fake_backend.scripts["worker:0"].end_after = 3
+    fake_backend.scripts["worker:7"] = TaskScript(
+        lines=["master.cc:243] Scanning workers for devices: 3 total workers"]
+    )
+    fake_backend.scripts["worker:12"].lines.append("x" * 400)
+    assert tfctl_here("up").code == 0
+    store = RunStore()
+    (record,) = store.all()
+    store.update(record.run_id, created_at=record.created_at - 100)
+    for host in fake_backend.hosts.values():
+        for name, info in host.tasks.items():
+            host.tasks[name] = info.replace(started_at=(info.started_at or time.time()) - 99)
+    return record.run_id
+
+
+def test_a_fifty_task_run_reads_well_in_a_real_browser(fake_backend, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    fifty_task_run(tmp_path, fake_backend)
+    page = tmp_path / "report.html"
+    assert tfctl_here("report", "-o", str(page)).code == 0
+    html = page.read_text()
+    assert "<td>50: 49 stopped, 1 succeeded</td>" in html
+    assert "was stopped (by tfctl once the job succeeded)" in html
+    quiet = html[html.index('<td class="n">worker:7</td>') :].split('<td class="n">worker:8</td>', 1)[0]
+    assert "never logged a training step" in quiet and "Scanning workers for devices" in quiet
+    assert "<h2>loss</h2>" in html and "<h2>accuracy</h2>" in html
+    steps = html[html.index("<h2>Steps per second</h2>") : html.index("<h2>loss</h2>")]
+    strokes = re.findall(r'stroke="([^"]+)" stroke-width="2"', steps)
+    assert len(strokes) == 48 and len(set(strokes)) == 48  # every task that stepped, each its own colour
+    peak = max(float(v) for v in re.findall(r'text-anchor="end">([\d.]+)</text>', steps))
+    assert 20 <= peak < 30  # 20 steps a second: windows of 10 s, no swing to 40 or more
+    if CHROMIUM is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium): the page was checked as text only")
+    pixels = screenshot(page, tmp_path / "report.png", tmp_path / "chromium", height=4600)
+    right_edge = {px for row in pixels for px in row[-16:]}
+    assert right_edge == {(255, 255, 255)}  # nothing runs off the page: no sideways scrolling
+
+
+def screenshot(page: Path, out: Path, profile: Path, height: int = 900) -> list[list[tuple[int, int, int]]]:
+    """The page as headless Chromium draws it in a window 1200 wide, as rows of RGB pixels."""
     assert CHROMIUM is not None
     browser = subprocess.Popen(
         [
@@ -235,7 +351,7 @@ def screenshot(page: Path, out: Path, profile: Path) -> list[list[tuple[int, int
             "--hide-scrollbars",
             f"--user-data-dir={profile}",
             f"--screenshot={out}",
-            "--window-size=1200,900",
+            f"--window-size=1200,{height}",
             page.as_uri(),
         ],
         stdout=subprocess.DEVNULL,

@@ -119,6 +119,16 @@ def test_resume_is_refused_with_no_earlier_run_a_run_of_another_file_or_a_live_o
     down.down(store, store.load(cluster.record.run_id), None)
 
 
+def test_resuming_a_live_run_hints_the_down_of_the_file_the_user_typed(tmp_path, fake_backend, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _store, cluster = started(write(tmp_path).rename(tmp_path / "long.yaml"))
+    cluster.close()
+    refused = tfctl_here("-f", "long.yaml", "up", "--resume")
+    assert refused.code == 2, refused.err
+    assert f"hint: stop it first: tfctl -f long.yaml down --run {cluster.record.run_id}\n" in refused.err
+    assert tfctl_here("-f", "long.yaml", "down").code == 0
+
+
 # ---------------------------------------------------------------- end to end, on this machine
 
 

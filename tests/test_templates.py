@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.waiting import wait_until
-from tests.conftest import REPO, free_ports, no_warnings, tfctl
+from tests.conftest import REPO, no_warnings, tfctl
 from tfctl.supervisor.procfs import live_pids, proc_env_markers
 from tfctl.tf.noise import NOISE
 
@@ -40,15 +40,13 @@ FINAL = re.compile(
 
 
 def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> Path:
-    """The template as a user's project: fresh ports, fewer steps."""
+    """The template as a user's project, with fewer steps. It names no port (its hosts pick free
+    ones at `up`), so no two runs of the shipped files collide."""
     dst = tmp_path / name
     shutil.copytree(TEMPLATES / name, dst)
     cluster = dst / "cluster.yaml"
     text = cluster.read_text()
-    old = sorted(set(re.findall(r"localhost:(\d+)", text)))
-    assert old and all(2222 <= int(p) <= 2229 for p in old), old
-    mapping = dict(zip(old, map(str, free_ports(len(old)))))
-    text = re.sub(r"localhost:(\d+)", lambda m: f"localhost:{mapping[m.group(1)]}", text)
+    assert "localhost" in text and not re.search(r"localhost:\d", text)
     assert "--checkpoint_dir=$TFCTL_RUN_DIR/checkpoints" in text  # under the test's TFCTL_HOME
     if train_steps is not None:
         text, n = re.subn(r"--train_steps=\d+", f"--train_steps={train_steps}", text)

@@ -228,6 +228,26 @@ def test_hogwild_under_all_workers_fails_as_hung_with_the_cause_not_device_filte
     assert run_left(record["run_id"]) == []
 
 
+def test_a_silent_hogwild_worker_with_tfs_defaults_is_named_live_and_at_the_end(tmp_path: Path, home: Path) -> None:
+    """Issue 33's run: TF's default log level, so worker 1's wait for variables nobody
+    initialises says nothing; worker 0 prints bare arrays and exits 0 before worker 1's first
+    retry (TF's 30 s). Only worker 0's output tells: tfctl names worker 1 live, once the silence
+    lasts hang_timeout, and at the end."""
+    args = "--place own --print arrays --steps 500 --every 1 --pause 0.05 --summaries_secs 0 --log_level default"
+    up, streams = hogwild_up(tmp_path, home, "chief", hang_timeout=10, args=args)
+    err = "\n".join(line for _, n, line in streams.lines if n == "err")
+    assert up.returncode == 0, err
+    assert not any("Waiting for model" in line for _, n, line in streams.lines if n == "out")  # TF said nothing
+    noted_at, note = streams.first("err", "note: worker:1 printed nothing for")
+    assert "while worker:0 printed" in note and "it is not training" in note
+    ended_at, ending = streams.first("err", "worker:1: printed nothing for")
+    assert "while worker:0 printed" in ending and "it never trained" in ending
+    assert noted_at < ended_at < streams.first("err", "job succeeded")[0]
+    assert "set_verbosity" in err and "replica_device_setter" in err and "device_filters" not in err
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert run_left(run_id) == []
+
+
 def test_a_supervisor_chiefs_global_step_sec_0_line_makes_no_straggler(tmp_path: Path, home: Path) -> None:
     """tf.train.Supervisor's step counter logs `global_step/sec: 0` as the chief starts, then
     nothing for save_summaries_secs (120 s); a chief printing no step lines of its own is then no

@@ -3,6 +3,7 @@ idle processes on this machine, and GPUs through a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Iterator
 import pytest
 
 from bench.waiting import wait_until
+from tfctl.runs.accounting import TaskCost, cost_json, hours_text, wall_seconds
 from tfctl.supervisor import usage
 from tfctl.supervisor.protocol import TaskLaunch, Usage
 
@@ -194,3 +196,45 @@ def test_a_huge_usage_file_costs_only_the_points_read(tmp_path: Path) -> None:
     started = time.monotonic()
     assert len(usage.read_usage_points(str(log), 200)) == 201
     assert time.monotonic() - started < 2
+
+
+def burnt(pid: int, seconds: float) -> bool:
+    return usage.tree_usage(pid)[0] >= seconds
+
+
+def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Path, monkeypatch) -> None:
+    """A task that burns CPU, is restarted and burns again: its total holds both runs, and a
+    monitor taking over the task counts on from it."""
+    monkeypatch.setattr(usage, "USAGE_EVERY", 0.0)
+    log = str(tmp_path / "output.log")
+    notes = usage.UsageNotes(log, [])
+    totals = []
+    for _ in range(2):
+        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        try:
+            notes.begin(busy.pid, time.time())
+            wait_until(functools.partial(burnt, busy.pid, 0.3), 20, "0.3 s of CPU", interval=0.05)
+            notes.note()
+            totals.append(usage.read_cpu_total(log))
+        finally:
+            busy.kill()
+            busy.wait()
+    first, both = totals
+    assert first is not None and both is not None
+    assert 0.3 <= first < 5 and both >= first + 0.3
+    assert usage.UsageNotes(log, []).earlier == both
+
+
+def test_a_runs_cost_is_wall_time_cpu_and_gpu_hours_per_task_and_in_total() -> None:
+    costs = [TaskCost("ps:0", 3600.0, 360.0, 0), TaskCost("worker:0", 1800.0, 5400.0, 2)]
+    assert cost_json(costs, 3700.0) == {
+        "tasks": {
+            "ps:0": {"wall_seconds": 3600.0, "cpu_hours": 0.1, "gpu_hours": 0.0},
+            "worker:0": {"wall_seconds": 1800.0, "cpu_hours": 1.5, "gpu_hours": 1.0},
+        },
+        "total": {"wall_seconds": 3700.0, "cpu_hours": 1.6, "gpu_hours": 1.0, "unmeasured": []},
+    }
+    unmeasured = cost_json([TaskCost("ps:1", 10.0, None, 0), *costs], 3700.0)["total"]
+    assert (unmeasured["cpu_hours"], unmeasured["unmeasured"]) == (1.6, ["ps:1"])  # said, not left out
+    assert wall_seconds([(100.0, 160.0), (170.0, None)], now=200.0) == 90.0  # a restart, then running
+    assert [hours_text(h) for h in (None, 44 / 3600, 0.25, 3.2)] == ["-", "44 s", "15.0 min", "3.20 h"]

@@ -7,7 +7,8 @@ non-chief's variables are never initialised and it waits for ever, saying so eve
 `--recovery_wait` seconds. With `--place chief` (or `ps`) they live on worker 0 (ps 0), the
 chief initialises them, and every worker trains.
 `--print arrays` prints the weights as a bare array (a format no built-in pattern reads),
-`--print steps` prints `step N loss L`. The chief's Supervisor logs `global_step/sec: R` every
+`--print steps` prints `step N loss L`. `--log_level default` keeps TF's own level (WARN), so a
+non-chief's wait says nothing at all. The chief's Supervisor logs `global_step/sec: R` every
 `--summaries_secs` (the first, at its start, says 0), as its step counter does.
 """
 
@@ -32,11 +33,13 @@ def main() -> None:
     p.add_argument("--pause", type=float, default=0.0, help="seconds between steps (a longer run)")
     p.add_argument("--summaries_secs", type=float, default=120.0, help="0: no global_step/sec lines")
     p.add_argument("--recovery_wait", type=float, default=30.0, help="seconds between a non-chief's checks")
+    p.add_argument("--log_level", choices=("info", "default"), default="info", help="default: TF's own, WARN")
     a = p.parse_args()
     config = json.loads(os.environ["TF_CONFIG"])
     job, index = config["task"]["type"], int(config["task"]["index"])
     tf.compat.v1.disable_eager_execution()
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)  # as the examples do: TF's waits show
+    if a.log_level == "info":
+        tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)  # as the examples do: TF's waits show
     cluster = tf.train.ClusterSpec(config["cluster"])
     server = tf.distribute.Server(cluster, job_name=job, task_index=index, start=True)
     if job == "ps":

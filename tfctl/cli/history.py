@@ -98,6 +98,7 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "ended_at": r.ended_at,
         "reason": r.reason,
         "resumes": r.resumes,
+        "accounting": r.accounting,  # what it cost, as its hosts counted when it was stopped
     }
 
 

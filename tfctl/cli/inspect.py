@@ -30,7 +30,7 @@ STATUS_PATIENCE = 15.0
 Examples:
   tfctl status                  the newest run of ./cluster.yaml
   tfctl status --watch          refresh every second
-  tfctl status --run ID --json  one JSON object per task""",
+  tfctl status --run ID --json  the run and its tasks, as one JSON object""",
 )
 @file_option()
 @run_option

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -111,8 +112,13 @@ def up(
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM to `up` (`kill`, a batch job's time limit): stops the run as Ctrl-C does, and
+    says it was a SIGTERM, so nobody looks for who pressed Ctrl-C."""
+
+
 def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _progress_printer(start: float) -> Callable[[str, str], None]:
@@ -272,7 +278,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
     from tfctl.controller import status_view, supervise
-    from tfctl.supervisor.protocol import RunState
+    from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
     from tfctl.tf.progress import RunProgress
@@ -290,10 +296,15 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
 
     try:
         ending = supervise.attach(store, cluster, on_lines, notes.forget)
-    except KeyboardInterrupt:
-        err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated):
+            err.print("\nSIGTERM: stopping the cluster (another SIGTERM or Ctrl-C detaches, leaving it to `down`)")
+            why = "terminated (SIGTERM)"
+        else:
+            err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+            why = "interrupted (Ctrl-C)"
         try:
-            render.render_stop(supervise.interrupt(store, cluster))
+            render.render_stop(supervise.interrupt(store, cluster, why))
         except KeyboardInterrupt:
             lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
             err.print(
@@ -305,15 +316,22 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     # A host the stop could not reach is not asked again: it would hold each look for seconds.
     run_progress = RunProgress(record.progress)
     gone = {*ending.stop.unreachable, *ending.stop.lost_silent}
-    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, skip_hosts=gone)
+    statuses, silent = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, count_lines=True, skip_hosts=gone)
     if silent:  # a host busy with the stop it just made (TF's exits load it): one more look, not a verdict
-        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, skip_hosts=gone)
+        statuses, _ = cluster.status(progress=run_progress.rule(), tail=TAIL_LINES, count_lines=True, skip_hosts=gone)
     found = diagnose_run(cluster, statuses, notes.waited)
     culprit = None if ending.outcome.succeeded else ending.outcome.culprit
     finding = found.findings.get(culprit) if culprit else None
-    for note in status_view.never_ready_notes(found, skip=culprit if finding else None):
+    assessed = run_progress.assess(statuses)
+    quiet = status_view.silent_tasks(ending.record, statuses, assessed, found)
+    # Silent while a peer printed, seen live: a wait it showed since (its session's retry once
+    # that peer left) is not the story.
+    ended = {s.task for s in statuses if s.state in (TaskState.SUCCEEDED, TaskState.FAILED)}
+    quiet.update({t: s for t, s in notes.silent.items() if t not in quiet and t not in ended})
+    never_ready = dataclasses.replace(found, never_ready={t: f for t, f in found.never_ready.items() if t not in quiet})
+    for note in status_view.never_ready_notes(never_ready, skip=culprit if finding else None):
         err.print(note)
-    for note in status_view.untrained_notes(statuses, run_progress.assess(statuses)):
+    for note in status_view.untrained_notes(statuses, assessed, quiet):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(Text("job succeeded", style="green") + Text(f": {ending.outcome.reason}"))

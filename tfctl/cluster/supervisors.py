@@ -233,14 +233,16 @@ class Cluster:
         wait_listening: float = 0.0,
         usage_history: int = 0,
         usage_points: int = 0,
+        count_lines: bool = False,
         skip_hosts: Collection[str] = (),
     ) -> tuple[list[TaskStatus], dict[str, Exception]]:
         """Every task's status (with its recent progress lines, given the `progress` rule, its
         last `tail` output lines and `usage_history` usage samples, or `usage_points` over its
-        whole life), plus the hosts that could not be asked (their tasks: `unreachable`). One
-        request per host; with `wait_listening`, each host answers once its tasks listen or have
-        ended, or after that many seconds. `skip_hosts`: hosts not asked (known silent: a frozen
-        host would hold the look for STATUS_DEADLINE); their tasks are `unreachable`."""
+        whole life; with `count_lines`, its output lines), plus the hosts that could not be asked
+        (their tasks: `unreachable`). One request per host; with `wait_listening`, each host
+        answers once its tasks listen or have ended, or after that many seconds. `skip_hosts`:
+        hosts not asked (known silent: a frozen host would hold the look for STATUS_DEADLINE);
+        their tasks are `unreachable`."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
         answers = self._ask_status(
             [t for t in tasks if t.host not in skip_hosts],
@@ -249,6 +251,7 @@ class Cluster:
             tail=tail,
             usage_history=usage_history,
             usage_points=usage_points,
+            count_lines=count_lines,
         )
         infos = {name: info for answer in answers.succeeded.values() for name, info in answer.tasks.items()}
         tails = {name: lines for answer in answers.succeeded.values() for name, lines in answer.tails.items()}

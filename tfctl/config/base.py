@@ -93,10 +93,17 @@ def _suggest(word: str, choices: tuple[str, ...], aliases: Mapping[str, str] | N
 
 
 def unknown_key(
-    doc: Doc, path: str, key: str, kind: str, allowed: tuple[str, ...], aliases: Mapping[str, str] | None = None
+    doc: Doc,
+    path: str,
+    key: str,
+    kind: str,
+    allowed: tuple[str, ...],
+    aliases: Mapping[str, str] | None = None,
+    allowed_kind: str | None = None,
 ) -> Any:
+    """`allowed_kind`: how the listing names what is allowed, when that is not `kind` + "s"."""
     hint = _suggest(key, allowed, aliases)
-    listing = f"allowed {kind}s: {', '.join(allowed)}"
+    listing = f"allowed {allowed_kind or kind + 's'}: {', '.join(allowed)}"
     fix = f"did you mean `{hint}`? {listing}" if hint else f"remove or rename it; {listing}"
     return doc.problem(path, f"unknown {kind} `{key}`", fix, at=doc.key_nodes.get(path))
 

@@ -5,16 +5,19 @@ one), release what the backend holds for it, and stop orphans that no live run o
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Collection
+import time
+from typing import TYPE_CHECKING, Any, Collection
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.supervisors import Cluster, StopReport
 from tfctl.controller.watcher import stop_watcher, wait_gone
+from tfctl.errors import TfctlError
+from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.protocol import RunState, SweepAnswer, SweepRequest
+from tfctl.supervisor.protocol import RunState, SweepAnswer, SweepRequest, TaskState
 
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
@@ -38,8 +41,24 @@ def stop_run(
     still_lost = tuple(h for h in cluster.record.lost_hosts if h.name in report.lost_silent)
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent
-    store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost)
+    cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
+    store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
     return report, release(cluster.record)
+
+
+def final_cost(cluster: Cluster, silent: set[str]) -> dict[str, Any] | None:
+    """What the stopped run cost, asked of the hosts that just answered the stop (a silent one
+    is not waited for again); None when none of them could say."""
+    record = cluster.record
+    tasks = [t for t in record.tasks if t.host not in silent]
+    if not tasks:
+        return None
+    try:
+        statuses, _ = cluster.status(tasks)
+    except TfctlError:
+        return None
+    now = time.time()
+    return cost_json([s.cost(now) for s in statuses if s.state is not TaskState.UNREACHABLE], now - record.created_at)
 
 
 def _down_patience(record: RunRecord, grace: float | None) -> float:

@@ -10,11 +10,14 @@ shown as `^[`, never passed on.
 from __future__ import annotations
 
 import html
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from tfctl import console
+from tfctl.runs.accounting import TaskCost, cost_json, hours_text
 
 WIDTH = 1100  # of every chart, in CSS pixels
 LABEL = 190  # the task names' column of the timeline
@@ -74,6 +77,10 @@ class TaskReport:
     resources: Resources | None = None
     diagnosis: tuple[str, str] | None = None  # (cause, fix)
     last_line: str = ""
+    metrics: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()  # (name, (time, value)...): loss, ...
+    note: str = ""  # what its peers' progress says of it: "never logged a training step, while ..."
+    tail: tuple[str, ...] = ()  # its last lines, for a task that failed or may not have trained
+    cost: TaskCost | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,10 @@ class RunReport:
     tasks: tuple[TaskReport, ...]
     unreachable: tuple[tuple[str, str], ...] = ()  # (host, why)
     notes: tuple[str, ...] = field(default=())
+    commands: tuple[tuple[str, str], ...] = ()  # (task, command): one task of each job
+    tf_config: str = ""  # the first task's
+    env: tuple[tuple[str, str], ...] = ()  # the first task's, secrets masked, TF_CONFIG apart
+    versions: tuple[tuple[str, str], ...] = ()  # ("tfctl", "0.1.0"), (host, "python 3.11, tensorflow 2.16")
 
 
 def text(value: object) -> str:
@@ -149,6 +160,7 @@ def render(run: RunReport) -> str:
     scale = Scale(*time_range(run), LABEL, WIDTH - 10)  # one for every chart: times line up
     parts = [
         facts(run),
+        tasks_table(run),
         "<h2>Timeline</h2>",
         timeline(run, scale),
         events_table(run),
@@ -156,10 +168,11 @@ def render(run: RunReport) -> str:
         line_chart([(t.name, t.rates) for t in run.tasks], scale, "steps/s", run.started_at)
         if any(t.rates for t in run.tasks)
         else '<p class="none">No task logged steps tfctl could read (see progress.regex in the README).</p>',
+        model_curves(run, scale),
     ]
     if any(t.resources is not None for t in run.tasks):
         parts.append(resources(run, scale))
-    parts.append(diagnosis(run))
+    parts += [diagnosis(run), started_how(run)]
     return PAGE.format(title=text(f"tfctl report {run.run_id}"), csp=CSP, style=STYLE, body="\n".join(parts))
 
 
@@ -172,13 +185,100 @@ def facts(run: RunReport) -> str:
         ("started", clock(run.started_at)),
         ("ended", clock(run.ended_at) if run.ended_at else "not yet"),
         ("duration", offset((run.ended_at or run.generated_at) - run.started_at).lstrip("+")),
-        ("tasks", ", ".join(f"{t.name} {t.state}" for t in run.tasks)),
+        ("tasks", tasks_summary(run.tasks)),
+        ("cost", cost_summary(run)),
+        ("versions", "; ".join(f"{who}: {version}" for who, version in run.versions) or "not recorded"),
         ("report made", clock(run.generated_at)),
     ]
     rows += [(f"unreachable {host}", why) for host, why in run.unreachable]
     cells = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in rows)
     notes = "".join(f'<p class="note">{text(n)}</p>' for n in run.notes)
     return f"<h1>{text(run.run_id)}</h1><table class=facts>{cells}</table>{notes}"
+
+
+def tasks_summary(tasks: Sequence[TaskReport]) -> str:
+    """`50: 1 succeeded, 49 stopped`: how many ended each way, not a list of 50 words."""
+    counts = Counter(t.state for t in tasks)
+    return f"{len(tasks)}: " + ", ".join(f"{n} {state}" for state, n in counts.most_common())
+
+
+def cost_summary(run: RunReport) -> str:
+    costs = [t.cost for t in run.tasks if t.cost is not None]
+    if not costs:
+        return "not measured"
+    total = cost_json(costs, (run.ended_at or run.generated_at) - run.started_at)["total"]
+    unmeasured = f"; CPU not measured for {', '.join(total['unmeasured'])}" if total["unmeasured"] else ""
+    return (
+        f"wall {offset(total['wall_seconds']).lstrip('+')}, CPU {hours_text(total['cpu_hours'])}, "
+        f"GPU {hours_text(total['gpu_hours'])} (per task below){unmeasured}"
+    )
+
+
+def tasks_table(run: RunReport) -> str:
+    """One row per task: how it ended, its last step and numbers, what it cost; a task that
+    failed or may not have trained gets its diagnosis beside it and its last lines under it."""
+    names = metric_names(run.tasks)
+    head = "".join(
+        f"<th>{text(h)}</th>" for h in ("task", "address", "how it ended", "step", *names, "wall", "CPU", "GPU", "")
+    )
+    rows = []
+    for t in run.tasks:
+        last = dict((name, points[-1][1]) for name, points in t.metrics if points)
+        cost = t.cost
+        told = [f"<b>{text(t.diagnosis[0])}</b><br><i>fix:</i> {text(t.diagnosis[1])}"] if t.diagnosis else []
+        told += [text(t.note)] if t.note else []
+        cells = [
+            text(t.name),
+            text(t.address),
+            f'<span style="color:{OUTCOME_COLOURS.get(t.state, OTHER_OUTCOME)}">&#9632;</span> {text(t.end)}',
+            "-" if t.step is None else str(t.step),
+            *(f"{last[n]:.4g}" if n in last else "-" for n in names),
+            offset(cost.wall_seconds).lstrip("+") if cost else "-",
+            hours_text(cost.cpu_hours) if cost else "-",
+            hours_text(cost.gpu_hours) if cost and cost.gpus else "-",
+            "<br>".join(told),
+        ]
+        kinds = ["n", "n", "end", "n", *("n" for _ in names), "n", "n", "n", "wrap"]
+        rows.append("<tr>" + "".join(f'<td class="{k}">{c}</td>' for k, c in zip(kinds, cells)) + "</tr>")
+        if t.tail:
+            lines = text("\n".join(t.tail))
+            rows.append(
+                f'<tr><td colspan="{len(cells)}" class="wrap"><details{" open" if told else ""}><summary>'
+                f"{text(t.name)}: its last {len(t.tail)} lines</summary><pre>{lines}</pre></details></td></tr>"
+            )
+    return f"<h2>Tasks</h2><table class=tasks><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def metric_names(tasks: Sequence[TaskReport], most: int = 4) -> list[str]:
+    """The model's numbers most often logged (loss, accuracy, ...), at most `most`."""
+    counts: Counter[str] = Counter()
+    for t in tasks:
+        for name, points in t.metrics:
+            counts[name] += len(points)
+    return [name for name, _ in counts.most_common(most)]
+
+
+def model_curves(run: RunReport, scale: Scale) -> str:
+    """One chart per number the model logs with its steps (loss, accuracy), a line per task."""
+    charts = []
+    for name in metric_names(run.tasks):
+        series = [(t.name, dict(t.metrics).get(name, ())) for t in run.tasks]
+        finite = [(task, tuple(p for p in points if math.isfinite(p[1]))) for task, points in series]
+        charts.append(f"<h2>{text(name)}</h2>" + line_chart(finite, scale, name, run.started_at))
+    return "".join(charts)
+
+
+def started_how(run: RunReport) -> str:
+    """The command of each job, TF_CONFIG and the environment (secrets masked), as started."""
+    if not run.commands:
+        return ""
+    commands = "".join(f"<tr><th>{text(task)}</th><td><pre>{text(c)}</pre></td></tr>" for task, c in run.commands)
+    env = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in run.env)
+    return (
+        f"<h2>How it was started</h2><table class=facts>{commands}"
+        f"<tr><th>TF_CONFIG ({text(run.commands[0][0])})</th><td><pre>{text(run.tf_config)}</pre></td></tr>"
+        f"{env}</table>"
+    )
 
 
 def timeline(run: RunReport, scale: Scale) -> str:
@@ -273,15 +373,24 @@ def line_chart(
     for i, (name, points) in enumerate(series):
         if not points:
             continue
-        colour = PALETTE[i % len(PALETTE)]
-        xy = " ".join(f"{scale.x(t)},{round(bottom - (v / divide) / peak * (bottom - top), 1)}" for t, v in points)
-        out.append(
-            f'<polyline points="{xy}" fill="none" stroke="{colour}" stroke-width="2">'
-            f"<title>{text(name)}</title></polyline>"
-        )
+        colour = colour_of(i)
+        xy = [(scale.x(t), round(bottom - (v / divide) / peak * (bottom - top), 1)) for t, v in points]
+        tip = f"<title>{text(name)}</title>"
+        if len(xy) == 1:  # a line needs two points: one is drawn as what it is
+            out.append(f'<circle cx="{xy[0][0]}" cy="{xy[0][1]}" r="3.5" fill="{colour}">{tip}</circle>')
+        else:
+            shown = " ".join(f"{x},{y}" for x, y in xy)
+            out.append(f'<polyline points="{shown}" fill="none" stroke="{colour}" stroke-width="2">{tip}</polyline>')
         legend.append(f'<span style="color:{colour}">&#9632;</span> {text(name)}')
     out.append("</svg>")
     return "".join(out) + f'<p class="legend">{" &nbsp; ".join(legend)}</p>'
+
+
+def colour_of(index: int) -> str:
+    """The palette, then hues a golden angle apart: 50 tasks' lines all differ."""
+    if index < len(PALETTE):
+        return PALETTE[index]
+    return f"hsl({(index - len(PALETTE)) * 137.508 % 360:.0f},65%,{38 + index % 3 * 8}%)"
 
 
 def resources(run: RunReport, scale: Scale) -> str:
@@ -315,7 +424,12 @@ LEGEND = (
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px 24px; color: #222; background: #fff; }
 h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 18px 0 6px; }
-table.facts th { text-align: left; padding-right: 14px; color: #555; font-weight: normal; }
+table.facts th { text-align: left; padding-right: 14px; color: #555; font-weight: normal; vertical-align: top; }
+pre, p, li, td.wrap { overflow-wrap: anywhere; } pre { white-space: pre-wrap; margin: 0; font-size: 12px; }
+td.n { white-space: nowrap; } td.end { min-width: 12em; }
+table.tasks { border-collapse: collapse; font-size: 12px; width: 100%; }
+table.tasks td, table.tasks th { padding: 2px 8px 2px 0; text-align: left; vertical-align: top; }
+table.tasks tr:nth-child(even) { background: #f6f6f6; } svg { max-width: 100%; height: auto; }
 table.events { border-collapse: collapse; font-size: 12px; }
 table.events td, table.events th { padding: 1px 10px 1px 0; text-align: left; }
 svg text { font: 12px system-ui, sans-serif; fill: #222; }

@@ -13,21 +13,28 @@ for an attached run, a detached one, and one whose controller died.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
+from typing import Mapping, Sequence
 
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
+from tfctl.controller.status_view import silent_tasks
 from tfctl.engine.observed import TaskStatus, describe_end
-from tfctl.supervisor.protocol import ProgressRule
+from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics, never_stepped
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
 POINTS = 200  # marks of each kind per task over the run: the steps/s chart's resolution
+RATE_SPAN = 10.0  # seconds: line times are exact to a second, so shorter spans swing the rate
+TAIL_SHOWN = 20  # last lines shown of a task that failed or may not have trained
+SECRET = re.compile(r"(?i)pass|secret|token|key|credential|auth|cookie")
 
 
 def gather(cluster: Cluster) -> RunReport:
@@ -39,18 +46,37 @@ def gather(cluster: Cluster) -> RunReport:
     window = now - record.created_at + MARGIN
     buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
     rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
-    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS)
+    statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS, count_lines=True)
     found = diagnose_run(cluster, statuses)
+    assessed = RunProgress(record.progress).assess(statuses)
+    quiet = silent_tasks(record, statuses, assessed, found)
+    silent = {
+        **{
+            task: f"never logged a training step, while {peers(names)} did: it may not have trained"
+            for task, names in never_stepped(statuses, assessed).items()
+        },
+        **{task: s.text(not record.active) for task, s in quiet.items()},
+    }
     tasks = []
     for s in statuses:
-        finding = found.findings.get(s.task)
+        finding = found.findings.get(s.task) or found.never_ready.get(s.task)
+        diagnosis = (finding.cause, finding.fix) if finding else None
+        if diagnosis is None and s.task in quiet:
+            diagnosis = (quiet[s.task].cause, quiet[s.task].fix)
+        told = diagnosis is not None or s.task in silent or s.state in (TaskState.FAILED, TaskState.LOST)
         tasks.append(
-            task_report(
-                s,
-                reader,
-                now,
-                diagnosis=(finding.cause, finding.fix) if finding else None,
-                last_line=found.last_lines.get(s.task) or s.last_line,
+            dataclasses.replace(
+                task_report(
+                    s,
+                    reader,
+                    now,
+                    diagnosis=diagnosis,
+                    last_line=found.last_lines.get(s.task) or s.last_line,
+                    stopped_by=stopped_by(record),
+                ),
+                note=silent.get(s.task, ""),
+                tail=tuple((s.tail or ())[-TAIL_SHOWN:]) if told else (),
+                cost=s.cost(now),
             )
         )
     untimed = [s.task for s in statuses if s.restarts > len(s.attempts)]
@@ -70,20 +96,65 @@ def gather(cluster: Cluster) -> RunReport:
         ended_at=record.ended_at,
         generated_at=now,
         tasks=tuple(tasks),
+        commands=tuple((t.name, t.command) for t in first_of_each_job(record.tasks)),
+        tf_config=record.tasks[0].env.get("TF_CONFIG", "") if record.tasks else "",
+        env=tuple(sorted(masked(record.tasks[0].env).items())) if record.tasks else (),
+        versions=tuple(record.versions.items()),
         unreachable=tuple((host, str(getattr(e, "message", e))) for host, e in sorted(unreachable.items())),
         notes=notes,
     )
 
 
+def first_of_each_job(tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
+    """One task per job: the commands of a job's tasks differ only in their index."""
+    seen: dict[str, TaskSpec] = {}
+    for t in tasks:
+        seen.setdefault(t.job, t)
+    return list(seen.values())
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """The task's environment for the page, TF_CONFIG apart (shown whole), with the values of
+    names that look secret (tokens, passwords, keys) hidden."""
+    return {k: "********" if SECRET.search(k) else v for k, v in env.items() if k != "TF_CONFIG"}
+
+
+def peers(names: Sequence[str]) -> str:
+    """`worker:0, worker:1`; many: `worker:0 and 47 others`."""
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} others"
+
+
+def stopped_by(record: RunRecord) -> str:
+    """Why tfctl stopped the tasks that were still running when the run ended (the page says
+    what decided the job once, at its top)."""
+    ended = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed"}.get(record.state)
+    if ended is None:
+        return record.reason or "tfctl down"
+    return f"by tfctl once the job {ended}"
+
+
 def task_report(
-    s: TaskStatus, reader: ProgressReader, now: float, diagnosis: tuple[str, str] | None, last_line: str
+    s: TaskStatus,
+    reader: ProgressReader,
+    now: float,
+    diagnosis: tuple[str, str] | None,
+    last_line: str,
+    stopped_by: str = "tfctl down",
 ) -> TaskReport:
     """One task's runs and moments from its host's answer (`s.marks` over the whole run)."""
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for mark in steps:
+        for name, value in metrics(mark.text).items():
+            curves.setdefault(name, []).append((mark.time, value))
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
-    end = describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason) if s.final else s.state.value
+    end = (
+        describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason, stopped_by=stopped_by)
+        if s.final
+        else s.state.value
+    )
     if s.started_at is not None:
         ended = s.ended_at if s.final else None
         outcome = s.state.value if s.final else "running"
@@ -108,7 +179,8 @@ def task_report(
         end=end + (f" after {s.restarts} restart{'s' if s.restarts != 1 else ''}" if s.restarts else ""),
         spans=tuple(spans),
         events=tuple(events),
-        rates=tuple(reader.history(steps)),
+        rates=tuple(reader.history(steps, min_span=RATE_SPAN)),
+        metrics=tuple((name, tuple(points)) for name, points in curves.items()),
         step=samples[-1][1] if samples else None,
         restarts=s.restarts,
         resources=resources(s),

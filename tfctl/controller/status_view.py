@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -20,11 +20,13 @@ from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.rpc_messages import StatusAsk, StatusReply
 from tfctl.engine.observed import TaskStatus
+from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
 from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
+from tfctl.tf.silence import AT_END, Silence, outputs, silences
 
 
 def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
@@ -70,6 +72,16 @@ class Snapshot:
     diagnosis: RunDiagnosis
     progress: dict[str, TaskProgress]
     backend: BackendReport | None = None  # what the run's backend says of its own state
+    silent: dict[str, Silence] = dataclasses.field(default_factory=dict)  # `tf.silence`
+
+    def cost(self, record: RunRecord) -> dict[str, Any]:
+        """Wall time, CPU- and GPU-hours so far; for a stopped run, as counted when it stopped
+        (its tasks' hosts may be gone since)."""
+        if record.accounting is not None and not record.active:
+            return record.accounting
+        now = time.time()
+        reached = [s.cost(now) for s in self.statuses if s.state is not TaskState.UNREACHABLE]
+        return cost_json(reached, (record.ended_at or now) - record.created_at)
 
     def to_json(self, record: RunRecord, usage_history: bool = False) -> dict[str, Any]:
         run = {
@@ -91,6 +103,7 @@ class Snapshot:
             "spares": list(record.spares),
             "moves": [m.to_wire() for m in record.moves],
             "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
+            "accounting": self.cost(record),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
@@ -106,7 +119,8 @@ class Snapshot:
                     "flags": list(p.flags),
                     "diagnosis": finding_json(
                         self.diagnosis.findings.get(s.task) or self.diagnosis.never_ready.get(s.task)
-                    ),
+                    )
+                    or silence_json(self.silent.get(s.task), record.active),
                     **({"usage_history": [u.to_wire() for u in s.usage_history]} if usage_history else {}),
                 }
             )
@@ -115,12 +129,44 @@ class Snapshot:
 
 def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     progress = RunProgress(cluster.record.progress)
-    statuses, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history)
+    ended = not cluster.record.active  # its logs grow no more: counting their lines costs once
+    statuses, unreachable = cluster.status(
+        progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history, count_lines=ended
+    )
     statuses = traceless(cluster.record, statuses)
     found = diagnose_run(cluster, statuses)
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     held = backend_for(cluster.record.backend).report(cluster.record)
-    return Snapshot(statuses, unreachable, found, progress.assess(statuses), held)
+    assessed = progress.assess(statuses)
+    return Snapshot(
+        statuses, unreachable, found, assessed, held, silent_tasks(cluster.record, statuses, assessed, found)
+    )
+
+
+def silent_tasks(
+    record: RunRecord, statuses: Sequence[TaskStatus], progress: Mapping[str, TaskProgress], found: RunDiagnosis
+) -> dict[str, Silence]:
+    """The tasks that printed nothing while their peers went on (`tf.silence`): once the run
+    ended, after `silence.AT_END` seconds of it; while it runs, after its `hang_timeout`. A task
+    whose log already says what it waits for is left to that diagnosis."""
+    told = {*found.findings, *found.never_ready}
+    least = AT_END if not record.active else record.hang_timeout or record.startup_timeout
+    now = max((s.observed_at for s in statuses if s.observed_at is not None), default=time.time())
+    quiet = silences(outputs(statuses, progress, found.last_lines), now, least)
+    return {task: s for task, s in quiet.items() if task not in told}
+
+
+def silence_json(silence: Silence | None, live: bool) -> dict[str, Any] | None:
+    """A silent task's entry where `status --json` puts a diagnosis."""
+    if silence is None:
+        return None
+    return {
+        "kind": "silent",
+        "cause": f"{silence.text(ended=not live)}; {silence.cause}",
+        "fix": silence.fix,
+        "evidence": silence.after,
+        "peer": silence.peer,
+    }
 
 
 def traceless(record: RunRecord, statuses: list[TaskStatus]) -> list[TaskStatus]:
@@ -254,7 +300,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         table.caption = "\n".join(captions)
     notes = [finding_text(task, f) for task, f in found.findings.items()]
     notes += never_ready_notes(found)
-    notes += untrained_notes(shot.statuses, shot.progress)
+    notes += untrained_notes(shot.statuses, shot.progress, shot.silent, ended=not record.active)
     notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
 
@@ -290,11 +336,17 @@ def never_ready_notes(found: RunDiagnosis, skip: str | None = None) -> list[Any]
     ]
 
 
-def untrained_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
-    return [
+def untrained_notes(
+    statuses: list[TaskStatus], progress: dict[str, TaskProgress], silent: Mapping[str, Silence], ended: bool = True
+) -> list[Any]:
+    """The tasks that printed nothing while their peers went on, with what TF most likely waits
+    for; then those that ended without a step while their peers logged some."""
+    notes = [note_text(task, f"{s.text(ended, named=False)}; {s.cause}", s.fix) for task, s in silent.items()]
+    return notes + [
         Text(f"{task}: ", style="bold yellow")
         + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")
         for task, peers in never_stepped(statuses, progress).items()
+        if task not in silent
     ]
 
 

@@ -243,7 +243,7 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
     scheduler ending the allocation), a stalled task (`on_stall: fail`; with `warn`, a line and
     a `stalled` event for `notifier`)."""
-    from tfctl.tf.doctor import HangJudge
+    from tfctl.tf.doctor import HangJudge, SilenceJudge
     from tfctl.tf.progress import StallJudge
 
     record = cluster.record
@@ -253,7 +253,10 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
         notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
 
     limit = record.hang_timeout
-    judges: list[Judge] = [HangJudge(cluster, limit)] if limit else []
+    judges: list[Judge] = []
+    if limit:
+        silence = SilenceJudge(cluster, limit, notifier.say)
+        judges += [silence, HangJudge(cluster, limit, silent=silence.seen)]
     judges.append(StallJudge(cluster, stalled))
     backend_judge = backend_for(record.backend).judge(record)
     if backend_judge is not None:
@@ -261,9 +264,9 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
 
 
-def interrupt(store: RunStore, cluster: Cluster) -> StopReport:
-    """First Ctrl-C of an attached run: stop the whole cluster."""
-    return finish(store, cluster, Outcome(RunState.STOPPED, "interrupted (Ctrl-C)")).stop
+def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
+    """First Ctrl-C (or SIGTERM, says `why`) of an attached run: stop the whole cluster."""
+    return finish(store, cluster, Outcome(RunState.STOPPED, why)).stop
 
 
 def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> Ending | None:

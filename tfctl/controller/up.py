@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -78,6 +79,21 @@ def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
     return record.run_id
 
 
+def busy_ports_hint(store: RunStore, starting: str, busy: Mapping[str, object]) -> str:
+    """How to free task ports: a live run of another cluster file holding them is named with its
+    own `down` (`down --all` would not stop it); else what `down --all` does stop, or no port."""
+    holders = {t.address: r for r in store.all() if r.active and r.run_id != starting for t in r.tasks}
+    runs = {holders[a].run_id: holders[a].cluster_file for a in busy if a in holders}
+    if runs:
+        return "they are run " + "; run ".join(
+            f"{run_id}'s: stop it with `tfctl -f {path} down --run {run_id}`" for run_id, path in runs.items()
+        )
+    return (
+        "stop what holds them (what a crashed run left: `tfctl down --all`), or write these hosts "
+        "without a port (`localhost`, not `localhost:2222`): each run then gets free ones"
+    )
+
+
 def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
     """Record the run as its cluster file's live run, deciding atomically (under the store's
     lock) against a concurrent `up` of the same file: whichever records first starts, the other
@@ -135,7 +151,10 @@ def resumed_run(store: RunStore, config: ClusterConfig, wanted: str) -> str:
             hint=f"resume it with `tfctl -f {record.cluster_file} up --resume {record.run_id}`",
         )
     if record.active:
-        raise UsageError(f"run {record.run_id} is still {record.state}", hint="stop it first: `tfctl down`")
+        raise UsageError(
+            f"run {record.run_id} is still {record.state}",
+            hint=f"stop it first: tfctl -f {config.path} down --run {record.run_id}",
+        )
     return record.run_id
 
 
@@ -226,7 +245,12 @@ def _start(
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
         plan = make_plan(Draft(config, record), devices)
         record = cluster.record = plan.record
-        store.update(record.run_id, tasks=record.tasks, essential=record.essential)
+        versions = {
+            "tfctl": metadata.version("tfctl"),
+            **{i.host: f"python {i.python or '?'}, {i.tensorflow or 'no tensorflow'}" for i in infos},
+        }
+        record = cluster.record = record.replace(versions=versions)
+        store.update(record.run_id, tasks=record.tasks, essential=record.essential, versions=versions)
         busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
             lines = [
@@ -234,11 +258,8 @@ def _start(
                 + (f" ({info.command})" if info.command else "")
                 for address, info in busy.items()
             ]
-            raise StartupError(
-                "task ports already in use:\n" + "\n".join(lines),
-                hint="stop what holds them (`tfctl down --all` if it is an old run), "
-                "or change the ports in the cluster file",
-            )
+            hint = busy_ports_hint(store, record.run_id, busy)
+            raise StartupError("task ports already in use:\n" + "\n".join(lines), hint=hint)
         touched = True
         if plan.sync_dir is not None:
             sync_code(cluster, plan, progress)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfctl.runs.accounting import TaskCost, wall_seconds
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import Attempt, Mark, TaskInfo, TaskState, Usage
 
@@ -19,17 +20,19 @@ def describe_end(
     error: str | None = None,
     ended_at: float | None = None,
     stop_reason: str | None = None,
+    stopped_by: str = "tfctl down",
 ) -> str:
     """How a finished task ended, as the rest of a sentence that starts with the task's name.
 
     E.g. `was killed by signal 9 (SIGKILL, maybe by the kernel's out-of-memory killer) at 18:44:03`.
     The one wording for run outcomes, start failures and diagnoses; `ended_at` (epoch) adds the time.
+    `stopped_by`: why tfctl stopped it, where the run's end is known (its success policy, ...).
     """
     at = f" at {time.strftime('%H:%M:%S', time.localtime(ended_at))}" if ended_at is not None else ""
     if state is TaskState.LOST:
         return f"was lost: {error}" if error else "was lost (its process is gone and no exit code was recorded)"
     if state is TaskState.STOPPED:
-        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped (tfctl down){at}"
+        return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped ({stopped_by}){at}"
     if signal:
         why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
         return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
@@ -78,6 +81,9 @@ class TaskStatus:
     unrecorded: bool = False  # its end is known on its host but not yet written there
     usage: Usage | None = None  # what its process tree uses, while it runs
     usage_history: tuple[Usage, ...] = ()  # earlier samples, when asked for
+    cpu_seconds: float | None = None  # of every run of it so far, as its host's monitor counted
+    output_at: float | None = None  # when it last printed, by its host's clock
+    output_lines: int | None = None  # lines it printed so far, when asked for
 
     @classmethod
     def of(
@@ -131,7 +137,17 @@ class TaskStatus:
             unrecorded=info.unrecorded,
             usage=info.usage,
             usage_history=tuple(info.usage_history),
+            cpu_seconds=info.cpu_seconds,
+            output_at=info.output_at,
+            output_lines=info.output_lines,
         )
+
+    def cost(self, now: float) -> TaskCost:
+        """What it used so far: every run of it (`attempts`, then the current or last one)."""
+        runs: list[tuple[float, float | None]] = [(a.started_at, a.ended_at) for a in self.attempts]
+        if self.started_at is not None:
+            runs.append((self.started_at, self.ended_at if self.final else None))
+        return TaskCost(self.task, wall_seconds(runs, now), self.cpu_seconds, len(self.gpus or ()))
 
     @property
     def final(self) -> bool:

@@ -206,6 +206,8 @@ class RunRecord(Wire):
     lost_hosts: tuple[HostSpec, ...] = ()  # hosts whose tasks moved, not yet seen to stop what they ran
     resubmits: int = 0  # new allocations the backend may ask for when one ends under the run
     allocations: tuple[AllocationEnd, ...] = ()  # those that ended under it, oldest first
+    versions: dict[str, str] = field(default_factory=dict)  # "tfctl", then per host its python and TF
+    accounting: dict[str, Any] | None = None  # wall time, CPU- and GPU-hours, once stopped (`runs.accounting`)
 
     def allocation_text(self) -> str | None:
         """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""

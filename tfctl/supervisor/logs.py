@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import BinaryIO, Dict, Iterator, List, Optional
+from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from .files import task_dir
 from .inotify import ALL, Changes
@@ -84,6 +84,25 @@ def since_offset(path: str, moment: float) -> int:
                 offset += len(block)
     except OSError:
         return 0
+
+
+def output_written(path: str, count_lines: bool = False) -> Tuple[Optional[float], Optional[int]]:
+    """When the task last wrote to its log (None: never) and, if asked, how many lines it holds:
+    reading the whole log costs, so only the end of a run and a silence about to be named ask."""
+    try:
+        written = os.stat(path).st_mtime
+    except OSError:
+        return None, None
+    if not count_lines:
+        return written, None
+    lines = 0
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                lines += block.count(b"\n")
+    except OSError:
+        return written, None
+    return written, lines
 
 
 def last_line(path: str) -> str:

@@ -97,6 +97,9 @@ class TaskInfo(Wire):
     unrecorded: bool = False  # its end is known to its monitor, which waits for the disk to take it
     usage: Optional[Usage] = None  # while it runs: its latest CPU, memory and GPU sample
     usage_history: List[Usage] = field(default_factory=list)  # earlier samples, when asked for
+    cpu_seconds: Optional[float] = None  # CPU time of every run of it so far, as its monitor counted
+    output_at: Optional[float] = None  # when it last wrote to its log (its mtime), by its host's clock
+    output_lines: Optional[int] = None  # lines in its log, when asked for (`StatusRequest.count_lines`)
 
 
 @record
@@ -228,6 +231,7 @@ class StatusRequest(Request[StatusAnswer]):
     wait_listening: float = 0.0  # answer once every task listens or has ended, or after this long
     usage_history: int = 0  # also each running task's last `usage_history` usage samples
     usage_points: int = 0  # also every task's usage over its whole life, thinned to this many samples
+    count_lines: bool = False  # also each task's output lines so far (reads its whole log)
 
 
 @record

@@ -19,7 +19,7 @@ from . import disk, guard, monitor, procfs
 from .checks import port_owners
 from .errors import AgentError
 from .files import RUN_DIR_ENV, read_json, run_dir, state_root, task_dir, work_dir, write_json
-from .logs import last_line, output_log, tail
+from .logs import last_line, output_log, output_written, tail
 from .marks import recent_marks
 from .protocol import (
     PortInfo,
@@ -38,7 +38,7 @@ from .protocol import (
     TaskState,
 )
 from .state import task_state
-from .usage import current_usage, read_usage, read_usage_points
+from .usage import current_usage, read_cpu_total, read_usage, read_usage_points
 
 START_PATIENCE = 15.0  # how long `start` waits for its monitors to record their tasks started
 LISTEN_LOOK = 0.02  # seconds between looks at the ports while `status` waits for them to listen
@@ -188,7 +188,15 @@ def _status_now(root: str, request: StatusRequest) -> StatusAnswer:
             listens = _owns(listening[port], run_id, task, proc)
         uptime = None if info.started_at is None else (info.ended_at or now) - info.started_at
         log = output_log(root, run_id, task)
-        info = info.replace(listening=listens, last_line=last_line(log), uptime=uptime)
+        written, lines = output_written(log, request.count_lines)
+        info = info.replace(
+            listening=listens,
+            last_line=last_line(log),
+            uptime=uptime,
+            cpu_seconds=read_cpu_total(log),
+            output_at=written,
+            output_lines=lines,
+        )
         if request.progress is not None:
             info = info.replace(marks=recent_marks(log, request.progress, now))
         if info.state is TaskState.RUNNING:

@@ -23,6 +23,7 @@ from .protocol import Usage
 # epoch seconds, CPU percent (100 = one core) since the previous record, resident bytes,
 # GPU utilisation percent (-1: no GPU), GPU memory bytes of the task's processes (-1: no GPU)
 RECORD = struct.Struct("<dfQfq")
+TOTAL = struct.Struct("<d")  # CPU seconds of every run of the task so far
 USAGE_EVERY = 3.0
 GPU_EVERY = 10.0
 NVIDIA_SMI_TIMEOUT = 5.0
@@ -32,6 +33,22 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 def usage_path(log_path: str) -> str:
     return log_path[: -len(".log")] + ".usage" if log_path.endswith(".log") else log_path + ".usage"
+
+
+def cpu_total_path(log_path: str) -> str:
+    """Where the monitor keeps the task's CPU seconds so far, every run of it together: one
+    number, rewritten in place, so accounting costs `status` one small read, not the history."""
+    return usage_path(log_path)[: -len(".usage")] + ".cpu"
+
+
+def read_cpu_total(log_path: str) -> Optional[float]:
+    """The task's CPU seconds over all its runs, as its monitor last counted; None: never counted."""
+    try:
+        with open(cpu_total_path(log_path), "rb") as f:
+            data = f.read(TOTAL.size)
+    except OSError:
+        return None
+    return TOTAL.unpack(data)[0] if len(data) == TOTAL.size else None
 
 
 def tree_usage(pid: int) -> Tuple[float, int, List[int]]:
@@ -112,6 +129,8 @@ class UsageNotes:
 
     def __init__(self, log_path: str, gpus: Sequence[int]) -> None:
         self.path = usage_path(log_path)
+        self.total_path = cpu_total_path(log_path)
+        self.earlier = read_cpu_total(log_path) or 0.0  # CPU seconds of the runs before this one
         self.gpus = list(gpus)
         self.pid = 0
         self.last = (0.0, 0.0)  # (time, CPU seconds) of the previous look
@@ -119,7 +138,9 @@ class UsageNotes:
         self.gpu_at = 0.0
 
     def begin(self, pid: int, started_at: float) -> None:
-        """A new process: its CPU time counts from its start."""
+        """A new process: its CPU time counts from its start, after the earlier runs'."""
+        if self.pid:
+            self.earlier += self.last[1]
         self.pid = pid
         self.last = (started_at, 0.0)
         self.gpu_at = 0.0
@@ -138,6 +159,11 @@ class UsageNotes:
         try:
             with open(self.path, "ab") as f:
                 f.write(record)
+            fd = os.open(self.total_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, TOTAL.pack(self.earlier + seconds), 0)
+            finally:
+                os.close(fd)
         except OSError:
             pass  # a full disk costs the history, never the task
 

@@ -206,16 +206,12 @@ def _stragglers(task: str, m: re.Match) -> tuple[str, str]:
 
 def _port_in_use(task: str, m: re.Match) -> tuple[str, str]:
     port = m.groupdict().get("port")
-    if port:
-        return (
-            f"this task's TensorFlow server could not bind port {port}: another process already listens there",
-            f"find the holder with `ss -ltnp 'sport = :{port}'` on this host (often a task left from an "
-            "earlier run: `tfctl down --all`), or give this task another port in the cluster file",
-        )
+    cause = f"could not bind port {port}: another process already listens there" if port else "could not start"
     return (
-        "this task's TensorFlow gRPC server could not start: its port is most likely taken",
-        "check who listens on the task's port with `ss -ltnp` on its host (often a task left from an "
-        "earlier run: `tfctl down --all`), or give this task another port in the cluster file",
+        f"this task's TensorFlow server {cause}" + ("" if port else ": its port is most likely taken"),
+        f"find the holder with `ss -ltnp 'sport = :{port or 'PORT'}'` on this host; a live run of another "
+        "cluster file stops with `tfctl -f ITS_FILE down` (`tfctl runs` lists them), what a crashed run "
+        "left with `tfctl down --all`; or write this host without a port, so a free one is chosen at start",
     )
 
 

@@ -30,6 +30,7 @@ from tfctl.tf.diagnose import (
 )
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
+from tfctl.tf.silence import Output, Silence, outputs, silences
 
 TAIL_LINES = 200
 HANGS = WAITS  # kinds that fail a run once they last
@@ -101,17 +102,65 @@ def diagnose_run(
     return RunDiagnosis(findings, meaningful, never_ready)
 
 
+class SilenceJudge:
+    """Tells, once, of a task that has printed nothing for `limit` seconds while a task of its job
+    went on (`tf.silence`: with TF's defaults nothing else tells), and remembers every silence
+    of `silence.AT_END` seconds or more for `HangJudge`: a task that later hangs waiting for a
+    peer that finished (a retry of its session) hangs because of it. Never ends a run itself.
+    Asks the hosts every `every` seconds, apart from supervision's own looks."""
+
+    def __init__(self, cluster: Cluster, limit: float, say: Callable[[str], None], every: float = 10.0) -> None:
+        self.cluster = cluster
+        self.limit = limit
+        self.say = say
+        self.every = every
+        self.progress = RunProgress(cluster.record.progress)
+        self.seen: dict[str, Silence] = {}  # task -> its silence, until it logs a step
+        self._told: set[str] = set()
+        self._last_check = 0.0
+
+    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
+        now = time.monotonic()
+        if now - self._last_check < self.every or not any(s.state is TaskState.RUNNING for s in statuses):
+            return None
+        self._last_check = now
+        looked, _ = self.cluster.status(progress=self.progress.rule())
+        quiet = self._silences(looked)
+        due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
+        if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
+            looked, _ = self.cluster.status(progress=self.progress.rule(), count_lines=True)
+            quiet = self._silences(looked)
+            self.seen.update(quiet)
+        assessed = self.progress.assess(looked)
+        for task in [t for t in self.seen if t in assessed and assessed[t].step is not None]:
+            del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
+        for task, silence in quiet.items():
+            if silence.quiet >= self.limit and task not in self._told:
+                self._told.add(task)
+                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}")
+        return None
+
+    def _silences(self, looked: Sequence[TaskStatus]) -> dict[str, Silence]:
+        clock = max((s.observed_at for s in looked if s.observed_at is not None), default=time.time())
+        return silences(outputs(looked, self.progress.assess(looked), {}), clock)
+
+
 class HangJudge:
     """Ends a run whose task has waited on a peer for longer than `limit` seconds.
 
     TF never gives up on its own: CreateSession waits forever, and so do non-chief workers
-    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds.
+    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds. A task
+    that was silent while its peers trained (`silent`, from `SilenceJudge`) hangs because it
+    never trained: that is the cause given, not the wait its retry shows now.
     """
 
-    def __init__(self, cluster: Cluster, limit: float, every: float = 5.0) -> None:
+    def __init__(
+        self, cluster: Cluster, limit: float, every: float = 5.0, *, silent: Mapping[str, Silence] | None = None
+    ) -> None:
         self.cluster = cluster
         self.limit = limit
         self.every = every
+        self.silent = silent if silent is not None else {}
         self._first_seen: dict[tuple[str, Kind], float] = {}
         self._last_check = 0.0
 
@@ -130,11 +179,14 @@ class HangJudge:
         self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
         for key, since in self._first_seen.items():
             if now - since >= self.limit:
-                finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
+                silence = self.silent.get(key[0])
+                if silence is not None:
+                    cause, fix = f"{silence.text()}; {silence.cause}", silence.fix
+                else:
+                    finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
+                    cause, fix = finding.cause, finding.fix
                 return Outcome(
-                    RunState.FAILED,
-                    f"{key[0]} has been stuck for over {self.limit:g}s: {finding.cause} (fix: {finding.fix})",
-                    key[0],
+                    RunState.FAILED, f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})", key[0]
                 )
         return None
 
@@ -157,8 +209,12 @@ class LiveNotes:
         self._noted_waits: dict[str, Finding] = {}  # task -> the last wait it was noted for
         self._up_until_failing: dict[str, bool] = {}  # task -> its session state, by lines before a failure
         self._failing: set[str] = set()  # tasks that printed a failure or a traceback: what follows is no progress
+        self._printed: dict[str, tuple[int, float]] = {}  # task -> (lines so far, when the last came)
+        self.silent: dict[str, Silence] = {}  # tasks seen silent while a peer of their job printed on
 
     def feed(self, task: str, line: str) -> None:
+        lines, _ = self._printed.get(task, (0, 0.0))
+        self._printed[task] = (lines + 1, self.clock())
         recent = self._recent[task]
         previous = recent[-1] if recent else ""
         recent.append(line)
@@ -193,9 +249,19 @@ class LiveNotes:
         (a task's error output, once its peer has gone, says nothing of its session)."""
         return {t: f for t, f in self._noted_waits.items() if not self._up_until_failing.get(t, False)}
 
+    def _note_silences(self, now: float) -> None:
+        """Remember who went quiet while a peer of its job printed on (`tf.silence`): a wait it
+        shows later (its session's retry, once that peer has left) is not the story, its silence is."""
+        printed = [
+            Output(task, task.split(":")[0], TaskState.RUNNING, None, lines, at, self._recent[task][-1])
+            for task, (lines, at) in self._printed.items()
+        ]
+        self.silent.update(silences(printed, now))  # the longest each was; kept once it prints again
+
     def due(self) -> list[tuple[str, Finding]]:
         """The findings held long enough that the task's recent lines still show, explained."""
         now, out = self.clock(), []
+        self._note_silences(now)
         for (task, kind), since in list(self._pending.items()):
             if now - since < HOLD.get(kind, FAILURE_HOLD) and not self._repeated_while_others_moved_on(task, kind):
                 continue
@@ -214,7 +280,12 @@ class LiveNotes:
             self._noted[(task, kind)] = now
             if kind in WAITS:
                 self._noted_waits[task] = found[0]
-            out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
+            silence = self.silent.get(task) if kind in WAITS else None
+            if silence is not None:
+                told = f"{silence.text(ended=False, named=False)}; {silence.cause}"
+                out.append((task, replace(found[0], cause=told, fix=silence.fix)))
+            else:
+                out.append((task, explain(found[0], now_peers, self.cluster.reachable)))
         return out
 
     def _repeated_while_others_moved_on(self, task: str, kind: Kind) -> bool:

@@ -112,10 +112,11 @@ class ProgressReader:
                 break
         return samples, rates, epoch
 
-    def history(self, marks: Sequence[Mark]) -> list[tuple[float, float]]:
+    def history(self, marks: Sequence[Mark], min_span: float = MIN_SPAN) -> list[tuple[float, float]]:
         """Steps/s over time, oldest first: the program's own rate lines where it logs them, else
-        each pair of step lines at least `MIN_SPAN` apart (a counter going back, as after a
-        restart, starts afresh)."""
+        each pair of step lines at least `min_span` seconds apart (a counter going back, as after
+        a restart, starts afresh). Line times are exact to a second, so a short span swings: 2
+        steps/s over 2 s reads anywhere from 1.3 to 4."""
         samples, rates, _ = self.samples(marks)
         if rates:
             return rates
@@ -124,7 +125,7 @@ class ProgressReader:
         for t, step in samples:
             if anchor is None or step < anchor[1]:
                 anchor = (t, step)
-            elif t - anchor[0] >= MIN_SPAN:
+            elif t - anchor[0] >= min_span:
                 out.append((t, (step - anchor[1]) / (t - anchor[0])))
                 anchor = (t, step)
         return out
@@ -158,6 +159,29 @@ class ProgressReader:
         if end - first[0] < MIN_SPAN:
             return None
         return (last[1] - first[1]) / (end - first[0])
+
+
+# `name value`, `name: value`, `name = value` in a progress line: the model's own numbers (loss,
+# accuracy, ...). Not a number glued to a unit (`12.3s`), nor a name that counts steps or time;
+# after a bare space only a fraction (`loss 0.3`), as `using 4 GPUs` is no metric.
+METRIC = re.compile(
+    r"(?<![\w/.])(?P<name>[A-Za-z][A-Za-z0-9_]*(?:[/.][A-Za-z][A-Za-z0-9_]*)*)(?P<sep>\s*[:=]\s*|\s+)"
+    r"(?P<value>nan|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![\w.%/])"
+)
+NOT_METRICS = ("step", "epoch", "sec", "time", "eta", "index", "task", "pid", "port", "of", "batch")
+
+
+def metrics(line: str) -> dict[str, float]:
+    """The model's named numbers in one progress line, e.g. `step 120 loss 0.31 accuracy 0.9`
+    -> {"loss": 0.31, "accuracy": 0.9}; Keras' `- loss: 0.31 - accuracy: 0.9` alike."""
+    found = {}
+    for m in METRIC.finditer(line):
+        name, value = m.group("name"), m.group("value")
+        if m.group("sep").isspace() and value.lstrip("+-").isdigit():
+            continue
+        if not any(word in name.lower() for word in NOT_METRICS) and len(name) > 1:
+            found[name] = float(m.group("value"))
+    return found
 
 
 def flags(
