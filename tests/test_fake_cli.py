@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -107,12 +108,22 @@ def test_ctrl_c_while_acquiring_or_starting_leaves_nothing_behind(lab, monkeypat
 
 def test_up_d_whose_watcher_died_before_a_word_says_where_its_log_is(lab, monkeypatch):
     fork_in_process(monkeypatch, io.StringIO())
-    monkeypatch.setattr(watcher, "fork_starter", lambda body: (0, io.StringIO("")))  # it died at once
+
+    def dead_watcher(_body: object) -> tuple[int, io.StringIO]:
+        child = os.fork()
+        if child == 0:
+            os._exit(0)  # it died at once, before a word
+        return child, io.StringIO("")
+
+    monkeypatch.setattr(watcher, "fork_starter", dead_watcher)
     ran = tfctl_here("up", "-d")
-    assert ran.code == 1 and ran.err.splitlines()[-2:] == [
-        "error: the run's watcher ended before the run started",
-        "hint: its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
-    ]
+    error, hint = ran.err.splitlines()[-2:]
+    assert ran.code == 1 and re.fullmatch(
+        r"error: run fake-\S+: its watcher \(pid \d+\) died during the start: what it started is stopped; "
+        r"recorded as failed",
+        error,
+    ), error
+    assert hint == "hint: its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far"
 
 
 def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab, tmp_path, monkeypatch):

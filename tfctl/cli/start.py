@@ -200,7 +200,8 @@ def _up_detached(
             os.kill(child, signal.SIGTERM)
             final = _relay(messages, progress)
     if final.get("gone") and store.exists(run.record.run_id):  # killed before it said how the start went
-        os.waitpid(child, 0)  # reaped: it no longer counts as running
+        with contextlib.suppress(ChildProcessError):  # (reaped already)
+            os.waitpid(child, 0)  # reaped: it no longer counts as running
         final["error"] = supervise.resume(store, store.load(run.record.run_id)) or final["error"]
     if "error" in final:
         error = TfctlError(final["error"], hint=final.get("hint"))
