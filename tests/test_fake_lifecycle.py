@@ -172,14 +172,15 @@ def test_a_host_silent_past_host_timeout_fails_the_run_and_the_stop_says_it_was_
     store, cluster = started(write(tmp_path, extra="host_timeout: 0.05\n"), attached=True)
     run_id = cluster.record.run_id
     noted: list[dict[str, float]] = []
-    real_update = store.update
+    real_revise = store.revise
 
-    def update(run: str, **changes: Any) -> Any:
-        if "unreachable" in changes:
-            noted.append(changes["unreachable"])
-        return real_update(run, **changes)
+    def revise(run: str, change: Any) -> Any:
+        stored = real_revise(run, change)
+        if stored.unreachable and (not noted or noted[-1] != stored.unreachable):
+            noted.append(dict(stored.unreachable))
+        return stored
 
-    monkeypatch.setattr(store, "update", update)
+    monkeypatch.setattr(store, "revise", revise)
 
     def h2_goes_down(request: p.Request[Any]) -> None:
         if request.VERB == "status" and fake_backend.journal.verbs("h2").count("status") > 2:

@@ -21,6 +21,7 @@ from tfctl.config.devices import HostDevices
 from tfctl.engine.observed import TaskStatus
 from tfctl.errors import HostError, StartupError
 from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.runs.store import RunStore
 from tfctl.supervisor import records
 from tfctl.supervisor.protocol import (
     IdleRule,
@@ -166,6 +167,7 @@ class Cluster:
         self.holds_lease = holds_lease and record.lease_timeout > 0
         self._lease_hosts: set[str] = set()
         self._lease_lock = threading.Lock()
+        self._record_lock = threading.Lock()  # one change of the record at a time (`revise`)
         self._closed = threading.Event()
         self._keeper: threading.Thread | None = None
 
@@ -174,6 +176,15 @@ class Cluster:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def revise(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord:
+        """The one way a running run's record changes once the cluster holds it: `change` applied
+        to the stored record under the store's lock and to this copy under the cluster's, so the
+        two never diverge whichever thread writes (a move, a retired host, the silent hosts)."""
+        with self._record_lock:
+            stored = store.revise(self.record.run_id, change)
+            self.record = change(self.record)
+        return stored
 
     def rehost(self, record: RunRecord, launcher: MonitorLauncher | None) -> None:
         """The same run on other hosts (a new allocation, its tasks not started yet): whatever

@@ -148,16 +148,16 @@ class Mover:
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
         moves = plan.record_moves(time.time())
 
-        def with_move(stored: RunRecord) -> RunRecord:  # the stored lost hosts: a retire may have struck one off
-            return stored.replace(
+        def with_move(before: RunRecord) -> RunRecord:
+            return before.replace(
                 tasks=plan.tasks,
-                hosts=tuple(h for h in stored.hosts if h.name != plan.lost),
-                lost_hosts=stored.lost_hosts + tuple(h for h in stored.hosts if h.name == plan.lost),
-                spares=tuple(h for h in stored.spares if h != plan.spare),
-                moves=stored.moves + moves,
+                hosts=tuple(h for h in before.hosts if h.name != plan.lost),
+                lost_hosts=before.lost_hosts + tuple(h for h in before.hosts if h.name == plan.lost),
+                spares=tuple(h for h in before.spares if h != plan.spare),
+                moves=before.moves + moves,
             )
 
-        cluster.record = self.store.revise(record.run_id, with_move)
+        cluster.revise(self.store, with_move)
         self.retire(plan.lost)
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
@@ -192,10 +192,7 @@ class Mover:
                     self.notifier.say(f"{host} answers again, but processes of the run survive SIGKILL there: {pids}")
                     said = True
                 continue
-            self.store.revise(
-                cluster.record.run_id,
-                lambda r: r.replace(lost_hosts=tuple(h for h in r.lost_hosts if h.name != host)),
-            )
+            cluster.revise(self.store, lambda r: r.replace(lost_hosts=tuple(h for h in r.lost_hosts if h.name != host)))
             self.notifier.say(
                 f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had"
             )

@@ -232,9 +232,7 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
     controller's own answers through its door included)."""
 
     def note(since: dict[str, float]) -> None:
-        cluster.record = cluster.record.replace(
-            unreachable=store.update(cluster.record.run_id, unreachable=since).unreachable
-        )
+        cluster.revise(store, lambda r: r.replace(unreachable=since))
 
     return note
 

@@ -207,7 +207,7 @@ def launch(
         release(record)
         _tell_failed_start(store, record, e)
         raise
-    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
+    cluster.revise(store, lambda r: r.replace(state=RunState.RUNNING))
     return cluster
 
 
@@ -220,7 +220,7 @@ def start_again(store: RunStore, cluster: Cluster, run: Draft, progress: Progres
     record = run.record.replace(resumes=None)
     cluster.rehost(record, backend.monitor_launcher(record))
     _start(store, cluster, run.config, progress, touched=True, again=f"allocation{len(record.allocations)}")
-    cluster.record = store.update(record.run_id, state=RunState.RUNNING)
+    cluster.revise(store, lambda r: r.replace(state=RunState.RUNNING))
 
 
 def _start(
