@@ -264,7 +264,7 @@ def test_the_parameter_server_pods_get_these_tf_configs(tmp_path: Path):
     """The addresses spelled out once, as the JobSet controller names its pods."""
     doc = jobset_manifest(with_image(ROOT / "templates" / "parameter-server" / "cluster.yaml"))
     cluster = (
-        '{"chief":["parameter-server-chief-0-0.parameter-server:2223"],'
+        '{"chief":["parameter-server-chief-0-0.parameter-server:2222"],'
         '"ps":["parameter-server-ps-0-0.parameter-server:2222"],'
         '"worker":["parameter-server-worker-0-0.parameter-server:2222",'
         '"parameter-server-worker-1-0.parameter-server:2222"]}'
