@@ -232,3 +232,11 @@ def test_a_wait_of_a_task_that_was_silent_while_its_peer_printed_is_told_as_its_
     assert task == "worker:1" and finding.cause.startswith(f"printed nothing for 20 s after `{scanning}`")
     assert "while worker:0 printed 400 lines" in finding.cause and "device filters" not in finding.cause
     assert "set_verbosity" in finding.fix
+
+
+def test_notes_asked_between_a_tasks_restart_and_its_first_new_line_do_not_fail() -> None:
+    """A move restarts worker:1; the attached `up` asks for due notes before the new worker:1
+    prints (CI: `IndexError` on its emptied recent lines killed the `up` of a spare move)."""
+    notes, _chief = worker1_noted_waiting()
+    notes.forget({"worker:1"})
+    assert notes.due() == [] and "worker:1" not in notes.silent

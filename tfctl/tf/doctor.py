@@ -236,6 +236,8 @@ class LiveNotes:
         earlier run printed says nothing of the new one."""
         for task in tasks:
             self._recent.pop(task, None)
+            self._printed.pop(task, None)  # (its count and last line went with `_recent`)
+            self.silent.pop(task, None)
             self._moved_on.pop(task, None)
             self._noted_waits.pop(task, None)
             self._up_until_failing.pop(task, None)
