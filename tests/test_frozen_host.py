@@ -6,10 +6,11 @@ answers nothing. These tests freeze a fake host's answers; `test_ssh_cluster` fr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -33,6 +34,23 @@ def freeze(host: FakeHost, thaw: threading.Event) -> None:
         thaw.wait(30)
 
     host.before = hang
+
+
+@contextlib.contextmanager
+def frozen_h3() -> Iterator[tuple[Cluster, dict[str, FakeHost], Journal]]:
+    """The run of TASKS started on fake hosts, h3 then frozen; thawed and closed afterwards."""
+    record = record_of(TASKS)
+    journal = Journal()
+    hosts = fake_hosts(record, journal)
+    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
+    thaw = threading.Event()
+    try:
+        cluster.start_tasks(record.tasks)
+        freeze(hosts["h3"], thaw)
+        yield cluster, hosts, journal
+    finally:
+        thaw.set()
+        cluster.close()
 
 
 def test_a_fan_out_with_a_deadline_does_not_wait_for_the_host_that_hangs() -> None:
@@ -88,21 +106,11 @@ def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once(monkeypa
 
 def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(supervisors, "STATUS_DEADLINE", 0.1)
-    record = record_of(TASKS)
-    journal = Journal()
-    hosts = fake_hosts(record, journal)
-    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
-    thaw = threading.Event()
-    try:
-        cluster.start_tasks(record.tasks)
-        freeze(hosts["h3"], thaw)
+    with frozen_h3() as (cluster, _hosts, _journal):
         began = time.monotonic()
         outcome = supervise(cluster, poll=0.05, host_patience=0.5)
         took = time.monotonic() - began
         statuses, unreachable = cluster.status()
-    finally:
-        thaw.set()
-        cluster.close()
     assert outcome.state is RunState.FAILED and took < 3, (outcome, took)
     assert re.fullmatch(
         r"lost contact with h3 since \d\d:\d\d:\d\d \(0.5s, host_timeout\): h3: no answer within 0.1s", outcome.reason
@@ -116,19 +124,10 @@ def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypa
 
 def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(supervisors, "STOP_DEADLINE", 0.2)
-    record = record_of(TASKS)
-    hosts = fake_hosts(record, Journal())
-    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
-    thaw = threading.Event()
-    try:
-        cluster.start_tasks(record.tasks)
-        freeze(hosts["h3"], thaw)
+    with frozen_h3() as (cluster, hosts, _journal):
         began = time.monotonic()
         report = cluster.stop(grace=0)
         took = time.monotonic() - began
-    finally:
-        thaw.set()
-        cluster.close()
     assert took < 2 and report.processes == 3 and report.unreachable == {"h3": "h3: no answer within 0.2s"}
     assert not report.clean
     assert all(hosts[h].tasks[t].state.value == "stopped" for t, h in TASKS.items() if h != "h3")
@@ -138,23 +137,13 @@ def test_the_final_stop_asks_a_host_judged_lost_but_does_not_wait_for_it(monkeyp
     """A run failed because h3 froze: its end is not held for the grace period and STOP_DEADLINE
     (32 s) by h3, but only SILENT_STOP_PATIENCE; the answering hosts are stopped as ever."""
     monkeypatch.setattr(supervisors, "SILENT_STOP_PATIENCE", 0.2)
-    record = record_of(TASKS)
-    journal = Journal()
-    hosts = fake_hosts(record, journal)
-    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
-    thaw = threading.Event()
-    try:
-        cluster.start_tasks(record.tasks)
-        freeze(hosts["h3"], thaw)
+    with frozen_h3() as (cluster, _hosts, journal):
         began = time.monotonic()
         report = cluster.stop(grace=2, silent=("h3",))
         took = time.monotonic() - began
         asked = len(journal.entries)
         statuses, unreachable = cluster.status(skip_hosts={"h3"})
         status_verbs = [(h, verb) for h, verb, _ in journal.entries[asked:]]
-    finally:
-        thaw.set()
-        cluster.close()
     assert took < 1.5 and report.processes == 3 and report.unreachable == {"h3": "h3: no answer within 0.2s"}
     assert ("h3", "stop") in [(h, verb) for h, verb, _ in journal.entries]  # asked all the same
     # The last look skips it: its tasks unreachable, no request sent its way to wait on.
