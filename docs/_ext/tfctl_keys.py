@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tfctl import backends
-from tfctl.config import fields, key_docs, kubernetes, ssh_hosts
+from tfctl.config import container, fields, key_docs, kubernetes, ssh_hosts
 from tfctl.config.base import Section
 from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
 
@@ -32,6 +32,7 @@ _WORDS = {
     "bool": "boolean",
     "Path": "path",
     "tuple[str, ...]": "list of strings",
+    "ContainerSettings": "mapping",
     "tuple[Address, ...]": "list of host[:port]",
     "Mapping[str, str]": "mapping of strings",
 }
@@ -50,7 +51,7 @@ class KeyRow:
 
 def documented() -> dict[str, str]:
     """Every key's one-line doc, from each module that declares keys."""
-    docs = {**key_docs.KEY_DOCS, **ssh_hosts.KEY_DOCS, **kubernetes.KEY_DOCS}
+    docs = {**key_docs.KEY_DOCS, **ssh_hosts.KEY_DOCS, **kubernetes.KEY_DOCS, **container.KEY_DOCS}
     for name in backends.names():
         docs.update(getattr(backends.settings(name), "KEY_DOCS", {}))
     return docs

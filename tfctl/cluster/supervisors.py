@@ -393,8 +393,9 @@ class Cluster:
                             record.store,
                             self._idle_rule(t),
                             t.restart.rule() if t.restart else None,
-                            bin_dir(self.agents[a.host].python),
+                            None if t.container else bin_dir(self.agents[a.host].python),
                             None if t.cpus is None else list(t.cpus),
+                            t.container,
                         )
                         for t in grouped[a.host]
                     ],

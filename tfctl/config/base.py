@@ -185,15 +185,26 @@ class Section:
     """Validator for a mapping of known keys, each with its own validator, built into `build`;
     a class, so the generated key reference can list the section's keys (`fields`)."""
 
-    def __init__(self, fields: Mapping[str, Validator], build: Callable[..., Any], example: str) -> None:
+    def __init__(
+        self,
+        fields: Mapping[str, Validator],
+        build: Callable[..., Any],
+        example: str,
+        required: Mapping[str, str] | None = None,
+    ) -> None:
         self.fields = fields
         self.build = build
         self.example = example
+        self.required = required or {}  # key -> how to add it
 
     def __call__(self, doc: Doc, path: str, value: Any) -> Any:
         if not isinstance(value, dict):
             return type_error(doc, path, "a mapping", value, f"e.g. `{self.example}`")
         out, valid = {}, True
+        for key, fix in self.required.items():
+            if key not in value:
+                doc.problem(f"{path}.{key}", f"missing required key `{key}`", fix, at=doc.nodes.get(path))
+                valid = False
         for key, item in value.items():
             child = f"{path}.{key}"
             validator = self.fields.get(key)

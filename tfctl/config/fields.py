@@ -31,6 +31,7 @@ from tfctl.config.base import (
     type_error,
     unknown_key,
 )
+from tfctl.config.container import _container
 from tfctl.config.kubernetes import _kubernetes
 from tfctl.config.model import (
     CHOSEN_AT_START,
@@ -283,6 +284,7 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         cpus=fields.get("cpus"),
         count=fields.get("count"),
         port=fields.get("port"),
+        container=fields.get("container"),
     )
 
 
@@ -522,6 +524,7 @@ TOP_KEYS: dict[str, Validator] = {
     ),
     "logdir": _logdir,
     "kubernetes": _kubernetes,
+    "container": _container,
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",
@@ -534,6 +537,7 @@ _JOB_KEYS: dict[str, Validator] = {
     "restart": _restart,
     "gpus": _whole_number("GPUs per task", 0, "e.g. `gpus: 1`"),
     "cpus": _whole_number("CPU cores per task", 0, "e.g. `cpus: 1`"),
+    "container": _container,
 }
 
 

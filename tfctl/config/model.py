@@ -59,6 +59,7 @@ DEFAULT_HOST_TIMEOUT = 120.0
 DEFAULT_STALL_TIMEOUT = 120.0
 DEFAULT_PROGRESS_WINDOW = 60.0
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # as Kubernetes spells them
+CONTAINER_RUNTIMES = ("auto", "podman", "docker", "apptainer")
 
 
 # The port of a task written without one: its host's supervisor picks a free one at `up`.
@@ -121,6 +122,17 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True)
+class ContainerSettings:
+    """The image a task runs in, and how (`tfctl/supervisor/containers.py` runs it)."""
+
+    image: str
+    runtime: str = "auto"  # CONTAINER_RUNTIMES
+    mounts: tuple[str, ...] = ()  # host:container[:options], beyond the workdir and the run's folder
+    options: tuple[str, ...] = ()  # more runtime arguments, as they are
+    python: str | None = None  # `{python}`; None: `python3` on the image's PATH
+
+
+@dataclass(frozen=True)
 class Job:
     """One TF job; task index = position in `addresses`."""
 
@@ -133,6 +145,7 @@ class Job:
     cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
     count: int | None = None  # a backend that places tasks itself: how many; `addresses` come from it
     port: int | None = None  # and the port its tasks listen on (another if a host gets two); None: chosen
+    container: ContainerSettings | None = None  # None: the top-level one, if any
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,7 @@ class ClusterConfig:
     backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    container: ContainerSettings | None = None  # every task's image, unless its job names its own
     # The text it was read from: what a run keeps, so a resubmission hours later is the run that
     # started, whatever became of the file.
     source: str = field(default="", repr=False, compare=False)
@@ -203,6 +217,10 @@ class ClusterConfig:
         """The job's own command, else the cluster command (validation guarantees one exists)."""
         own = self.jobs[job].command
         return own if own is not None else self.command or ""
+
+    def container_for(self, job: str) -> ContainerSettings | None:
+        """The job's own container, else the cluster's; None: the job's tasks run bare."""
+        return self.jobs[job].container or self.container
 
     def python_for(self, host: str) -> str | None:
         """The host's own `python` (under `hosts:`), else the cluster's."""

@@ -24,7 +24,8 @@ import subprocess
 import time
 from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
-from . import devices, disk, guard, procfs
+from . import containers, devices, disk, guard, procfs
+from .errors import AgentError
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
 from .timeline import TimeNotes
@@ -46,16 +47,26 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     # `stop` signals this when the disk refused its stop.json: the end is then recorded as a stop.
     signal.signal(signal.SIGUSR1, lambda _signum, _frame: _STOPS.append({"requested_at": time.time()}))
     launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
+    markers = {procfs.RUN_ENV: run_id, procfs.TASK_ENV: launch.task}
+    if launch.store:
+        markers[procfs.STORE_ENV] = launch.store
     env = dict(os.environ)
     env.update(launch.env)
     if launch.path_first:
         env["PATH"] = launch.path_first + os.pathsep + env.get("PATH", os.defpath)
-    env[procfs.RUN_ENV] = run_id
-    env[procfs.TASK_ENV] = launch.task
-    if launch.store:
-        env[procfs.STORE_ENV] = launch.store
+    env.update(markers)
     log_path = os.path.join(d, "output.log")
     log = open(log_path, "ab", buffering=0)
+    boxed: Optional[containers.Tethered] = None
+    argv = ["/bin/sh", "-c", exec_form(launch.command)]
+    if launch.container is not None:
+        # The runtime's client runs with this host's environment; the task's is the container's.
+        try:
+            boxed = containers.Tethered(d, run_id, launch, {**launch.env, **markers}, exec_form(launch.command))
+        except (AgentError, OSError) as e:
+            _record_failed_start(d, log, "could not run in a container: %s" % e)
+            return
+        argv, env = boxed.argv, dict(os.environ)
     if launch.cpus is not None:
         # Pinned here, before the first start, so every run of the task inherits the cores.
         try:
@@ -72,7 +83,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         _discard(os.path.join(d, RESTART_FILE))  # asked of an earlier run of the task: not of this one
         try:
             child = subprocess.Popen(
-                ["/bin/sh", "-c", exec_form(launch.command)],
+                argv,
                 cwd=os.path.expanduser(launch.cwd or "~"),
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -89,9 +100,9 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             os.close(started_fd)
             started_fd = None
         meter.begin(child.pid, proc["started_at"])
-        code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter)
+        code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter, boxed)
         # Whatever this run of the task started must not outlive it, restarted or not.
-        _clean_up(run_id, launch, proc)
+        _clean_up(run_id, launch, proc, boxed)
         if asked is not None:
             wanted = launch.restart is not None and len(ends) < launch.restart.max_restarts
             if not wanted or os.path.exists(os.path.join(d, "stop.json")):
@@ -164,7 +175,17 @@ def exec_form(command: str) -> str:
     return "exec " + command
 
 
-def _clean_up(run_id: str, launch: TaskLaunch, proc: Dict[str, Any]) -> None:
+def _clean_up(run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Optional[containers.Tethered]) -> None:
+    procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+    if boxed is not None:
+        boxed.remove()
+
+
+def _end_task(run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Optional[containers.Tethered]) -> None:
+    """Stop a running task: its container by its runtime (SIGTERM, `grace`, SIGKILL), then
+    whatever of the task is left, by signal."""
+    if boxed is not None:
+        boxed.stop()
     procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
 
 
@@ -230,6 +251,7 @@ def _wait_guarded(
     notes: TimeNotes,
     outage: disk.Outage,
     meter: UsageNotes,
+    boxed: Optional[containers.Tethered],
 ) -> Tuple[int, Optional[str]]:
     """Wait for the task to end, noting once a second how far its output got (`timeline`) and
     every few seconds what it uses (`usage`); stop
@@ -249,14 +271,14 @@ def _wait_guarded(
             asked = read_json(os.path.join(d, RESTART_FILE))
             if asked is not None:
                 _discard(os.path.join(d, RESTART_FILE))
-                procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+                _end_task(run_id, launch, proc, boxed)
                 return child.wait(), str(asked.get("reason") or "restart asked by tfctl")
             why = guard.lease_expired(d) or (idle.check(time.monotonic()) if idle else None)
             if why is None:
                 continue
             if not os.path.exists(os.path.join(d, "stop.json")):
                 _note_stop(d, {"requested_at": time.time(), "reason": why})
-            procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+            _end_task(run_id, launch, proc, boxed)
             return child.wait(), None
 
 

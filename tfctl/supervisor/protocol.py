@@ -151,10 +151,25 @@ class RestartRule(Wire):
 
 
 @record
+class ContainerLaunch(Wire):
+    """The container a task runs in (`containers.py`): the cluster file's `container:`."""
+
+    image: str
+    runtime: str = "auto"  # podman | docker | apptainer | auto: the first the host has
+    mounts: List[str] = field(default_factory=list)  # host:container[:options]
+    options: List[str] = field(default_factory=list)
+    python: str = "python3"
+
+
+@record
 class TaskLaunch(Wire):
     """Everything the supervisor needs to start one task and stop it later."""
 
-    NESTED: ClassVar[Mapping[str, Any]] = {"idle": ("one", IdleRule), "restart": ("one", RestartRule)}
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "idle": ("one", IdleRule),
+        "restart": ("one", RestartRule),
+        "container": ("one", ContainerLaunch),
+    }
 
     task: str
     command: str
@@ -166,6 +181,7 @@ class TaskLaunch(Wire):
     restart: Optional[RestartRule] = None
     path_first: Optional[str] = None  # put first on PATH, so `python` in a command is the host's python
     cpus: Optional[List[int]] = None  # the cores the task may run on (its placement); None: any
+    container: Optional[ContainerLaunch] = None  # None: the task runs bare on its host
 
 
 # ---------------------------------------------------------------- requests and answers
@@ -243,6 +259,8 @@ class StopAnswer(Wire):
     remaining: List[int]
     ports: Dict[str, PortInfo] = field(default_factory=dict)
     tasks: Dict[str, TaskInfo] = field(default_factory=dict)
+    containers: int = 0  # the run's containers here when the stop began
+    containers_left: List[str] = field(default_factory=list)  # the names of those still there after it
 
 
 @record
@@ -285,6 +303,7 @@ class SweepAnswer(Wire):
     killed: int
     remaining: List[int]
     runs: List[str]
+    containers: int = 0  # containers of those runs removed
 
 
 @record

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable, Dict, List, NoReturn, Optional, Set
 
-from . import disk, guard, monitor, procfs
+from . import containers, disk, guard, monitor, procfs
 from .checks import port_owners
 from .errors import AgentError
 from .files import RUN_DIR_ENV, read_json, run_dir, state_root, task_dir, work_dir, write_json
@@ -230,11 +230,14 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         # Tasks only: not the state of earlier starts (`_set_aside`).
         tasks = [n.replace("-", ":", 1) for n in names if os.path.exists(os.path.join(base, n, "spec.json"))]
     procs: Dict[str, Optional[dict]] = {}
+    boxed: Set[str] = set()  # the names of the containers of the tasks that run in one
     for task in tasks:
         d = task_dir(root, run_id, task)
         if not os.path.isdir(d):
             continue
         procs[task] = read_json(os.path.join(d, "proc.json"))
+        if (read_json(os.path.join(d, "spec.json")) or {}).get("container"):
+            boxed.add(containers.name_for(run_id, task))
         if not os.path.exists(os.path.join(d, "exit.json")) and not os.path.exists(os.path.join(d, "stop.json")):
             _ask_stop(d, procs[task])
 
@@ -249,7 +252,14 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         found.discard(os.getpid())
         return sorted(found)
 
+    def boxes() -> List[containers.Found]:
+        return [f for f in containers.labelled(containers.RUN_LABEL, run_id) if f[1] in boxed] if boxed else []
+
+    had = boxes()
     done = procfs.terminate(find, request.grace)
+    # Their processes are gone, so are they, or nearly: what their runtime has not removed yet, it removes now.
+    containers.remove(boxes())
+    left = [name for _, name, _ in boxes()]
     port_state = ports_after_stop(request.ports, done.still_exiting)
     # Give monitors a moment to record the exit, so status right after `down` reads "stopped".
     deadline = time.monotonic() + EXIT_PATIENCE
@@ -257,7 +267,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         while not task_state(root, run_id, task).state.is_final and time.monotonic() < deadline:
             time.sleep(procfs.POLL)
     final: Dict[str, TaskInfo] = {t: task_state(root, run_id, t) for t in procs}
-    return StopAnswer(done.processes, done.killed, done.remaining, port_state, final)
+    return StopAnswer(done.processes, done.killed, done.remaining, port_state, final, len(had), left)
 
 
 def _ask_stop(d: str, proc: Optional[dict]) -> None:
@@ -315,6 +325,11 @@ def sweep(root: str, request: SweepRequest) -> SweepAnswer:
         me = os.getpid()
         return [p for p in procfs.live_pids() if p != me and orphan(procfs.proc_markers(p))]
 
-    runs = sorted({run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None})
+    runs = {run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None}
+    # Containers of such runs, found by label: those whose processes are stopped here, and any a
+    # crashed tfctl left stopped but not removed.
+    boxes = [f for f in containers.labelled(containers.STORE_LABEL, request.store) if f[2] not in live]
     done = procfs.terminate(find, request.grace)
-    return SweepAnswer(done.processes, done.killed, done.remaining, runs)
+    containers.remove(boxes)
+    runs.update(run for _, _, run in boxes)
+    return SweepAnswer(done.processes, done.killed, done.remaining, sorted(runs), len(boxes))

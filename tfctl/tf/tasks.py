@@ -14,8 +14,9 @@ from typing import Mapping
 
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices, Placement, enough_for, place
-from tfctl.config.model import ClusterConfig
+from tfctl.config.model import ClusterConfig, ContainerSettings
 from tfctl.runs.record import RestartSpec, TaskSpec
+from tfctl.supervisor.protocol import ContainerLaunch
 from tfctl.transport.base import shell_path
 
 # Jobs whose tasks run a tf.train.Server / tf.distribute.Server and so listen on their port.
@@ -141,7 +142,9 @@ def plan_tasks(
     tasks = []
     for job, index, address in config.tasks():
         placed = placement[f"{job}:{index}"]
-        values = placeholder_values(config, job, index, python_for[address.host], run_id)
+        box = container_launch(config.container_for(job))
+        python = python_for[address.host] if box is None else box.python
+        values = placeholder_values(config, job, index, python, run_id)
         own = render_env(config.env_for(job), {**values, "gpus": ",".join(map(str, placed.gpus or ()))})
         tasks.append(
             TaskSpec(
@@ -155,9 +158,18 @@ def plan_tasks(
                 restart=restart_of(config, job),
                 gpus=placed.gpus,
                 cpus=placed.cpus,
+                container=box,
             )
         )
     return tasks
+
+
+def container_launch(box: ContainerSettings | None) -> ContainerLaunch | None:
+    """The container a job's tasks run in, as their host's supervisor takes it; `{python}` is
+    the image's python3 unless `python` names another."""
+    if box is None:
+        return None
+    return ContainerLaunch(box.image, box.runtime, list(box.mounts), list(box.options), box.python or "python3")
 
 
 def restart_of(config: ClusterConfig, job: str) -> RestartSpec | None:

@@ -1,0 +1,330 @@
+"""Tasks in containers: the `container:` section, each runtime's command line, and with a real
+podman (root only: the suite's own, `bench/containers_lab.py`) the container's life being the
+task's: stopped by `stop`, gone when its monitor or every tfctl process of the host is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from bench.containers_lab import IMAGE, PodmanLab, skip_reason
+from bench.waiting import wait_until
+from tests.conftest import kill_by_pid
+from tfctl.cluster.agent import HostAgent
+from tfctl.config.loader import parse_config
+from tfctl.config.model import ContainerSettings
+from tfctl.errors import ConfigError
+from tfctl.supervisor import containers
+from tfctl.supervisor.files import task_dir
+from tfctl.supervisor.procfs import live_pids
+from tfctl.supervisor.protocol import (
+    ContainerLaunch,
+    StartRequest,
+    StopRequest,
+    SweepRequest,
+    TaskLaunch,
+    TaskState,
+)
+from tfctl.tf.tasks import plan_tasks
+from tfctl.transport.local import LocalTransport
+
+CLUSTER = """\
+name: boxed
+command: "{python} train.py"
+container:
+  image: nvcr.io/nvidia/tensorflow:25.01-tf2-py3
+  mounts: [/data:/data:ro]
+  options: ["--shm-size=1g"]
+jobs:
+  ps: [localhost:2222]
+  worker:
+    hosts: [localhost:2223]
+    container: {image: /srv/rootfs, runtime: podman, python: /opt/py/bin/python3}
+"""
+
+
+# ---------------------------------------------------------------- the cluster file
+
+
+def test_the_container_section_is_read_and_a_jobs_own_wins() -> None:
+    config = parse_config(CLUSTER, Path("cluster.yaml"))
+    assert config.container_for("ps") == ContainerSettings(
+        "nvcr.io/nvidia/tensorflow:25.01-tf2-py3", "auto", ("/data:/data:ro",), ("--shm-size=1g",)
+    )
+    assert config.container_for("worker") == ContainerSettings("/srv/rootfs", "podman", python="/opt/py/bin/python3")
+    tasks = {t.name: t for t in plan_tasks(config, "r1", {"localhost": "/venv/bin/python"}, {"localhost": "/w"})}
+    assert tasks["ps:0"].command == "python3 train.py"  # the image's python, not the host's
+    assert tasks["worker:0"].command == "/opt/py/bin/python3 train.py"
+    assert tasks["ps:0"].container == ContainerLaunch(
+        "nvcr.io/nvidia/tensorflow:25.01-tf2-py3", "auto", ["/data:/data:ro"], ["--shm-size=1g"], "python3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ("{runtime: podman}", "container.image: missing required key `image`"),
+        ("{image: x, runtime: Podman}", "did you mean `podman`?"),
+        ("{image: x, mounts: [data:/data]}", "container.mounts[0]: `data:/data` is not a mount"),
+        ("{image: x, options: --privileged}", "container.options: expected a list of runtime arguments"),
+        ("{image: x, python: python3}", "container.python: `python3` is relative"),
+        ("{image: x, gpu: 1}", "container.gpu: unknown key `gpu`"),
+    ],
+)
+def test_a_wrong_container_section_names_the_key_and_the_fix(section: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"name: x\ncommand: run\ncontainer: {section}\njobs: {{worker: [localhost:1]}}\n", Path("c.yaml"))
+    assert said in str(caught.value)
+    assert "fix:" in str(caught.value)
+
+
+# ---------------------------------------------------------------- command lines
+
+
+def box(runtime_name: str, env: dict[str, str] | None = None, image: str = "img:1") -> list[str]:
+    spec = ContainerLaunch(image, runtime_name, ["/data:/data:ro"], ["--shm-size=1g"], "/usr/bin/python3")
+    c = containers.Container(
+        "tfctl-r1-worker-0",
+        spec,
+        {"TF_CONFIG": '{"task": 1}', **(env or {})},
+        "/w",
+        ["/w", "/run/r1", "/state/worker-0/tether.fifo"],
+        "/state/worker-0/tether.fifo",
+        5.0,
+        "exec python3 train.py",
+        {containers.RUN_LABEL: "r1", containers.TASK_LABEL: "worker:0", containers.STORE_LABEL: "s"},
+    )
+    return containers.RUNTIMES[runtime_name](f"/usr/bin/{runtime_name}").run(c)
+
+
+def after(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def test_the_docker_command_line() -> None:
+    argv = box("docker", {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert argv[:4] == ["/usr/bin/docker", "run", "--rm", "--name"]
+    assert after(argv, "--network") == ["host"]
+    assert after(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
+    assert after(argv, "--volume") == [
+        "/w:/w",
+        "/run/r1:/run/r1",
+        "/state/worker-0/tether.fifo:/state/worker-0/tether.fifo",
+        f"{containers.TETHER}:{containers.TETHER}:ro",
+        "/data:/data:ro",
+    ]
+    assert after(argv, "--gpus") == ['"device=2,3"']
+    assert "CUDA_VISIBLE_DEVICES=0,1" in after(argv, "--env")  # the container numbers its GPUs from 0
+    assert 'TF_CONFIG={"task": 1}' in after(argv, "--env")
+    assert "--label=tfctl.task=worker:0" in argv
+    image_at = argv.index("img:1")
+    assert argv[image_at - 1] == "--shm-size=1g"  # options just before the image
+    assert argv[image_at + 1 :] == [
+        containers.TETHER,
+        "/state/worker-0/tether.fifo",
+        "5",
+        "/bin/sh",
+        "-c",
+        "exec python3 train.py",
+    ]
+    assert after(argv, "--entrypoint") == ["/usr/bin/python3"]
+    with pytest.raises(Exception, match="cannot run a rootfs folder"):
+        box("docker", image="/srv/rootfs")
+
+
+def test_the_podman_command_line() -> None:
+    argv = box("podman", {"CUDA_VISIBLE_DEVICES": "1"})
+    assert after(argv, "--device") == ["nvidia.com/gpu=1"]
+    assert ("--userns=keep-id" in argv) == (os.getuid() != 0)
+    assert after(box("podman", image="/srv/rootfs"), "--rootfs") == ["/srv/rootfs"]
+
+
+def test_the_apptainer_command_line() -> None:
+    argv = box("apptainer", {"CUDA_VISIBLE_DEVICES": "1"})
+    assert argv[:3] == ["/usr/bin/apptainer", "exec", "--pid"]  # its own PID namespace: nothing outlives it
+    assert "--nv" in argv
+    assert "CUDA_VISIBLE_DEVICES=1" in after(argv, "--env")  # all GPUs are there: the variable picks
+    assert after(argv, "--bind")[-1] == "/data:/data:ro"
+    assert after(argv, "--pwd") == ["/w"]
+    assert argv[argv.index("img:1") :][:3] == ["img:1", "/usr/bin/python3", containers.TETHER]
+    assert "--nv" not in box("apptainer")
+
+
+# ---------------------------------------------------------------- a real podman
+
+
+@pytest.fixture(scope="session")
+def podman_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanLab]:
+    """The suite's podman and image, built once a session; its settings reach every supervisor
+    the tests start through the environment."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    lab = PodmanLab(tmp_path_factory.mktemp("podman"))
+    lab.build()
+    saved = {key: os.environ.get(key) for key in lab.env}
+    os.environ.update(lab.env)
+    try:
+        yield lab
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        lab.tear_down()
+
+
+@pytest.fixture
+def agent(tmp_path: Path, podman_lab: PodmanLab) -> Iterator[HostAgent]:
+    with HostAgent(LocalTransport(), None, str(tmp_path / "host")) as agent:
+        yield agent
+
+
+def run_id(request: pytest.FixtureRequest) -> str:
+    return "box-" + re.sub(r"[^a-z0-9]+", "-", request.node.name)[-30:].strip("-")
+
+
+TASK = "import os, sys, time; print('up', os.getuid(), os.getcwd(), os.environ['TF_CONFIG'], flush=True); "
+
+
+def start_boxed(agent: HostAgent, run: str, cwd: Path, source: str, grace: float = 2.0) -> dict:
+    """Start worker:0 in the lab's image; its proc.json."""
+    command = f"python3 -c {json.dumps(TASK + source)}"
+    launch = TaskLaunch(
+        "worker:0", command, {"TF_CONFIG": '{"x": 1}'}, str(cwd), grace, "store-1", container=ContainerLaunch(IMAGE)
+    )
+    answer = agent.call(StartRequest(run, [launch]))
+    assert answer.tasks["worker:0"].state is TaskState.RUNNING
+    d = Path(task_dir(agent.root, run, "worker:0"))
+    wait_until(lambda: (d / "output.log").read_text(), 20, "the task's first line", until=lambda t: "up" in t)
+    return json.loads((d / "proc.json").read_text())
+
+
+def supervisors(agent: HostAgent) -> list[int]:
+    """The host supervisors serving from the agent's own root (a folder of the test's)."""
+    found = []
+    for pid in live_pids():
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in words and any(w.startswith(agent.root.encode() + b"/supervisor-") for w in words):
+            found.append(pid)
+    return found
+
+
+def conmons(run: str) -> list[int]:
+    """The conmon processes of the run's containers (their command lines name the container)."""
+    found = []
+    for pid in live_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(b"/usr/bin/conmon") and f"tfctl-{run}-".encode() in cmdline:
+            found.append(pid)
+    return found
+
+
+def gone(lab: PodmanLab, run: str, timeout: float) -> float:
+    """Seconds until the run has no container and no conmon left; fails after `timeout`."""
+    began = time.monotonic()
+    wait_until(
+        lambda: (lab.containers(f"{containers.RUN_LABEL}={run}"), conmons(run)),
+        timeout,
+        f"the containers of {run} to go",
+        until=lambda left: left == ([], []),
+        interval=0.1,
+    )
+    return time.monotonic() - began
+
+
+@pytest.fixture
+def sweep_after(podman_lab: PodmanLab) -> Iterator[list[str]]:
+    """Runs whose containers a failing test may have left: removed by label whatever happened."""
+    runs: list[str] = []
+    yield runs
+    for run in runs:
+        for name in podman_lab.containers(f"{containers.RUN_LABEL}={run}"):
+            podman_lab.podman("rm", "--force", name)
+
+
+def test_a_task_runs_in_its_container_as_it_would_bare_and_stop_removes_it(
+    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+) -> None:
+    run = run_id(request)
+    sweep_after.append(run)
+    start_boxed(agent, run, tmp_path, "open('made-inside', 'w').write('x'); time.sleep(300)")
+    log = Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text()
+    assert f'up {os.getuid()} {tmp_path} {{"x": 1}}' in log  # same user, workdir and environment
+    made = tmp_path / "made-inside"
+    wait_until(made.exists, 10, "the task's file")
+    assert (made.stat().st_uid, made.stat().st_gid) == (os.getuid(), os.getgid())
+    assert podman_lab.containers(f"{containers.TASK_LABEL}=worker:0") == [containers.name_for(run, "worker:0")]
+    answer = agent.call(StopRequest(run, 2.0))
+    assert (answer.containers, answer.containers_left) == (1, [])
+    assert answer.tasks["worker:0"].state is TaskState.STOPPED
+    assert answer.processes >= 2  # the task and the tether in the container, found from the host
+    assert podman_lab.containers(f"{containers.RUN_LABEL}={run}") == [] and conmons(run) == []
+
+
+@pytest.mark.parametrize("victims", ["monitor", "every tfctl process"])
+def test_a_sigkill_on_the_host_leaves_no_container(
+    agent: HostAgent,
+    podman_lab: PodmanLab,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    sweep_after: list[str],
+    victims: str,
+) -> None:
+    run = run_id(request)
+    sweep_after.append(run)
+    proc = start_boxed(agent, run, tmp_path, "time.sleep(300)", grace=1.0)
+    assert conmons(run)
+    pids = [proc["monitor"]["pid"]]
+    if victims != "monitor":
+        pids += supervisors(agent)
+        assert len(pids) == 2
+    kill_by_pid(pids)
+    took = gone(podman_lab, run, 15)
+    assert took < 10
+    ended = agent.call(StopRequest(run, 1.0)) if victims == "monitor" else None
+    assert ended is None or ended.containers_left == []
+
+
+def test_sweep_removes_the_containers_of_runs_that_are_not_live(
+    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+) -> None:
+    run = run_id(request)
+    sweep_after.append(run)
+    start_boxed(agent, run, tmp_path, "time.sleep(300)")
+    kept = agent.call(SweepRequest([run], 1.0, "store-1"))
+    assert kept.containers == 0 and podman_lab.containers(f"{containers.RUN_LABEL}={run}")
+    swept = agent.call(SweepRequest([], 1.0, "store-1"))
+    assert swept.containers == 1 and run in swept.runs
+    gone(podman_lab, run, 10)
+
+
+def test_signals_reach_the_program_in_its_container(
+    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+) -> None:
+    run = run_id(request)
+    sweep_after.append(run)
+    handler = (
+        "import signal; "
+        "signal.signal(signal.SIGTERM, lambda *a: (print('saving on SIGTERM', flush=True), sys.exit(0))); "
+        "time.sleep(300)"
+    )
+    start_boxed(agent, run, tmp_path, handler, grace=5.0)
+    began = time.monotonic()
+    agent.call(StopRequest(run, 5.0))
+    assert time.monotonic() - began < 4  # the program ended on SIGTERM, not at the grace period's SIGKILL
+    assert "saving on SIGTERM" in Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text()

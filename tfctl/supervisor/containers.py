@@ -1,0 +1,297 @@
+"""Tasks in containers: each runtime's command lines, as argv lists (never a shell), in one
+place, as peers of one interface (`Runtime`): podman, docker, apptainer.
+
+A task's container has the host's network, the task's environment, its workdir and the run's
+folder at the same paths, the user who started the run as its user, and `tether.py` as its
+entrypoint: that passes signals on to the task and ends it when the task's monitor is gone (the
+monitor holds a FIFO, bind-mounted in, open for as long as it lives). Containers are named and
+labelled with their run, task and run store, so whatever escapes is found by label and removed
+(`stop`, `sweep`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .errors import AgentError
+from .files import RUN_DIR_ENV
+from .protocol import ContainerLaunch, TaskLaunch
+
+TETHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tether.py")
+FIFO = "tether.fifo"  # in the task's directory: the monitor holds it open, the tether reads it
+RUN_LABEL = "tfctl.run"
+TASK_LABEL = "tfctl.task"
+STORE_LABEL = "tfctl.store"
+AUTO_ORDER = ("podman", "docker", "apptainer")
+CALL_TIMEOUT = 60.0  # a runtime command that takes longer than this is stuck
+GPU_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+class Container:
+    """One task's container, as every runtime needs it described."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ContainerLaunch,
+        env: Dict[str, str],
+        cwd: str,
+        mounts: Sequence[str],
+        fifo: str,
+        grace: float,
+        command: str,
+        labels: Dict[str, str],
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.env = env
+        self.cwd = cwd
+        self.mounts = [*("%s:%s" % (p, p) for p in mounts), "%s:%s:ro" % (TETHER, TETHER), *spec.mounts]
+        self.fifo = fifo
+        self.grace = grace
+        self.command = command
+        self.labels = labels
+
+    def entry(self) -> List[str]:
+        """What runs in the container: the tether, then the task's command through /bin/sh."""
+        return [TETHER, self.fifo, "%g" % self.grace, "/bin/sh", "-c", self.command]
+
+    def gpus(self) -> Optional[List[str]]:
+        """The task's GPUs as its host numbers them (None: it was given no GPUs of its own)."""
+        given = self.env.get(GPU_ENV)
+        return None if given is None else [g for g in given.split(",") if g.strip()]
+
+
+class Runtime:
+    """A container runtime, by its command lines; `exe` is its program's path."""
+
+    name = ""
+
+    def __init__(self, exe: str) -> None:
+        self.exe = exe
+
+    def run(self, c: Container) -> List[str]:
+        """Run the task's container, attached: the command's end is the task's."""
+        raise NotImplementedError
+
+    def stop(self, name: str, grace: float) -> Optional[List[str]]:
+        """SIGTERM, then SIGKILL after `grace`; None: the container is a process (signals do it)."""
+        return None
+
+    def remove(self, names: Sequence[str]) -> Optional[List[str]]:
+        """Remove these containers, killing what still runs in them; None: nothing to remove."""
+        return None
+
+    def listing(self, label: str, value: str) -> Optional[List[str]]:
+        """Print the names, one a line, then the labels of every container with `label=value`."""
+        return None
+
+    def has_image(self, image: str) -> List[str]:
+        """Succeeds when the image is on this host."""
+        raise NotImplementedError
+
+    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
+        """The image's Python running `code`, for preflight."""
+        raise NotImplementedError
+
+
+class Podman(Runtime):
+    """podman: daemonless; `--rm` has conmon remove a container whose client was killed."""
+
+    name = "podman"
+
+    def run(self, c: Container) -> List[str]:
+        argv = [self.exe, "run", "--rm", "--name", c.name, "--network", "host", "--ipc", "host"]
+        argv += self.user()
+        argv += ["--label=%s=%s" % kv for kv in sorted(c.labels.items())]
+        for mount in c.mounts:
+            argv += ["--volume", mount]
+        argv += ["--workdir", c.cwd, "--entrypoint", c.spec.python]
+        gpus = c.gpus()
+        env = dict(c.env)
+        if gpus is not None:
+            argv += self.gpu_options(gpus)
+            env[GPU_ENV] = ",".join(str(i) for i in range(len(gpus)))  # renumbered from 0 inside
+        for key, value in sorted(env.items()):
+            argv += ["--env", "%s=%s" % (key, value)]
+        argv += list(c.spec.options)
+        argv += self.image(c.spec.image)
+        return argv + c.entry()
+
+    def user(self) -> List[str]:
+        """Files the task writes belong to who started the run: root maps to root, and a user's
+        rootless containers keep their id."""
+        return [] if os.getuid() == 0 else ["--userns=keep-id"]
+
+    def gpu_options(self, gpus: List[str]) -> List[str]:
+        return [a for g in gpus for a in ("--device", "nvidia.com/gpu=%s" % g)]
+
+    def image(self, image: str) -> List[str]:
+        """A rootfs folder (an absolute path) runs as it is."""
+        return ["--rootfs", image] if image.startswith("/") else [image]
+
+    def stop(self, name: str, grace: float) -> Optional[List[str]]:
+        return [self.exe, "stop", "--ignore", "--time", str(max(1, round(grace))), name]
+
+    def remove(self, names: Sequence[str]) -> Optional[List[str]]:
+        return [self.exe, "rm", "--force", "--ignore", *names] if names else None
+
+    def listing(self, label: str, value: str) -> Optional[List[str]]:
+        fmt = '{{.Names}} {{index .Labels "%s"}}' % RUN_LABEL
+        return [self.exe, "ps", "--all", "--filter", "label=%s=%s" % (label, value), "--format", fmt]
+
+    def has_image(self, image: str) -> List[str]:
+        if image.startswith("/"):
+            return ["test", "-d", image]
+        return [self.exe, "image", "exists", image]
+
+    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
+        return [
+            self.exe,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--entrypoint",
+            spec.python,
+            *self.image(spec.image),
+            "-c",
+            code,
+        ]
+
+
+class Docker(Podman):
+    """docker: the daemon owns the container, so a killed client leaves it running; the
+    tether ends it with its monitor, and `--rm` has the daemon remove it."""
+
+    name = "docker"
+
+    def user(self) -> List[str]:
+        return ["--user", "%d:%d" % (os.getuid(), os.getgid())]
+
+    def gpu_options(self, gpus: List[str]) -> List[str]:
+        return ["--gpus", '"device=%s"' % ",".join(gpus)]  # quoted: docker reads the value as CSV
+
+    def image(self, image: str) -> List[str]:
+        if image.startswith("/"):
+            raise AgentError("docker cannot run a rootfs folder (%s): import it as an image" % image)
+        return [image]
+
+    def stop(self, name: str, grace: float) -> Optional[List[str]]:
+        return [self.exe, "stop", "--time", str(max(1, round(grace))), name]
+
+    def remove(self, names: Sequence[str]) -> Optional[List[str]]:
+        return [self.exe, "rm", "--force", *names] if names else None
+
+    def has_image(self, image: str) -> List[str]:
+        return [self.exe, "image", "inspect", "--format", "{{.Id}}", image]
+
+
+class Apptainer(Runtime):
+    """apptainer: no daemon and no names; the container is the process tree of `apptainer exec`,
+    in its own PID namespace (`--pid`), so it ends with it and signals stop it."""
+
+    name = "apptainer"
+
+    def run(self, c: Container) -> List[str]:
+        argv = [self.exe, "exec", "--pid", "--cleanenv", "--pwd", c.cwd]
+        for mount in c.mounts:
+            argv += ["--bind", mount]
+        if c.gpus() is not None:
+            argv.append("--nv")  # all of the host's; CUDA_VISIBLE_DEVICES picks the task's
+        for key, value in sorted(c.env.items()):
+            argv += ["--env", "%s=%s" % (key, value)]
+        return argv + list(c.spec.options) + [c.spec.image, c.spec.python] + c.entry()
+
+    def has_image(self, image: str) -> List[str]:
+        return ["test", "-e", image]
+
+    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
+        return [self.exe, "exec", "--cleanenv", spec.image, spec.python, "-c", code]
+
+
+RUNTIMES = {cls.name: cls for cls in (Podman, Docker, Apptainer)}
+
+
+def runtime(wanted: str) -> Runtime:
+    """The runtime the task asks for (`auto`: the first of AUTO_ORDER this host has)."""
+    for name in AUTO_ORDER if wanted == "auto" else (wanted,):
+        exe = shutil.which(name)
+        if exe is not None:
+            return RUNTIMES[name](exe)
+    wanted_text = " or ".join(AUTO_ORDER) if wanted == "auto" else wanted
+    raise AgentError("no container runtime here: %s is not on PATH" % wanted_text)
+
+
+def name_for(run_id: str, task: str) -> str:
+    """`tfctl-<run>-<job>-<index>`: a name every runtime takes (letters, digits, `_.-`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", "tfctl-%s-%s" % (run_id, task))
+
+
+def present() -> List[Runtime]:
+    """The runtimes with containers to find on this host (apptainer keeps none)."""
+    return [runtime(n) for n in ("podman", "docker") if shutil.which(n)]
+
+
+def call(argv: Optional[List[str]]) -> str:
+    """Run a runtime command; its output ('' when it failed or there was nothing to run)."""
+    if argv is None:
+        return ""
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=CALL_TIMEOUT
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.decode(errors="replace") if done.returncode == 0 else ""
+
+
+Found = Tuple[Runtime, str, str]  # a container: its runtime, its name, its run
+
+
+def labelled(label: str, value: str) -> List[Found]:
+    """Every container here with `label=value`."""
+    found: List[Found] = []
+    for rt in present():
+        for line in call(rt.listing(label, value)).splitlines():
+            name, _, run = line.partition(" ")
+            if name:
+                found.append((rt, name, run))
+    return found
+
+
+def remove(found: Sequence[Found]) -> None:
+    """Remove these containers (as `labelled` found them), killing what still runs in them."""
+    for rt in {rt.exe: rt for rt, _, _ in found}.values():
+        call(rt.remove([name for other, name, _ in found if other.exe == rt.exe]))
+
+
+class Tethered:
+    """A task's container as its monitor holds it: the FIFO that ties the container to the
+    monitor's life (opened here, held until the monitor exits) and the runtime commands."""
+
+    def __init__(self, d: str, run_id: str, launch: TaskLaunch, env: Dict[str, str], command: str) -> None:
+        assert launch.container is not None
+        if not os.path.isfile(TETHER):
+            raise AgentError("the supervisor runs from its zip (%s): its container entrypoint is not a file" % TETHER)
+        self.runtime = runtime(launch.container.runtime)
+        self.name = name_for(run_id, launch.task)
+        fifo = os.path.join(d, FIFO)
+        if not os.path.exists(fifo):
+            os.mkfifo(fifo, 0o600)
+        self.tie = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)  # never closed: its end is the monitor's
+        cwd = os.path.expanduser(launch.cwd or "~")
+        shared = sorted({cwd, env.get(RUN_DIR_ENV, cwd), fifo})
+        labels = {RUN_LABEL: run_id, TASK_LABEL: launch.task, STORE_LABEL: launch.store}
+        self.container = Container(self.name, launch.container, env, cwd, shared, fifo, launch.grace, command, labels)
+        self.argv = self.runtime.run(self.container)
+
+    def stop(self) -> None:
+        call(self.runtime.stop(self.name, self.container.grace))
+
+    def remove(self) -> None:
+        call(self.runtime.remove([self.name]))
