@@ -16,8 +16,8 @@ import pytest
 from tests.fake_runs import started, write
 from tests.fakes import TaskScript
 from tfctl.config.loader import parse_config
-from tfctl.controller import rpc
-from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.controller.live import rpc
+from tfctl.controller.live.rpc_messages import StatusAsk, StatusReply
 from tfctl.errors import ConfigError, StartupError, TfctlError
 from tfctl.supervisor.files import MAX_RECORD, read_json
 from tfctl.supervisor.logs import MAX_TAIL_BYTES, output_log, tail

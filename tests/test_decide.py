@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfctl.controller.status_view import number_ranges
+from tfctl.controller.views.status_view import number_ranges
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.verdicts import Outcome, decide
 from tfctl.supervisor.protocol import RunState, TaskState

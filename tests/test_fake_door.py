@@ -17,10 +17,10 @@ import pytest
 from tests.fake_runs import in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import BackendReport
-from tfctl.controller import rpc as live
-from tfctl.controller import supervise, watcher
-from tfctl.controller.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.live import rpc as live
+from tfctl.controller.live import supervise, watcher
+from tfctl.controller.live.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
+from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.engine.clock import Cancel
 from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore

@@ -16,9 +16,10 @@ from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
-from tfctl.controller import down, supervise, up
-from tfctl.controller.resubmit import recorded_config
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.live import supervise
+from tfctl.controller.live.resubmit import recorded_config
+from tfctl.controller.live.watcher import controller_of_this_process
+from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel
 from tfctl.errors import StartupError, UsageError
 from tfctl.runs.record import ControllerKind

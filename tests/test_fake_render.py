@@ -1,4 +1,4 @@
-"""What people read (tfctl/controller/status_view.py, tfctl/cli/render.py), rendered from real
+"""What people read (tfctl/controller/views/status_view.py, tfctl/cli/render.py), rendered from real
 snapshots of runs on the fake backend: the status table with its device columns, restarts, steps
 and rates, unreachable hosts and notes; stop summaries; log lines with the notes that last."""
 
@@ -14,7 +14,7 @@ from tfctl import console
 from tfctl.cli import render
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import StopReport
-from tfctl.controller import status_view
+from tfctl.controller.views import status_view
 from tfctl.runs.record import RunRecord
 from tfctl.tf.doctor import FAILURE_HOLD, LiveNotes
 

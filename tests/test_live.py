@@ -17,8 +17,8 @@ import pytest
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, spawn_tfctl, tfctl
 from tests.fakes import record_of
-from tfctl.controller import rpc as live
-from tfctl.controller.rpc_messages import (
+from tfctl.controller.live import rpc as live
+from tfctl.controller.live.rpc_messages import (
     DownAsk,
     DownReply,
     LogNote,
@@ -28,7 +28,7 @@ from tfctl.controller.rpc_messages import (
     StatusReply,
     Terminal,
 )
-from tfctl.controller.watcher import controller_of_this_process, is_running
+from tfctl.controller.live.watcher import controller_of_this_process, is_running
 from tfctl.errors import TfctlError, UsageError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore

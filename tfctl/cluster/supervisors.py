@@ -121,7 +121,7 @@ class HostInfo:
 @record
 class StopReport(Wire):
     """What `stop` did on every host, and what it could not prove gone. A live controller sends it
-    to the `down` that asked it (`controller/rpc_messages.py`)."""
+    to the `down` that asked it (`controller/live/rpc_messages.py`)."""
 
     processes: int = 0
     remaining: dict[str, list[int]] = records.field(default_factory=dict)  # host -> pids

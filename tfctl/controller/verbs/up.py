@@ -18,12 +18,12 @@ from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
-from tfctl.controller.down import release
-from tfctl.controller.notify import EventKind, Notifier, RunEvent
-from tfctl.controller.plan import Draft, Plan, draft, make_plan, remote_workdir
-from tfctl.controller.setup_commands import once_per_workdir, run_setup
-from tfctl.controller.watcher import controller_gone, controller_of_this_process
-from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
+from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.live.watcher import controller_gone, controller_of_this_process
+from tfctl.controller.start.plan import Draft, Plan, draft, make_plan, remote_workdir
+from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
+from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
+from tfctl.controller.verbs.down import release
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id

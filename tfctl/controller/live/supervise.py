@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, StopReport
-from tfctl.controller import watcher
-from tfctl.controller.down import stop_run
-from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
-from tfctl.controller.plan import Draft
-from tfctl.controller.restarting import Restarting
-from tfctl.controller.resubmit import carry_on
-from tfctl.controller.spares import Mover
-from tfctl.controller.up import launch
-from tfctl.controller.watcher import Report, controller_of_this_process
+from tfctl.controller.live import watcher
+from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
+from tfctl.controller.live.restarting import Restarting
+from tfctl.controller.live.resubmit import carry_on
+from tfctl.controller.live.spares import Mover
+from tfctl.controller.live.watcher import Report, controller_of_this_process
+from tfctl.controller.start.plan import Draft
+from tfctl.controller.verbs.down import stop_run
+from tfctl.controller.verbs.up import launch
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
 from tfctl.errors import TfctlError
@@ -82,7 +82,7 @@ def attach(
     KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
     """
     from tfctl.cluster.output import LogFollower
-    from tfctl.controller.rpc_handlers import controller_door
+    from tfctl.controller.live.rpc_handlers import controller_door
 
     following = _Following(LogFollower(cluster, cluster.record.tasks, follow=True))
     notifier = Notifier.of(cluster.record)
@@ -317,7 +317,7 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
 def _watch(store: RunStore, cluster: Cluster, stopping: Cancel) -> Ending | None:
     """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
     stopping anything; a `down` through its door stops the run with its connections."""
-    from tfctl.controller.rpc_handlers import controller_door
+    from tfctl.controller.live.rpc_handlers import controller_door
 
     handover = DownHandover(stopping)
     with controller_door(store, cluster, handover.ask), Notifier.of(cluster.record) as notifier:

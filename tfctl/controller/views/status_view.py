@@ -18,7 +18,7 @@ from tfctl import console
 from tfctl.backends.base import BackendReport, backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
-from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.controller.live.rpc_messages import StatusAsk, StatusReply
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
