@@ -9,7 +9,7 @@ import functools
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
@@ -288,7 +288,7 @@ def test_a_judge_may_decide_what_states_cannot() -> None:
     verdict = Outcome(RunState.FAILED, "worker:1 has been stuck", "worker:1")
     calls: list[int] = []
 
-    def judge(statuses: list[Any]) -> Outcome | None:
+    def judge(statuses: Sequence[Any], _now: float) -> Outcome | None:
         calls.append(len(statuses))
         return verdict if len(calls) == 3 else None
 

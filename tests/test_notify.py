@@ -23,7 +23,7 @@ from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf import progress
+from tfctl.tf import judges
 
 APPEND = (
     'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
@@ -32,7 +32,7 @@ APPEND = (
 
 @pytest.fixture
 def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(progress, "STALL_CHECK_EVERY", 0.0)  # look for stalls at every poll, not every 5 s
+    monkeypatch.setattr(judges, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
 
 
 def attach(cluster: Cluster, store: RunStore) -> supervise.Ending:

@@ -238,11 +238,11 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
 
 
 def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
-    """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
-    scheduler ending the allocation), a stalled task (`on_stall: fail`; with `warn`, a line and
-    a `stalled` event for `notifier`)."""
-    from tfctl.tf.doctor import HangJudge, SilenceJudge
-    from tfctl.tf.progress import StallJudge
+    """What ends a run beyond its tasks' states: its backend's own end (a scheduler ending the
+    allocation), a task hung for good, a stalled task (`on_stall: fail`; with `warn`, a line and
+    a `stalled` event for `notifier`). The TF judges share one look (`tf.judges.Judging`)."""
+    from tfctl.tf.judges import HangJudge, Judging, SightJudge, SilenceJudge, StallJudge, first_verdict, restart_tasks
+    from tfctl.tf.progress import RunProgress
 
     record = cluster.record
 
@@ -250,16 +250,14 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
         notifier.say(f"warning: {reason}; {done}")
         notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
 
-    limit = record.hang_timeout
-    judges: list[Judge] = []
-    if limit:
-        silence = SilenceJudge(cluster, limit, notifier.say)
-        judges += [silence, HangJudge(cluster, limit, silent=silence.seen)]
-    judges.append(StallJudge(cluster, stalled))
+    progress = RunProgress(record.progress)
+    judges: list[SightJudge] = []
+    if record.hang_timeout:
+        silence = SilenceJudge(progress, record.hang_timeout, notifier.say)
+        judges += [silence, HangJudge(record.hang_timeout, silent=silence.seen)]
+    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall, stalled, restart_tasks(cluster)))
     backend_judge = backend_for(record.backend).judge(record)
-    if backend_judge is not None:
-        judges.insert(0, backend_judge)
-    return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
+    return first_verdict([j for j in (backend_judge, Judging(cluster, judges)) if j is not None])
 
 
 def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
