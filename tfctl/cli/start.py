@@ -247,7 +247,7 @@ def _print_detached(run: Draft, hint_file: str) -> None:
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task; and on its events."""
     from tfctl import console
-    from tfctl.controller.views.status_view import number_ranges
+    from tfctl.controller.views.status_table import number_ranges
 
     out = console.out()
     if plan.setup is not None:
@@ -281,7 +281,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
     from tfctl.controller.live import supervise
-    from tfctl.controller.views import status_view
+    from tfctl.controller.views import status_table, status_view
     from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
@@ -333,9 +333,9 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     ended = {s.task for s in statuses if s.state in (TaskState.SUCCEEDED, TaskState.FAILED)}
     quiet.update({t: s for t, s in notes.silent.items() if t not in quiet and t not in ended})
     never_ready = dataclasses.replace(found, never_ready={t: f for t, f in found.never_ready.items() if t not in quiet})
-    for note in status_view.never_ready_notes(never_ready, skip=culprit if finding else None):
+    for note in status_table.never_ready_notes(never_ready, skip=culprit if finding else None):
         err.print(note)
-    for note in status_view.untrained_notes(statuses, assessed, quiet):
+    for note in status_table.untrained_notes(statuses, assessed, quiet):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(Text("job succeeded", style="green") + Text(f": {ending.outcome.reason}"))
@@ -344,7 +344,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     else:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
         if culprit and finding is not None:
-            err.print(status_view.finding_text(culprit, finding))
+            err.print(status_table.finding_text(culprit, finding))
     render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 

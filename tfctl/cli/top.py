@@ -49,14 +49,14 @@ def top(
     import sys
 
     from tfctl import console
-    from tfctl.controller.live.rpc_messages import StatusAsk
     from tfctl.controller.views.top_view import HISTORY, top_screen
 
     record = run_record(ctx, cluster_file, run_id)
     with status_asker(record) as ask:
 
         def fetch() -> dict[str, Any]:
-            return ask(StatusAsk(json=True, usage_history=HISTORY)).json or {}
+            shot, latest = ask(HISTORY)
+            return shot.to_json(latest, usage_history=True)
 
         out = console.out()
         if once or not sys.stdout.isatty():

@@ -29,9 +29,9 @@ def controller_door(
     watcher ends its supervision first; an attached `up` stops at once) and says what it did."""
 
     def status(request: StatusAsk) -> StatusReply:
-        from tfctl.controller.views.status_view import status_answer
+        from tfctl.controller.views.status_view import snapshot
 
-        return status_answer(cluster, store.load(cluster.record.run_id), request)
+        return StatusReply(snapshot(cluster, request.usage_history).to_plain())
 
     def down(request: DownAsk) -> DownReply:
         report, released = on_down(request.grace)

@@ -1,66 +1,23 @@
-"""`status` as a person sees it: the snapshot of every task, the table, and the notes under it.
-
-The run's live controller renders it too, for a `status` asked from another terminal through its
-door (`rpc_handlers`), exactly as that terminal would print it; so it lives below the CLI.
-rich is imported with this module, which the CLI and a started run's controller load only.
-"""
+"""What `status` shows, gathered as plain data: the snapshot of every task with its progress,
+diagnosis and silence. The run's live controller sends it through its door (`rpc_handlers`) as
+plain values; the terminal that asked renders it (`status_table`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from rich.console import Group
-from rich.text import Text
-
-from tfctl import console
 from tfctl.backends.base import BackendReport, backend_for
 from tfctl.cluster.supervisors import Cluster
-from tfctl.config.model import host_port
-from tfctl.controller.live.rpc_messages import StatusAsk, StatusReply
+from tfctl.controller.views.plain import from_plain, to_plain
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
-from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
+from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import AT_END, Silence, outputs, silences
-
-
-def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
-    """2222, 2223, 2224, 2230 -> '2222-2224, 2230'; cores with separator "," -> `0-3,6`, as
-    /proc's Cpus_allowed_list and taskset write them."""
-    spans: list[list[int]] = []
-    for n in sorted(set(numbers)):
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return separator.join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
-
-
-def state_style(state: str) -> str:
-    return {
-        TaskState.RUNNING: "green",
-        TaskState.SUCCEEDED: "green",
-        TaskState.STOPPED: "yellow",
-        TaskState.PENDING: "dim",
-        TaskState.STARTING: "cyan",
-        TaskState.RESTARTING: "yellow",
-    }.get(TaskState(state), "red")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +25,7 @@ class Snapshot:
     """Everything `status` shows, asked for once."""
 
     statuses: list[TaskStatus]
-    unreachable: dict[str, Exception]
+    unreachable: dict[str, str]  # host -> why it did not answer
     diagnosis: RunDiagnosis
     progress: dict[str, TaskProgress]
     backend: BackendReport | None = None  # what the run's backend says of its own state
@@ -98,7 +55,7 @@ class Snapshot:
                 "most": record.resubmits + 1,
                 "ended": [end.to_wire() for end in record.allocations],
             },
-            "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
+            "unreachable_hosts": dict(sorted(self.unreachable.items())),
             "host_problems": host_problems(self.statuses),
             "spares": list(record.spares),
             "moves": [m.to_wire() for m in record.moves],
@@ -126,6 +83,14 @@ class Snapshot:
             )
         return {"run": run, "tasks": tasks}
 
+    def to_plain(self) -> dict[str, Any]:
+        """As the run's controller sends it to the terminal that asked, which renders it."""
+        return to_plain(self)
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> Snapshot:
+        return from_plain(cls, data)
+
 
 def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     progress = RunProgress(cluster.record.progress)
@@ -138,9 +103,8 @@ def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
     held = backend_for(cluster.record.backend).report(cluster.record)
     assessed = progress.assess(statuses)
-    return Snapshot(
-        statuses, unreachable, found, assessed, held, silent_tasks(cluster.record, statuses, assessed, found)
-    )
+    why = {host: str(getattr(e, "message", e)) for host, e in unreachable.items()}
+    return Snapshot(statuses, why, found, assessed, held, silent_tasks(cluster.record, statuses, assessed, found))
 
 
 def silent_tasks(
@@ -188,171 +152,6 @@ def traceless(record: RunRecord, statuses: list[TaskStatus]) -> list[TaskStatus]
     ]
 
 
-def unreachable_text(since: float) -> str:
-    """` (since 12:03:04, 41s)`: when the run's controller last heard from the host, and how long ago."""
-    return f" (since {time.strftime('%H:%M:%S', time.localtime(since))}, {duration(time.time() - since)})"
-
-
-def moved_text(record: RunRecord, task: str) -> str:
-    """`, moved from h2 at 12:03:07` for a task that now runs on a spare."""
-    last = next((m for m in reversed(record.moves) if m.task == task), None)
-    return (
-        "" if last is None else f", moved from {last.from_host} at {time.strftime('%H:%M:%S', time.localtime(last.at))}"
-    )
-
-
-def gpus_text(status: TaskStatus) -> str:
-    """A task's GPUs as CUDA_VISIBLE_DEVICES names them; `none` when they are hidden from it."""
-    if status.gpus is None:
-        return "-"
-    return ",".join(map(str, status.gpus)) or "none"
-
-
-def rate_text(rate: float | None) -> str:
-    if rate is None:
-        return "-"
-    return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
-
-
-def status_answer(cluster: Cluster, record: RunRecord, request: StatusAsk) -> StatusReply:
-    """`status`, asked here or of the run's live controller from another terminal (see `rpc`):
-    the JSON, or the table as that terminal's console would print it (`console.stdout_traits`)."""
-    shot = snapshot(cluster, request.usage_history)
-    if request.json:
-        return StatusReply(json=shot.to_json(record, usage_history=request.usage_history > 0))
-    if request.console is None:
-        raise ValueError("a status table needs the terminal to render it for")
-    traits = request.console
-    return StatusReply(text=console.rendered(status_table(shot, record, traits.width), traits.to_wire()))
-
-
-def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
-    from rich.table import Table
-
-    statuses, unreachable, found = shot.statuses, shot.unreachable, shot.diagnosis
-    title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
-    if record.resumes:
-        title += f"  resumes {record.resumes}"
-    if shot.backend is not None:
-        title += f"  {shot.backend.line()}"
-    if record.allocation_text():
-        title += f"  {record.allocation_text()}"
-
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    # Device columns only for runs that place devices: (heading, a task's cell).
-    device_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
-    if any(s.gpus is not None for s in statuses):
-        device_columns.append(("GPUS", gpus_text))
-    if any(s.cpus is not None for s in statuses):
-        device_columns.append(("CPUS", lambda s: number_ranges(s.cpus, ",") if s.cpus else "-"))
-    progress_columns: list[tuple[str, Callable[[TaskStatus], str]]] = []
-    if any(shot.progress[s.task].epoch is not None for s in statuses):
-        progress_columns.append(("EPOCH", lambda s: str(shot.progress[s.task].epoch or "-")))
-    rows = []
-    for s in statuses:
-        exit_text = (
-            "-" if s.exit_code is None and s.signal is None else (f"sig {s.signal}" if s.signal else str(s.exit_code))
-        )
-        listen = "yes" if s.listening else ("no" if s.state.value == "running" else "-")
-        p = shot.progress[s.task]
-        rows.append(
-            [
-                s.task,
-                host_port(s.host, s.port),
-                s.state.value
-                + "".join(f", {flag}" for flag in p.flags if flag != "restarting")
-                + (f" ({s.restarts}x restarted)" if s.restarts else "")
-                + moved_text(record, s.task)
-                + (unreachable_text(s.unreachable_since) if s.unreachable_since else "")
-                + (", not yet recorded" if s.unrecorded else "")
-                + (f", {s.host_problem.split(' (')[0]}" if s.host_problem else ""),
-                str(s.pid or "-"),
-                exit_text,
-                duration(s.uptime),
-                listen,
-                *(cell(s) for _, cell in progress_columns),
-                "-" if p.step is None else str(p.step),
-                rate_text(p.steps_per_sec),
-                *(cell(s) for _, cell in device_columns),
-                console.inert(s.last_line)[:300],  # task output: shown, never obeyed
-            ]
-        )
-    columns = (
-        *("TASK", "ADDRESS", "STATE", "PID", "EXIT", "UPTIME", "LISTEN"),
-        *(heading for heading, _ in progress_columns),
-        *("STEP", "STEPS/S"),
-        *(heading for heading, _ in device_columns),
-        "LAST LINE",
-    )
-    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
-    # Every column keeps its full width; only the last line is cut to what the screen has left.
-    widths[-1] = max(12, min(widths[-1], console_width - sum(widths[:-1]) - 2 * (len(columns) - 1)))
-    for col, width in zip(columns, widths):
-        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=width, max_width=width)
-    for row in rows:
-        table.add_row(
-            *row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:-1], Text(row[-1])
-        )
-    captions = [f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())]
-    captions += [f"{host}: {problem}" for host, problem in sorted(host_problems(statuses).items())]
-    captions += [f"{s.task} {s.describe_end()}" for s in statuses if s.state is TaskState.LOST and s.error]
-    if captions:
-        table.caption = "\n".join(captions)
-    notes = [finding_text(task, f) for task, f in found.findings.items()]
-    notes += never_ready_notes(found)
-    notes += untrained_notes(shot.statuses, shot.progress, shot.silent, ended=not record.active)
-    notes += unread_progress_notes(shot.statuses, shot.progress)
-    return Group(table, *notes) if notes else table
-
-
 def host_problems(statuses: list[TaskStatus]) -> dict[str, str]:
     """host -> why its state directory refuses writes: its tasks' ends wait there, unrecorded."""
     return {s.host: s.host_problem for s in statuses if s.host_problem}
-
-
-def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:
-    """One note for the training tasks whose output tfctl cannot read progress from, and how to
-    tell it what progress looks like."""
-    unread = unread_progress(statuses, progress)
-    if not unread:
-        return []
-    return [
-        Text(f"{', '.join(unread)}: ", style="bold yellow")
-        + Text("print, but no line reads as a step or an epoch")
-        + Text("\n  fix: ", style="bold")
-        + Text(
-            "set `progress: {regex: '...(?P<step>\\d+)...'}` in the cluster file to a pattern of your progress lines"
-        )
-    ]
-
-
-def never_ready_notes(found: RunDiagnosis, skip: str | None = None) -> list[Any]:
-    """The ended tasks whose log ends in a wait TF never gave up: they never trained, whatever
-    the run's outcome says (a success policy that watches the chief only)."""
-    return [
-        note_text(task, f"never got past waiting: {f.cause}", f.fix)
-        for task, f in found.never_ready.items()
-        if task != skip
-    ]
-
-
-def untrained_notes(
-    statuses: list[TaskStatus], progress: dict[str, TaskProgress], silent: Mapping[str, Silence], ended: bool = True
-) -> list[Any]:
-    """The tasks that printed nothing while their peers went on, with what TF most likely waits
-    for; then those that ended without a step while their peers logged some."""
-    notes = [note_text(task, f"{s.text(ended, named=False)}; {s.cause}", s.fix) for task, s in silent.items()]
-    return notes + [
-        Text(f"{task}: ", style="bold yellow")
-        + Text(f"never logged a training step, while {', '.join(peers)} did: it may not have trained")
-        for task, peers in never_stepped(statuses, progress).items()
-        if task not in silent
-    ]
-
-
-def finding_text(task: str, finding: Finding) -> Any:
-    return note_text(task, finding.cause, finding.fix)
-
-
-def note_text(task: str, cause: str, fix: str) -> Any:
-    return Text(f"{task}: ", style="bold yellow") + Text(cause) + Text("\n  fix: ", style="bold") + Text(fix)
