@@ -35,6 +35,7 @@ def attach(cluster: Cluster, store: RunStore) -> tuple[supervise.Ending, list[tu
     lines: list[tuple[str, str]] = []
     with cluster:
         ending = supervise.attach(store, cluster, lines.extend)
+    assert cluster.record == store.load(cluster.record.run_id)  # one writer: memory and store stay one
     return ending, lines
 
 

@@ -64,6 +64,7 @@ def run(
         fake_backend.hosts[first].before = down_after_three(first)
     with cluster:
         ending = supervise.attach(store, cluster, on_lines)
+    assert cluster.record == store.load(cluster.record.run_id)  # moves, retired hosts: memory and store stay one
     return store, ending
 
 

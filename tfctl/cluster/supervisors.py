@@ -186,6 +186,14 @@ class Cluster:
             self.record = change(self.record)
         return stored
 
+    def revise_if_recorded(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+        """`revise`; for a run forgotten meanwhile (a start that failed before it put anything on
+        a host), this copy alone, and None."""
+        with self._record_lock:
+            stored = store.revise_if_exists(self.record.run_id, change)
+            self.record = change(self.record)
+        return stored
+
     def rehost(self, record: RunRecord, launcher: MonitorLauncher | None) -> None:
         """The same run on other hosts (a new allocation, its tasks not started yet): whatever
         holds this cluster (the door, the log follower, `finish`) reaches the new hosts from now."""

@@ -59,7 +59,8 @@ def finish(
     run ended, and tell the `notify:` commands (through `notifier`, which the caller closes;
     else waiting for them here)."""
     report, backend = stop_run(store, cluster, grace, outcome.silent)
-    record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
+    ended_at = time.time()
+    record = cluster.revise(store, lambda r: r.replace(state=outcome.state, reason=outcome.reason, ended_at=ended_at))
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
         notifier.send(event)

@@ -42,7 +42,9 @@ def stop_run(
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent
     cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
-    store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
+    cluster.revise_if_recorded(
+        store, lambda r: r.replace(left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
+    )
     return report, release(cluster.record)
 
 

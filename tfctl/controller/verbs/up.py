@@ -244,13 +244,14 @@ def _start(
         # gets what the tasks ask for, and its scheduler hands them out).
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
         plan = make_plan(Draft(config, record), devices)
-        record = cluster.record = plan.record
         versions = {
             "tfctl": metadata.version("tfctl"),
             **{i.host: f"python {i.python or '?'}, {i.tensorflow or 'no tensorflow'}" for i in infos},
         }
-        record = cluster.record = record.replace(versions=versions)
-        store.update(record.run_id, tasks=record.tasks, essential=record.essential, versions=versions)
+        cluster.revise(
+            store, lambda r: r.replace(tasks=plan.record.tasks, essential=plan.record.essential, versions=versions)
+        )
+        record = cluster.record
         busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
             lines = [
