@@ -12,7 +12,7 @@ import pytest
 from bench.waiting import wait_until
 from tests.conftest import fake, free_ports, marked_processes, spawn_tfctl, tfctl
 from tests.fakes import record_of
-from tfctl.controller import up
+from tfctl.controller.verbs import up
 from tfctl.errors import UsageError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
