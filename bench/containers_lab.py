@@ -77,7 +77,14 @@ class PodmanLab:
         )
         tarball = self.base / "rootfs.tar"
         subprocess.run(
-            ["mmdebstrap", "--quiet", "--variant=essential", "--include=python3-minimal", "bookworm", str(tarball)],
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--variant=essential",
+                "--include=python3-minimal,libpython3.11-stdlib",
+                "bookworm",
+                str(tarball),
+            ],
             check=True,
             capture_output=True,
             timeout=600,

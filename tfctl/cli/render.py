@@ -24,11 +24,12 @@ def stop_summary(report: StopReport) -> str:
     hosts = f"{report.hosts} host{'s' if report.hosts != 1 else ''}"
     if unchecked:
         hosts = f"{checked} of {hosts} ({', '.join(unchecked)} could not be checked)"
-    remain = sum(len(p) for p in report.remaining.values())
+    remain = sum(len(p) for p in report.remaining.values()) + sum(len(n) for n in report.containers_left.values())
     there = " there" if unchecked else ""
-    text = (
-        f"{report.processes} process{'es' if report.processes != 1 else ''} stopped on {hosts}; {remain} remain{there}"
-    )
+    stopped = f"{report.processes} process{'es' if report.processes != 1 else ''}"
+    if report.containers:
+        stopped += f" and {report.containers} container{'s' if report.containers != 1 else ''}"
+    text = f"{stopped} stopped on {hosts}; {remain} remain{there}"
     if report.ports:
         word = "port" if len(report.ports) == 1 else "ports"
         text += f"; {word} {number_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free") + there
@@ -39,6 +40,8 @@ def render_stop(report: StopReport) -> None:
     console.err().print(stop_summary(report))
     for host, pids in report.remaining.items():
         console.err().print(f"{host}: still running: pids {', '.join(map(str, pids))}", style="red", markup=False)
+    for host, names in report.containers_left.items():
+        console.err().print(f"{host}: containers still there: {', '.join(names)}", style="red", markup=False)
     for address, pids in report.busy_ports.items():
         console.err().print(
             f"{address}: still listening (pids {', '.join(map(str, pids)) or '?'})", style="red", markup=False

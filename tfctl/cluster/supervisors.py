@@ -24,6 +24,7 @@ from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import records
 from tfctl.supervisor.protocol import (
+    ContainerLaunch,
     IdleRule,
     InfoRequest,
     ListenRequest,
@@ -132,10 +133,12 @@ class StopReport(Wire):
     # Hosts the run left when their tasks moved to a spare, still silent: nothing of the run runs
     # there unless they come back, so they do not make the stop unclean (`render_stop` says so).
     lost_silent: dict[str, str] = records.field(default_factory=dict)  # host -> why
+    containers: int = 0  # the run's containers when the stop began
+    containers_left: dict[str, list[str]] = records.field(default_factory=dict)  # host -> names
 
     @property
     def clean(self) -> bool:
-        return not self.remaining and not self.busy_ports and not self.unreachable
+        return not self.remaining and not self.busy_ports and not self.unreachable and not self.containers_left
 
 
 def error_text(error: Exception) -> str:
@@ -332,22 +335,34 @@ class Cluster:
             return None
         return answer.results[address].ok
 
-    def preflight(self, progress: Progress = quiet, gpu_hosts: Collection[str] = ()) -> list[HostInfo]:
+    def preflight(
+        self, progress: Progress = quiet, gpu_hosts: Collection[str] = (), boxes: Mapping[str, ContainerLaunch] = {}
+    ) -> list[HostInfo]:
         """Reach every host (auth, host keys) and learn its Python, TensorFlow and cores, and the
-        GPUs of `gpu_hosts`, in parallel."""
+        GPUs of `gpu_hosts`, in parallel; on hosts whose tasks run in a container (`boxes`), the
+        image's Python and TensorFlow, and raise if the runtime or image is missing there."""
         hosts = sorted(self.agents)
         for host in hosts:
             progress(host, "connecting")
-        answers = self.fan_out(hosts, lambda a: a.call(InfoRequest(a.python, a.host in gpu_hosts), timeout=60))
+        answers = self.fan_out(
+            hosts, lambda a: a.call(InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host)), timeout=120)
+        )
         answers.raise_if_failed("connecting to hosts")
+        unfit = {h: a.container_error for h, a in sorted(answers.succeeded.items()) if a.container_error}
+        if unfit:
+            lines = "\n".join(f"  {host}: {why}" for host, why in unfit.items())
+            raise StartupError(f"the tasks' containers cannot run:\n{lines}", hint="see docs/guide/containers.md")
         infos = []
         for host in hosts:
             a = answers.succeeded[host]
             devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
             infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices, a.filesystem))
-            where = f" ({a.python_executable})" if a.python_executable else ""
+            where = (
+                f" ({a.python_executable}{' in ' + a.container if a.container else ''})" if a.python_executable else ""
+            )
             gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
-            progress(host, f"ok: python {a.python or '?'}{where}, {a.tensorflow or 'no tensorflow'}{gpus}")
+            tf = a.tensorflow or ("no tensorflow in the image" if a.container else "no tensorflow")
+            progress(host, f"ok: python {a.python or '?'}{where}, {tf}{gpus}")
         return infos
 
     def check_reachable(
@@ -566,6 +581,8 @@ class Cluster:
             ports=sorted({port for host in answers.succeeded for port in ports[host]}),
             unreachable={h: error_text(e) for h, e in answers.failed.items() if h not in lost},
             lost_silent=lost_silent,
+            containers=sum(answer.containers for answer in answers.succeeded.values()),
+            containers_left={h: a.containers_left for h, a in answers.succeeded.items() if a.containers_left},
         )
 
 

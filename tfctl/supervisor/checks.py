@@ -9,11 +9,12 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence, Set
 
-from . import devices
+from . import containers, devices
 from .distinfo import dist_version
 from .ports import hold
 from .procfs import listening_sockets, proc_cmdline, socket_owners
 from .protocol import (
+    ContainerLaunch,
     InfoAnswer,
     InfoRequest,
     ListenAnswer,
@@ -143,9 +144,8 @@ def info(root: str, request: InfoRequest) -> InfoAnswer:
     """What preflight compares across hosts and places tasks on: who we are, which Python and
     TensorFlow run tasks, the cores and (when asked) the GPUs, and which hosts share our home."""
     found, error = devices.gpus() if request.gpus else ([], None)
-    return python_info(request.python).replace(
-        cpus=devices.cpu_cores(), gpus=found, gpu_error=error, filesystem=filesystem_token(root)
-    )
+    asked = python_info(request.python) if request.container is None else container_info(request.container)
+    return asked.replace(cpus=devices.cpu_cores(), gpus=found, gpu_error=error, filesystem=filesystem_token(root))
 
 
 def python_info(asked: Optional[str]) -> InfoAnswer:
@@ -171,6 +171,16 @@ def python_info(asked: Optional[str]) -> InfoAnswer:
     return InfoAnswer(
         hostname, own_version, lines[0], (lines[2] if len(lines) > 2 else "") or None, python_executable=lines[1]
     )
+
+
+def container_info(spec: ContainerLaunch) -> InfoAnswer:
+    """Who we are and which Python and TensorFlow the tasks' image has, or why they cannot run in it."""
+    hostname, own_version = socket.gethostname(), sys.version.split()[0]
+    where, lines, error = containers.probe(spec)
+    if error is not None or len(lines) < 2:
+        return InfoAnswer(hostname, own_version, container=where, container_error=error or "no answer from the image")
+    tf = (lines[2] if len(lines) > 2 else "") or None
+    return InfoAnswer(hostname, own_version, lines[0], tf, python_executable=lines[1], container=where)
 
 
 def local_addresses() -> Set[str]:

@@ -237,17 +237,51 @@ def present() -> List[Runtime]:
     return [runtime(n) for n in ("podman", "docker") if shutil.which(n)]
 
 
-def call(argv: Optional[List[str]]) -> str:
+def call(argv: Optional[List[str]], timeout: float = CALL_TIMEOUT) -> str:
     """Run a runtime command; its output ('' when it failed or there was nothing to run)."""
     if argv is None:
         return ""
+    ok, out, _ = run(argv, timeout)
+    return out if ok else ""
+
+
+def run(argv: List[str], timeout: float = CALL_TIMEOUT) -> Tuple[bool, str, str]:
+    """Run a runtime command: whether it succeeded, its output, its last line of errors."""
     try:
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=CALL_TIMEOUT
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout.decode(errors="replace") if done.returncode == 0 else ""
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, "", str(e)
+    errors = done.stderr.decode(errors="replace").strip().splitlines()
+    return done.returncode == 0, done.stdout.decode(errors="replace"), errors[-1] if errors else ""
+
+
+PROBE = """
+import sys
+print(sys.version.split()[0])
+print(sys.executable)
+try:
+    import tensorflow
+    print(tensorflow.__version__)
+except Exception as e:
+    print("")
+"""
+PROBE_TIMEOUT = 50.0  # a TensorFlow import in a cold container takes seconds
+
+
+def probe(spec: ContainerLaunch) -> Tuple[str, List[str], Optional[str]]:
+    """Preflight of a task's container: (what it ran in, the image Python's version, executable
+    and TensorFlow version, why it cannot run there)."""
+    try:
+        rt = runtime(spec.runtime)
+        if not run(rt.has_image(spec.image))[0]:
+            raise AgentError("image %s is not on this host (%s pull it, or load its tarball)" % (spec.image, rt.name))
+        where = "%s image %s" % (rt.name, spec.image)
+        ok, out, error = run(rt.python(spec, PROBE), PROBE_TIMEOUT)
+    except AgentError as e:
+        return "", [], str(e)
+    if not ok:
+        return where, [], "the image's %s does not run: %s" % (spec.python, error or "failed")
+    return where, out.splitlines(), None
 
 
 Found = Tuple[Runtime, str, str]  # a container: its runtime, its name, its run

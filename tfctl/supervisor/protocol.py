@@ -356,6 +356,8 @@ class InfoAnswer(Wire):
     gpus: List[Gpu] = field(default_factory=list)  # when asked for
     gpu_error: Optional[str] = None  # why none were found (no nvidia-smi, no driver), when asked for
     filesystem: str = ""  # the root's filesystem token: the same on hosts that share a home
+    container: str = ""  # the runtime and image the tasks' Python was asked in; "": none
+    container_error: Optional[str] = None  # why the tasks cannot run in their container here
 
 
 @record
@@ -365,9 +367,11 @@ class InfoRequest(Request[InfoAnswer]):
 
     VERB: ClassVar[str] = "info"
     ANSWER: ClassVar[Type[Wire]] = InfoAnswer
+    NESTED: ClassVar[Mapping[str, Any]] = {"container": ("one", ContainerLaunch)}
 
     python: Optional[str] = None
     gpus: bool = False
+    container: Optional[ContainerLaunch] = None  # the tasks' Python is the image's
 
 
 @record

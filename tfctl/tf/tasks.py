@@ -164,6 +164,16 @@ def plan_tasks(
     return tasks
 
 
+def containers_by_host(config: ClusterConfig) -> dict[str, ContainerLaunch]:
+    """host -> the container its tasks run in (of a host with several, the first task's), for preflight."""
+    found: dict[str, ContainerLaunch] = {}
+    for job, _, address in config.tasks():
+        box = container_launch(config.container_for(job))
+        if box is not None:
+            found.setdefault(address.host, box)
+    return found
+
+
 def container_launch(box: ContainerSettings | None) -> ContainerLaunch | None:
     """The container a job's tasks run in, as their host's supervisor takes it; `{python}` is
     the image's python3 unless `python` names another."""

@@ -28,7 +28,7 @@ from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.protocol import ResumeRequest, RunState
-from tfctl.tf.tasks import exposed_addresses
+from tfctl.tf.tasks import containers_by_host, exposed_addresses
 from tfctl.trace import traced
 
 if TYPE_CHECKING:
@@ -235,7 +235,8 @@ def _start(
     backend = backend_for(record.backend)
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
-        infos = cluster.preflight(progress, set() if backend.places_devices else gpu_hosts(config.device_asks()))
+        gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
+        infos = cluster.preflight(progress, gpus, containers_by_host(config))
         for warning in version_warnings(infos):
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)
