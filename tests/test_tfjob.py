@@ -322,8 +322,27 @@ def test_up_needs_no_image_but_export_does() -> None:
     assert caught.value.exit_code == 2
     assert caught.value.message.splitlines()[1:] == [
         "c.yaml: kubernetes.image: missing: `tfctl export tfjob` needs the container image the pods run",
-        "  fix: add `kubernetes: {image: registry/team/train:1.0}`, an image with TensorFlow and your code",
+        "  fix: add `kubernetes: {image: registry/team/train:1.0}` (or `container: {image: ...}`), "
+        "an image with TensorFlow and your code",
     ]
+
+
+def test_export_takes_the_image_up_runs_the_tasks_in_unless_kubernetes_names_one() -> None:
+    text = (
+        "name: x\ncommand: y\ncontainer: {image: team/train:2}\n"
+        "jobs: {ps: [a:1], worker: {hosts: [b:1], container: {image: team/worker:3}}}\n"
+    )
+    images = {
+        kind: spec["template"]["spec"]["containers"][0]["image"]
+        for kind, spec in manifest(parse_config(text, Path("c.yaml")))["spec"]["tfReplicaSpecs"].items()
+    }
+    assert images == {"PS": "team/train:2", "Worker": "team/worker:3"}
+    named = manifest(parse_config(text + "kubernetes: {image: k8s/train:1}\n", Path("c.yaml")))
+    assert {s["template"]["spec"]["containers"][0]["image"] for s in named["spec"]["tfReplicaSpecs"].values()} == {
+        "k8s/train:1"
+    }
+    with pytest.raises(ConfigError, match="kubernetes.image: missing"):  # a rootfs folder is no image to pull
+        manifest(parse_config(text.replace("team/train:2", "/srv/rootfs"), Path("c.yaml")))
 
 
 BASE = "name: x\ncommand: y\njobs: {worker: [a:1]}\n"

@@ -62,7 +62,7 @@ class Part:
 def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
     """The JobSet: one replicated job per job, of one Job (one pod) per task; raises ConfigError
     when the file lacks `kubernetes.image` or its name cannot name the pods."""
-    pods.require_image(config, "jobset")
+    pods.require_image(config, "jobset", list(config.jobs))
     config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     parts = _replicated_jobs(config)
     longest = max((f"-{part.name}-{part.count - 1}-0" for part in parts), key=len)
@@ -79,7 +79,7 @@ def jobset_manifest(config: ClusterConfig) -> dict[str, Any]:
     for part in parts:
         job = config.jobs[part.job]
         command = _launch(config, pod_config, name, [part], JOB_INDEX_ENV, {})
-        box = pods.container(config, command, pods.run_env(config, part.job, name), pods.limits(job))
+        box = pods.container(config, part.job, command, pods.run_env(config, part.job, name), pods.limits(job))
         box["env"].append({"name": JOB_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": JOB_INDEX_FIELD}}})
         if part in after.values():  # another waits until it is Ready: Ready must mean listening
             box["readinessProbe"] = {"tcpSocket": {"port": pods.job_port(job)}, "periodSeconds": 2}
@@ -141,7 +141,7 @@ def _start_after(config: ClusterConfig, parts: list[Part]) -> dict[Part, Part]:
 def indexed_job_manifests(config: ClusterConfig) -> list[dict[str, Any]]:
     """A headless Service and one Indexed Job whose completion indexes are the tasks, in task
     order; raises ConfigError when the file lacks `kubernetes.image` or a usable name."""
-    pods.require_image(config, "indexed-job")
+    pods.require_image(config, "indexed-job", [None])
     config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     tasks = config.tasks()
     name = pods.resource_name(config, "Job", longest=f"-{len(tasks) - 1}")
@@ -158,7 +158,7 @@ def indexed_job_manifests(config: ClusterConfig) -> list[dict[str, Any]]:
         for key, count in pods.limits(spec).items():
             most[key] = max(most.get(key, 0), count)
     command = _launch(config, pod_config, name, parts, COMPLETION_INDEX_ENV, own)
-    box = pods.container(config, command, shared, most)
+    box = pods.container(config, None, command, shared, most)
     restarts = [spec.restart for spec in config.jobs.values() if spec.restart and spec.restart.policy != "never"]
     policies = {r.policy for r in restarts}
     job_spec, policy = _restarts(

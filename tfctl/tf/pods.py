@@ -13,7 +13,7 @@ import re
 import string
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -69,10 +69,19 @@ def resource_name(config: ClusterConfig, kind: str, longest: str = "") -> str:
     )
 
 
-def require_image(config: ClusterConfig, verb: str) -> str:
-    """`kubernetes.image`, or a ConfigError naming the key when the file has none."""
+def image_for(config: ClusterConfig, job: str | None = None) -> str | None:
+    """The pods' image: `kubernetes.image`, else the image the job's tasks (None: every task)
+    run in under `up` (`container.image`), unless that is a rootfs folder no cluster can pull."""
     if config.kubernetes.image is not None:
         return config.kubernetes.image
+    box = config.container_for(job) if job is not None else config.container
+    return box.image if box is not None and not box.image.startswith("/") else None
+
+
+def require_image(config: ClusterConfig, verb: str, jobs: Sequence[str | None]) -> None:
+    """A ConfigError naming the key when a pod of one of `jobs` (None: of every job) has no image."""
+    if all(image_for(config, job) is not None for job in jobs):
+        return
     raise ConfigError(
         [
             ConfigProblem(
@@ -81,7 +90,8 @@ def require_image(config: ClusterConfig, verb: str) -> str:
                 None,
                 "kubernetes.image",
                 f"missing: `tfctl export {verb}` needs the container image the pods run",
-                "add `kubernetes: {image: registry/team/train:1.0}`, an image with TensorFlow and your code",
+                "add `kubernetes: {image: registry/team/train:1.0}` (or `container: {image: ...}`), "
+                "an image with TensorFlow and your code",
             )
         ]
     )
@@ -133,11 +143,13 @@ def limits(job: Job) -> dict[str, int]:
     return {key: count for key, count in (("nvidia.com/gpu", job.gpus), ("cpu", job.cpus)) if count}
 
 
-def container(config: ClusterConfig, command: list[str], env: dict[str, str], most: dict[str, int]) -> dict[str, Any]:
-    """The task's container: the `kubernetes:` settings, `command` and `env` as Kubernetes must
-    pass them on, and `most` (GPUs, CPUs) as its limits."""
+def container(
+    config: ClusterConfig, job: str | None, command: list[str], env: dict[str, str], most: dict[str, int]
+) -> dict[str, Any]:
+    """The task's container: the `kubernetes:` settings, the job's image (`image_for`), `command`
+    and `env` as Kubernetes must pass them on, and `most` (GPUs, CPUs) as its limits."""
     settings = config.kubernetes
-    box: dict[str, Any] = {"name": CONTAINER, "image": settings.image}
+    box: dict[str, Any] = {"name": CONTAINER, "image": image_for(config, job)}
     if settings.image_pull_policy:
         box["imagePullPolicy"] = settings.image_pull_policy
     box["command"] = [literal(word) for word in command]

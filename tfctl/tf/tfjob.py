@@ -36,8 +36,8 @@ command = sys.argv[1]
 
 
 def manifest(config: ClusterConfig) -> dict[str, Any]:
-    """The TFJob, one replica spec per job; raises ConfigError when the file lacks `kubernetes.image`."""
-    pods.require_image(config, "tfjob")
+    """The TFJob, one replica spec per job; raises ConfigError when a job has no image (`pods.image_for`)."""
+    pods.require_image(config, "tfjob", list(config.jobs))
     config, _ = backend_for(config.backend).stand_in(config, per_task=True)  # one pod per task
     name = pods.resource_name(config, "TFJob")
     spec: dict[str, Any] = {
@@ -59,7 +59,7 @@ def manifest(config: ClusterConfig) -> dict[str, Any]:
 
 def _replica(config: ClusterConfig, job: str, name: str) -> dict[str, Any]:
     spec = config.jobs[job]
-    box = pods.container(config, command(config, job, name), pods.run_env(config, job, name), pods.limits(spec))
+    box = pods.container(config, job, command(config, job, name), pods.run_env(config, job, name), pods.limits(spec))
     port = pods.job_port(spec)  # TFJob picks none itself: a port of the job's own is the container's
     if port != pods.DEFAULT_PORT:
         box["ports"] = [{"name": PORT_NAME, "containerPort": port}]
