@@ -1,9 +1,11 @@
-"""A podman of the suite's own: its containers.conf, its image store, and a small image with no
-registry (Debian's essential packages and python3-minimal, by mmdebstrap, then `podman import`).
+"""Container runtimes of the suite's own, and a small image with no registry (Debian's essential
+packages, python3-minimal and its standard library, by mmdebstrap) imported into each.
 
-Configured through CONTAINERS_CONF and CONTAINERS_STORAGE_CONF alone, never the machine's files:
-runc (crun refuses these cgroup v1 machines: "cgroups in hybrid mode not supported"), cgroupfs,
-and ulimits within the hard limits (podman's default nofile is above them here).
+podman is configured through CONTAINERS_CONF and CONTAINERS_STORAGE_CONF alone, never the
+machine's files: runc (crun refuses these cgroup v1 machines: "cgroups in hybrid mode not
+supported"), cgroupfs, and ulimits within the hard limits (podman's default nofile is above them
+here). docker is a dockerd of the suite's, on its own socket (DOCKER_HOST) and data folder,
+stopped by its PID.
 """
 
 from __future__ import annotations
@@ -11,56 +13,88 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 IMAGE = "localhost/tfctl-test:py3"
-NEEDED = ("podman", "runc", "mmdebstrap")
+NEEDED = {"podman": ("podman", "runc", "mmdebstrap"), "docker": ("dockerd", "docker", "mmdebstrap")}
+PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap"}
 
 
-def skip_reason() -> str | None:
-    """Why the lab cannot run here, or None."""
+def skip_reason(runtime: str) -> str | None:
+    """Why the runtime's lab cannot run here, or None."""
     if os.geteuid() != 0:
-        return "the podman lab needs root (mmdebstrap and a rootful podman)"
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
+        return f"the {runtime} lab needs root (mmdebstrap and a rootful {runtime})"
+    missing = [tool for tool in NEEDED[runtime] if shutil.which(tool) is None]
     if missing:
-        return f"{', '.join(missing)} missing: apt-get install podman runc mmdebstrap"
+        return f"{', '.join(missing)} missing: apt-get install {PACKAGES[runtime]}"
     return None
 
 
-class PodmanLab:
-    """Paths and environment of the suite's podman under `base`."""
+def build_rootfs(tarball: Path) -> float:
+    """The image's root filesystem as a tarball; the seconds it took."""
+    began = time.monotonic()
+    subprocess.run(
+        [
+            "mmdebstrap",
+            "--quiet",
+            "--variant=essential",
+            "--include=python3-minimal,libpython3.11-stdlib",
+            "bookworm",
+            str(tarball),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return time.monotonic() - began
 
-    def __init__(self, base: Path) -> None:
+
+class Lab:
+    """A runtime's command line with the lab's settings, and what the tests ask of it."""
+
+    name = ""  # the runtime's, as `container.runtime` names it
+
+    def __init__(self, base: Path, env: dict[str, str], argv: list[str]) -> None:
         self.base = base
-        self.graph = base / "storage"
-        self.runroot = base / "run"
-        self.env = {
-            "CONTAINERS_CONF": str(base / "containers.conf"),
-            "CONTAINERS_STORAGE_CONF": str(base / "storage.conf"),
-        }
+        self.env = env  # what every supervisor the tests start needs to reach this runtime
+        self.argv = argv
 
-    def podman(self, *args: str, timeout: float = 60) -> str:
-        """podman with the lab's configuration; its output."""
+    def cli(self, *args: str, timeout: float = 120) -> str:
+        """The runtime's command with the lab's configuration; its output."""
         done = subprocess.run(
-            ["podman", "--root", str(self.graph), "--runroot", str(self.runroot), *args],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+            [*self.argv, *args], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout
         )
         if done.returncode != 0:
-            raise RuntimeError(f"podman {' '.join(args)}: {done.stderr.strip()}")
+            raise RuntimeError(f"{' '.join(self.argv[:1])} {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
     def containers(self, label: str) -> list[str]:
         """Names of every container (running or not) with this label."""
-        return self.podman("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
+        return self.cli("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
 
-    def build(self) -> float:
-        """Write the configuration and import the image; the seconds it took."""
-        began = time.monotonic()
+    def start(self, tarball: Path) -> None:
+        """Start the runtime with the image made from `tarball`."""
+        raise NotImplementedError
+
+    def tear_down(self) -> None:
+        """Remove every container and image of the lab, then its files."""
+        raise NotImplementedError
+
+
+class PodmanLab(Lab):
+    name = "podman"
+
+    def __init__(self, base: Path) -> None:
+        self.graph = base / "storage"
+        self.runroot = base / "run"
+        env = {"CONTAINERS_CONF": str(base / "containers.conf"), "CONTAINERS_STORAGE_CONF": str(base / "storage.conf")}
+        super().__init__(base, env, ["podman", "--root", str(self.graph), "--runroot", str(self.runroot)])
+
+    def start(self, tarball: Path) -> None:
+        """Write the configuration and import the image."""
         self.base.mkdir(parents=True, exist_ok=True)
         _soft, nproc = resource.getrlimit(resource.RLIMIT_NPROC)
         nproc = 4096 if nproc == resource.RLIM_INFINITY else min(nproc, 4096)
@@ -75,28 +109,66 @@ class PodmanLab:
         (self.base / "storage.conf").write_text(
             f'[storage]\ndriver = "overlay"\ngraphroot = "{self.graph}"\nrunroot = "{self.runroot}"\n'
         )
-        tarball = self.base / "rootfs.tar"
-        subprocess.run(
-            [
-                "mmdebstrap",
-                "--quiet",
-                "--variant=essential",
-                "--include=python3-minimal,libpython3.11-stdlib",
-                "bookworm",
-                str(tarball),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        self.podman("import", str(tarball), IMAGE, timeout=300)
-        tarball.unlink()
-        return time.monotonic() - began
+        self.cli("import", str(tarball), IMAGE)
 
     def tear_down(self) -> None:
         """Remove every container and image of the lab, then its files."""
         try:
-            self.podman("rm", "--all", "--force")
-            self.podman("rmi", "--all", "--force")
+            self.cli("rm", "--all", "--force")
+            self.cli("rmi", "--all", "--force")
         finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+class DockerLab(Lab):
+    name = "docker"
+
+    def __init__(self, base: Path) -> None:
+        self.socket = base / "docker.sock"
+        super().__init__(base, {"DOCKER_HOST": f"unix://{self.socket}"}, ["docker"])
+        self.daemon: subprocess.Popen | None = None
+
+    def start(self, tarball: Path) -> None:
+        """Start the lab's dockerd and import the image."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        log = open(self.base / "dockerd.log", "wb")
+        self.daemon = subprocess.Popen(
+            [
+                "dockerd",
+                "--data-root",
+                str(self.base / "data"),
+                "--exec-root",
+                str(self.base / "exec"),
+                "--pidfile",
+                str(self.base / "dockerd.pid"),
+                "--host",
+                self.env["DOCKER_HOST"],
+                "--iptables=false",
+                "--bridge=none",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "info"], env={**os.environ, **self.env}, capture_output=True).returncode:
+            if self.daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd did not start: see {self.base / 'dockerd.log'}")
+            time.sleep(0.2)
+        self.cli("import", str(tarball), IMAGE)
+
+    def tear_down(self) -> None:
+        """Remove every container of the lab, stop its dockerd (and so its containerd), then its files."""
+        try:
+            names = self.cli("ps", "--all", "--format", "{{.Names}}").split()
+            if names:
+                self.cli("rm", "--force", *names)
+        finally:
+            if self.daemon is not None:
+                self.daemon.send_signal(signal.SIGTERM)
+                try:
+                    self.daemon.wait(30)
+                except subprocess.TimeoutExpired:
+                    self.daemon.kill()
+                    self.daemon.wait()
             shutil.rmtree(self.base, ignore_errors=True)

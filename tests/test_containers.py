@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, PodmanLab, skip_reason
+from bench.containers_lab import IMAGE, DockerLab, Lab, PodmanLab, build_rootfs, skip_reason
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
 from tfctl.cluster.agent import HostAgent
@@ -157,21 +157,27 @@ def test_the_apptainer_command_line() -> None:
     assert "--nv" not in box("apptainer")
 
 
-# ---------------------------------------------------------------- a real podman
+# ---------------------------------------------------------------- real runtimes
 
 
 @pytest.fixture(scope="session")
-def podman_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanLab]:
-    """The suite's podman and image, built once a session; its settings reach every supervisor
-    the tests start through the environment."""
-    reason = skip_reason()
+def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test image's root filesystem, built once a session."""
+    reason = skip_reason("podman") and skip_reason("docker")
     if reason is not None:
         pytest.skip(reason)
-    lab = PodmanLab(tmp_path_factory.mktemp("podman"))
-    lab.build()
+    tarball = tmp_path_factory.mktemp("rootfs") / "rootfs.tar"
+    build_rootfs(tarball)
+    return tarball
+
+
+def _session_lab(lab: Lab, rootfs: Path) -> Iterator[Lab]:
+    """The lab started with the test image; its settings reach every supervisor the tests start
+    through the environment."""
     saved = {key: os.environ.get(key) for key in lab.env}
-    os.environ.update(lab.env)
     try:
+        lab.start(rootfs)
+        os.environ.update(lab.env)
         yield lab
     finally:
         for key, value in saved.items():
@@ -182,8 +188,31 @@ def podman_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanLab]:
         lab.tear_down()
 
 
+@pytest.fixture(scope="session")
+def podman_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
+    reason = skip_reason("podman")
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _session_lab(PodmanLab(tmp_path_factory.mktemp("podman")), rootfs)
+
+
+@pytest.fixture(scope="session")
+def docker_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
+    reason = skip_reason("docker")
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _session_lab(DockerLab(tmp_path_factory.mktemp("docker")), rootfs)
+
+
+@pytest.fixture(params=["podman", "docker"])
+def lab(request: pytest.FixtureRequest) -> Lab:
+    """Each real runtime in turn."""
+    found: Lab = request.getfixturevalue(f"{request.param}_lab")
+    return found
+
+
 @pytest.fixture
-def agent(tmp_path: Path, podman_lab: PodmanLab) -> Iterator[HostAgent]:
+def agent(tmp_path: Path) -> Iterator[HostAgent]:
     with HostAgent(LocalTransport(), None, str(tmp_path / "host")) as agent:
         yield agent
 
@@ -195,21 +224,20 @@ def run_id(request: pytest.FixtureRequest) -> str:
 TASK = "import os, sys, time; print('up', os.getuid(), os.getcwd(), os.environ['TF_CONFIG'], flush=True); "
 
 
-def start_boxed(agent: HostAgent, run: str, cwd: Path, source: str, grace: float = 2.0) -> dict:
+def start_boxed(agent: HostAgent, lab: Lab, run: str, cwd: Path, source: str, grace: float = 2.0) -> dict:
     """Start worker:0 in the lab's image; its proc.json."""
     command = f"python3 -c {json.dumps(TASK + source)}"
-    launch = TaskLaunch(
-        "worker:0", command, {"TF_CONFIG": '{"x": 1}'}, str(cwd), grace, "store-1", container=ContainerLaunch(IMAGE)
-    )
+    box = ContainerLaunch(IMAGE, lab.name)
+    launch = TaskLaunch("worker:0", command, {"TF_CONFIG": '{"x": 1}'}, str(cwd), grace, "store-1", container=box)
     answer = agent.call(StartRequest(run, [launch]))
     assert answer.tasks["worker:0"].state is TaskState.RUNNING
     d = Path(task_dir(agent.root, run, "worker:0"))
-    wait_until(lambda: (d / "output.log").read_text(), 20, "the task's first line", until=lambda t: "up" in t)
+    wait_until(lambda: (d / "output.log").read_text(), 30, "the task's first line", until=lambda t: "up" in t)
     return json.loads((d / "proc.json").read_text())
 
 
 def conmons(run: str) -> list[int]:
-    """The conmon processes of the run's containers (their command lines name the container)."""
+    """podman's conmon processes of the run's containers (their command lines name the container)."""
     found = []
     for pid in live_pids():
         try:
@@ -221,7 +249,7 @@ def conmons(run: str) -> list[int]:
     return found
 
 
-def gone(lab: PodmanLab, run: str, timeout: float) -> float:
+def gone(lab: Lab, run: str, timeout: float) -> float:
     """Seconds until the run has no container and no conmon left; fails after `timeout`."""
     began = time.monotonic()
     wait_until(
@@ -235,62 +263,55 @@ def gone(lab: PodmanLab, run: str, timeout: float) -> float:
 
 
 @pytest.fixture
-def sweep_after(podman_lab: PodmanLab) -> Iterator[list[str]]:
+def sweep_after() -> Iterator[list[tuple[Lab, str]]]:
     """Runs whose containers a failing test may have left: removed by label whatever happened."""
-    runs: list[str] = []
+    runs: list[tuple[Lab, str]] = []
     yield runs
-    for run in runs:
-        for name in podman_lab.containers(f"{containers.RUN_LABEL}={run}"):
-            podman_lab.podman("rm", "--force", name)
+    for lab, run in runs:
+        for name in lab.containers(f"{containers.RUN_LABEL}={run}"):
+            lab.cli("rm", "--force", name)
 
 
 def test_a_task_runs_in_its_container_as_it_would_bare_and_stop_removes_it(
-    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append(run)
-    start_boxed(agent, run, tmp_path, "open('made-inside', 'w').write('x'); time.sleep(300)")
+    sweep_after.append((lab, run))
+    start_boxed(agent, lab, run, tmp_path, "open('made-inside', 'w').write('x'); time.sleep(300)")
     log = Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text()
     assert f'up {os.getuid()} {tmp_path} {{"x": 1}}' in log  # same user, workdir and environment
     made = tmp_path / "made-inside"
     wait_until(made.exists, 10, "the task's file")
     assert (made.stat().st_uid, made.stat().st_gid) == (os.getuid(), os.getgid())
-    assert podman_lab.containers(f"{containers.TASK_LABEL}=worker:0") == [containers.name_for(run, "worker:0")]
+    assert lab.containers(f"{containers.RUN_LABEL}={run}") == [containers.name_for(run, "worker:0")]
     answer = agent.call(StopRequest(run, 2.0))
     assert (answer.containers, answer.containers_left) == (1, [])
     assert answer.tasks["worker:0"].state is TaskState.STOPPED
     assert answer.processes >= 2  # the task and the tether in the container, found from the host
-    assert podman_lab.containers(f"{containers.RUN_LABEL}={run}") == [] and conmons(run) == []
+    assert lab.containers(f"{containers.RUN_LABEL}={run}") == [] and conmons(run) == []
 
 
 @pytest.mark.parametrize("victims", ["monitor", "monitor and runtime client"])
 def test_a_sigkill_on_the_host_leaves_no_container(
-    agent: HostAgent,
-    podman_lab: PodmanLab,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    sweep_after: list[str],
-    victims: str,
+    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list, victims: str
 ) -> None:
     run = run_id(request)
-    sweep_after.append(run)
-    proc = start_boxed(agent, run, tmp_path, "time.sleep(300)", grace=1.0)
-    assert conmons(run)
+    sweep_after.append((lab, run))
+    proc = start_boxed(agent, lab, run, tmp_path, "time.sleep(300)", grace=1.0)
+    assert conmons(run) or lab.name == "docker"
     # The monitor, forked from the supervisor (which on localhost lives for one request), and the
-    # `podman run` it started: every process on the host that started the task.
+    # `podman run` or `docker run` it started: every process on the host that started the task.
     kill_by_pid([proc["monitor"]["pid"], *([proc["pid"]] if victims != "monitor" else [])])
-    took = gone(podman_lab, run, 15)
+    took = gone(lab, run, 15)
     assert took < 10
-    ended = agent.call(StopRequest(run, 1.0)) if victims == "monitor" else None
-    assert ended is None or ended.containers_left == []
 
 
 def test_sweep_removes_the_containers_of_runs_that_are_not_live(
-    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append(run)
-    start_boxed(agent, run, tmp_path, "time.sleep(300)")
+    sweep_after.append((podman_lab, run))
+    start_boxed(agent, podman_lab, run, tmp_path, "time.sleep(300)")
     kept = agent.call(SweepRequest([run], 1.0, "store-1"))
     assert kept.containers == 0 and podman_lab.containers(f"{containers.RUN_LABEL}={run}")
     swept = agent.call(SweepRequest([], 1.0, "store-1"))
@@ -299,16 +320,16 @@ def test_sweep_removes_the_containers_of_runs_that_are_not_live(
 
 
 def test_signals_reach_the_program_in_its_container(
-    agent: HostAgent, podman_lab: PodmanLab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list[str]
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append(run)
+    sweep_after.append((podman_lab, run))
     handler = (
         "import signal; "
         "signal.signal(signal.SIGTERM, lambda *a: (print('saving on SIGTERM', flush=True), sys.exit(0))); "
         "time.sleep(300)"
     )
-    start_boxed(agent, run, tmp_path, handler, grace=5.0)
+    start_boxed(agent, podman_lab, run, tmp_path, handler, grace=5.0)
     began = time.monotonic()
     agent.call(StopRequest(run, 5.0))
     assert time.monotonic() - began < 4  # the program ended on SIGTERM, not at the grace period's SIGKILL
@@ -319,7 +340,7 @@ def test_signals_reach_the_program_in_its_container(
 
 
 def test_up_runs_a_cluster_in_containers_and_down_leaves_none(
-    tmp_path: Path, home: Path, podman_lab: PodmanLab, sweep_after: list[str]
+    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
 ) -> None:
     ports = free_ports(3)
     tasks_dir = FAKE_TASK.parent
@@ -341,7 +362,7 @@ jobs:
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run = up.stdout.strip()
-    sweep_after.append(run)
+    sweep_after.append((podman_lab, run))
     assert f"in podman image {IMAGE}), no tensorflow in the image" in up.stderr  # preflight asked the image
     label = f"{containers.RUN_LABEL}={run}"
     assert sorted(podman_lab.containers(label)) == [
@@ -357,7 +378,7 @@ jobs:
     assert podman_lab.containers(label) == [] and conmons(run) == []
 
 
-def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: PodmanLab) -> None:
+def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         "name: boxed\ncommand: '{python} -c pass'\ncontainer: {image: localhost/not-here:1}\n"

@@ -190,6 +190,10 @@ class Docker(Podman):
     def has_image(self, image: str) -> List[str]:
         return [self.exe, "image", "inspect", "--format", "{{.Id}}", image]
 
+    def listing(self, label: str, value: str) -> Optional[List[str]]:
+        fmt = '{{.Names}} {{.Label "%s"}}' % RUN_LABEL  # docker's .Labels is one string, not a map
+        return [self.exe, "ps", "--all", "--filter", "label=%s=%s" % (label, value), "--format", fmt]
+
 
 class Apptainer(Runtime):
     """apptainer: no daemon and no names; the container is the process tree of `apptainer exec`,
