@@ -83,6 +83,12 @@ class Lab:
         """Remove every container and image of the lab, then its files."""
         raise NotImplementedError
 
+    def remove_files(self) -> None:
+        """The lab's folder, after what the runtime left mounted there (dockerd: its netns/default)."""
+        for mount in mounts_under(self.base):
+            subprocess.run(["umount", mount], capture_output=True)
+        shutil.rmtree(self.base, ignore_errors=True)
+
 
 class PodmanLab(Lab):
     name = "podman"
@@ -117,7 +123,7 @@ class PodmanLab(Lab):
             self.cli("rm", "--all", "--force")
             self.cli("rmi", "--all", "--force")
         finally:
-            shutil.rmtree(self.base, ignore_errors=True)
+            self.remove_files()
 
 
 class DockerLab(Lab):
@@ -171,4 +177,11 @@ class DockerLab(Lab):
                 except subprocess.TimeoutExpired:
                     self.daemon.kill()
                     self.daemon.wait()
-            shutil.rmtree(self.base, ignore_errors=True)
+            self.remove_files()
+
+
+def mounts_under(base: Path) -> list[str]:
+    """Mount points below `base`, deepest first."""
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    return sorted((p for p in points if p.startswith(f"{base}/")), key=len, reverse=True)

@@ -27,6 +27,7 @@ from tfctl.supervisor.procfs import live_pids
 from tfctl.supervisor.protocol import (
     ContainerLaunch,
     StartRequest,
+    StatusRequest,
     StopRequest,
     SweepRequest,
     TaskLaunch,
@@ -97,6 +98,7 @@ def box(runtime_name: str, env: dict[str, str] | None = None, image: str = "img:
         "/w",
         ["/w", "/run/r1", "/state/worker-0/tether.fifo"],
         "/state/worker-0/tether.fifo",
+        "/state/worker-0/output.log",
         5.0,
         "exec python3 train.py",
         {containers.RUN_LABEL: "r1", containers.TASK_LABEL: "worker:0", containers.STORE_LABEL: "s"},
@@ -110,7 +112,8 @@ def after(argv: list[str], flag: str) -> list[str]:
 
 def test_the_docker_command_line() -> None:
     argv = box("docker", {"CUDA_VISIBLE_DEVICES": "2,3"})
-    assert argv[:4] == ["/usr/bin/docker", "run", "--rm", "--name"]
+    assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
+    assert "--sig-proxy=false" in argv and "--log-driver=none" in argv  # signals and output: the tether's
     assert after(argv, "--network") == ["host"]
     assert after(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
     assert after(argv, "--volume") == [
@@ -129,6 +132,7 @@ def test_the_docker_command_line() -> None:
     assert argv[image_at + 1 :] == [
         containers.TETHER,
         "/state/worker-0/tether.fifo",
+        "/state/worker-0/output.log",
         "5",
         "/bin/sh",
         "-c",
@@ -387,3 +391,19 @@ def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode != 0
     assert "image localhost/not-here:1 is not on this host (podman pull it" in up.stderr
+
+
+def test_top_sees_what_the_containers_processes_use(
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
+) -> None:
+    run = run_id(request)
+    sweep_after.append((podman_lab, run))
+    start_boxed(agent, podman_lab, run, tmp_path, "x = bytearray(64 << 20); exec('while True: pass')")
+    usage = wait_until(
+        lambda: agent.call(StatusRequest(run, {"worker:0": 0})).tasks["worker:0"].usage,
+        15,
+        "a usage sample of the busy task",
+        until=lambda u: u is not None and u.cpu_percent > 30,
+    )
+    assert usage is not None and usage.rss_bytes > 64 << 20  # the task's memory, not the runtime client's
+    agent.call(StopRequest(run, 1.0))

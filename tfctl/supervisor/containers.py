@@ -42,6 +42,7 @@ class Container:
         cwd: str,
         mounts: Sequence[str],
         fifo: str,
+        log: str,
         grace: float,
         command: str,
         labels: Dict[str, str],
@@ -52,13 +53,14 @@ class Container:
         self.cwd = cwd
         self.mounts = [*("%s:%s" % (p, p) for p in mounts), "%s:%s:ro" % (TETHER, TETHER), *spec.mounts]
         self.fifo = fifo
+        self.log = log
         self.grace = grace
         self.command = command
         self.labels = labels
 
     def entry(self) -> List[str]:
         """What runs in the container: the tether, then the task's command through /bin/sh."""
-        return [TETHER, self.fifo, "%g" % self.grace, "/bin/sh", "-c", self.command]
+        return [TETHER, self.fifo, self.log, "%g" % self.grace, "/bin/sh", "-c", self.command]
 
     def gpus(self) -> Optional[List[str]]:
         """The task's GPUs as its host numbers them (None: it was given no GPUs of its own)."""
@@ -105,7 +107,10 @@ class Podman(Runtime):
     name = "podman"
 
     def run(self, c: Container) -> List[str]:
-        argv = [self.exe, "run", "--rm", "--name", c.name, "--network", "host", "--ipc", "host"]
+        # No --sig-proxy: a signal for the task reaches the tether, once (`procfs.to_signal`). No
+        # log driver: the tether writes the task's output to its log itself.
+        argv = [self.exe, "run", "--rm", "--sig-proxy=false", "--log-driver=none", "--name", c.name]
+        argv += ["--network", "host", "--ipc", "host"]
         argv += self.user()
         argv += ["--label=%s=%s" % kv for kv in sorted(c.labels.items())]
         for mount in c.mounts:
@@ -323,10 +328,14 @@ class Tethered:
             os.mkfifo(fifo, 0o600)
         self.tie = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)  # never closed: its end is the monitor's
         cwd = os.path.expanduser(launch.cwd or "~")
-        shared = sorted({cwd, env.get(RUN_DIR_ENV, cwd), fifo})
+        log = os.path.join(d, "output.log")
+        shared = sorted({cwd, env.get(RUN_DIR_ENV, cwd), fifo, log})
         labels = {RUN_LABEL: run_id, TASK_LABEL: launch.task, STORE_LABEL: launch.store}
-        self.container = Container(self.name, launch.container, env, cwd, shared, fifo, launch.grace, command, labels)
+        self.container = Container(
+            self.name, launch.container, env, cwd, shared, fifo, log, launch.grace, command, labels
+        )
         self.argv = self.runtime.run(self.container)
+        self.root: Optional[int] = None  # the host pid of the container's first process, once seen
 
     def stop(self) -> None:
         call(self.runtime.stop(self.name, self.container.grace))

@@ -100,6 +100,8 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             os.close(started_fd)
             started_fd = None
         meter.begin(child.pid, proc["started_at"])
+        if boxed is not None:
+            boxed.root = None  # the container of this run of the task, once it is there
         code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter, boxed)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc, boxed)
@@ -176,7 +178,7 @@ def exec_form(command: str) -> str:
 
 
 def _clean_up(run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Optional[containers.Tethered]) -> None:
-    procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+    procfs.terminate(lambda: procfs.to_signal(procfs.task_processes(run_id, launch.task, proc)), launch.grace)
     if boxed is not None:
         boxed.remove()
 
@@ -186,7 +188,7 @@ def _end_task(run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Opti
     whatever of the task is left, by signal."""
     if boxed is not None:
         boxed.stop()
-    procfs.terminate(lambda: procfs.task_processes(run_id, launch.task, proc), launch.grace)
+    procfs.terminate(lambda: procfs.to_signal(procfs.task_processes(run_id, launch.task, proc)), launch.grace)
 
 
 def _record_process(d: str, child: subprocess.Popen) -> Dict[str, Any]:
@@ -267,6 +269,8 @@ def _wait_guarded(
                 return code, None
             notes.note()
             outage.check()
+            if boxed is not None and boxed.root is None:
+                _measure_container(boxed, run_id, launch.task, proc, meter)
             meter.note()
             asked = read_json(os.path.join(d, RESTART_FILE))
             if asked is not None:
@@ -280,6 +284,16 @@ def _wait_guarded(
                 _note_stop(d, {"requested_at": time.time(), "reason": why})
             _end_task(run_id, launch, proc, boxed)
             return child.wait(), None
+
+
+def _measure_container(boxed: containers.Tethered, run_id: str, task: str, proc: dict, meter: UsageNotes) -> None:
+    """What the task uses is what its container's processes use, not the runtime's client: once
+    the container's first process (the tether) is there, the usage notes follow its tree."""
+    marked = set(procfs.task_processes(run_id, task, None))
+    roots = [pid for pid in marked if (procfs.proc_stat(pid) or {}).get("ppid") not in marked]
+    if len(roots) == 1:
+        boxed.root = roots[0]
+        meter.begin(roots[0], proc["started_at"])
 
 
 def _note_stop(d: str, stop: Dict[str, Any]) -> None:

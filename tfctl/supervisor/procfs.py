@@ -98,6 +98,32 @@ def is_same_process(proc: dict) -> bool:
     )
 
 
+def _pid_depth(pid: str) -> Tuple[int, bool]:
+    """(how many PID namespaces deep the process is, whether it is the first process of its own)."""
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids), ids[-1] == "1"
+    except OSError:
+        pass
+    return 0, False
+
+
+def to_signal(pids: List[int]) -> List[int]:
+    """`pids` less those inside a container (a PID namespace below ours) that are not its first
+    process: that one (the tether) passes a signal on to them, once, and its end is theirs, so
+    signalled directly too they would get each signal twice (a checkpoint saved twice over)."""
+    mine = _pid_depth("self")[0]
+    kept = []
+    for pid in pids:
+        depth, first = _pid_depth(str(pid))
+        if depth <= mine or first:
+            kept.append(pid)
+    return kept
+
+
 def task_processes(run_id: str, task: str, proc: Optional[dict]) -> List[int]:
     """Every live process of one task: its process group, plus anything carrying its markers.
 

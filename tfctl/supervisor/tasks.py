@@ -250,7 +250,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
             if procfs.proc_env_markers(pid)[0] == run_id:
                 found.add(pid)
         found.discard(os.getpid())
-        return sorted(found)
+        return procfs.to_signal(sorted(found))
 
     def boxes() -> List[containers.Found]:
         return [f for f in containers.labelled(containers.RUN_LABEL, run_id) if f[1] in boxed] if boxed else []
@@ -323,7 +323,7 @@ def sweep(root: str, request: SweepRequest) -> SweepAnswer:
 
     def find() -> List[int]:
         me = os.getpid()
-        return [p for p in procfs.live_pids() if p != me and orphan(procfs.proc_markers(p))]
+        return procfs.to_signal([p for p in procfs.live_pids() if p != me and orphan(procfs.proc_markers(p))])
 
     runs = {run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None}
     # Containers of such runs, found by label: those whose processes are stopped here, and any a

@@ -1,11 +1,13 @@
 """The entrypoint of a task's container: runs the task, passes signals on to it, and ends it
 when its monitor is gone.
 
-`python3 tether.py FIFO GRACE ARGV...`, run by the image's Python (any 3.x: it imports nothing
-of tfctl's). The monitor holds FIFO open for writing as long as it lives; when it dies, however
-(SIGKILL included), the read end here sees EOF and the task gets SIGTERM, then SIGKILL after
-GRACE seconds: the container ends with its monitor, whatever the runtime, with no daemon to
-trust. As PID 1 of the container it also reaps the task's orphans.
+`python3 tether.py FIFO LOG GRACE ARGV...`, run by the image's Python (any 3.x: it imports
+nothing of tfctl's). The monitor holds FIFO open for writing as long as it lives; when it dies,
+however (SIGKILL included), the read end here sees EOF and the task gets SIGTERM, then SIGKILL
+after GRACE seconds: the container ends with its monitor, whatever the runtime, with no daemon
+to trust. The task's output goes straight to LOG, the task's log (bind-mounted in), not through
+the runtime's client, which may be stopped before the task has said its last. As PID 1 of the
+container it also reaps the task's orphans.
 """
 
 import os
@@ -20,7 +22,11 @@ LOOK = 0.5  # seconds between looks for the task's end while nothing else happen
 
 
 def main(argv: List[str]) -> int:
-    fifo, grace, command = argv[1], float(argv[2]), argv[3:]
+    fifo, log, grace, command = argv[1], argv[2], float(argv[3]), argv[4:]
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
     tie = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     child = os.fork()
     if child == 0:
@@ -40,19 +46,29 @@ def main(argv: List[str]) -> int:
         status = _reap(child)
         if status is not None:
             return status
-        ready, _, _ = select.select([tie], [], [], LOOK)
-        if ready and not os.read(tie, 512):
+        select.select([tie], [], [], LOOK)
+        if _monitor_gone(tie):
             sys.stderr.write("tfctl: the task's monitor is gone: ending the task\n")
             return _end(child, grace)
 
 
+def _monitor_gone(tie: int) -> bool:
+    """No writer holds the FIFO any more. Asked by a read, not by select alone: a FIFO whose
+    only writer opened before this reader never reports the hang-up to poll (Linux's pipe_poll
+    counts writers that came after the reader), but a read of it finds the end whatever."""
+    try:
+        return not os.read(tie, 512)
+    except BlockingIOError:
+        return False
+
+
 def _signal(child: int, signum: int) -> None:
-    """The task's whole group; every process of the container when this is its init."""
+    """The task's whole group; with SIGKILL, every process of the container when this is its init."""
     try:
         os.killpg(child, signum)
     except OSError:
         pass
-    if os.getpid() == 1:
+    if signum == signal.SIGKILL and os.getpid() == 1:
         try:
             os.kill(-1, signum)
         except OSError:
