@@ -105,9 +105,13 @@ def hold(script: str, argv: List[str], run_id: str, store: str, ready: str, fail
         start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline().decode()
-    if not line.startswith(ready):
-        proc.wait()
-        reason = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]
-        raise AgentError("%s: %s" % (failed, reason))
+    # Closed here, whatever happens: a file object left open would be closed when collected, and
+    # collected maybe in a monitor forked later, where its number names another file by then
+    # (a container task's FIFO, which its tether then took for its monitor's death).
+    with proc.stdout, proc.stderr:
+        line = proc.stdout.readline().decode()
+        if not line.startswith(ready):
+            proc.wait()
+            reason = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["?"])[-1]
+            raise AgentError("%s: %s" % (failed, reason))
     return proc.pid, line
