@@ -76,8 +76,10 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
             hosts, default_grace = host_specs(config), config.grace_period
         for host, answer in down.sweep(store, hosts, default_grace if grace is None else grace).items():
             runs = ", ".join(answer.runs) or "none"
+            boxes = f" and {answer.containers} containers" if answer.containers else ""
             console.err().print(
-                f"{host}: {answer.processes} orphaned processes stopped (runs: {runs}); {len(answer.remaining)} remain",
+                f"{host}: {answer.processes} orphaned processes{boxes} stopped (runs: {runs}); "
+                f"{len(answer.remaining)} remain",
                 markup=False,
             )
             clean = clean and not answer.remaining
