@@ -182,12 +182,12 @@ TIMED_OUT = "JobId=41 JobState=TIMEOUT Reason=TimeLimit"
     ("squeue", "scontrol", "waiting"),
     [
         (
-            ["RUNNING|None|n[1-2]", "0:30", ""],
+            ["41|RUNNING|None|n[1-2]", "0:30", ""],
             ["n1\nn2", TIMED_OUT],
             "job 41: the tasks ended 30s before its time limit; waiting for its end",
         ),
         (  # killed at the limit
-            ["COMPLETING|None|n[1-2]", ""],
+            ["41|COMPLETING|None|n[1-2]", ""],
             ["n1\nn2", TIMED_OUT],
             "job 41 is ending; waiting for Slurm to say why",
         ),
@@ -208,8 +208,8 @@ def test_a_time_limit_continues_the_run_waited_for_when_the_tasks_ended_just_bef
 @pytest.mark.parametrize(
     ("squeue", "scontrol", "record", "over"),
     [
-        (["RUNNING|None|n1", "50:00"], ["n1"], slurm_record(), None),  # the tasks failed long before the limit
-        (["RUNNING|None|n1", "0:30"], ["n1"], slurm_record(signal_before=0), None),  # nobody signalled them
+        (["41|RUNNING|None|n1", "50:00"], ["n1"], slurm_record(), None),  # the tasks failed long before the limit
+        (["41|RUNNING|None|n1", "0:30"], ["n1"], slurm_record(signal_before=0), None),  # nobody signalled them
         ([""], ["JobId=41 JobState=CANCELLED Reason=None"], slurm_record(), AllocationOver("CANCELLED", False)),
         ([""], ["JobId=41 JobState=NODE_FAIL Reason=None"], slurm_record(), AllocationOver("NODE_FAIL", False)),
         ([""], ["JobId=41 JobState=PREEMPTED Reason=None"], slurm_record(), AllocationOver("PREEMPTED", True)),

@@ -15,7 +15,7 @@ from bench.slurm_lab import SlurmLab, missing_binaries
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
 from tfctl.backends.slurm.allocation import SlurmError, sbatch_argv, submit, wait_running
-from tfctl.backends.slurm.placement import place, step_options
+from tfctl.backends.slurm.placement import nodes_by_job, place, step_options
 from tfctl.config.loader import parse_config
 
 SLURM_FILE = """\
@@ -32,6 +32,19 @@ jobs:
 
 def fake_file(sleep: float = 0) -> str:
     return SLURM_FILE % {"task": FAKE_TASK, "sleep": sleep}
+
+
+# A ps on partition `cpu`, two workers sharing one node of partition `gpu`, a stand-in GPU each.
+HET_FILE = """\
+name: het
+backend: slurm
+slurm: {time: "00:10:00"}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --devices --sleep 1"
+grace_period: 2
+jobs:
+  ps: {count: 1, port: 2222, command: "{python} %(task)s --name ps --port -1 --sleep -1", slurm: {partition: cpu}}
+  worker: {count: 2, port: 2222, gpus: 1, slurm: {partition: gpu, nodes: 1, mem: 100M}}
+""" % {"task": FAKE_TASK}
 
 
 # -- decisions, without a Slurm ----------------------------------------------------------------
@@ -53,10 +66,69 @@ def test_each_task_step_asks_slurm_for_its_own_gpus_and_cores():
     text = fake_file().replace("worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, gpus: 2, cpus: 4}")
     config = parse_config(text, Path("c.yaml"))
     assert step_options(config) == {
-        "ps:0": [],
+        "ps:0": ["--overlap"],
         "worker:0": ["--gpus=2", "--cpus-per-task=4"],
         "worker:1": ["--gpus=2", "--cpus-per-task=4"],
     }
+
+
+def test_jobs_that_ask_for_different_nodes_make_one_heterogeneous_job():
+    config = parse_config(HET_FILE, Path("c.yaml"))
+    argv = sbatch_argv(config, "tfctl-run")
+    split = argv.index(":")
+    ps, workers = argv[:split], argv[split + 1 :]
+    assert "--partition=cpu" in ps and "--nodes=1" in ps and "--ntasks=1" in ps and "--time=00:10:00" in ps
+    assert "--gpus" not in " ".join(ps)
+    assert all(a in workers for a in ("--partition=gpu", "--nodes=1", "--ntasks=2", "--gpus=2", "--mem=100M"))
+    assert step_options(config) == {
+        "ps:0": ["--het-group=0", "--overlap"],
+        "worker:0": ["--het-group=1", "--gpus=1"],
+        "worker:1": ["--het-group=1", "--gpus=1"],
+    }
+    placed = place(config, nodes_by_job(config, [("c1",), ("g1", "g2")]))
+    assert [str(a) for job in placed.jobs.values() for a in job.addresses] == ["c1:2222", "g1:2222", "g2:2222"]
+
+
+def test_jobs_alike_stay_one_allocation():
+    text = fake_file().replace(
+        "worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, slurm: {partition: debug}}"
+    )
+    argv = sbatch_argv(parse_config(text, Path("c.yaml")), "tfctl-run")
+    assert ":" not in argv and "--nodes=3" in argv and "--partition=debug" in argv
+
+
+def test_dry_run_shows_the_components(home, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(HET_FILE)
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert "one heterogeneous job of 2 components" in shown.stderr
+    assert "component 0: ps on partition cpu, 1 node: node1" in shown.stderr
+    assert "component 1: worker on partition gpu, mem 100M, 1 node, 2 GPUs: node2" in shown.stderr
+    assert "worker:1  node2:2223" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("job", "error"),
+    [
+        ("slurm: {partitoin: gpu}", "jobs.worker.slurm.partitoin: unknown key `partitoin`"),
+        ("slurm: {mem: 12X}", "jobs.worker.slurm.mem: is not a Slurm memory size: '12X'"),
+        ("slurm: {nodes: 0}", "jobs.worker.slurm.nodes: must be a whole number of nodes, 1 or more"),
+        ("slurm: gpu", "jobs.worker.slurm: expected a mapping"),
+    ],
+)
+def test_a_jobs_own_slurm_keys_are_checked(home, tmp_path, job, error):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file().replace("worker: {count: 2, port: 2222}", f"worker: {{count: 2, {job}}}"))
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 2 and error in shown.stderr and "fix:" in shown.stderr
+
+
+def test_a_jobs_slurm_keys_need_the_slurm_backend(home, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: x\ncommand: run\njobs:\n  worker: {hosts: [localhost], slurm: {partition: gpu}}\n")
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 2 and "jobs.worker.slurm: is for `backend: slurm`" in shown.stderr
 
 
 def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports():
@@ -95,12 +167,12 @@ def fake_slurm(answers: dict[str, list[str]]):
 def test_waiting_says_why_slurm_keeps_the_job_pending_and_returns_its_nodes():
     run, _ = fake_slurm(
         {
-            "squeue": ["PENDING|Priority|", "PENDING|Priority|", "PENDING|Resources|", "RUNNING|None|n[1-2]"],
+            "squeue": ["5|PENDING|Priority|", "5|PENDING|Priority|", "5|PENDING|Resources|", "5|RUNNING|None|n[1-2]"],
             "scontrol": ["n1\nn2"],
         }
     )
     said = []
-    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0)
+    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0).nodes
     assert nodes == ("n1", "n2")
     assert said == [
         "job 5 pending: waiting for resources: Priority (other jobs come first)",
@@ -243,6 +315,27 @@ def test_inside_an_allocation_the_run_uses_it_and_leaves_it_to_its_owner(slurm, 
         assert slurm.jobs() == [job]  # still there: not tfctl's to end
     finally:
         slurm.run(["scancel", job])
+
+
+@pytest.mark.netns
+def test_a_heterogeneous_job_puts_each_task_where_its_job_asked(slurm, tmp_path, home):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(HET_FILE)
+    up = on_slurm(slurm, home, "-f", str(cluster), "up")
+    assert up.returncode == 0, up.stderr
+    assert "component 0: tfh0; component 1: tfh1" in up.stderr
+    assert "job succeeded: worker:0 finished successfully" in up.stderr
+    no_warnings(up.stderr)
+    assert 'tf_config={"cluster":{"ps":["tfh0:2222"],"worker":["tfh1:2222","tfh1:2223"]}' in up.stdout
+    devices = {
+        line.split("]")[0].strip("["): json.loads(line.split(" devices ", 1)[1])["cuda"]
+        for line in up.stdout.splitlines()
+        if " devices " in line
+    }
+    assert sorted(devices) == ["worker:0", "worker:1"] and sorted(devices.values()) == ["0", "1"]
+    assert slurm.jobs() == []
+    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert run_processes(slurm, run_id) == []
 
 
 tf_needed = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")

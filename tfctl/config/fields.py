@@ -283,6 +283,7 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         cpus=fields.get("cpus"),
         count=fields.get("count"),
         port=fields.get("port"),
+        own=next((fields[key] for key in backends.names() if key in fields), None),
     )
 
 

@@ -133,6 +133,7 @@ class Job:
     cpus: int | None = None  # CPU cores per task; None (or 0): no affinity set
     count: int | None = None  # a backend that places tasks itself: how many; `addresses` come from it
     port: int | None = None  # and the port its tasks listen on (another if a host gets two); None: chosen
+    own: object | None = None  # the job's own section of its backend (as its name), as that backend parsed it
 
 
 @dataclass(frozen=True)

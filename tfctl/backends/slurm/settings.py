@@ -40,6 +40,18 @@ class SlurmSettings:
     signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
 
 
+@dataclass(frozen=True)
+class SlurmJobSettings:
+    """A job's own `slurm:` keys: what its tasks' nodes must be. Jobs that differ here are the
+    components of one heterogeneous job; unset fields are the `slurm:` section's (Slurm's)."""
+
+    partition: str | None = None
+    constraint: str | None = None  # node features, as `--constraint` takes them
+    mem: str | None = None  # memory per node, as `--mem` takes it ("32G")
+    nodes: int | None = None  # None: one node per task
+    extra: tuple[str, ...] = ()  # more sbatch arguments for this component, after the section's
+
+
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 _EXAMPLE = "jobs: {ps: {count: 1, port: 2222}, worker: {count: 2, port: 2222}}"
 
@@ -80,6 +92,21 @@ def _extra(doc: Doc, path: str, value: Any) -> Any:
     return tuple(value)
 
 
+_MEM_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+
+
+def _mem(doc: Doc, path: str, value: Any) -> Any:
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    text = _string(doc, path, text, 'mem: "32G"')
+    if text is INVALID:
+        return INVALID
+    if not _MEM_RE.fullmatch(text):
+        return doc.problem(
+            path, f"is not a Slurm memory size: {text!r}", 'write megabytes or a size with K, M, G or T: `mem: "32G"`'
+        )
+    return text
+
+
 DESCRIPTION = "`slurm` on nodes Slurm allocates"
 
 slurm_section = Section(
@@ -97,10 +124,23 @@ slurm_section = Section(
     'slurm: {partition: debug, time: "01:00:00"}',
 )
 
+job_slurm_section = Section(
+    {
+        "partition": _text("partition", "gpu"),
+        "constraint": _text("constraint", "v100"),
+        "mem": _mem,
+        "nodes": _whole_number("nodes", 1, "e.g. `nodes: 2`; leave it out for one node per task"),
+        "extra": _extra,
+    },
+    SlurmJobSettings,
+    "slurm: {partition: gpu, nodes: 1}",
+)
+
 SECTIONS: dict[str, Validator] = {"slurm": slurm_section}
 JOB_KEYS: dict[str, Validator] = {
     "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
     "port": _port,
+    "slurm": job_slurm_section,
 }
 
 # One line per key for the generated reference (see `tfctl.config.key_docs`).
@@ -116,6 +156,12 @@ KEY_DOCS: dict[str, str] = {
     "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
     "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
     "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
+    "jobs.<job>.slurm": "With `backend: slurm`: the job's own nodes; jobs that differ make a heterogeneous job.",
+    "jobs.<job>.slurm.partition": "Partition of the job's nodes, instead of `slurm.partition`.",
+    "jobs.<job>.slurm.constraint": "Node features the job's nodes must have (`--constraint`).",
+    "jobs.<job>.slurm.mem": 'Memory per node of the job\'s nodes (`--mem`), e.g. "32G".',
+    "jobs.<job>.slurm.nodes": "Nodes for the job's tasks; unset: one per task.",
+    "jobs.<job>.slurm.extra": "More sbatch options for the job's nodes, after `slurm.extra`.",
 }
 
 
@@ -152,3 +198,5 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
                         f"`{key}` is for `backend: slurm`",
                         f"add `backend: slurm`, or list the tasks' addresses: `{_leaf(path)}: [host:2222]`",
                     )
+            if "slurm" in keys:
+                doc.problem(f"{path}.slurm", "is for `backend: slurm`", "add `backend: slurm`, or remove it")

@@ -8,7 +8,7 @@ node. A step that shares the allocation's resources (`--overlap`) starts in a fr
 from __future__ import annotations
 
 import subprocess
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from tfctl.errors import HostError
 from tfctl.supervisor.records import record
@@ -18,11 +18,11 @@ from tfctl.transport.specs import TransportSpec
 
 
 def step_argv(job_id: str, node: str, *, name: str = "tfctl", extra: tuple[str, ...] = ()) -> list[str]:
-    """`srun` placing one task on `node` of job `job_id`, beside whatever steps already run there."""
+    """`srun` placing one task on `node` of job `job_id`; `extra` says what it asks for (its
+    component of a heterogeneous job, `--overlap` to run beside whatever steps already run there)."""
     return [
         "srun",
         f"--jobid={job_id}",
-        "--overlap",
         "--nodes=1",
         "--ntasks=1",
         f"--nodelist={node}",
@@ -38,12 +38,14 @@ class SlurmTransport(LocalTransport):
     # srun reports every stream tfctl ends (its conversations) as a cancelled step: not news.
     _stream_stderr = subprocess.DEVNULL
 
-    def __init__(self, host: str, job_id: str) -> None:
+    def __init__(self, host: str, job_id: str, het_group: int | None = None) -> None:
         super().__init__(host)
         self.job_id = job_id
+        self.options = (*([f"--het-group={het_group}"] if het_group is not None else []), "--overlap")
 
     def _argv(self, command: str, tty: bool = False) -> list[str]:
-        return [*step_argv(self.job_id, self.host, extra=("--pty",) if tty else ()), "/bin/sh", "-c", command]
+        extra = (*self.options, *(("--pty",) if tty else ()))
+        return [*step_argv(self.job_id, self.host, extra=extra), "/bin/sh", "-c", command]
 
     def tunnel(self, port: int) -> Tunnel:
         raise HostError(
@@ -53,14 +55,16 @@ class SlurmTransport(LocalTransport):
 
 @record
 class SlurmStepSpec(TransportSpec):
-    """A node of the run's allocation, reached by job steps; it shares this machine's files."""
+    """A node of the run's allocation, reached by job steps (in the component of a heterogeneous
+    job it belongs to); it shares this machine's files."""
 
     KIND: ClassVar[str] = "slurm"
     SHARES_FILES: ClassVar[bool] = True
     job_id: str
+    het_group: Optional[int] = None
 
     def connect(self, host: str, accept_new_host_keys: bool = False) -> Transport:
-        return SlurmTransport(host, self.job_id)
+        return SlurmTransport(host, self.job_id, self.het_group)
 
 
 SPEC = SlurmStepSpec  # what `transport.specs.read_spec` reads a stored spec of kind "slurm" as
