@@ -43,7 +43,11 @@ def stop_run(
     left_nothing = report.clean and not report.lost_silent
     cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
     store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
-    return report, release(cluster.record)
+    released = release(cluster.record)
+    if released is not None and "accounting" in released.fields:  # the scheduler's own figures, beside tfctl's
+        figures = {**(cost or {}), cluster.record.backend: released.fields["accounting"]}
+        store.update_if_exists(cluster.record.run_id, accounting=figures)
+    return report, released
 
 
 def final_cost(cluster: Cluster, silent: set[str]) -> dict[str, Any] | None:

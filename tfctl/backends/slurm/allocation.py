@@ -72,10 +72,10 @@ class JobState:
         return not self.state or self.state.split()[0] in ENDED
 
 
-def sbatch_argv(config: ClusterConfig, name: str) -> list[str]:
+def sbatch_argv(config: ClusterConfig, name: str, options: tuple[str, ...] = ("--output=/dev/null",)) -> list[str]:
     """sbatch for the allocation of all the cluster's tasks; a heterogeneous job (components
-    separated by `:`) when jobs ask for different nodes."""
-    argv = ["sbatch", "--parsable", f"--job-name={name}", "--output=/dev/null"]
+    separated by `:`) when jobs ask for different nodes. `options`: the whole job's (its output)."""
+    argv = ["sbatch", "--parsable", f"--job-name={name}", *options]
     for index, component in enumerate(components(config)):
         argv += [":"] if index else []
         argv += _component_argv(config, component)
@@ -106,8 +106,13 @@ def _component_argv(config: ClusterConfig, component: Component) -> list[str]:
 
 
 def submit(config: ClusterConfig, name: str, run: Runner = run_slurm) -> str:
-    """Ask Slurm for the allocation; its job id. Slurm's own refusal is the message."""
-    result = run(sbatch_argv(config, name), HOLDER)
+    """Ask Slurm for the allocation, held by a script that only waits; its job id."""
+    return submit_script(sbatch_argv(config, name), HOLDER, run)
+
+
+def submit_script(argv: list[str], script: str, run: Runner = run_slurm) -> str:
+    """Submit `script` as the batch job `argv` asks for; its job id. Slurm's own refusal is the message."""
+    result = run(argv, script)
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip().replace("sbatch: error: ", "")
         raise SlurmError(

@@ -17,6 +17,7 @@ from tfctl.config.base import (
     Doc,
     Section,
     Validator,
+    _choice,
     _found,
     _leaf,
     _string,
@@ -38,6 +39,7 @@ class SlurmSettings:
     extra: tuple[str, ...] = ()  # more sbatch arguments, as written
     resubmit: int = 0  # new allocations for the same run when one ends by its time limit or preemption
     signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
+    controller: str = "login"  # where the run's controller runs: here (`login`) or in the allocation's batch script
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ def _mem(doc: Doc, path: str, value: Any) -> Any:
     return text
 
 
+CONTROLLERS = ("login", "allocation")
+
 DESCRIPTION = "`slurm` on nodes Slurm allocates"
 
 slurm_section = Section(
@@ -119,6 +123,9 @@ slurm_section = Section(
         "extra": _extra,
         "resubmit": _whole_number("resubmit", 0, "e.g. `resubmit: 3`: up to 3 more allocations for the run"),
         "signal_before": _whole_number("signal_before", 1, "e.g. `signal_before: 60` (seconds)"),
+        "controller": _choice(
+            CONTROLLERS, "`login`: on the machine that ran `up`; `allocation`: in the batch script of the allocation"
+        ),
     },
     SlurmSettings,
     'slurm: {partition: debug, time: "01:00:00"}',
@@ -154,6 +161,7 @@ KEY_DOCS: dict[str, str] = {
     "slurm.extra": "More sbatch options, as written (each starting with `-`).",
     "slurm.resubmit": "New allocations for the same run when one ends by its time limit or preemption.",
     "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
+    "slurm.controller": "Where the run's controller runs: `login` (where `up` ran) or `allocation` (its first node).",
     "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
     "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
     "jobs.<job>.slurm": "With `backend: slurm`: the job's own nodes; jobs that differ make a heterogeneous job.",
@@ -179,6 +187,13 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
         doc.problem("slurm", "is set, but the backend is ssh", "add `backend: slurm`, or remove the `slurm:` section")
     if slurm and "hosts" in root:
         doc.problem("hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:` (its settings are for ssh)")
+    section = root.get("slurm")
+    if isinstance(section, dict) and section.get("controller") == "allocation" and section.get("resubmit"):
+        doc.problem(
+            "slurm.resubmit",
+            "is not supported yet with `controller: allocation` (the controller ends with its allocation)",
+            "remove `resubmit`, or use `controller: login`",
+        )
     if not isinstance(jobs, dict):
         return
     for name, spec in jobs.items():
