@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from tfctl.config.loader import load_config
-from tfctl.controller.up import plan_run
+from tfctl.controller.verbs.up import plan_run
 from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import Mark

@@ -95,7 +95,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = tmp_path / "tfctl-home"
     monkeypatch.setenv("TFCTL_HOME", str(path))
     yield path
-    from tfctl.controller.watcher import is_running
+    from tfctl.controller.live.watcher import is_running
 
     stray = []
     for record in RunStore(path).all():

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tfctl.cli import main
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
-from tfctl.controller import up
+from tfctl.controller.verbs import up
 from tfctl.runs.record import Controller
 from tfctl.runs.store import RunStore
 

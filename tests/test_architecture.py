@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,21 @@ def test_generic_code_never_names_a_backend() -> None:
         if re.search(r"backend\s*[!=]=\s*[\"']", line) and not str(p.relative_to(PACKAGE)).startswith("backends/")
     ]
     assert branches == []
+
+
+def test_the_live_controller_renders_nothing() -> None:
+    """A run's live controller (the detached watcher and its door) gathers what `status` shows as
+    plain data; the terminal that asked renders it. So it loads no renderer, and no rich."""
+    live = ["watcher", "rpc_handlers", "supervise", "spares", "resubmit", "notify"]
+    code = (
+        "import sys, importlib\n"
+        f"for name in {live!r}: importlib.import_module('tfctl.controller.live.' + name)\n"
+        "importlib.import_module('tfctl.controller.views.status_view')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'"
+        " or m.startswith('tfctl.controller.views.') and m.rsplit('.', 1)[1] not in ('status_view', 'plain')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -11,8 +11,9 @@ from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import Backend, backend_for
 from tfctl.config.loader import load_config
-from tfctl.controller import down, forget, supervise, up
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.live import supervise
+from tfctl.controller.live.watcher import controller_of_this_process
+from tfctl.controller.verbs import down, forget, up
 from tfctl.engine.clock import Cancel
 from tfctl.errors import BackendError, ConfigError
 from tfctl.runs.record import ControllerKind

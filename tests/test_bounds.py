@@ -16,8 +16,8 @@ import pytest
 from tests.fake_runs import started, write
 from tests.fakes import TaskScript
 from tfctl.config.loader import parse_config
-from tfctl.controller import rpc
-from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.controller.live import rpc
+from tfctl.controller.live.rpc_messages import StatusAsk, StatusReply
 from tfctl.errors import ConfigError, StartupError, TfctlError
 from tfctl.supervisor.files import MAX_RECORD, read_json
 from tfctl.supervisor.logs import MAX_TAIL_BYTES, output_log, tail
@@ -25,21 +25,21 @@ from tfctl.supervisor.protocol import TailRequest
 
 
 def door_answering(tmp_path: Path, text: str) -> rpc.ControllerDoor:
-    return rpc.ControllerDoor(tmp_path / rpc.SOCKET_NAME, {StatusAsk: lambda _ask: StatusReply(text=text)})
+    return rpc.ControllerDoor(tmp_path / rpc.SOCKET_NAME, {StatusAsk: lambda _ask: StatusReply({"text": text})})
 
 
 def test_an_answer_longer_than_a_request_may_be_comes_through(tmp_path: Path) -> None:
     # `top` of 24 tasks with a minute of history answers about 200 KiB: above the requests' bound
     big = "x" * (4 * rpc.MAX_REQUEST)
     with door_answering(tmp_path, big) as door:
-        line = rpc._exchange(door.path, StatusAsk(json=False), 10)
-    assert line is not None and json.loads(line)["ok"]["text"] == big
+        line = rpc._exchange(door.path, StatusAsk(), 10)
+    assert line is not None and json.loads(line)["ok"]["snapshot"]["text"] == big
 
 
 def test_an_answer_beyond_its_bound_is_an_error_that_names_it(tmp_path: Path) -> None:
     with door_answering(tmp_path, "x" * (rpc.MAX_ANSWER + 1)) as door:
         with pytest.raises(TfctlError, match="answer is longer than its bound of 16 MiB"):
-            rpc._exchange(door.path, StatusAsk(json=False), 30)
+            rpc._exchange(door.path, StatusAsk(), 30)
 
 
 def test_a_request_beyond_its_bound_is_answered_with_an_error_that_names_it(tmp_path: Path) -> None:

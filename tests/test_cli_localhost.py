@@ -24,7 +24,7 @@ from tests.conftest import (
     tfctl,
     wait_for_line,
 )
-from tfctl.controller.status_view import number_ranges
+from tfctl.controller.views.status_table import number_ranges
 from tfctl.supervisor.procfs import is_same_process
 
 

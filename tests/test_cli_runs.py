@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import add_run, fake, free_ports, tfctl
 from tfctl.cli.common import Duration
-from tfctl.controller.forget import candidates
+from tfctl.controller.verbs.forget import candidates
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState

@@ -100,7 +100,7 @@ def test_a_failing_command_stops_up_before_any_task(tmp_path: Path, home: Path) 
 def test_ctrl_c_during_setup_stops_it_and_starts_nothing(tmp_path: Path, home: Path, detach: bool) -> None:
     """Detached, `up -d` leaves the start to the watcher it forked and prints its progress;
     Ctrl-C there still stops everything started, and the watcher ends too."""
-    from tfctl.controller.watcher import is_running
+    from tfctl.controller.live.watcher import is_running
     from tfctl.runs.store import RunStore
 
     cluster = write_cluster(tmp_path, ["echo waiting", "sleep 60"])

@@ -9,7 +9,7 @@ import functools
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
@@ -17,7 +17,8 @@ from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
 from tfctl.cluster.control import Phase
 from tfctl.cluster.supervisors import Cluster
-from tfctl.controller import down, supervise, up
+from tfctl.controller.live import supervise
+from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import HostError, StartupError, UsageError
@@ -287,7 +288,7 @@ def test_a_judge_may_decide_what_states_cannot() -> None:
     verdict = Outcome(RunState.FAILED, "worker:1 has been stuck", "worker:1")
     calls: list[int] = []
 
-    def judge(statuses: list[Any]) -> Outcome | None:
+    def judge(statuses: Sequence[Any], _now: float) -> Outcome | None:
         calls.append(len(statuses))
         return verdict if len(calls) == 3 else None
 
@@ -415,7 +416,7 @@ def test_down_records_the_run_as_stopped_and_reports_each_host(
 def test_status_with_its_diagnosis_is_one_request_per_host() -> None:
     """What `status` shows (states, progress, the diagnosis from each task's tail) in one round
     trip per host: a second `tail` call would double what status costs on every host."""
-    from tfctl.controller.status_view import snapshot
+    from tfctl.controller.views.status_view import snapshot
 
     waiting = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
     cluster, _hosts, journal = make({"worker:1": TaskScript(lines=[waiting])})

@@ -1,10 +1,10 @@
-"""control.decide: a run's outcome from its tasks' states; and status_view.number_ranges."""
+"""control.decide: a run's outcome from its tasks' states; and status_table.number_ranges."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfctl.controller.status_view import number_ranges
+from tfctl.controller.views.status_table import number_ranges
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.verdicts import Outcome, decide
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -184,7 +184,7 @@ def test_only_final_states_end_the_job() -> None:
         assert (out is not None) == TaskState(state).is_final, state
 
 
-# --- status_view.number_ranges ---------------------------------------------------------------------------
+# --- status_table.number_ranges --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

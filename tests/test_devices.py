@@ -10,7 +10,7 @@ import pytest
 
 from tfctl.config.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, gpu_hosts, place
 from tfctl.config.loader import parse_config
-from tfctl.controller.plan import draft, make_plan
+from tfctl.controller.start.plan import draft, make_plan
 from tfctl.errors import EXIT_USAGE
 from tfctl.supervisor import checks, devices
 from tfctl.supervisor.protocol import Gpu, InfoRequest

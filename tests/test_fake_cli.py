@@ -21,7 +21,7 @@ import pytest
 from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
-from tfctl.controller import supervise, watcher
+from tfctl.controller.live import supervise, watcher
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState, TaskState

@@ -17,10 +17,11 @@ import pytest
 from tests.fake_runs import in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import BackendReport
-from tfctl.controller import rpc as live
-from tfctl.controller import supervise, watcher
-from tfctl.controller.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.live import rpc as live
+from tfctl.controller.live import supervise, watcher
+from tfctl.controller.live.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
+from tfctl.controller.live.watcher import controller_of_this_process
+from tfctl.controller.views.status_view import Snapshot
 from tfctl.engine.clock import Cancel
 from tfctl.runs.record import Controller, ControllerKind
 from tfctl.runs.store import RunStore
@@ -136,8 +137,12 @@ def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_its
     with cluster, in_thread(lambda: supervise._watch(store, cluster, stopping)) as ended:
         door_open(store, run_id)
         record = store.load(run_id)
-        status = live.ask(run_dir, record, StatusAsk(json=True), 5)
-        assert status is not None and status.json is not None and status.json["run"]["state"] == "running"
+        status = live.ask(run_dir, record, StatusAsk(), 5)
+        assert status is not None
+        shot = Snapshot.from_plain(status.snapshot)  # plain data, rendered by the terminal that asked
+        assert shot.to_json(record)["run"]["state"] == "running" and {s.state for s in shot.statuses} == {
+            TaskState.RUNNING
+        }
         answer = live.ask(run_dir, record, DownAsk(grace=0), 5)
     assert ended == [None]  # a watcher told to stop by `down` ends without an outcome of its own
     assert answer is not None and answer.stop is not None

@@ -16,16 +16,17 @@ from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
-from tfctl.controller import down, supervise, up
-from tfctl.controller.resubmit import recorded_config
-from tfctl.controller.watcher import controller_of_this_process
+from tfctl.controller.live import supervise
+from tfctl.controller.live.resubmit import recorded_config
+from tfctl.controller.live.watcher import controller_of_this_process
+from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel
 from tfctl.errors import StartupError, UsageError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RestartRule, RunState, TaskState
-from tfctl.tf import doctor
+from tfctl.tf import judges
 
 WAITING = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
 
@@ -34,6 +35,7 @@ def attach(cluster: Cluster, store: RunStore) -> tuple[supervise.Ending, list[tu
     lines: list[tuple[str, str]] = []
     with cluster:
         ending = supervise.attach(store, cluster, lines.extend)
+    assert cluster.record == store.load(cluster.record.run_id)  # one writer: memory and store stay one
     return ending, lines
 
 
@@ -151,7 +153,7 @@ def test_ctrl_c_while_attached_leaves_the_run_up_until_interrupt_stops_it(tmp_pa
 
 
 def test_a_task_stuck_on_a_peer_past_hang_timeout_fails_the_run_explained(tmp_path, fake_backend, monkeypatch):
-    monkeypatch.setattr(doctor.HangJudge.__init__, "__defaults__", (0.0,))  # look at every poll, not every 5 s
+    monkeypatch.setattr(judges, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
     fake_backend.scripts["worker:1"] = TaskScript(lines=["starting", WAITING])
     store, cluster = started(write(tmp_path, extra="hang_timeout: 0.01\n"), attached=True)
     ending, _ = attach(cluster, store)

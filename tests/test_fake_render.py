@@ -1,9 +1,10 @@
-"""What people read (tfctl/controller/status_view.py, tfctl/cli/render.py), rendered from real
+"""What people read (tfctl/controller/views/status_table.py, tfctl/cli/render.py), rendered from real
 snapshots of runs on the fake backend: the status table with its device columns, restarts, steps
 and rates, unreachable hosts and notes; stop summaries; log lines with the notes that last."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from tfctl import console
 from tfctl.cli import render
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import StopReport
-from tfctl.controller import status_view
+from tfctl.controller.views import status_table, status_view
 from tfctl.runs.record import RunRecord
 from tfctl.tf.doctor import FAILURE_HOLD, LiveNotes
 
@@ -25,7 +26,7 @@ OOM = "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] 
 
 
 def table(shot: status_view.Snapshot, record: RunRecord) -> list[str]:
-    return console.rendered(status_view.status_table(shot, record, 200), PLAIN).splitlines()
+    return console.rendered(status_table.status_table(shot, record, 200), PLAIN).splitlines()
 
 
 def cells(lines: list[str], task: str) -> list[str]:
@@ -64,6 +65,9 @@ def test_the_status_table_shows_devices_restarts_steps_rates_and_a_worker_that_n
         assert "worker:1: " in notes and "  fix: " in notes  # its OOM, explained
         assert "worker:1: never logged a training step, while worker:0 did: it may not have trained" in notes
         assert shot.to_json(store.load(cluster.record.run_id))["tasks"][1]["gpus"] == [0]
+        # As the run's live controller sends it through its socket, for the asking terminal to render.
+        sent = status_view.Snapshot.from_plain(json.loads(json.dumps(shot.to_plain())))
+        assert sent == shot and table(sent, store.load(cluster.record.run_id)) == lines
         cluster.stop()
 
 
@@ -109,7 +113,7 @@ def test_a_stop_that_left_something_says_what_and_where(capsys):
 
 @pytest.mark.parametrize(("seconds", "shown"), [(None, "-"), (59.9, "59s"), (75, "1m15s"), (3725, "1h02m")])
 def test_durations_are_shown_in_their_largest_units(seconds, shown):
-    assert status_view.duration(seconds) == shown
+    assert status_table.duration(seconds) == shown
 
 
 def test_log_lines_are_prefixed_and_a_failure_that_lasts_becomes_a_note(tmp_path, fake_backend, capsys):

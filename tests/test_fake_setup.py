@@ -12,8 +12,8 @@ import pytest
 from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
 from tfctl.config.loader import load_config
-from tfctl.controller import up
-from tfctl.controller.plan import remote_workdir
+from tfctl.controller.start.plan import remote_workdir
+from tfctl.controller.verbs import up
 from tfctl.errors import HostError, StartupError, TfctlError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState, TaskState

@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import fake, free_ports, tfctl, wait_until
 from tests.fake_runs import FAKE_FILE, in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
-from tfctl.controller import rpc as live
-from tfctl.controller import supervise
+from tfctl.controller.live import rpc as live
+from tfctl.controller.live import supervise
 from tfctl.supervisor.protocol import Usage
 
 

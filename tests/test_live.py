@@ -17,8 +17,8 @@ import pytest
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, spawn_tfctl, tfctl
 from tests.fakes import record_of
-from tfctl.controller import rpc as live
-from tfctl.controller.rpc_messages import (
+from tfctl.controller.live import rpc as live
+from tfctl.controller.live.rpc_messages import (
     DownAsk,
     DownReply,
     LogNote,
@@ -26,9 +26,8 @@ from tfctl.controller.rpc_messages import (
     LogsPart,
     StatusAsk,
     StatusReply,
-    Terminal,
 )
-from tfctl.controller.watcher import controller_of_this_process, is_running
+from tfctl.controller.live.watcher import controller_of_this_process, is_running
 from tfctl.errors import TfctlError, UsageError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
@@ -40,15 +39,12 @@ def this_process_controls(tmp_path: Path, **changes: Any) -> Any:
     return record.replace(watcher=controller_of_this_process(ControllerKind.WATCHER).replace(**changes))
 
 
-TERMINAL = Terminal(tty=False, color=False, width=80)
-
-
 def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: Path) -> None:
     asked = []
 
     def status(request: StatusAsk) -> StatusReply:
         asked.append(request)
-        return StatusReply(text=f"{request.console.width} columns" if request.console else None)
+        return StatusReply({"samples": request.usage_history})
 
     def down(_request: DownAsk) -> DownReply:
         raise UsageError("cannot stop", hint="try later")
@@ -56,16 +52,16 @@ def test_a_door_answers_its_verbs_and_reports_errors_with_their_hint(tmp_path: P
     record = this_process_controls(tmp_path)
     with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: status, DownAsk: down}):
         assert stat.S_IMODE(os.stat(live.socket_path(tmp_path)).st_mode) == 0o600
-        answer = live.ask(tmp_path, record, StatusAsk(console=TERMINAL), 5)
-        assert type(answer) is StatusReply and answer == StatusReply(text="80 columns")
-        assert asked == [StatusAsk(console=TERMINAL)] and type(asked[0].console) is Terminal  # typed on arrival
+        answer = live.ask(tmp_path, record, StatusAsk(usage_history=60), 5)
+        assert type(answer) is StatusReply and answer == StatusReply({"samples": 60})
+        assert asked == [StatusAsk(usage_history=60)] and type(asked[0]) is StatusAsk  # typed on arrival
         with pytest.raises(TfctlError) as e:
             live.ask(tmp_path, record, DownAsk(), 5)
         assert (e.value.message, e.value.hint) == ("cannot stop", "try later")
         with pytest.raises(TfctlError, match="does not serve `logs`"):
             live.stream(tmp_path, record, LogsAsk(["ps:0"]))
     assert not live.socket_path(tmp_path).exists()  # closing removes it
-    assert live.ask(tmp_path, record, StatusAsk(json=True), 5) is None
+    assert live.ask(tmp_path, record, StatusAsk(), 5) is None
 
 
 def test_a_streamed_answer_comes_in_typed_parts(tmp_path: Path) -> None:
@@ -101,7 +97,7 @@ def test_a_down_answer_carries_the_stop_report_and_what_the_backend_released(tmp
 
 def test_an_answer_this_tfctl_cannot_read_is_no_answer(tmp_path: Path) -> None:
     record = this_process_controls(tmp_path)
-    with live.ControllerDoor(live.socket_path(tmp_path), {DownAsk: lambda request: StatusReply(text="?")}):
+    with live.ControllerDoor(live.socket_path(tmp_path), {DownAsk: lambda request: StatusReply({})}):
         assert live.ask(tmp_path, record, DownAsk(), 5) is None  # `down` then reaches the hosts itself
 
 
@@ -125,7 +121,7 @@ def test_a_door_answers_from_the_moment_its_socket_can_be_seen(tmp_path: Path) -
         def asker(opened: threading.Event = opened) -> None:
             while not path.exists() and not opened.is_set():
                 pass
-            answer = live.ask(tmp_path, record, StatusAsk(json=True), 5)
+            answer = live.ask(tmp_path, record, StatusAsk(), 5)
             if answer is None:
                 refused.append(answer)
             else:
@@ -133,7 +129,7 @@ def test_a_door_answers_from_the_moment_its_socket_can_be_seen(tmp_path: Path) -
 
         thread = threading.Thread(target=asker)
         thread.start()
-        with live.ControllerDoor(path, {StatusAsk: lambda request: StatusReply(json={"ok": True})}):
+        with live.ControllerDoor(path, {StatusAsk: lambda request: StatusReply({"ok": True})}):
             opened.set()
             thread.join(10)
     assert (len(refused), len(answered)) == (0, 300)
@@ -145,17 +141,17 @@ def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_pat
     deep.mkdir(parents=True)
     assert len(str(live.socket_path(deep))) > 108
     record = this_process_controls(tmp_path)
-    with live.ControllerDoor(live.socket_path(deep), {StatusAsk: lambda request: StatusReply(json={"ok": True})}):
-        assert live.ask(deep, record, StatusAsk(json=True), 5) == StatusReply(json={"ok": True})
+    with live.ControllerDoor(live.socket_path(deep), {StatusAsk: lambda request: StatusReply({"ok": True})}):
+        assert live.ask(deep, record, StatusAsk(), 5) == StatusReply({"ok": True})
 
 
 def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:
     served = []
-    ask = StatusAsk(json=True)
+    ask = StatusAsk()
 
     def status(request: StatusAsk) -> StatusReply:
         served.append(1)
-        return StatusReply()
+        return StatusReply({})
 
     with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: status}):
         elsewhere = this_process_controls(tmp_path, host="another-machine")
@@ -177,11 +173,11 @@ def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path)
 def test_a_controller_that_does_not_answer_in_time_is_passed_over(tmp_path: Path) -> None:
     def late_status(request):
         time.sleep(3)  # deliberately longer than the asker waits
-        return StatusReply()
+        return StatusReply({})
 
     with live.ControllerDoor(live.socket_path(tmp_path), {StatusAsk: late_status}):
         began = time.monotonic()
-        assert live.ask(tmp_path, this_process_controls(tmp_path), StatusAsk(json=True), 0.5) is None
+        assert live.ask(tmp_path, this_process_controls(tmp_path), StatusAsk(), 0.5) is None
         assert time.monotonic() - began < 2
 
 

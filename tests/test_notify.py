@@ -18,12 +18,12 @@ import pytest
 from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
-from tfctl.controller import notify, supervise
+from tfctl.controller.live import notify, supervise
 from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf import progress
+from tfctl.tf import judges
 
 APPEND = (
     'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
@@ -32,7 +32,7 @@ APPEND = (
 
 @pytest.fixture
 def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(progress, "STALL_CHECK_EVERY", 0.0)  # look for stalls at every poll, not every 5 s
+    monkeypatch.setattr(judges, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
 
 
 def attach(cluster: Cluster, store: RunStore) -> supervise.Ending:
@@ -186,7 +186,7 @@ def test_a_command_that_cannot_start_is_reported(tmp_path):
 
 PEAK_OF_A_LOUD_COMMAND = """
 import re
-from tfctl.controller import notify
+from tfctl.controller.live import notify
 event = notify.RunEvent(notify.EventKind.FAILED, "r-1", "c", "/x/cluster.yaml", 0.0, "because")
 loud = "head -c 300000000 /dev/zero | tr '\\\\0' x; echo; echo the end; exit 3"
 print(notify.run_command(loud, event, None, timeout=60))

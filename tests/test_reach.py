@@ -27,7 +27,7 @@ from tests.conftest import fake, free_ports, port_listening, spawn_tfctl, tfctl
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
 from tfctl.config.loader import load_config, parse_config
-from tfctl.controller import up
+from tfctl.controller.verbs import up
 from tfctl.errors import ConfigError, UsageError
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore

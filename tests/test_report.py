@@ -24,8 +24,8 @@ from tests.fakes import TaskScript
 from tests.test_cli_localhost import latest_run, write_cluster
 from tests.test_restart import agent, once_then, start, wait_state  # noqa: F401 (agent: a fixture)
 from tfctl.cluster.agent import HostAgent
-from tfctl.controller.report import OUTCOME_COLOURS, Event, Resources, RunReport, Span, TaskReport, render
-from tfctl.controller.report_gather import masked
+from tfctl.controller.views.report import OUTCOME_COLOURS, Event, Resources, RunReport, Span, TaskReport, render
+from tfctl.controller.views.report_gather import masked
 from tfctl.runs.accounting import TaskCost
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import Mark, RestartRule, TaskState

@@ -15,7 +15,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tests.test_cli_localhost import latest_run, write_cluster
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import load_config
-from tfctl.controller.plan import draft, make_plan
+from tfctl.controller.start.plan import draft, make_plan
 from tfctl.errors import ConfigError
 from tfctl.runs.record import ProgressSpec, RestartSpec, RunRecord
 from tfctl.supervisor.protocol import (

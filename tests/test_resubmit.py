@@ -22,7 +22,7 @@ from tfctl.backends.slurm.allocation import sbatch_argv, time_left
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import parse_config
-from tfctl.controller import supervise
+from tfctl.controller.live import supervise
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import files, tasks

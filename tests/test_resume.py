@@ -14,7 +14,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tests.fake_runs import started, tfctl_here, write
 from tests.test_ssh_cluster import OWN, SHARED, distinct_roots, run_pids, write_cluster
 from tfctl.config.loader import load_config
-from tfctl.controller import down, up
+from tfctl.controller.verbs import down, up
 from tfctl.errors import UsageError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import resume

@@ -1,4 +1,4 @@
-"""Spare hosts: a lost host's tasks start on a spare (`controller/spares.py`), the tasks whose
+"""Spare hosts: a lost host's tasks start on a spare (`controller/live/spares.py`), the tasks whose
 cluster names the moved address restart with it (`tf/moves.py`), and with no spare left the run
 fails as it always did. Driven in-process on the fake backend with a tiny `host_timeout`."""
 
@@ -15,8 +15,8 @@ from tfctl.cli.render import render_stop, stop_summary
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
-from tfctl.controller import spares, supervise
-from tfctl.controller.down import stop_run
+from tfctl.controller.live import spares, supervise
+from tfctl.controller.verbs.down import stop_run
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore
@@ -64,6 +64,7 @@ def run(
         fake_backend.hosts[first].before = down_after_three(first)
     with cluster:
         ending = supervise.attach(store, cluster, on_lines)
+    assert cluster.record == store.load(cluster.record.run_id)  # moves, retired hosts: memory and store stay one
     return store, ending
 
 

@@ -7,7 +7,8 @@ import io
 from rich.console import Console
 
 from tests.fakes import record_of
-from tfctl.controller.status_view import Snapshot, status_table
+from tfctl.controller.views.status_table import status_table
+from tfctl.controller.views.status_view import Snapshot
 from tfctl.engine.observed import TaskStatus
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding, Kind

@@ -230,7 +230,7 @@ def test_hosts_sharing_a_home_answer_the_same_filesystem_token(tmp_path: Path) -
 
 
 def test_one_host_per_filesystem_is_synced() -> None:
-    from tfctl.controller.workdir_sync import one_per_filesystem
+    from tfctl.controller.start.workdir_sync import one_per_filesystem
 
     plans = {
         "h3": p.SyncPlanAnswer([], "nfs"),

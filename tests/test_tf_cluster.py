@@ -450,7 +450,7 @@ jobs:
 
 
 def _make_plan_cwds(cfg: ClusterConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> set:
-    from tfctl.controller.plan import draft, make_plan
+    from tfctl.controller.start.plan import draft, make_plan
 
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
     return {t.cwd for t in make_plan(draft(cfg, RUN_ID)).record.tasks}

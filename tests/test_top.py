@@ -21,7 +21,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tests.fake_runs import started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_cli_localhost import write_cluster
-from tfctl.controller.top_view import answer_key, sparkline, top_screen
+from tfctl.controller.views.top_view import answer_key, sparkline, top_screen
 from tfctl.supervisor.protocol import Usage
 
 MIB = 1 << 20

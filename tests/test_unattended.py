@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.waiting import wait_until
 from tests.conftest import fake, free_ports, port_listening, spawn_tfctl, tfctl, wait_for_line
 from tests.test_cli_localhost import latest_run, run_processes, write_cluster
-from tfctl.controller.watcher import is_running
+from tfctl.controller.live.watcher import is_running
 from tfctl.runs.store import RunStore
 
 

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfctl"
 
 @dataclass(frozen=True)
 class RaisedError:
-    module: str  # tfctl.controller.up
+    module: str  # tfctl.controller.verbs.up
     line: int
     kind: str  # the exception class
     message: str

@@ -89,7 +89,7 @@ class FakeBackend:
         return None
 
     def judge(self, record: RunRecord) -> Judge:
-        def judge(_statuses: Sequence[Any]) -> Outcome | None:
+        def judge(_statuses: Sequence[Any], _now: float) -> Outcome | None:
             if record.run_id in LAB.ended:
                 return Outcome(RunState.FAILED, f"the fake pool ended run {record.run_id}")
             return None

@@ -92,7 +92,7 @@ def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resum
     """The run the command is about. With `resume`, a live run whose controller died gets a new
     watcher first, and the user hears of it."""
     from tfctl import console
-    from tfctl.controller import supervise
+    from tfctl.controller.live import supervise
     from tfctl.runs.store import resolve_run
 
     path = None if run_id else cluster_file_path(ctx, given)

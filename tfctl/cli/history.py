@@ -14,7 +14,7 @@ from tfctl.cli.common import DEFAULT_FILE, Duration, file_option, named_file, ru
 from tfctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from tfctl.controller.forget import PruneReport
+    from tfctl.controller.verbs.forget import PruneReport
     from tfctl.runs.record import RunRecord
 
 
@@ -108,7 +108,7 @@ def _when(epoch: float) -> str:
 
 def _prune(records: list[RunRecord], keep: int | None, older_than: float | None, dry_run: bool, as_json: bool) -> int:
     from tfctl import console
-    from tfctl.controller import forget as pruning
+    from tfctl.controller.verbs import forget as pruning
 
     keep = pruning.DEFAULT_KEEP if keep is None else keep
     chosen = pruning.candidates(records, keep, older_than, time.time())

@@ -17,7 +17,8 @@ from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
-    from tfctl.controller.rpc_messages import LogsPart, StatusAsk, StatusReply
+    from tfctl.controller.live.rpc_messages import LogsPart
+    from tfctl.controller.views.status_view import Snapshot
     from tfctl.runs.record import RunRecord
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
@@ -40,16 +41,18 @@ Examples:
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
     from tfctl import console
-    from tfctl.controller.rpc_messages import StatusAsk, Terminal
 
     record = run_record(ctx, cluster_file, run_id)
     with status_asker(record) as ask:
 
-        def table() -> str:  # as this terminal prints it; it may have been resized since the last one
-            return console.shown(ask(StatusAsk(console=Terminal.from_wire(console.stdout_traits()))).text or "")
+        def table() -> str:
+            from tfctl.controller.views.status_table import status_text
+
+            return status_text(*ask(0))
 
         if as_json:
-            console.out().print_json(json.dumps(ask(StatusAsk(json=True)).json))
+            shot, latest = ask(0)
+            console.out().print_json(json.dumps(shot.to_json(latest)))
             return 0
         if not watch:
             sys.stdout.write(table())
@@ -64,27 +67,31 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
 
 
 @contextlib.contextmanager
-def status_asker(record: RunRecord) -> Iterator[Callable[[StatusAsk], StatusReply]]:
-    """Ask `status` of the run's live controller if it has one here, else of the hosts (with
-    connections opened on the first such ask and kept for the next)."""
-    from tfctl.controller import rpc as live
+def status_asker(record: RunRecord) -> Iterator[Callable[[int], tuple[Snapshot, RunRecord]]]:
+    """`ask(usage_history)`: what `status` shows, and the run's record as it is now. Asked of the
+    run's live controller if it has one here, which sends plain data for this terminal to render,
+    else of the hosts (with connections opened on the first such ask and kept for the next)."""
+    from tfctl.controller.live import rpc as live
+    from tfctl.controller.live.rpc_messages import StatusAsk
+    from tfctl.controller.views.status_view import Snapshot
 
     if TYPE_CHECKING:
         from tfctl.cluster.supervisors import Cluster
-    run_dir = run_store().run_dir(record.run_id)
+    store = run_store()
+    run_dir = store.run_dir(record.run_id)
     with contextlib.ExitStack() as stack:
         clusters: list[Cluster] = []
 
-        def ask(request: StatusAsk) -> StatusReply:
-            answer = live.ask(run_dir, record, request, STATUS_PATIENCE)
+        def ask(usage_history: int) -> tuple[Snapshot, RunRecord]:
+            answer = live.ask(run_dir, record, StatusAsk(usage_history), STATUS_PATIENCE)
             if answer is not None:
-                return answer
+                return Snapshot.from_plain(answer.snapshot), store.load(record.run_id)
             from tfctl.cluster.supervisors import Cluster
-            from tfctl.controller import status_view  # rich, paramiko: only when this process asks the hosts
+            from tfctl.controller.views import status_view  # paramiko: only when this process asks the hosts
 
             if not clusters:
                 clusters.append(stack.enter_context(Cluster(record)))
-            return status_view.status_answer(clusters[0], record, request)
+            return status_view.snapshot(clusters[0], usage_history), record
 
         yield ask
 
@@ -124,8 +131,8 @@ def logs(
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
     from tfctl import console
-    from tfctl.controller import rpc as live
-    from tfctl.controller.rpc_messages import LogsAsk
+    from tfctl.controller.live import rpc as live
+    from tfctl.controller.live.rpc_messages import LogsAsk
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
     if files:
@@ -150,7 +157,7 @@ def logs(
     if parts is not None:  # the run's live controller reads them with the connections it holds
         return _print_parts(parts)
     from tfctl.cluster.supervisors import Cluster
-    from tfctl.controller.rpc_handlers import logs_parts
+    from tfctl.controller.live.rpc_handlers import logs_parts
 
     with Cluster(record) as cluster:
         return _print_parts(logs_parts(store, cluster, ask, lambda: True))
@@ -168,7 +175,7 @@ def _print_parts(parts: Iterator[LogsPart]) -> int:
                 sys.stdout.write(part.text)
                 sys.stdout.flush()
             for note in part.notes:
-                from tfctl.controller.status_view import note_text
+                from tfctl.controller.views.status_table import note_text
 
                 console.err().print(note_text(note.task, note.cause, note.fix))
             errors += part.errors
@@ -205,8 +212,8 @@ def report(ctx: click.Context, cluster_file: Path | None, run_id: str | None, ou
     fetches nothing, so it opens offline and can be mailed."""
     from tfctl import console
     from tfctl.cluster.supervisors import Cluster
-    from tfctl.controller.report import render
-    from tfctl.controller.report_gather import gather
+    from tfctl.controller.views.report import render
+    from tfctl.controller.views.report_gather import gather
     from tfctl.errors import TfctlError
 
     record = run_record(ctx, cluster_file, run_id, resume=False)

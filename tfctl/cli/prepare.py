@@ -40,7 +40,7 @@ def check(
     from tfctl import console
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
-    from tfctl.controller import check, up
+    from tfctl.controller.verbs import check, up
 
     config = load_config(cluster_file_path(ctx, cluster_file))
     refusal = backend_for(config.backend).check_refusal(config)

@@ -1,4 +1,4 @@
-"""How the CLI shows what is not the status table (`controller/status_view.py`): stop
+"""How the CLI shows what is not the status table (`controller/views/status_table.py`): stop
 summaries and task lines as they stream.
 
 Imported by the CLI's verbs only (never at `tfctl --help`), so it may import rich at once.
@@ -11,7 +11,7 @@ import sys
 from tfctl import console
 from tfctl.cluster.output import Prefixer
 from tfctl.cluster.supervisors import StopReport
-from tfctl.controller.status_view import finding_text, number_ranges
+from tfctl.controller.views.status_table import finding_text, number_ranges
 from tfctl.tf.doctor import LiveNotes
 from tfctl.tf.noise import NoiseFolder
 

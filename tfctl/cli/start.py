@@ -20,8 +20,8 @@ from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import Cluster
     from tfctl.config.model import ClusterConfig
-    from tfctl.controller.plan import Draft, Plan
-    from tfctl.controller.supervise import Ending
+    from tfctl.controller.live.supervise import Ending
+    from tfctl.controller.start.plan import Draft, Plan
     from tfctl.runs.store import RunStore
 
 
@@ -66,7 +66,8 @@ def up(
     from tfctl import console
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
-    from tfctl.controller import up, watcher
+    from tfctl.controller.live import watcher
+    from tfctl.controller.verbs import up
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
@@ -147,7 +148,7 @@ def _print_warnings(config: ClusterConfig) -> None:
     from rich.text import Text
 
     from tfctl import console
-    from tfctl.controller import up
+    from tfctl.controller.verbs import up
 
     for warning in up.security_warnings(config):
         console.err().print(Text("warning: ", style="bold yellow") + Text(warning))
@@ -180,7 +181,8 @@ def _up_detached(
     import os
 
     from tfctl import console
-    from tfctl.controller import supervise, up, watcher
+    from tfctl.controller.live import supervise, watcher
+    from tfctl.controller.verbs import up
     from tfctl.runs.record import ControllerKind
 
     run = up.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
@@ -255,7 +257,7 @@ def _print_detached(run: Draft, hint_file: str) -> None:
 def _print_plan(plan: Plan) -> None:
     """What `up` would run, where, in which order: setup, then each task; and on its events."""
     from tfctl import console
-    from tfctl.controller.status_view import number_ranges
+    from tfctl.controller.views.status_table import number_ranges
 
     out = console.out()
     if plan.setup is not None:
@@ -288,7 +290,8 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl import console
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
-    from tfctl.controller import status_view, supervise
+    from tfctl.controller.live import supervise
+    from tfctl.controller.views import status_table, status_view
     from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
@@ -340,9 +343,9 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     ended = {s.task for s in statuses if s.state in (TaskState.SUCCEEDED, TaskState.FAILED)}
     quiet.update({t: s for t, s in notes.silent.items() if t not in quiet and t not in ended})
     never_ready = dataclasses.replace(found, never_ready={t: f for t, f in found.never_ready.items() if t not in quiet})
-    for note in status_view.never_ready_notes(never_ready, skip=culprit if finding else None):
+    for note in status_table.never_ready_notes(never_ready, skip=culprit if finding else None):
         err.print(note)
-    for note in status_view.untrained_notes(statuses, assessed, quiet):
+    for note in status_table.untrained_notes(statuses, assessed, quiet):
         err.print(note)
     if ending.outcome.succeeded:
         err.print(Text("job succeeded", style="green") + Text(f": {ending.outcome.reason}"))
@@ -351,7 +354,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     else:
         err.print(Text("job failed", style="red") + Text(f": {ending.outcome.reason}"))
         if culprit and finding is not None:
-            err.print(status_view.finding_text(culprit, finding))
+            err.print(status_table.finding_text(culprit, finding))
     render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
 
@@ -363,7 +366,7 @@ def watch_command(run_id: str) -> int:
     ends the run when the job is done."""
     import os
 
-    from tfctl.controller import supervise
+    from tfctl.controller.live import supervise
 
     os.nice(10)  # it mostly waits; the tasks starting beside it on this machine come first
     _log_ending(supervise.watch(run_store(), run_id))

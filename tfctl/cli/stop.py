@@ -40,7 +40,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
     """Stop every process of the run on every host, then prove nothing remains."""
     from tfctl import console
     from tfctl.cli import render
-    from tfctl.controller import down
+    from tfctl.controller.verbs import down
 
     store = run_store()
     typed_at = time.time()
@@ -67,7 +67,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         record = newer if newer is not None and newer.active and newer.created_at <= typed_at else None
     if sweep:
         from tfctl.config.loader import load_config
-        from tfctl.controller.plan import host_specs
+        from tfctl.controller.start.plan import host_specs
 
         if record is not None:
             hosts, default_grace = record.hosts, record.grace_period

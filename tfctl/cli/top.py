@@ -49,14 +49,14 @@ def top(
     import sys
 
     from tfctl import console
-    from tfctl.controller.rpc_messages import StatusAsk
-    from tfctl.controller.top_view import HISTORY, top_screen
+    from tfctl.controller.views.top_view import HISTORY, top_screen
 
     record = run_record(ctx, cluster_file, run_id)
     with status_asker(record) as ask:
 
         def fetch() -> dict[str, Any]:
-            return ask(StatusAsk(json=True, usage_history=HISTORY)).json or {}
+            shot, latest = ask(HISTORY)
+            return shot.to_json(latest, usage_history=True)
 
         out = console.out()
         if once or not sys.stdout.isatty():
@@ -73,7 +73,7 @@ def _live(fetch: Callable[[], dict[str, Any]], sort: str, interval: float) -> in
     from rich.live import Live
 
     from tfctl import console
-    from tfctl.controller.top_view import answer_key, top_screen
+    from tfctl.controller.views.top_view import answer_key, top_screen
 
     out = console.out()
     data = fetch()

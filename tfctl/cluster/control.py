@@ -215,7 +215,7 @@ def supervise(
         if not step.lost and on_status:
             on_status(statuses)
         if verdict is None and step.ask_judges and judge is not None:
-            verdict = engine.judged(judge(statuses))
+            verdict = engine.judged(judge(statuses, clock.monotonic()))
         if verdict is not None:
             return verdict.outcome
         clock.wait(cancel, poll)

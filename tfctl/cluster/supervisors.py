@@ -121,7 +121,7 @@ class HostInfo:
 @record
 class StopReport(Wire):
     """What `stop` did on every host, and what it could not prove gone. A live controller sends it
-    to the `down` that asked it (`controller/rpc_messages.py`)."""
+    to the `down` that asked it (`controller/live/rpc_messages.py`)."""
 
     processes: int = 0
     remaining: dict[str, list[int]] = records.field(default_factory=dict)  # host -> pids
@@ -183,6 +183,14 @@ class Cluster:
         two never diverge whichever thread writes (a move, a retired host, the silent hosts)."""
         with self._record_lock:
             stored = store.revise(self.record.run_id, change)
+            self.record = change(self.record)
+        return stored
+
+    def revise_if_recorded(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+        """`revise`; for a run forgotten meanwhile (a start that failed before it put anything on
+        a host), this copy alone, and None."""
+        with self._record_lock:
+            stored = store.revise_if_exists(self.record.run_id, change)
             self.record = change(self.record)
         return stored
 

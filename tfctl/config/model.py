@@ -191,7 +191,7 @@ class ClusterConfig:
     logdir: str | None = None
     # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.
     setup: tuple[str, ...] = ()
-    # Shell commands run on this machine on the run's events (`controller/notify.py`).
+    # Shell commands run on this machine on the run's events (`controller/live/notify.py`).
     notify: tuple[str, ...] = ()
     backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it

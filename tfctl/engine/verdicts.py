@@ -25,7 +25,9 @@ class Outcome:
         return self.state is RunState.SUCCEEDED
 
 
-Judge = Callable[[list[TaskStatus]], "Outcome | None"]
+# What ends a run beyond its tasks' states (a task hung for good, a scheduler ending the
+# allocation): asked with the look's states and the driver's clock (monotonic seconds).
+Judge = Callable[[Sequence[TaskStatus], float], "Outcome | None"]
 
 # How a run stopped by a `down` ends, whoever carries the `down` out.
 STOPPED_BY_DOWN = Outcome(RunState.STOPPED, "tfctl down")

@@ -106,7 +106,7 @@ class TaskSpec(Wire):
 
 @record
 class Move(Wire):
-    """A lost host's task started on a spare (`controller/spares.py`): kept on the record so
+    """A lost host's task started on a spare (`controller/live/spares.py`): kept on the record so
     `status` can show where a task went, and why."""
 
     TUPLES: ClassVar[tuple[str, ...]] = ("restarted",)

@@ -103,20 +103,20 @@ class RunStore:
     def update_if_active(self, run_id: str, **changes: Any) -> RunRecord | None:
         """`update` a run that is still active; None, changing nothing, once it has ended (a
         `down` typed while it started, say) or is no longer recorded."""
-        return self._update_when(run_id, lambda record: record.active, changes)
+        return self._revise_when(run_id, lambda record: record.active, lambda record: record.replace(**changes))
 
     def end_if_active(self, run_id: str, state: RunState, reason: str) -> RunRecord | None:
         """`end` a run nobody has ended yet, in one step under the lock: of two that end it at
         once (a `down` and a start that fails), the first one's words stay."""
         return self.update_if_active(run_id, state=state, reason=reason, ended_at=time.time())
 
-    def update_if_exists(self, run_id: str, **changes: Any) -> RunRecord | None:
-        """`update` a run still recorded; None for one forgotten meanwhile (a start that failed
+    def revise_if_exists(self, run_id: str, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+        """`revise` a run still recorded; None for one forgotten meanwhile (a start that failed
         before it put anything on a host)."""
-        return self._update_when(run_id, lambda _record: True, changes)
+        return self._revise_when(run_id, lambda _record: True, change)
 
-    def _update_when(
-        self, run_id: str, wanted: Callable[[RunRecord], bool], changes: dict[str, Any]
+    def _revise_when(
+        self, run_id: str, wanted: Callable[[RunRecord], bool], change: Callable[[RunRecord], RunRecord]
     ) -> RunRecord | None:
         with self.lock():
             if not self.exists(run_id):
@@ -124,7 +124,7 @@ class RunStore:
             record = self.load(run_id)
             if not wanted(record):
                 return None
-            record = record.replace(**changes)
+            record = change(record)
             self.save(record)
             return record
 

@@ -15,8 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from tfctl.cluster.supervisors import Cluster
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.verdicts import Outcome
-from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (
     CLEARED_BY_PROGRESS,
     WAITS,
@@ -30,7 +29,7 @@ from tfctl.tf.diagnose import (
 )
 from tfctl.tf.explain import PeerInfo, explain, is_news
 from tfctl.tf.progress import RunProgress
-from tfctl.tf.silence import Output, Silence, outputs, silences
+from tfctl.tf.silence import Output, Silence, silences
 
 TAIL_LINES = 200
 HANGS = WAITS  # kinds that fail a run once they last
@@ -51,6 +50,11 @@ def peers(statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
 def peers_now(cluster: Cluster) -> dict[str, PeerInfo]:
     """Every task as it is now, with whether it trains (its recent progress lines, or TF's)."""
     statuses, _ = cluster.status(progress=RunProgress(cluster.record.progress).rule(), tail=TAIL_LINES)
+    return known_peers(cluster, statuses)
+
+
+def known_peers(cluster: Cluster, statuses: Sequence[TaskStatus]) -> dict[str, PeerInfo]:
+    """`peers_now` of statuses asked with their tails."""
     return _known(cluster, statuses, {s.task: list(s.tail) for s in statuses if s.tail is not None})
 
 
@@ -100,95 +104,6 @@ def diagnose_run(
                 never_ready[s.task] = explain(waits[0], known, cluster.reachable)
     meaningful = {task: last_meaningful(lines) or "" for task, lines in tails.items()}
     return RunDiagnosis(findings, meaningful, never_ready)
-
-
-class SilenceJudge:
-    """Tells, once, of a task that has printed nothing for `limit` seconds while a task of its job
-    went on (`tf.silence`: with TF's defaults nothing else tells), and remembers every silence
-    of `silence.AT_END` seconds or more for `HangJudge`: a task that later hangs waiting for a
-    peer that finished (a retry of its session) hangs because of it. Never ends a run itself.
-    Asks the hosts every `every` seconds, apart from supervision's own looks."""
-
-    def __init__(self, cluster: Cluster, limit: float, say: Callable[[str], None], every: float = 10.0) -> None:
-        self.cluster = cluster
-        self.limit = limit
-        self.say = say
-        self.every = every
-        self.progress = RunProgress(cluster.record.progress)
-        self.seen: dict[str, Silence] = {}  # task -> its silence, until it logs a step
-        self._told: set[str] = set()
-        self._last_check = 0.0
-
-    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
-        now = time.monotonic()
-        if now - self._last_check < self.every or not any(s.state is TaskState.RUNNING for s in statuses):
-            return None
-        self._last_check = now
-        looked, _ = self.cluster.status(progress=self.progress.rule())
-        quiet = self._silences(looked)
-        due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
-        if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
-            looked, _ = self.cluster.status(progress=self.progress.rule(), count_lines=True)
-            quiet = self._silences(looked)
-            self.seen.update(quiet)
-        assessed = self.progress.assess(looked)
-        for task in [t for t in self.seen if t in assessed and assessed[t].step is not None]:
-            del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
-        for task, silence in quiet.items():
-            if silence.quiet >= self.limit and task not in self._told:
-                self._told.add(task)
-                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}")
-        return None
-
-    def _silences(self, looked: Sequence[TaskStatus]) -> dict[str, Silence]:
-        clock = max((s.observed_at for s in looked if s.observed_at is not None), default=time.time())
-        return silences(outputs(looked, self.progress.assess(looked), {}), clock)
-
-
-class HangJudge:
-    """Ends a run whose task has waited on a peer for longer than `limit` seconds.
-
-    TF never gives up on its own: CreateSession waits forever, and so do non-chief workers
-    whose chief finished and MWMS workers missing a peer. Checked every `every` seconds. A task
-    that was silent while its peers trained (`silent`, from `SilenceJudge`) hangs because it
-    never trained: that is the cause given, not the wait its retry shows now.
-    """
-
-    def __init__(
-        self, cluster: Cluster, limit: float, every: float = 5.0, *, silent: Mapping[str, Silence] | None = None
-    ) -> None:
-        self.cluster = cluster
-        self.limit = limit
-        self.every = every
-        self.silent = silent if silent is not None else {}
-        self._first_seen: dict[tuple[str, Kind], float] = {}
-        self._last_check = 0.0
-
-    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
-        now = time.monotonic()
-        if now - self._last_check < self.every:
-            return None
-        self._last_check = now
-        running = [s.task for s in statuses if s.state is TaskState.RUNNING]
-        tails = self.cluster.tails(running, TAIL_LINES) if running else {}
-        waiting: dict[tuple[str, Kind], Finding] = {}
-        for task, lines in tails.items():
-            for finding in diagnose(task, lines):
-                if finding.kind in HANGS:
-                    waiting[(task, finding.kind)] = finding
-        self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
-        for key, since in self._first_seen.items():
-            if now - since >= self.limit:
-                silence = self.silent.get(key[0])
-                if silence is not None:
-                    cause, fix = f"{silence.text()}; {silence.cause}", silence.fix
-                else:
-                    finding = explain(waiting[key], peers_now(self.cluster), self.cluster.reachable)
-                    cause, fix = finding.cause, finding.fix
-                return Outcome(
-                    RunState.FAILED, f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})", key[0]
-                )
-        return None
 
 
 class LiveNotes:

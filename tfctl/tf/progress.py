@@ -19,15 +19,13 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from tfctl.engine.verdicts import Outcome
-from tfctl.supervisor.protocol import Mark, ProgressRule, RestartRequest, RunState, TaskState
+from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import Cluster
     from tfctl.engine.observed import TaskStatus
-    from tfctl.runs.record import ProgressSpec, TaskSpec
+    from tfctl.runs.record import ProgressSpec
 
 DEFAULT_WINDOW = 60.0
 MIN_SPAN = 2.0  # seconds between two samples for a rate: line times are exact to a second
@@ -262,67 +260,6 @@ class RunProgress:
             )
             for s in statuses
         }
-
-
-STALL_CHECK_EVERY = 5.0  # seconds between two looks for stalled tasks during supervision
-
-
-class StallJudge:
-    """Acts on tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
-    naming the first; `warn` and `restart` tell `on_stall(task, reason, what was done)` once per
-    stall (a task that steps again and stalls later is told again) and let the run go on, and
-    `restart` has the monitors of the stalled task's job restart its running tasks, within their
-    restart policy. A run nobody watches is where this matters: the controller looks, not a user.
-    Asks the hosts every STALL_CHECK_EVERY seconds, apart from supervision's own looks, which
-    read no progress lines."""
-
-    def __init__(self, cluster: Cluster, on_stall: Callable[[str, str, str], None]) -> None:
-        self.cluster = cluster
-        self.progress = RunProgress(cluster.record.progress)
-        self.action = cluster.record.progress.on_stall
-        self.on_stall = on_stall
-        self._told: set[str] = set()
-        self._last_check = 0.0
-
-    def __call__(self, statuses: list[TaskStatus]) -> Outcome | None:
-        now = time.monotonic()
-        if now - self._last_check < STALL_CHECK_EVERY:
-            return None
-        self._last_check = now
-        running = {s.task for s in statuses if s.state is TaskState.RUNNING}
-        if not running:
-            return None
-        tasks = [t for t in self.cluster.record.tasks if t.name in running]
-        looked, _ = self.cluster.status(tasks, progress=self.progress.rule())
-        assessed = self.progress.assess(looked)
-        stalled = [s for s in looked if "stalled" in assessed[s.task].flags]
-        self._told &= {s.task for s in stalled}
-        for s in stalled:
-            if s.task in self._told:
-                continue
-            quiet = assessed[s.task].quiet_for or 0.0
-            why = f"stalled: no step for {quiet:.0f}s (progress.stall_timeout {self.progress.stall_timeout:g}s)"
-            reason = f"{s.task} on {s.host} {why}"
-            if self.action == "fail":
-                return Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task)
-            self._told.add(s.task)
-            if self.action == "restart":
-                asked = self._restart([t for t in tasks if t.job == s.job], why)
-                self._told.update(asked)  # its job's other stalled tasks are restarted already
-                done = f"restarting {', '.join(asked) or 'nothing: none still runs'} (progress.on_stall: restart)"
-            else:
-                done = "the run goes on (progress.on_stall: warn)"
-            self.on_stall(s.task, reason, done)
-        return None
-
-    def _restart(self, tasks: list[TaskSpec], why: str) -> list[str]:
-        """Have the tasks' monitors restart them; the tasks asked (those running on a host that answered)."""
-        grouped = self.cluster.by_host(tasks)
-        run_id = self.cluster.record.run_id
-        answers = self.cluster.fan_out(
-            grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], why))
-        )
-        return sorted(name for answer in answers.succeeded.values() for name in answer.asked)
 
 
 TRAINING_JOBS = ("chief", "worker")  # the jobs whose output shows training progress

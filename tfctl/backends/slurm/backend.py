@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
 from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
@@ -134,13 +133,13 @@ class StepLauncher:
 
 def allocation_judge(allocation: SlurmAllocation, run: Runner = run_slurm) -> Judge:
     """Fails the run once Slurm ends the allocation under it (time limit, preemption, scancel)."""
-    looked = 0.0
+    looked: float | None = None
 
-    def judge(_statuses: Sequence[Any]) -> Outcome | None:
+    def judge(_statuses: Sequence[Any], now: float) -> Outcome | None:
         nonlocal looked
-        if time.monotonic() - looked < JUDGE_EVERY:
+        if looked is not None and now - looked < JUDGE_EVERY:
             return None
-        looked = time.monotonic()
+        looked = now
         state = job_state(allocation.job_id, run)
         if not state.ended:
             return None

@@ -1,7 +1,7 @@
 """The ssh backend's cluster-file keys. Its `ssh:` and `hosts:` sections are the cluster file's
 own (`tfctl.config.ssh_hosts`): every run's hosts are reached by them, whichever backend places
 the tasks. Its own key is `spares:`, the hosts that take over a lost host's tasks
-(`controller/spares.py`); only the file's own hosts can have spares, so another backend refuses it."""
+(`controller/live/spares.py`); only the file's own hosts can have spares, so another backend refuses it."""
 
 from __future__ import annotations
 

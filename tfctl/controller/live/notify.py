@@ -41,7 +41,7 @@ class EventKind(str, enum.Enum):
     STOPPED = "stopped"
     STALLED = "stalled"  # a task made no step for `progress.stall_timeout` (`on_stall: warn`)
     RESTARTED = "restarted"  # a task's restart policy started it again
-    MOVED = "moved"  # a lost host's task started on a spare (`controller/spares.py`)
+    MOVED = "moved"  # a lost host's task started on a spare (`controller/live/spares.py`)
     RESUBMITTED = "resubmitted"  # the allocation ended under the run (time limit, preemption): it goes on in a new one
 
     def __str__(self) -> str:

@@ -7,8 +7,8 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfctl.cluster.supervisors import Cluster, StopReport
-from tfctl.controller.rpc import ControllerDoor, socket_path
-from tfctl.controller.rpc_messages import DownAsk, DownReply, LogNote, LogsAsk, LogsPart, StatusAsk, StatusReply
+from tfctl.controller.live.rpc import ControllerDoor, socket_path
+from tfctl.controller.live.rpc_messages import DownAsk, DownReply, LogNote, LogsAsk, LogsPart, StatusAsk, StatusReply
 from tfctl.runs.store import RunStore
 
 if TYPE_CHECKING:
@@ -29,9 +29,9 @@ def controller_door(
     watcher ends its supervision first; an attached `up` stops at once) and says what it did."""
 
     def status(request: StatusAsk) -> StatusReply:
-        from tfctl.controller.status_view import status_answer
+        from tfctl.controller.views.status_view import snapshot
 
-        return status_answer(cluster, store.load(cluster.record.run_id), request)
+        return StatusReply(snapshot(cluster, request.usage_history).to_plain())
 
     def down(request: DownAsk) -> DownReply:
         report, released = on_down(request.grace)

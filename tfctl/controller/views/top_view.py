@@ -20,7 +20,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from tfctl import console
-from tfctl.controller.status_view import duration, rate_text, state_style
+from tfctl.controller.views.status_table import duration, rate_text, state_style
 
 SPARKS = "▁▂▃▄▅▆▇█"
 HISTORY = 20  # samples in each sparkline: a minute at the monitors' pace

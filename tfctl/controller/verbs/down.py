@@ -12,7 +12,7 @@ from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.supervisors import Cluster, StopReport
-from tfctl.controller.watcher import stop_watcher, wait_gone
+from tfctl.controller.live.watcher import stop_watcher, wait_gone
 from tfctl.errors import TfctlError
 from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import HostSpec, RunRecord
@@ -42,11 +42,13 @@ def stop_run(
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent
     cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
-    store.update_if_exists(cluster.record.run_id, left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
+    cluster.revise_if_recorded(
+        store, lambda r: r.replace(left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
+    )
     released = release(cluster.record)
     if released is not None and "accounting" in released.fields:  # the scheduler's own figures, beside tfctl's
         figures = {**(cost or {}), cluster.record.backend: released.fields["accounting"]}
-        store.update_if_exists(cluster.record.run_id, accounting=figures)
+        cluster.revise_if_recorded(store, lambda r: r.replace(accounting=figures))
     return report, released
 
 
@@ -74,8 +76,8 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     """Stop every task, then release what the run's backend holds; the report, and what the
     backend says once released (None: it held nothing). A live controller on this machine does
     it with the connections it holds; else this process connects to every host."""
-    from tfctl.controller import rpc as live
-    from tfctl.controller.rpc_messages import DownAsk
+    from tfctl.controller.live import rpc as live
+    from tfctl.controller.live.rpc_messages import DownAsk
 
     answer = live.ask(store.run_dir(record.run_id), record, DownAsk(grace), _down_patience(record, grace))
     if answer is not None and answer.stop is not None:

@@ -13,10 +13,10 @@ from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
-from tfctl.controller.notify import EventKind, Notifier, RunEvent
-from tfctl.controller.plan import Draft
-from tfctl.controller.restarting import Restarting
-from tfctl.controller.up import drafted, start_again
+from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.live.restarting import Restarting
+from tfctl.controller.start.plan import Draft
+from tfctl.controller.verbs.up import drafted, start_again
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd, RunRecord

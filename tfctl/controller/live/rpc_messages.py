@@ -30,32 +30,21 @@ class DoorRequest(Wire, Generic[A]):
 
 
 @record
-class Terminal(Wire):
-    """How the asker's stdout prints (`console.stdout_traits`), for the table to be rendered as it
-    would be there."""
-
-    tty: bool
-    color: bool
-    width: int
-
-
-@record
 class StatusReply(Wire):
-    json: dict[str, Any] | None = None  # `status --json`'s object, when asked for
-    text: str | None = None  # else the table, rendered for the asker's terminal
+    """What `status` shows, as plain data (`views.status_view.Snapshot.to_plain`): the terminal
+    that asked renders it, as a table or as JSON."""
+
+    snapshot: dict[str, Any]
 
 
 @record
 class StatusAsk(DoorRequest[StatusReply]):
-    """`tfctl status` of the run."""
+    """`tfctl status` (and `top`) of the run."""
 
     VERB: ClassVar[str] = "status"
     ANSWER: ClassVar[type[Wire]] = StatusReply
-    NESTED: ClassVar[Mapping[str, Any]] = {"console": ("one", Terminal)}
 
-    json: bool = False
-    console: Terminal | None = None  # without `json`: the terminal to render the table for
-    usage_history: int = 0  # with `json`: also each task's last samples of CPU and memory (`top`)
+    usage_history: int = 0  # also each task's last samples of CPU and memory (`top`)
 
 
 # ---------------------------------------------------------------- down

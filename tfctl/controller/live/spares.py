@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import LOST_HOST_PATIENCE, Cluster
 from tfctl.config.model import host_port
-from tfctl.controller.notify import EventKind, Notifier, RunEvent
-from tfctl.controller.restarting import Restarting
+from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.live.restarting import Restarting
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore

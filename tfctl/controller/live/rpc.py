@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, TypeVar, cast
 
 from tfctl import trace
-from tfctl.controller.rpc_messages import DoorRequest
-from tfctl.controller.watcher import controller_lives
+from tfctl.controller.live.rpc_messages import DoorRequest
+from tfctl.controller.live.watcher import controller_lives
 from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.records import Wire

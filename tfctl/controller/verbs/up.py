@@ -18,12 +18,12 @@ from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
-from tfctl.controller.down import release
-from tfctl.controller.notify import EventKind, Notifier, RunEvent
-from tfctl.controller.plan import Draft, Plan, draft, make_plan, remote_workdir
-from tfctl.controller.setup_commands import once_per_workdir, run_setup
-from tfctl.controller.watcher import controller_gone, controller_of_this_process
-from tfctl.controller.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
+from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.live.watcher import controller_gone, controller_of_this_process
+from tfctl.controller.start.plan import Draft, Plan, draft, make_plan, remote_workdir
+from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
+from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
+from tfctl.controller.verbs.down import release
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
@@ -244,13 +244,14 @@ def _start(
         # gets what the tasks ask for, and its scheduler hands them out).
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
         plan = make_plan(Draft(config, record), devices)
-        record = cluster.record = plan.record
         versions = {
             "tfctl": metadata.version("tfctl"),
             **{i.host: f"python {i.python or '?'}, {i.tensorflow or 'no tensorflow'}" for i in infos},
         }
-        record = cluster.record = record.replace(versions=versions)
-        store.update(record.run_id, tasks=record.tasks, essential=record.essential, versions=versions)
+        cluster.revise(
+            store, lambda r: r.replace(tasks=plan.record.tasks, essential=plan.record.essential, versions=versions)
+        )
+        record = cluster.record
         busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
             lines = [

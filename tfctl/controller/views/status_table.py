@@ -1,13 +1,8 @@
-"""`status` as a person sees it: the snapshot of every task, the table, and the notes under it.
-
-The run's live controller renders it too, for a `status` asked from another terminal through its
-door (`rpc_handlers`), exactly as that terminal would print it; so it lives below the CLI.
-rich is imported with this module, which the CLI and a started run's controller load only.
-"""
+"""`status` as a person sees it: the table, and the notes under it, rendered from a `Snapshot` by
+the process that has the terminal (the run's live controller sends the snapshot as data)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -15,18 +10,15 @@ from rich.console import Group
 from rich.text import Text
 
 from tfctl import console
-from tfctl.backends.base import BackendReport, backend_for
-from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
-from tfctl.controller.rpc_messages import StatusAsk, StatusReply
+from tfctl.controller.views.status_view import Snapshot, host_problems
 from tfctl.engine.observed import TaskStatus
-from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
-from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
-from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
-from tfctl.tf.progress import RunProgress, TaskProgress, never_stepped, unread_progress
-from tfctl.tf.silence import AT_END, Silence, outputs, silences
+from tfctl.tf.doctor import RunDiagnosis
+from tfctl.tf.progress import TaskProgress, never_stepped, unread_progress
+from tfctl.tf.silence import Silence
 
 
 def number_ranges(numbers: Sequence[int], separator: str = ", ") -> str:
@@ -63,131 +55,6 @@ def duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """Everything `status` shows, asked for once."""
-
-    statuses: list[TaskStatus]
-    unreachable: dict[str, Exception]
-    diagnosis: RunDiagnosis
-    progress: dict[str, TaskProgress]
-    backend: BackendReport | None = None  # what the run's backend says of its own state
-    silent: dict[str, Silence] = dataclasses.field(default_factory=dict)  # `tf.silence`
-
-    def cost(self, record: RunRecord) -> dict[str, Any]:
-        """Wall time, CPU- and GPU-hours so far; for a stopped run, as counted when it stopped
-        (its tasks' hosts may be gone since)."""
-        if record.accounting is not None and not record.active:
-            return record.accounting
-        now = time.time()
-        reached = [s.cost(now) for s in self.statuses if s.state is not TaskState.UNREACHABLE]
-        return cost_json(reached, (record.ended_at or now) - record.created_at)
-
-    def to_json(self, record: RunRecord, usage_history: bool = False) -> dict[str, Any]:
-        run = {
-            "id": record.run_id,
-            "cluster": record.cluster_name,
-            "file": record.cluster_file,
-            "state": record.state.value,
-            "reason": record.reason,
-            "started_at": record.created_at,
-            "ended_at": record.ended_at,
-            "resumes": record.resumes,
-            "allocations": {
-                "now": len(record.allocations) + 1,
-                "most": record.resubmits + 1,
-                "ended": [end.to_wire() for end in record.allocations],
-            },
-            "unreachable_hosts": {host: str(getattr(e, "message", e)) for host, e in sorted(self.unreachable.items())},
-            "host_problems": host_problems(self.statuses),
-            "spares": list(record.spares),
-            "moves": [m.to_wire() for m in record.moves],
-            "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
-            "accounting": self.cost(record),
-        }
-        if self.backend is not None:
-            run[record.backend] = dict(self.backend.fields)
-        tasks = []
-        for s in self.statuses:
-            p = self.progress[s.task]
-            tasks.append(
-                {
-                    **s.to_json(),
-                    "step": p.step,
-                    "steps_per_sec": p.steps_per_sec,
-                    "epoch": p.epoch,
-                    "flags": list(p.flags),
-                    "diagnosis": finding_json(
-                        self.diagnosis.findings.get(s.task) or self.diagnosis.never_ready.get(s.task)
-                    )
-                    or silence_json(self.silent.get(s.task), record.active),
-                    **({"usage_history": [u.to_wire() for u in s.usage_history]} if usage_history else {}),
-                }
-            )
-        return {"run": run, "tasks": tasks}
-
-
-def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
-    progress = RunProgress(cluster.record.progress)
-    ended = not cluster.record.active  # its logs grow no more: counting their lines costs once
-    statuses, unreachable = cluster.status(
-        progress=progress.rule(), tail=TAIL_LINES, usage_history=usage_history, count_lines=ended
-    )
-    statuses = traceless(cluster.record, statuses)
-    found = diagnose_run(cluster, statuses)
-    statuses = [dataclasses.replace(s, last_line=found.last_lines.get(s.task) or s.last_line) for s in statuses]
-    held = backend_for(cluster.record.backend).report(cluster.record)
-    assessed = progress.assess(statuses)
-    return Snapshot(
-        statuses, unreachable, found, assessed, held, silent_tasks(cluster.record, statuses, assessed, found)
-    )
-
-
-def silent_tasks(
-    record: RunRecord, statuses: Sequence[TaskStatus], progress: Mapping[str, TaskProgress], found: RunDiagnosis
-) -> dict[str, Silence]:
-    """The tasks that printed nothing while their peers went on (`tf.silence`): once the run
-    ended, after `silence.AT_END` seconds of it; while it runs, after its `hang_timeout`. A task
-    whose log already says what it waits for is left to that diagnosis."""
-    told = {*found.findings, *found.never_ready}
-    least = AT_END if not record.active else record.hang_timeout or record.startup_timeout
-    now = max((s.observed_at for s in statuses if s.observed_at is not None), default=time.time())
-    quiet = silences(outputs(statuses, progress, found.last_lines), now, least)
-    return {task: s for task, s in quiet.items() if task not in told}
-
-
-def silence_json(silence: Silence | None, live: bool) -> dict[str, Any] | None:
-    """A silent task's entry where `status --json` puts a diagnosis."""
-    if silence is None:
-        return None
-    return {
-        "kind": "silent",
-        "cause": f"{silence.text(ended=not live)}; {silence.cause}",
-        "fix": silence.fix,
-        "evidence": silence.after,
-        "peer": silence.peer,
-    }
-
-
-def traceless(record: RunRecord, statuses: list[TaskStatus]) -> list[TaskStatus]:
-    """A task of a run past its start whose host has no trace of it is not `pending`: its folder
-    there was deleted (or, in a start that failed, it never started). Shown as lost, saying so;
-    a task moved to a spare is left pending while it starts there."""
-    if record.state is RunState.STARTING:
-        return statuses
-    moved = {m.task for m in record.moves}
-    return [
-        dataclasses.replace(
-            s,
-            state=TaskState.LOST,
-            error=f"no trace of it on {s.host} (its folder there was deleted, or it never started)",
-        )
-        if s.state is TaskState.PENDING and s.task not in moved
-        else s
-        for s in statuses
-    ]
-
-
 def unreachable_text(since: float) -> str:
     """` (since 12:03:04, 41s)`: when the run's controller last heard from the host, and how long ago."""
     return f" (since {time.strftime('%H:%M:%S', time.localtime(since))}, {duration(time.time() - since)})"
@@ -214,16 +81,10 @@ def rate_text(rate: float | None) -> str:
     return f"{rate:.3g}" if rate < 100 else f"{rate:.0f}"
 
 
-def status_answer(cluster: Cluster, record: RunRecord, request: StatusAsk) -> StatusReply:
-    """`status`, asked here or of the run's live controller from another terminal (see `rpc`):
-    the JSON, or the table as that terminal's console would print it (`console.stdout_traits`)."""
-    shot = snapshot(cluster, request.usage_history)
-    if request.json:
-        return StatusReply(json=shot.to_json(record, usage_history=request.usage_history > 0))
-    if request.console is None:
-        raise ValueError("a status table needs the terminal to render it for")
-    traits = request.console
-    return StatusReply(text=console.rendered(status_table(shot, record, traits.width), traits.to_wire()))
+def status_text(shot: Snapshot, record: RunRecord) -> str:
+    """The table as this process's stdout prints it (it may have been resized since the last one)."""
+    traits = console.stdout_traits()
+    return console.shown(console.rendered(status_table(shot, record, traits["width"]), traits))
 
 
 def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
@@ -293,7 +154,7 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         table.add_row(
             *row[:2], Text(row[2], style=state_style(row[2].split()[0].rstrip(","))), *row[3:-1], Text(row[-1])
         )
-    captions = [f"unreachable: {host}: {getattr(e, 'message', e)}" for host, e in sorted(unreachable.items())]
+    captions = [f"unreachable: {host}: {why}" for host, why in sorted(unreachable.items())]
     captions += [f"{host}: {problem}" for host, problem in sorted(host_problems(statuses).items())]
     captions += [f"{s.task} {s.describe_end()}" for s in statuses if s.state is TaskState.LOST and s.error]
     if captions:
@@ -303,11 +164,6 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
     notes += untrained_notes(shot.statuses, shot.progress, shot.silent, ended=not record.active)
     notes += unread_progress_notes(shot.statuses, shot.progress)
     return Group(table, *notes) if notes else table
-
-
-def host_problems(statuses: list[TaskStatus]) -> dict[str, str]:
-    """host -> why its state directory refuses writes: its tasks' ends wait there, unrecorded."""
-    return {s.host: s.host_problem for s in statuses if s.host_problem}
 
 
 def unread_progress_notes(statuses: list[TaskStatus], progress: dict[str, TaskProgress]) -> list[Text]:

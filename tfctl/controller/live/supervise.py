@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.supervisors import Cluster, StopReport
-from tfctl.controller import watcher
-from tfctl.controller.down import stop_run
-from tfctl.controller.notify import EventKind, Notifier, RestartWatch, RunEvent
-from tfctl.controller.plan import Draft
-from tfctl.controller.restarting import Restarting
-from tfctl.controller.resubmit import carry_on
-from tfctl.controller.spares import Mover
-from tfctl.controller.up import launch
-from tfctl.controller.watcher import Report, controller_of_this_process
+from tfctl.controller.live import watcher
+from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
+from tfctl.controller.live.restarting import Restarting
+from tfctl.controller.live.resubmit import carry_on
+from tfctl.controller.live.spares import Mover
+from tfctl.controller.live.watcher import Report, controller_of_this_process
+from tfctl.controller.start.plan import Draft
+from tfctl.controller.verbs.down import stop_run
+from tfctl.controller.verbs.up import launch
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
 from tfctl.errors import TfctlError
@@ -59,7 +59,8 @@ def finish(
     run ended, and tell the `notify:` commands (through `notifier`, which the caller closes;
     else waiting for them here)."""
     report, backend = stop_run(store, cluster, grace, outcome.silent)
-    record = store.end(cluster.record.run_id, outcome.state, outcome.reason)
+    ended_at = time.time()
+    record = cluster.revise(store, lambda r: r.replace(state=outcome.state, reason=outcome.reason, ended_at=ended_at))
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
         notifier.send(event)
@@ -82,7 +83,7 @@ def attach(
     KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
     """
     from tfctl.cluster.output import LogFollower
-    from tfctl.controller.rpc_handlers import controller_door
+    from tfctl.controller.live.rpc_handlers import controller_door
 
     following = _Following(LogFollower(cluster, cluster.record.tasks, follow=True))
     notifier = Notifier.of(cluster.record)
@@ -238,11 +239,11 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
 
 
 def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
-    """What ends a run beyond its tasks' states: a task hung for good, its backend's own end (a
-    scheduler ending the allocation), a stalled task (`on_stall: fail`; with `warn`, a line and
-    a `stalled` event for `notifier`)."""
-    from tfctl.tf.doctor import HangJudge, SilenceJudge
-    from tfctl.tf.progress import StallJudge
+    """What ends a run beyond its tasks' states: its backend's own end (a scheduler ending the
+    allocation), a task hung for good, a stalled task (`on_stall: fail`; with `warn`, a line and
+    a `stalled` event for `notifier`). The TF judges share one look (`tf.judges.Judging`)."""
+    from tfctl.tf.judges import HangJudge, Judging, SightJudge, SilenceJudge, StallJudge, first_verdict, restart_tasks
+    from tfctl.tf.progress import RunProgress
 
     record = cluster.record
 
@@ -250,16 +251,14 @@ def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
         notifier.say(f"warning: {reason}; {done}")
         notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
 
-    limit = record.hang_timeout
-    judges: list[Judge] = []
-    if limit:
-        silence = SilenceJudge(cluster, limit, notifier.say)
-        judges += [silence, HangJudge(cluster, limit, silent=silence.seen)]
-    judges.append(StallJudge(cluster, stalled))
+    progress = RunProgress(record.progress)
+    judges: list[SightJudge] = []
+    if record.hang_timeout:
+        silence = SilenceJudge(progress, record.hang_timeout, notifier.say)
+        judges += [silence, HangJudge(record.hang_timeout, silent=silence.seen)]
+    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall, stalled, restart_tasks(cluster)))
     backend_judge = backend_for(record.backend).judge(record)
-    if backend_judge is not None:
-        judges.insert(0, backend_judge)
-    return lambda statuses: next((o for o in (judge(statuses) for judge in judges) if o is not None), None)
+    return first_verdict([j for j in (backend_judge, Judging(cluster, judges)) if j is not None])
 
 
 def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
@@ -317,7 +316,7 @@ def watch(store: RunStore, run_id: str) -> Ending | None:
 def _watch(store: RunStore, cluster: Cluster, stopping: Cancel) -> Ending | None:
     """Supervise until decided, then stop the run. `stopping` (SIGTERM) ends it without
     stopping anything; a `down` through its door stops the run with its connections."""
-    from tfctl.controller.rpc_handlers import controller_door
+    from tfctl.controller.live.rpc_handlers import controller_door
 
     handover = DownHandover(stopping)
     with controller_door(store, cluster, handover.ask), Notifier.of(cluster.record) as notifier:

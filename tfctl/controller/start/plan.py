@@ -17,7 +17,7 @@ from tfctl.cluster.agent import REMOTE_ROOT, interpreter
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices
 from tfctl.config.model import ClusterConfig
-from tfctl.controller.setup_commands import Setup, plan_setup
+from tfctl.controller.start.setup_commands import Setup, plan_setup
 from tfctl.runs.record import HostSpec, ProgressSpec, RunRecord
 from tfctl.tf import tasks as tf_cluster
 

@@ -22,8 +22,8 @@ from typing import Mapping, Sequence
 from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
-from tfctl.controller.report import Event, Resources, RunReport, Span, TaskReport
-from tfctl.controller.status_view import silent_tasks
+from tfctl.controller.views.report import Event, Resources, RunReport, Span, TaskReport
+from tfctl.controller.views.status_view import silent_tasks
 from tfctl.engine.observed import TaskStatus, describe_end
 from tfctl.runs.accounting import scheduler_text
 from tfctl.runs.record import RunRecord, TaskSpec

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
 from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
-from tfctl.controller.plan import Plan
-from tfctl.controller.up import version_warnings
+from tfctl.controller.start.plan import Plan
+from tfctl.controller.verbs.up import version_warnings
 from tfctl.supervisor.protocol import PortInfo
 
 if TYPE_CHECKING:

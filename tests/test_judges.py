@@ -1,0 +1,181 @@
+"""The judges (`tf.judges`) as tables on the time passed in: what a look saw, when, and what each
+judge says of it. No host, no thread, no sleep: each row is one look."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence, cast
+
+import pytest
+
+from tests.fakes import record_of
+from tfctl.cluster.supervisors import Cluster
+from tfctl.engine.observed import TaskStatus
+from tfctl.runs.record import ProgressSpec, TaskSpec
+from tfctl.supervisor.protocol import RunState, TaskState
+from tfctl.tf.explain import PeerInfo
+from tfctl.tf.judges import HangJudge, Judging, Sight, SilenceJudge, StallJudge
+from tfctl.tf.progress import RunProgress, TaskProgress
+from tfctl.tf.silence import Silence
+
+WAITING = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
+TASKS = {"ps:0": "h0", "worker:0": "h1", "worker:1": "h2"}
+RECORD = record_of(TASKS)
+
+
+def status(name: str, state: str = "running", tail: Sequence[str] = ()) -> TaskStatus:
+    job, index = name.split(":")
+    return TaskStatus(name, job, int(index), TASKS[name], 2222, TaskState(state), tail=tuple(tail))
+
+
+def sight(
+    tails: dict[str, list[str]] | None = None,
+    flags: dict[str, tuple[str, ...]] | None = None,
+    ended: tuple[str, ...] = (),
+    counted: Callable[[], Sequence[TaskStatus]] | None = None,
+) -> Sight:
+    tails, flags = tails or {}, flags or {}
+    statuses = [status(n, "succeeded" if n in ended else "running", tails.get(n, ())) for n in TASKS]
+    progress = {n: TaskProgress(None, None, flags.get(n, ()), quiet_for=100.0) for n in TASKS}
+    peers = {s.task: PeerInfo.from_status(s) for s in statuses}
+    return Sight(statuses, progress, counted or (lambda: statuses), lambda: peers)
+
+
+# --------------------------------------------------------------------------- hang_timeout
+
+# (when each look is weighed, whether worker:1's tail shows TF's wait then) -> the look that fails
+HANG = [
+    # Waiting at 0, 5, 10: 10 s of patience run out at the look weighed at 10, not earlier.
+    ([(0, True), (5, True), (10, True)], 2),
+    # The wait ends (a peer came) and starts again: counted afresh from when it was seen again.
+    ([(0, True), (5, False), (6, True), (12, True), (16, True)], 4),
+    # Never waits long enough.
+    ([(0, True), (9, False), (10, True), (19, True)], None),
+]
+
+
+@pytest.mark.parametrize("looks, fails_at", HANG)
+def test_a_wait_fails_the_run_once_it_lasted_hang_timeout(
+    looks: list[tuple[float, bool]], fails_at: int | None
+) -> None:
+    judge = HangJudge(10.0)
+    verdicts = [judge(sight({"worker:1": ["starting", WAITING] if waits else ["step 1"]}), now) for now, waits in looks]
+    failed = [i for i, v in enumerate(verdicts) if v is not None]
+    assert failed[:1] == ([] if fails_at is None else [fails_at])
+    if fails_at is not None:
+        verdict = verdicts[fails_at]
+        assert verdict is not None and verdict.state is RunState.FAILED and verdict.culprit == "worker:1"
+        assert verdict.reason.startswith("worker:1 has been stuck for over 10s: ")
+
+
+def test_a_hang_after_a_silence_is_blamed_on_the_silence() -> None:
+    silence = Silence("worker:1", 40.0, "starting", "worker:0", "reached step 900", "it never joined", "check it")
+    judge = HangJudge(10.0, silent={"worker:1": silence})
+    waiting = sight({"worker:1": [WAITING]})
+    assert judge(waiting, 100.0) is None
+    verdict = judge(waiting, 110.0)
+    assert verdict is not None and "printed nothing for 40 s" in verdict.reason and "(fix: check it)" in verdict.reason
+
+
+# --------------------------------------------------------------------------- progress.on_stall
+
+
+def stall_judge(action: str) -> tuple[StallJudge, list[tuple[str, str]], list[list[str]]]:
+    told: list[tuple[str, str]] = []
+    asked: list[list[str]] = []
+
+    def restart(tasks: list[TaskSpec], why: str) -> list[str]:
+        asked.append([t.name for t in tasks])
+        return [t.name for t in tasks]
+
+    progress = RunProgress(ProgressSpec(stall_timeout=60.0, on_stall=action))
+    judge = StallJudge(RECORD.tasks, progress, action, lambda task, reason, done: told.append((task, done)), restart)
+    return judge, told, asked
+
+
+def test_a_stall_is_told_once_while_it_lasts_and_again_when_it_comes_back() -> None:
+    judge, told, _ = stall_judge("warn")
+    stalled, stepping = sight(flags={"worker:1": ("stalled",)}), sight()
+    for now, seen in [(0, stalled), (5, stalled), (10, stepping), (15, stalled)]:
+        assert judge(seen, now) is None
+    assert told == [("worker:1", "the run goes on (progress.on_stall: warn)")] * 2
+
+
+def test_on_stall_fail_ends_the_run_naming_the_task() -> None:
+    judge, told, _ = stall_judge("fail")
+    verdict = judge(sight(flags={"worker:1": ("stalled",)}), 0.0)
+    assert verdict is not None and verdict.culprit == "worker:1" and verdict.reason.endswith("; on_stall: fail")
+    assert told == []
+
+
+def test_on_stall_restart_restarts_the_jobs_running_tasks_once_for_all_of_them() -> None:
+    judge, told, asked = stall_judge("restart")
+    both = sight(flags={"worker:0": ("stalled",), "worker:1": ("stalled",)})
+    assert judge(both, 0.0) is None and judge(both, 5.0) is None
+    assert asked == [["worker:0", "worker:1"]]  # the ps is in another job; worker:1 is not told apart
+    assert [task for task, _ in told] == ["worker:0"]
+    assert told[0][1] == "restarting worker:0, worker:1 (progress.on_stall: restart)"
+
+
+# --------------------------------------------------------------------------- silence
+
+
+def test_a_silent_task_is_noted_once_and_its_lines_counted_only_when_it_is_news() -> None:
+    said: list[str] = []
+    counts: list[int] = []
+    observed = 1000.0
+
+    def statuses() -> list[TaskStatus]:
+        out = []
+        for name, last_at, lines in [("ps:0", None, 3), ("worker:0", observed, 900), ("worker:1", observed - 50, 4)]:
+            job, index = name.split(":")
+            out.append(
+                TaskStatus(
+                    name, job, int(index), TASKS[name], 2222, TaskState.RUNNING, last_line="connecting",
+                    observed_at=observed, output_at=last_at, output_lines=lines,
+                )
+            )  # fmt: skip
+        return out
+
+    def counted() -> list[TaskStatus]:
+        counts.append(1)
+        return statuses()
+
+    progress = RunProgress(ProgressSpec())
+    judge = SilenceJudge(progress, 30.0, said.append)
+    for now in (0.0, 5.0, 10.0):
+        looked = statuses()
+        assert judge(Sight(looked, progress.assess(looked), counted, lambda: {}), now) is None
+    assert len(said) == 1 and said[0].startswith("note: worker:1 printed nothing for 50 s")
+    assert len(counts) == 1 and set(judge.seen) == {"worker:1"}
+
+
+# --------------------------------------------------------------------------- one look for all judges
+
+
+class ScriptedCluster:
+    """A cluster that answers `status` with every task running, counting the asks."""
+
+    def __init__(self) -> None:
+        self.record = RECORD
+        self.asked: list[dict[str, Any]] = []
+
+    def status(self, tasks: Any = None, **kwargs: Any) -> tuple[list[TaskStatus], dict[str, Exception]]:
+        self.asked.append(kwargs)
+        return [status(n) for n in TASKS], {}
+
+    def reachable(self, src: str, dst: str) -> bool | None:
+        return None
+
+
+def test_the_judges_share_one_look_every_period_of_the_clock_passed_in() -> None:
+    cluster = ScriptedCluster()
+    seen: list[tuple[float, int]] = []
+    judging = Judging(
+        cast(Cluster, cluster), [lambda s, now: seen.append((now, len(s.statuses))), lambda s, now: None], every=5.0
+    )
+    running = [status(n) for n in TASKS]
+    for now in (0.0, 1.0, 4.9, 5.0, 9.0, 10.5):
+        assert judging(running, now) is None
+    assert seen == [(0.0, 3), (5.0, 3), (10.5, 3)]
+    assert len(cluster.asked) == 3 and all(ask.get("tail") for ask in cluster.asked)  # one ask a look, tails in it
+    assert judging([status(n, "succeeded") for n in TASKS], 100.0) is None and len(cluster.asked) == 3

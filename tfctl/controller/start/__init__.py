@@ -1,0 +1,1 @@
+"""The steps of a run's start: its plan, the hosts' setup commands, the workdir's sync."""

@@ -1,0 +1,1 @@
+"""The verbs a user types: `up`, `down`, `check`, `forget`."""

@@ -1,0 +1,222 @@
+"""What ends or marks a running run beyond its tasks' states: a task silent while its peers train,
+a task hung for good on a wait TF never gives up, a task stalled.
+
+The judges decide on what one shared look at the hosts saw (`Sight`) and on the time the driver
+passes in, so each is a table on a fake clock; `Judging` takes that look every `JUDGE_EVERY`
+seconds, once for all of them (each used to ask the hosts on its own, on the real clock).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from tfctl.cluster.supervisors import Cluster
+from tfctl.engine.observed import TaskStatus
+from tfctl.engine.verdicts import Judge, Outcome
+from tfctl.runs.record import TaskSpec
+from tfctl.supervisor.protocol import RestartRequest, RunState, TaskState
+from tfctl.tf.diagnose import Finding, Kind, diagnose
+from tfctl.tf.doctor import HANGS, TAIL_LINES, known_peers
+from tfctl.tf.explain import PeerInfo, explain
+from tfctl.tf.progress import RunProgress, TaskProgress
+from tfctl.tf.silence import Silence, outputs, silences
+
+JUDGE_EVERY = 5.0  # seconds between two of the judges' looks at the hosts
+
+
+class Sight:
+    """What one judges' look saw: every task's state with its progress read and its last lines.
+    `counted()` asks again with every log's lines counted (costly: only when a silence is news)
+    and `peers()` says what each task does now; both are asked at most once."""
+
+    def __init__(
+        self,
+        statuses: Sequence[TaskStatus],
+        progress: Mapping[str, TaskProgress],
+        counted: Callable[[], Sequence[TaskStatus]],
+        peers: Callable[[], Mapping[str, PeerInfo]],
+        reachable: Callable[[str, str], bool | None] = lambda src, dst: None,
+    ) -> None:
+        self.statuses, self.progress, self.reachable = list(statuses), progress, reachable
+        self._counted, self._peers = counted, peers
+        self._memo: dict[str, object] = {}
+
+    def running(self) -> list[TaskStatus]:
+        return [s for s in self.statuses if s.state is TaskState.RUNNING]
+
+    def counted(self) -> Sequence[TaskStatus]:
+        return self._once("counted", self._counted)  # type: ignore[return-value]
+
+    def peers(self) -> Mapping[str, PeerInfo]:
+        return self._once("peers", self._peers)  # type: ignore[return-value]
+
+    def _once(self, key: str, ask: Callable[[], object]) -> object:
+        if key not in self._memo:
+            self._memo[key] = ask()
+        return self._memo[key]
+
+
+SightJudge = Callable[[Sight, float], "Outcome | None"]
+
+
+class SilenceJudge:
+    """Tells, once, of a task that has printed nothing for `limit` seconds while a task of its job
+    went on (`tf.silence`: with TF's defaults nothing else tells), and remembers every silence
+    of `silence.AT_END` seconds or more for `HangJudge`: a task that later hangs waiting for a
+    peer that finished (a retry of its session) hangs because of it. Never ends a run itself."""
+
+    def __init__(self, progress: RunProgress, limit: float, say: Callable[[str], None]) -> None:
+        self.progress = progress
+        self.limit = limit
+        self.say = say
+        self.seen: dict[str, Silence] = {}  # task -> its silence, until it logs a step
+        self._told: set[str] = set()
+
+    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+        quiet = self._silences(sight.statuses, sight.progress)
+        due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
+        if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
+            counted = sight.counted()
+            quiet = self._silences(counted, self.progress.assess(counted))
+            self.seen.update(quiet)
+        for task in [t for t in self.seen if t in sight.progress and sight.progress[t].step is not None]:
+            del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
+        for task, silence in quiet.items():
+            if silence.quiet >= self.limit and task not in self._told:
+                self._told.add(task)
+                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}")
+        return None
+
+    @staticmethod
+    def _silences(looked: Sequence[TaskStatus], progress: Mapping[str, TaskProgress]) -> dict[str, Silence]:
+        observed = max((s.observed_at for s in looked if s.observed_at is not None), default=0.0)
+        return silences(outputs(looked, progress, {}), observed)
+
+
+class HangJudge:
+    """Ends a run whose task has waited on a peer for longer than `limit` seconds (`now`, as the
+    driver's clock reads it).
+
+    TF never gives up on its own: CreateSession waits forever, and so do non-chief workers
+    whose chief finished and MWMS workers missing a peer. A task that was silent while its peers
+    trained (`silent`, from `SilenceJudge`) hangs because it never trained: that is the cause
+    given, not the wait its retry shows now.
+    """
+
+    def __init__(self, limit: float, *, silent: Mapping[str, Silence] | None = None) -> None:
+        self.limit = limit
+        self.silent = silent if silent is not None else {}
+        self._first_seen: dict[tuple[str, Kind], float] = {}
+
+    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+        waiting: dict[tuple[str, Kind], Finding] = {}
+        for s in sight.running():
+            for finding in diagnose(s.task, list(s.tail or ())):
+                if finding.kind in HANGS:
+                    waiting[(s.task, finding.kind)] = finding
+        self._first_seen = {key: self._first_seen.get(key, now) for key in waiting}
+        for key, since in self._first_seen.items():
+            if now - since >= self.limit:
+                silence = self.silent.get(key[0])
+                if silence is not None:
+                    cause, fix = f"{silence.text()}; {silence.cause}", silence.fix
+                else:
+                    finding = explain(waiting[key], dict(sight.peers()), sight.reachable)
+                    cause, fix = finding.cause, finding.fix
+                return Outcome(
+                    RunState.FAILED, f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})", key[0]
+                )
+        return None
+
+
+class StallJudge:
+    """Acts on tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
+    naming the first; `warn` and `restart` tell `on_stall(task, reason, what was done)` once per
+    stall (a task that steps again and stalls later is told again) and let the run go on, and
+    `restart` has `restart(tasks, why)` (the monitors of the stalled task's job) restart its
+    running tasks, within their restart policy; it returns the tasks asked. A run nobody watches
+    is where this matters: the controller looks, not a user."""
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskSpec],
+        progress: RunProgress,
+        action: str,
+        on_stall: Callable[[str, str, str], None],
+        restart: Callable[[list[TaskSpec], str], list[str]],
+    ) -> None:
+        self.tasks, self.progress, self.action = list(tasks), progress, action
+        self.on_stall, self.restart = on_stall, restart
+        self._told: set[str] = set()
+
+    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+        stalled = [s for s in sight.running() if "stalled" in sight.progress[s.task].flags]
+        self._told &= {s.task for s in stalled}
+        for s in stalled:
+            if s.task in self._told:
+                continue
+            quiet = sight.progress[s.task].quiet_for or 0.0
+            why = f"stalled: no step for {quiet:.0f}s (progress.stall_timeout {self.progress.stall_timeout:g}s)"
+            reason = f"{s.task} on {s.host} {why}"
+            if self.action == "fail":
+                return Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task)
+            self._told.add(s.task)
+            if self.action == "restart":
+                running = {r.task for r in sight.running()}
+                asked = self.restart([t for t in self.tasks if t.job == s.job and t.name in running], why)
+                self._told.update(asked)  # its job's other stalled tasks are restarted already
+                done = f"restarting {', '.join(asked) or 'nothing: none still runs'} (progress.on_stall: restart)"
+            else:
+                done = "the run goes on (progress.on_stall: warn)"
+            self.on_stall(s.task, reason, done)
+        return None
+
+
+class Judging:
+    """The judges of one run on one look every `every` seconds (by the `now` passed in), taken
+    only while a task runs; the first verdict wins."""
+
+    def __init__(self, cluster: Cluster, judges: Sequence[SightJudge], every: float | None = None) -> None:
+        self.cluster, self.judges = cluster, list(judges)
+        self.every = JUDGE_EVERY if every is None else every
+        self.progress = RunProgress(cluster.record.progress)
+        self._last: float | None = None
+
+    def __call__(self, statuses: Sequence[TaskStatus], now: float) -> Outcome | None:
+        if not self.judges or not any(s.state is TaskState.RUNNING for s in statuses):
+            return None
+        if self._last is not None and now - self._last < self.every:
+            return None
+        self._last = now
+        sight = self.look()
+        return next((o for o in (judge(sight, now) for judge in self.judges) if o is not None), None)
+
+    def look(self) -> Sight:
+        rule = self.progress.rule()
+        looked, _ = self.cluster.status(progress=rule, tail=TAIL_LINES)
+        return Sight(
+            looked,
+            self.progress.assess(looked),
+            counted=lambda: self.cluster.status(progress=rule, count_lines=True)[0],
+            peers=lambda: known_peers(self.cluster, looked),
+            reachable=self.cluster.reachable,
+        )
+
+
+def restart_tasks(cluster: Cluster) -> Callable[[list[TaskSpec], str], list[str]]:
+    """Have the tasks' monitors restart them; the tasks asked (those running on a host that answered)."""
+
+    def restart(tasks: list[TaskSpec], why: str) -> list[str]:
+        grouped = cluster.by_host(tasks)
+        run_id = cluster.record.run_id
+        answers = cluster.fan_out(
+            grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], why))
+        )
+        return sorted(name for answer in answers.succeeded.values() for name in answer.asked)
+
+    return restart
+
+
+def first_verdict(judges: Sequence[Judge]) -> Judge:
+    """One judge of several: the first verdict wins."""
+    return lambda statuses, now: next((o for o in (judge(statuses, now) for judge in judges) if o is not None), None)
