@@ -128,3 +128,15 @@ def test_down_from_the_login_side_stops_the_run_and_releases_the_allocation(slur
     wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
     assert shown["run"]["state"] == "stopped", shown["run"]
+
+
+@pytest.mark.netns
+def test_an_attached_up_relays_the_batch_scripts_run_and_exits_with_it(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=1)
+    up = on_slurm(slurm, home, "-f", str(cluster), "up")
+    assert up.returncode == 0, up.stderr
+    assert "submitted slurm job" in up.stderr and "job succeeded: worker:0 finished successfully" in up.stderr
+    assert "[worker:0] worker0 line 4" in up.stdout  # the tasks' lines, on stdout as attached
+    assert slurm.jobs() == []
+    output = list((home / "slurm").glob("fake-*.err"))
+    assert output and all(path.stat().st_mode & 0o777 == 0o600 for path in output)
