@@ -82,7 +82,7 @@ def hide_the_door(home: Path, run_id: str) -> None:
 
 @pytest.mark.netns
 def test_a_run_whose_controller_is_in_its_allocation_needs_no_login_side_process(slurm, tmp_path, home):  # noqa: F811
-    cluster = batch_file(tmp_path, sleep=12)
+    cluster = batch_file(tmp_path, sleep=8)
     began = time.monotonic()
     up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
     took = time.monotonic() - began
