@@ -72,8 +72,8 @@ def test_each_task_step_asks_slurm_for_its_own_gpus_and_cores():
     config = parse_config(text, Path("c.yaml"))
     assert step_options(config) == {
         "ps:0": ["--overlap"],
-        "worker:0": ["--gpus=2", "--cpus-per-task=4"],
-        "worker:1": ["--gpus=2", "--cpus-per-task=4"],
+        "worker:0": ["--gpus=2", "--exact", "--cpus-per-task=4"],
+        "worker:1": ["--gpus=2", "--exact", "--cpus-per-task=4"],
     }
 
 
@@ -87,8 +87,8 @@ def test_jobs_that_ask_for_different_nodes_make_one_heterogeneous_job():
     assert all(a in workers for a in ("--partition=gpu", "--nodes=1", "--ntasks=2", "--gpus=2", "--mem=100M"))
     assert step_options(config) == {
         "ps:0": ["--het-group=0", "--overlap"],
-        "worker:0": ["--het-group=1", "--gpus=1"],
-        "worker:1": ["--het-group=1", "--gpus=1"],
+        "worker:0": ["--het-group=1", "--gpus=1", "--exact"],
+        "worker:1": ["--het-group=1", "--gpus=1", "--exact"],
     }
     placed = place(config, nodes_by_job(config, [("c1",), ("g1", "g2")]))
     assert [str(a) for job in placed.jobs.values() for a in job.addresses] == ["c1:2222", "g1:2222", "g2:2222"]
@@ -368,10 +368,14 @@ echo "$job+1|COMPLETED|30|120|billing=2,cpu=2,gres/gpu=2,node=1"
 
 
 @pytest.mark.netns
-def test_a_heterogeneous_job_puts_each_task_where_its_job_asked(slurm, tmp_path, home):
-    """... and, with a stand-in `sacct` (the lab keeps no accounting), keeps Slurm's figures."""
+@pytest.mark.parametrize("controller", ["login", "allocation"])
+def test_a_heterogeneous_job_puts_each_task_where_its_job_asked(slurm, tmp_path, home, controller):
+    """... with the run's controller here or in the batch script; and, with a stand-in `sacct`
+    (the lab keeps no accounting), keeps Slurm's figures."""
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(HET_FILE)
+    cluster.write_text(
+        HET_FILE.replace('slurm: {time: "00:10:00"}', f'slurm: {{time: "00:10:00", controller: {controller}}}')
+    )
     stand_ins = tmp_path / "bin"
     stand_ins.mkdir()
     (stand_ins / "sacct").write_text(STAND_IN_SACCT)

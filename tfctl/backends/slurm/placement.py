@@ -135,15 +135,16 @@ def nodes_by_job(config: ClusterConfig, nodes: Sequence[tuple[str, ...]]) -> dic
 def step_options(config: ClusterConfig, heterogeneous: bool = True) -> dict[str, list[str]]:
     """task -> what its job step asks Slurm for beyond one task: its component (in a heterogeneous
     job tfctl asked for), and its GPUs and cores. A step with GPUs has them to itself (two tasks on
-    a node get different ones); every other step shares the node's resources (`--overlap`), so it
-    starts at once."""
+    a node get different ones), and only what it asks for (`--exact`: else it would take every
+    core of the node, and the next task's step would wait for it to end); every other step shares
+    the node's resources (`--overlap`), so it starts at once."""
     options = {}
     parts = components(config)
     for index, component in enumerate(parts):
         group = [f"--het-group={index}"] if len(parts) > 1 and heterogeneous else []
         for name in component.jobs:
             job = config.jobs[name]
-            asks = [f"--gpus={job.gpus}"] if job.gpus else ["--overlap"]
+            asks = [f"--gpus={job.gpus}", "--exact"] if job.gpus else ["--overlap"]
             asks += [f"--cpus-per-task={job.cpus}"] if job.cpus else []
             for task in range(job.count or 0):
                 options[f"{name}:{task}"] = [*group, *asks]
