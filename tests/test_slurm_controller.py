@@ -101,6 +101,8 @@ def test_a_run_whose_controller_is_in_its_allocation_needs_no_login_side_process
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
     assert shown["run"]["slurm"]["inside"] is True and shown["run"]["slurm"]["job_id"] == job
     assert {t["task"]: t["host"] for t in shown["tasks"]} == {"ps:0": "tfh0", "worker:0": "tfh1", "worker:1": "tfh2"}
+    logs = on_slurm(slurm, home, "-f", str(cluster), "logs")
+    assert logs.returncode == 0 and "[worker:1] worker1 line 4" in logs.stdout
     run = wait_until(
         lambda: json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"],
         60,
