@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from bench.waiting import wait_until
 from tests.conftest import kill_by_pid, marked_processes, no_warnings
 from tests.test_slurm import fake_file, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
-from tfctl.backends.slurm.batch import COMMENT, batch_script
+from tfctl.backends.slurm.batch import COMMENT, BatchJob, batch_script, follow
 
 BATCH = 'slurm: {partition: debug, time: "00:10:00", controller: allocation}'
 
@@ -32,6 +33,34 @@ def test_the_batch_script_runs_up_of_the_file_by_this_interpreter(tmp_path):
     script = batch_script(config)
     assert script.startswith("#!/bin/sh\n") and 'export TFCTL_CONTROLLER_JOB="$SLURM_JOB_ID"\n' in script
     assert script.endswith(f"-m tfctl -f '{(tmp_path / 'c y').resolve()}' up\n")
+
+
+def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
+    job = BatchJob("9", tmp_path / "b.out", tmp_path / "b.err")
+    job.out.write_text("[worker:0] not relayed with -d\n")
+    lines = iter(
+        [
+            "",  # queued: nothing written yet
+            "[  0.0s] slurm        the run's controller runs in job 9, on n1\nrun r-1: 2 tasks on 2 nodes\n",
+            "[  0.4s] all 2 tasks r",  # a line half written is held back
+            "unning\n",
+        ]
+    )
+
+    def squeue(argv, stdin):
+        if argv[0] == "squeue":  # the job's state, then the next piece of its batch script's stderr
+            state = "9|PENDING|Priority|" if not job.err.exists() or not job.err.read_text() else "9|RUNNING|None|n1"
+            with open(job.err, "a") as f:
+                f.write(next(lines, ""))
+            return subprocess.CompletedProcess(argv, 0, state, "")
+        return subprocess.CompletedProcess(argv, 0, "n1", "")
+
+    job.err.write_text("")
+    out, err = [], []
+    assert follow(job, True, out.append, err.append, squeue, poll=0) == 0
+    assert out == ["r-1"]
+    assert err[0] == "job 9 pending: waiting for resources: Priority (other jobs come first)"
+    assert err[-2] == "[  0.4s] all 2 tasks running" and "runs in slurm job 9: this shell may end" in err[-1]
 
 
 def test_resubmit_is_refused_with_the_controller_in_the_allocation(tmp_path, home):

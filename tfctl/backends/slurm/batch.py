@@ -27,6 +27,7 @@ from tfctl.backends.slurm.allocation import (
     cancel,
     describe,
     job_state,
+    reason_text,
     run_slurm,
     sbatch_argv,
     submit_script,
@@ -83,15 +84,23 @@ class _Tail:
         return [line.decode("utf-8", "replace") for line in whole]
 
 
-def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_slurm) -> int:
+def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_slurm, poll: float = POLL) -> int:
     """Relay the batch script's output until the job ends (its `up`'s exit code), or with
-    `detach` until its tasks all run (0; the run id on stdout). Ctrl-C here stops the run: the
-    batch script's `up` gets SIGINT, stops every task, and its end releases the allocation."""
+    `detach` until its tasks all run (0; the run id on stdout); while Slurm queues it, say why.
+    Ctrl-C here stops the run: the batch script's `up` gets SIGINT, stops every task, and its
+    end releases the allocation (a job still queued is cancelled)."""
     tails = (_Tail(job.err), _Tail(job.out))
-    run_id = ""
+    run_id = said = ""
     try:
         while True:
             state = job_state(job.job_id, run)
+            if state.state == "PENDING":
+                news = f"job {job.job_id} pending" + (
+                    f": waiting for {reason_text(state.reason)}" if state.reason else ""
+                )
+                if news != said:
+                    err(news)
+                    said = news
             for line in tails[0].lines():
                 err(line)
                 run_id = run_id or _run_id(line)
@@ -108,11 +117,14 @@ def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_sl
                 for line in tails[0].lines():
                     err(line)
                 return _exit_code(job.job_id, run)
-            time.sleep(POLL)
+            time.sleep(poll)
     except KeyboardInterrupt:
-        run(["scancel", "--batch", "--signal=INT", job.job_id], None)
-        err(f"interrupted: the run's controller (slurm job {job.job_id}) stops every task and ends the job")
-        ended = _wait_or_cancel(job.job_id, run)
+        if job_state(job.job_id, run).state == "PENDING":
+            ended = cancel(job.job_id, run)
+        else:
+            run(["scancel", "--batch", "--signal=INT", job.job_id], None)
+            err(f"interrupted: the run's controller (slurm job {job.job_id}) stops every task and ends the job")
+            ended = _wait_or_cancel(job.job_id, run)
         for line in tails[0].lines():
             err(line)
         err(f"slurm job {job.job_id}: {describe(ended)}")
