@@ -56,7 +56,8 @@ def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
         return subprocess.CompletedProcess(argv, 0, "n1", "")
 
     job.err.write_text("")
-    out, err = [], []
+    out: list[str] = []
+    err: list[str] = []
     assert follow(job, True, out.append, err.append, squeue, poll=0) == 0
     assert out == ["r-1"]
     assert err[0] == "job 9 pending: waiting for resources: Priority (other jobs come first)"
