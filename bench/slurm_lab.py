@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -38,11 +39,14 @@ def missing_binaries() -> list[str]:
 
 
 URGENT = "urgent"  # a partition whose jobs take whole nodes, preempting (cancelling) debug's jobs there
+GPUS_PER_NODE = 2  # stand-in GPUs (GRES) of each node of partition `gpu`
 
 
 class SlurmLab:
     """`n` Slurm nodes named like the lab's hosts (tfh0...), partition `debug`, and `urgent` that
-    preempts it; a context manager."""
+    preempts it; a context manager. For heterogeneous jobs the nodes are also split: partition
+    `cpu` is the first node, `gpu` the others, each with `GPUS_PER_NODE` stand-in GPUs declared as
+    GRES (character devices like /dev/null: Slurm hands them out and sets CUDA_VISIBLE_DEVICES)."""
 
     __test__ = False
 
@@ -111,10 +115,18 @@ class SlurmLab:
     def _write_conf(self) -> None:
         w = self.workdir
         (w / "state").mkdir()
+        gpu_nodes = [h.name for h in self.hosts[1:]]
         nodes = "\n".join(
             f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs=2 RealMemory=1000 State=UNKNOWN"
+            + (f" Gres=gpu:{GPUS_PER_NODE}" if h.name in gpu_nodes else "")
             for h in self.hosts
         )
+        partitions = f"PartitionName=cpu Nodes={self.hosts[0].name} MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+        if gpu_nodes:
+            partitions += (
+                f"\nPartitionName=gpu Nodes={','.join(gpu_nodes)} MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+            )
+        self._write_gres(gpu_nodes)
         self.conf.write_text(
             f"""ClusterName=tfctltest
 SlurmctldHost={socket.gethostname()}({self.lab.gateway})
@@ -123,6 +135,7 @@ SlurmdPort=16818
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
+GresTypes=gpu
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={w}/state
@@ -135,6 +148,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
@@ -151,9 +165,20 @@ PreemptMode=CANCEL
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1
 PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE PriorityTier=2
+{partitions}
 """
         )
         (w / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\n")
+
+    def _write_gres(self, gpu_nodes: list[str]) -> None:
+        """gres.conf (beside slurm.conf, where slurmd looks): each GPU node's stand-in devices."""
+        devices = self.workdir / "dev"
+        devices.mkdir()
+        for index in range(GPUS_PER_NODE):
+            os.mknod(devices / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        files = f"{devices}/nvidia[0-{GPUS_PER_NODE - 1}]"
+        lines = [f"NodeName={name} Name=gpu File={files}" for name in gpu_nodes]
+        (self.workdir / "gres.conf").write_text("".join(line + "\n" for line in lines))
 
     def _start_daemons(self) -> None:
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
@@ -170,7 +195,7 @@ PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=EXCLUSI
 
     def _nodes_idle(self) -> bool:
         out = self.run(["sinfo", "--noheader", "--format=%t"]).stdout.split()
-        return out == ["idle"]
+        return bool(out) and set(out) == {"idle"}
 
     def run(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **self.env()}, **kw)  # type: ignore[call-overload]

@@ -149,7 +149,11 @@ def tfctl(
 
 
 def spawn_tfctl(
-    *args: str, home: Path, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE
+    *args: str,
+    home: Path,
+    stdout: int = subprocess.PIPE,
+    stderr: int = subprocess.PIPE,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """Start the real CLI in a subprocess (an attached `up`, `logs -f`) and leave it running:
     the caller reads its output, signals it, and waits for it."""
@@ -158,7 +162,7 @@ def spawn_tfctl(
         stdout=stdout,
         stderr=stderr,
         text=True,
-        env={**os.environ, "TFCTL_HOME": str(home)},
+        env={**os.environ, "TFCTL_HOME": str(home), **(env or {})},
     )
 
 

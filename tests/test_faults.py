@@ -1,9 +1,11 @@
 """The fault-injection series (bench/fault_lab.py) on simulated SSH hosts, in both home modes.
 
-Every fault of FAULTS at least once per home mode, in an order and with timings drawn from a
+Every fault of FAULTS at least once with own homes, and those whose cleanup reads or writes the
+home (SHARED_HOME_FAULTS) with one shared home too, in an order and with timings drawn from a
 seed: TFCTL_FAULT_SEED replays a series (the seed is in every failure message); unset, each run
 draws a new one. TFCTL_FAULT_CYCLES sets the length (default: each fault once). The long series
-with figures is `bench/faults.py`.
+with figures is `bench/faults.py`. How a killed ps or worker, a host gone or frozen end the run is
+decided by the engine, in tables (tests/test_engine.py, tests/test_decide.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ import pytest
 
 from bench.fault_lab import FAULTS, FaultLab, series
 from bench.netns_hosts import TestHostLab, require_netns
+
+# The faults whose cleanup goes through files in the home: the watcher's and the supervisor's
+# state, a monitor's restart, the log follower's offsets, a full disk.
+SHARED_HOME_FAULTS = (
+    "kill_attached_up",
+    "kill_watcher",
+    "kill_worker_with_restart",
+    "kill_host_tfctl",
+    "link_flap",
+    "disk_full",
+)
 
 pytestmark = pytest.mark.netns
 
@@ -30,11 +43,12 @@ def lab(request, tmp_path_factory):
 
 
 def test_no_fault_leaves_a_process_a_port_or_a_lost_line(lab, tmp_path) -> None:
+    faults = SHARED_HOME_FAULTS if lab.shared_home else FAULTS
     seed = int(os.environ.get("TFCTL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
-    cycles = int(os.environ.get("TFCTL_FAULT_CYCLES") or len(FAULTS))
-    results = series(FaultLab(lab, tmp_path), seed, cycles)
+    cycles = int(os.environ.get("TFCTL_FAULT_CYCLES") or len(faults))
+    results = series(FaultLab(lab, tmp_path), seed, cycles, faults)
     print(f"seed {seed}: " + ", ".join(f"{r.fault} {r.cleanup_seconds:.1f}s" for r in results))
-    assert sorted({r.fault for r in results}) == sorted(FAULTS[:cycles] if cycles < len(FAULTS) else FAULTS)
+    assert sorted({r.fault for r in results}) == sorted(faults[:cycles] if cycles < len(faults) else faults)
     assert sum(r.lines for r in results) > 0 and all(r.lines_lost == 0 for r in results)
     expected = {
         "kill_attached_up": "stopped",

@@ -32,6 +32,36 @@ def test_of_two_claims_after_the_same_check_only_the_first_records_a_run(tmp_pat
     assert [r.run_id for r in store.all()] == ["a", "b"]
 
 
+# 0361dd1 step by step: the run's enders (a `down`, a start that fails, the watcher's verdict, a
+# resubmission that found the run ended) in the order they reach the store; the first end's words
+# stay, and nothing after it changes the run.
+STOPPED, FAILED, SUCCEEDED = RunState.STOPPED, RunState.FAILED, RunState.SUCCEEDED
+ENDERS = [
+    ([("end", STOPPED, "tfctl down"), ("end", FAILED, "ps:0 exited")], (STOPPED, "tfctl down")),
+    ([("end", FAILED, "ps:0 exited"), ("end", STOPPED, "tfctl down")], (FAILED, "ps:0 exited")),
+    ([("end", STOPPED, "tfctl down"), ("move", None, "allocation 2")], (STOPPED, "tfctl down")),
+    ([("move", None, "allocation 2"), ("end", SUCCEEDED, "job succeeded")], (SUCCEEDED, "job succeeded")),
+]
+
+
+@pytest.mark.parametrize("steps, last", ENDERS)
+def test_the_first_end_of_a_run_stays_whoever_comes_second(
+    tmp_path: Path, steps: list[tuple[str, RunState | None, str]], last: tuple[RunState, str]
+) -> None:
+    store = RunStore(tmp_path / "home")
+    up.claim(store, record_of({"worker:0": "h"}, run_id="a"), cleared=None)
+    ended = False
+    for kind, state, why in steps:
+        if kind == "end":
+            took = store.end_if_active("a", state, why) is not None  # type: ignore[arg-type]
+        else:  # a resubmission moving the run to its next allocation
+            took = store.update_if_active("a", reason=why) is not None
+        assert took is not ended  # once ended, nothing takes
+        ended = ended or kind == "end"
+    record = store.load("a")
+    assert (record.state, record.reason) == last and not record.active
+
+
 def cluster_file(tmp_path: Path) -> Path:
     ps, worker = free_ports(2)
     path = tmp_path / "cluster.yaml"

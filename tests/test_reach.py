@@ -344,8 +344,8 @@ class socket_on_free_port:
 class start_tensorboard:
     """`tfctl tensorboard` as a user runs it: its URL on stdout, its story on stderr."""
 
-    def __init__(self, args: list[str], home: Path) -> None:
-        self.proc = spawn_tfctl(*args, home=home)
+    def __init__(self, args: list[str], home: Path, env: dict[str, str] | None = None) -> None:
+        self.proc = spawn_tfctl(*args, home=home, env=env)
 
     def url(self, timeout: float) -> str:
         assert self.proc.stdout is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,9 +16,12 @@ from bench.netns_hosts import require_netns
 from bench.slurm_lab import SlurmLab, missing_binaries
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, REPO, marked_processes, no_warnings, tfctl
+from tests.test_reach import fetch, start_tensorboard, tensorboard_python
 from tfctl.backends.slurm.allocation import SlurmError, sbatch_argv, submit, wait_running
-from tfctl.backends.slurm.placement import place, step_options
+from tfctl.backends.slurm.placement import nodes_by_job, place, step_options
+from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.config.loader import parse_config
+from tfctl.runs.accounting import scheduler_text
 
 SLURM_FILE = """\
 name: fake
@@ -32,6 +37,19 @@ jobs:
 
 def fake_file(sleep: float = 0) -> str:
     return SLURM_FILE % {"task": FAKE_TASK, "sleep": sleep}
+
+
+# A ps on partition `cpu`, two workers sharing one node of partition `gpu`, a stand-in GPU each.
+HET_FILE = """\
+name: het
+backend: slurm
+slurm: {time: "00:10:00"}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --devices --sleep 1"
+grace_period: 2
+jobs:
+  ps: {count: 1, port: 2222, command: "{python} %(task)s --name ps --port -1 --sleep -1", slurm: {partition: cpu}}
+  worker: {count: 2, port: 2222, gpus: 1, slurm: {partition: gpu, nodes: 1, mem: 100M}}
+""" % {"task": FAKE_TASK}
 
 
 # -- decisions, without a Slurm ----------------------------------------------------------------
@@ -53,10 +71,99 @@ def test_each_task_step_asks_slurm_for_its_own_gpus_and_cores():
     text = fake_file().replace("worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, gpus: 2, cpus: 4}")
     config = parse_config(text, Path("c.yaml"))
     assert step_options(config) == {
-        "ps:0": [],
-        "worker:0": ["--gpus=2", "--cpus-per-task=4"],
-        "worker:1": ["--gpus=2", "--cpus-per-task=4"],
+        "ps:0": ["--overlap"],
+        "worker:0": ["--gpus=2", "--exact", "--cpus-per-task=4"],
+        "worker:1": ["--gpus=2", "--exact", "--cpus-per-task=4"],
     }
+
+
+def test_jobs_that_ask_for_different_nodes_make_one_heterogeneous_job():
+    config = parse_config(HET_FILE, Path("c.yaml"))
+    argv = sbatch_argv(config, "tfctl-run")
+    split = argv.index(":")
+    ps, workers = argv[:split], argv[split + 1 :]
+    assert "--partition=cpu" in ps and "--nodes=1" in ps and "--ntasks=1" in ps and "--time=00:10:00" in ps
+    assert "--gpus" not in " ".join(ps)
+    assert all(a in workers for a in ("--partition=gpu", "--nodes=1", "--ntasks=2", "--gpus=2", "--mem=100M"))
+    assert step_options(config) == {
+        "ps:0": ["--het-group=0", "--overlap"],
+        "worker:0": ["--het-group=1", "--gpus=1", "--exact"],
+        "worker:1": ["--het-group=1", "--gpus=1", "--exact"],
+    }
+    placed = place(config, nodes_by_job(config, [("c1",), ("g1", "g2")]))
+    assert [str(a) for job in placed.jobs.values() for a in job.addresses] == ["c1:2222", "g1:2222", "g2:2222"]
+
+
+def test_jobs_alike_stay_one_allocation():
+    text = fake_file().replace(
+        "worker: {count: 2, port: 2222}", "worker: {count: 2, port: 2222, slurm: {partition: debug}}"
+    )
+    argv = sbatch_argv(parse_config(text, Path("c.yaml")), "tfctl-run")
+    assert ":" not in argv and "--nodes=3" in argv and "--partition=debug" in argv
+
+
+def test_dry_run_shows_the_components(home, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(HET_FILE)
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert "one heterogeneous job of 2 components" in shown.stderr
+    assert "component 0: ps on partition cpu, 1 node: node1" in shown.stderr
+    assert "component 1: worker on partition gpu, mem 100M, 1 node, 2 GPUs: node2" in shown.stderr
+    assert "worker:1  node2:2223" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("job", "error"),
+    [
+        ("slurm: {partitoin: gpu}", "jobs.worker.slurm.partitoin: unknown key `partitoin`"),
+        ("slurm: {mem: 12X}", "jobs.worker.slurm.mem: is not a Slurm memory size: '12X'"),
+        ("slurm: {nodes: 0}", "jobs.worker.slurm.nodes: must be a whole number of nodes, 1 or more"),
+        ("slurm: gpu", "jobs.worker.slurm: expected a mapping"),
+    ],
+)
+def test_a_jobs_own_slurm_keys_are_checked(home, tmp_path, job, error):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file().replace("worker: {count: 2, port: 2222}", f"worker: {{count: 2, {job}}}"))
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 2 and error in shown.stderr and "fix:" in shown.stderr
+
+
+def test_a_jobs_slurm_keys_need_the_slurm_backend(home, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: x\ncommand: run\njobs:\n  worker: {hosts: [localhost], slurm: {partition: gpu}}\n")
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert shown.returncode == 2 and "jobs.worker.slurm: is for `backend: slurm`" in shown.stderr
+
+
+SACCT = """\
+5+0|COMPLETED|62|120|billing=2,cpu=2,mem=1000M,node=1
+5+1|COMPLETED|60|240|billing=4,cpu=4,gres/gpu=2,mem=2000M,node=1
+4|TIMEOUT|3600|7200|billing=2,cpu=2,gres/gpu=1,node=1
+"""
+
+
+def test_slurms_accounting_is_summed_per_allocation_in_the_runs_order():
+    run, calls = fake_slurm({"sacct": [SACCT]})
+    figures = slurm_accounting(["4", "5", "6"], run)
+    assert calls[0][:4] == ["sacct", "--parsable2", "--noheader", "--allocations"] and "--jobs=4,5,6" in calls[0]
+    assert figures["allocations"] == [
+        {"id": "4", "state": "TIMEOUT", "elapsed_seconds": 3600.0, "cpu_hours": 2.0, "gpu_hours": 1.0},
+        {"id": "5", "state": "COMPLETED", "elapsed_seconds": 62.0, "cpu_hours": 0.1, "gpu_hours": 0.0333},
+    ]
+    assert figures["total"] == {"elapsed_seconds": 3662.0, "cpu_hours": 2.1, "gpu_hours": 1.0333}
+    assert figures["missing"] == ["6"]
+    assert scheduler_text(figures) == (
+        "job 4 TIMEOUT: 1.00 h, CPU 2.00 h, GPU 1.00 h; job 5 COMPLETED: 1.0 min, CPU 6.0 min, GPU 2.0 min; "
+        "job 6: not recorded yet"
+    )
+
+
+def test_without_accounting_slurm_says_so_and_tfctls_figures_stand():
+    run, _ = fake_slurm({"sacct": ["!Slurm accounting storage is disabled"]})
+    figures = slurm_accounting(["4"], run)
+    assert figures == {"source": "sacct", "enabled": False, "why": "Slurm accounting storage is disabled"}
+    assert scheduler_text(figures) == "off (Slurm accounting storage is disabled): tfctl's figures only"
 
 
 def test_placement_spreads_the_ps_and_gives_tasks_sharing_a_node_their_own_ports():
@@ -95,12 +202,12 @@ def fake_slurm(answers: dict[str, list[str]]):
 def test_waiting_says_why_slurm_keeps_the_job_pending_and_returns_its_nodes():
     run, _ = fake_slurm(
         {
-            "squeue": ["PENDING|Priority|", "PENDING|Priority|", "PENDING|Resources|", "RUNNING|None|n[1-2]"],
+            "squeue": ["5|PENDING|Priority|", "5|PENDING|Priority|", "5|PENDING|Resources|", "5|RUNNING|None|n[1-2]"],
             "scontrol": ["n1\nn2"],
         }
     )
     said = []
-    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0)
+    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0).nodes
     assert nodes == ("n1", "n2")
     assert said == [
         "job 5 pending: waiting for resources: Priority (other jobs come first)",
@@ -170,6 +277,13 @@ def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, t
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
     slurm_part = shown["run"]["slurm"]
     assert slurm_part == {**slurm_part, "job_id": job, "owned": True, "state": "RUNNING", "reason": ""}
+    # The lab keeps no accounting: Slurm says so, and tfctl's own figures stand.
+    assert slurm_part["accounting"] == {
+        "source": "sacct",
+        "enabled": False,
+        "why": "Slurm accounting storage is disabled",
+    }
+    assert shown["run"]["accounting"]["total"]["wall_seconds"] > 0
     hosts = {t["task"]: f"{t['host']}:{t['port']}" for t in shown["tasks"]}
     assert hosts == {"ps:0": "tfh0:2222", "worker:0": "tfh1:2222", "worker:1": "tfh2:2222"}
     assert all(t["state"] == "running" and t["listening"] for t in shown["tasks"])
@@ -243,6 +357,74 @@ def test_inside_an_allocation_the_run_uses_it_and_leaves_it_to_its_owner(slurm, 
         assert slurm.jobs() == [job]  # still there: not tfctl's to end
     finally:
         slurm.run(["scancel", job])
+
+
+STAND_IN_SACCT = """#!/bin/sh
+# sacct of a cluster that keeps accounting: one line per component of the job asked for.
+for word in "$@"; do case "$word" in --jobs=*) job="${word#--jobs=}";; esac; done
+echo "$job+0|COMPLETED|30|60|billing=2,cpu=2,node=1"
+echo "$job+1|COMPLETED|30|120|billing=2,cpu=2,gres/gpu=2,node=1"
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("controller", ["login", "allocation"])
+def test_a_heterogeneous_job_puts_each_task_where_its_job_asked(slurm, tmp_path, home, controller):
+    """... with the run's controller here or in the batch script; and, with a stand-in `sacct`
+    (the lab keeps no accounting), keeps Slurm's figures."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        HET_FILE.replace('slurm: {time: "00:10:00"}', f'slurm: {{time: "00:10:00", controller: {controller}}}')
+    )
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    (stand_ins / "sacct").write_text(STAND_IN_SACCT)
+    (stand_ins / "sacct").chmod(0o755)
+    path = {**slurm.env(), "PATH": f"{stand_ins}:{os.environ['PATH']}"}
+    up = tfctl("-f", str(cluster), "up", home=home, timeout=120, env=path)
+    assert up.returncode == 0, up.stderr
+    assert "component 0: tfh0; component 1: tfh1" in up.stderr
+    assert "job succeeded: worker:0 finished successfully" in up.stderr
+    no_warnings(up.stderr)
+    assert 'tf_config={"cluster":{"ps":["tfh0:2222"],"worker":["tfh1:2222","tfh1:2223"]}' in up.stdout
+    devices = {
+        line.split("]")[0].strip("["): json.loads(line.split(" devices ", 1)[1])["cuda"]
+        for line in up.stdout.splitlines()
+        if " devices " in line
+    }
+    assert sorted(devices) == ["worker:0", "worker:1"] and sorted(devices.values()) == ["0", "1"]
+    assert slurm.jobs() == []
+    run = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]
+    assert run_processes(slurm, run["run_id"]) == []
+    (allocation,) = run["accounting"]["slurm"]["allocations"]
+    assert allocation["state"] == "COMPLETED" and allocation["cpu_hours"] == 0.05 and allocation["gpu_hours"] == 0.0167
+    assert run["accounting"]["total"]["wall_seconds"] > 0  # tfctl's own, beside
+    report = tfctl(
+        "-f", str(cluster), "report", "--run", run["run_id"], "-o", str(tmp_path / "r.html"), home=home, env=path
+    )
+    assert report.returncode == 0, report.stderr
+    assert f"job {allocation['id']} COMPLETED: 30 s, CPU 3.0 min, GPU 1.0 min" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.netns
+def test_tensorboard_is_served_from_a_node_through_the_allocation(slurm, tmp_path, home):
+    tensorboard_python()  # this interpreter, which the nodes share, has it
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=300).replace("grace_period: 2\n", "grace_period: 2\nlogdir: logs/{run_id}\n"))
+    assert on_slurm(slurm, home, "-f", str(cluster), "up", "-d").returncode == 0
+    board = start_tensorboard(["-f", str(cluster), "tensorboard"], home, env=slurm.env())
+    try:
+        url = board.url(timeout=120)
+        assert fetch(url) == 200 and fetch(url) == 200  # each connection a relaying step of its own
+        board.proc.send_signal(signal.SIGINT)
+        rest = board.finish(timeout=30)
+    finally:
+        board.kill()
+    assert "TensorBoard for run fake-" in rest and "on tfh1 (the host of worker:0" in rest
+    assert re.search(r"Ctrl-C: TensorBoard stopped on tfh1 \(\d processes; 0 remain; its port is closed\)", rest), rest
+    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    assert down.returncode == 0, down.stderr
+    assert slurm.jobs() == [] and slurm.steps() == []
 
 
 tf_needed = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")

@@ -75,10 +75,12 @@ def _keys() -> Iterator[tuple[str, Any]]:
             owner = type(backends.settings(backend_sections[key]).settings({}))
         yield key, owner
         if key == "jobs":
-            for job_key in fields.job_keys():
+            for job_key, job_validator in fields.job_keys().items():
                 yield f"{JOB}.{job_key}", Job
                 if job_key == "restart":
                     yield from ((f"{JOB}.restart.{k}", RestartPolicy) for k in fields.RESTART_KEYS)
+                elif isinstance(job_validator, Section):  # a backend's own keys of a job (`slurm:`)
+                    yield from ((f"{JOB}.{job_key}.{k}", job_validator.build) for k in job_validator.fields)
         elif key == "hosts":
             for host_key in ssh_hosts.host_entry("<host>").fields:
                 is_ssh = host_key == "ssh" or host_key not in {f.name for f in dataclasses.fields(HostConfig)}

@@ -109,6 +109,9 @@ class FakeBackend:
         LAB.released.append(record.run_id)
         return BackendReport("fake pool", "released", True, {"pool": (record.backend_state or {}).get("pool")})
 
+    def run_elsewhere(self, config, detach, out, err) -> int | None:
+        return None  # the controller runs in `up`, as over ssh
+
     def report(self, record: RunRecord) -> BackendReport:
         held = record.run_id in LAB.leases
         return BackendReport("fake pool", "leased" if held else "released", not held, dict(record.backend_state or {}))

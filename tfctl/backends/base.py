@@ -136,6 +136,14 @@ class Backend(Protocol):
         """What `status` says of the backend's own state (None: nothing to say)."""
         ...
 
+    def run_elsewhere(
+        self, config: ClusterConfig, detach: bool, out: Callable[[str], None], err: Callable[[str], None]
+    ) -> int | None:
+        """When the run's controller runs elsewhere than this `up` (a scheduler's batch job):
+        start it there and relay its output (with `detach`, until its tasks run); `up`'s exit
+        code. None: the controller runs here, in this `up`."""
+        ...
+
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         """Where an ended run's files are removed from."""
         ...

@@ -74,6 +74,16 @@ def up(
     backend = backend_for(config.backend)
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
+    if not dry_run and resume is None:  # a controller elsewhere (a batch job's) starts fresh runs only
+        out, err_console = console.out(), console.err()
+        elsewhere = backend.run_elsewhere(
+            config,
+            detach,
+            lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
+            lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
+        )
+        if elsewhere is not None:
+            return elsewhere
     resumes = None if resume is None else up.resumed_run(store, config, resume)
     if detach and not dry_run and backend.waiting_for is None:  # (else this process waits to acquire)
         cleared = up.ensure_no_live_run(store, config)

@@ -84,3 +84,5 @@ KEY_DOCS: dict[str, str] = {
     "container.options": "More runtime arguments, one per item, passed as they are (never through a shell).",
     "container.python": "The image's interpreter, `{python}` in commands (default: `python3` on the image's PATH).",
 }
+# A job's own section has the same keys, meaning the same for its tasks.
+KEY_DOCS.update({f"jobs.<job>.{key}": doc for key, doc in list(KEY_DOCS.items()) if key.startswith("container.")})

@@ -285,6 +285,7 @@ def _job(doc: Doc, path: str, name: str, spec: Any) -> Any:
         count=fields.get("count"),
         port=fields.get("port"),
         container=fields.get("container"),
+        own=next((fields[key] for key in backends.names() if key in fields), None),
     )
 
 

@@ -146,6 +146,7 @@ class Job:
     count: int | None = None  # a backend that places tasks itself: how many; `addresses` come from it
     port: int | None = None  # and the port its tasks listen on (another if a host gets two); None: chosen
     container: ContainerSettings | None = None  # None: the top-level one, if any
+    own: object | None = None  # the job's own section of its backend (as its name), as that backend parsed it
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ which keeps them on the run's record for `runs --json`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 HOUR = 3600.0
 
@@ -63,3 +63,19 @@ def hours_text(hours: float | None) -> str:
     if seconds < HOUR:
         return f"{seconds / 60:.1f} min"
     return f"{hours:.2f} h"
+
+
+def scheduler_text(figures: Mapping[str, Any]) -> str:
+    """A scheduler's own figures in a line: `job 5 COMPLETED: 1.2 min, CPU 2 s, GPU -`; or that its
+    accounting is off, and why. The shape: `enabled`, then `why`, or `allocations` (each `id`,
+    `state`, `elapsed_seconds`, `cpu_hours`, `gpu_hours`) and `missing` ids."""
+    if not figures.get("enabled"):
+        return f"off ({figures.get('why', 'not kept')}): tfctl's figures only"
+    parts = [
+        f"job {a['id']} {a['state']}: {hours_text(a['elapsed_seconds'] / HOUR)}, "
+        f"CPU {hours_text(a['cpu_hours'])}, GPU {hours_text(a['gpu_hours']) if a['gpu_hours'] else '-'}"
+        for a in figures.get("allocations", [])
+    ]
+    missing = figures.get("missing") or []
+    parts += [f"job {job}: not recorded yet" for job in missing]
+    return "; ".join(parts) or "nothing recorded yet"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tfctl.backends.slurm.placement import node_count, settings_of, task_count
+from tfctl.backends.slurm.placement import Component, components, settings_of
 from tfctl.config.model import ClusterConfig
 from tfctl.errors import BackendError
 
@@ -56,45 +56,63 @@ def run_slurm(argv: list[str], stdin: str | None) -> subprocess.CompletedProcess
 
 @dataclass(frozen=True)
 class JobState:
-    """What Slurm says of the allocation: `state` as squeue spells it, `reason` while pending."""
+    """What Slurm says of the allocation: `state` as squeue spells it, `reason` while pending, and
+    the nodes of each of its components (one, unless it is a heterogeneous job)."""
 
     state: str  # PENDING, RUNNING, ..., or "" once Slurm has forgotten the job
     reason: str
-    nodes: tuple[str, ...]
+    components: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(node for nodes in self.components for node in nodes))
 
     @property
     def ended(self) -> bool:
         return not self.state or self.state.split()[0] in ENDED
 
 
-def sbatch_argv(config: ClusterConfig, name: str) -> list[str]:
-    """sbatch for the allocation of all the cluster's tasks: the GPUs of all of them, and for
-    every task the cores of the one that asks for the most."""
+def sbatch_argv(config: ClusterConfig, name: str, options: tuple[str, ...] = ("--output=/dev/null",)) -> list[str]:
+    """sbatch for the allocation of all the cluster's tasks; a heterogeneous job (components
+    separated by `:`) when jobs ask for different nodes. `options`: the whole job's (its output)."""
+    argv = ["sbatch", "--parsable", f"--job-name={name}", *options]
+    for index, component in enumerate(components(config)):
+        argv += [":"] if index else []
+        argv += _component_argv(config, component)
+    return argv
+
+
+def _component_argv(config: ClusterConfig, component: Component) -> list[str]:
+    """One component's options: its nodes and tasks, the GPUs of all its tasks, and for every
+    task the cores of the one that asks for the most; then the `slurm:` section's limits."""
     settings = settings_of(config)
-    argv = [
-        *("sbatch", "--parsable", f"--job-name={name}", f"--nodes={node_count(config)}"),
-        *(f"--ntasks={task_count(config)}", "--output=/dev/null"),
-    ]
-    for flag, value in (("partition", settings.partition), ("time", settings.time)):
-        if value:
-            argv.append(f"--{flag}={value}")
-    for flag, value in (("account", settings.account), ("qos", settings.qos)):
-        if value:
-            argv.append(f"--{flag}={value}")
+    argv = [f"--nodes={component.nodes}", f"--ntasks={component.tasks}"]
+    asks = (
+        ("partition", component.partition),
+        ("constraint", component.constraint),
+        ("mem", component.mem),
+        ("time", settings.time),
+        ("account", settings.account),
+        ("qos", settings.qos),
+    )
+    argv += [f"--{flag}={value}" for flag, value in asks if value]
     if settings.signal_before:  # to every step (the tasks), not the holder
         argv.append(f"--signal=TERM@{settings.signal_before}")
-    gpus = sum((job.gpus or 0) * (job.count or 0) for job in config.jobs.values())
-    cpus = max((job.cpus or 0) for job in config.jobs.values())
-    if gpus:
-        argv.append(f"--gpus={gpus}")
-    if cpus:
-        argv.append(f"--cpus-per-task={cpus}")
-    return [*argv, *settings.extra]
+    if component.gpus:
+        argv.append(f"--gpus={component.gpus}")
+    if component.cpus:
+        argv.append(f"--cpus-per-task={component.cpus}")
+    return [*argv, *component.extra]
 
 
 def submit(config: ClusterConfig, name: str, run: Runner = run_slurm) -> str:
-    """Ask Slurm for the allocation; its job id. Slurm's own refusal is the message."""
-    result = run(sbatch_argv(config, name), HOLDER)
+    """Ask Slurm for the allocation, held by a script that only waits; its job id."""
+    return submit_script(sbatch_argv(config, name), HOLDER, run)
+
+
+def submit_script(argv: list[str], script: str, run: Runner = run_slurm) -> str:
+    """Submit `script` as the batch job `argv` asks for; its job id. Slurm's own refusal is the message."""
+    result = run(argv, script)
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip().replace("sbatch: error: ", "")
         raise SlurmError(
@@ -104,20 +122,25 @@ def submit(config: ClusterConfig, name: str, run: Runner = run_slurm) -> str:
 
 
 def job_state(job_id: str, run: Runner = run_slurm) -> JobState:
-    """The allocation's state, reason and nodes; state "" once Slurm no longer knows the job."""
-    result = run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%T|%r|%N"], None)
-    line = result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else ""
-    if not line:
+    """The allocation's state, reason and nodes; state "" once Slurm no longer knows the job. Of a
+    heterogeneous job (a line per component, `ID+N`): running once every component runs, and
+    otherwise as its first component that does not."""
+    result = run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%i|%T|%r|%N"], None)
+    lines = result.stdout.strip().splitlines() if result.returncode == 0 else []
+    parts = [(line.split("|") + ["", "", ""])[:4] for line in lines if line.strip()]
+    parts.sort(key=lambda part: int(part[0].partition("+")[2] or 0))
+    if not parts:
         return _ended_state(job_id, run)
-    state, reason, nodelist = (line.split("|") + ["", ""])[:3]
-    return JobState(state, _said(reason), expand_nodes(nodelist, run))
+    _, state, reason, _ = next((part for part in parts if part[1] != "RUNNING"), parts[0])
+    return JobState(state, _said(reason), tuple(expand_nodes(part[3], run) for part in parts))
 
 
 def _ended_state(job_id: str, run: Runner) -> JobState:
     """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge)."""
     result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
-    fields = dict(word.split("=", 1) for word in result.stdout.split() if "=" in word)
-    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")), ())
+    first = (result.stdout.strip().splitlines() or [""])[0]
+    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
+    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")))
 
 
 def _said(value: str) -> str:
@@ -133,13 +156,13 @@ def expand_nodes(nodelist: str, run: Runner = run_slurm) -> tuple[str, ...]:
     return tuple(result.stdout.split())
 
 
-def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, poll: float = POLL) -> tuple[str, ...]:
-    """Wait until the allocation runs (saying why while it waits); its nodes."""
+def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, poll: float = POLL) -> JobState:
+    """Wait until the allocation runs (saying why while it waits); its state, with its nodes."""
     said = ""
     while True:
         state = job_state(job_id, run)
-        if state.state == "RUNNING" and state.nodes:
-            return state.nodes
+        if state.state == "RUNNING" and all(state.components):
+            return state
         if state.ended:
             raise SlurmError(f"Slurm job {job_id} ended before it started: {describe(state)}")
         news = f"job {job_id} {state.state.lower()}" + (

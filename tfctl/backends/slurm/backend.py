@@ -7,6 +7,8 @@ run; one tfctl found itself inside (`SLURM_JOB_ID`) is left to its owner.
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
@@ -24,7 +26,17 @@ from tfctl.backends.slurm.allocation import (
     wait_ended,
     wait_running,
 )
-from tfctl.backends.slurm.placement import node_count, place, settings_of, step_options, task_count
+from tfctl.backends.slurm.batch import CONTROLLER_ENV, Say, follow, submit_controller
+from tfctl.backends.slurm.placement import (
+    components,
+    node_count,
+    nodes_by_job,
+    place,
+    settings_of,
+    step_options,
+    task_count,
+)
+from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.backends.slurm.transport import SlurmStepSpec, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
@@ -49,22 +61,44 @@ NODES_LABEL = "slurm nodes"  # where a Slurm run's files are pruned from: this m
 @record
 class SlurmAllocation(Wire):
     """The run's allocation: its job id, whether tfctl asked for it (and so ends it), what each
-    task's job step asks Slurm for beyond one task (its GPUs and cores), and how long before its
-    time limit Slurm signals the tasks (0: it does not)."""
+    task's job step asks Slurm for beyond one task (its component, GPUs and cores), how long before
+    its time limit Slurm signals the tasks (0: it does not), and of a heterogeneous job, the
+    component of each node (empty: one component), and whether the controller runs inside it."""
 
     job_id: str
     owned: bool
     steps: Dict[str, List[str]] = field(default_factory=dict)
     signal_before: int = 0
+    groups: Dict[str, int] = field(default_factory=dict)
+    inside: bool = False  # the run's controller runs in this allocation's batch script (tfctl's own)
 
 
 def allocation_of(record: RunRecord) -> SlurmAllocation:
     return SlurmAllocation.from_wire(record.backend_state or {})
 
 
-def _report(allocation: SlurmAllocation, state: JobState) -> BackendReport:
-    fields = {**allocation.to_wire(), "state": state.state, "reason": state.reason}
-    return BackendReport(f"slurm job {allocation.job_id}", describe(state), state.ended, fields)
+def _report(record: RunRecord, state: JobState, run: Runner) -> BackendReport:
+    """The allocation's state, and what Slurm's accounting recorded of every allocation of the run."""
+    allocation = allocation_of(record)
+    figures = slurm_accounting(job_ids(record), run)
+    fields = {**allocation.to_wire(), "state": state.state, "reason": state.reason, "accounting": figures}
+    return BackendReport(LABEL % allocation.job_id, describe(state), state.ended, fields)
+
+
+LABEL = "slurm job %s"
+
+
+def job_ids(record: RunRecord) -> list[str]:
+    """The run's allocations: each one it outlived (a resubmitted run), then its own."""
+    ended = [end.label.rpartition(" ")[2] for end in record.allocations if end.label.startswith(LABEL % "")]
+    return [*ended, allocation_of(record).job_id]
+
+
+def _shown_nodes(state: JobState) -> str:
+    """`tfh0, tfh1`; of a heterogeneous job, each component's."""
+    if len(state.components) == 1:
+        return ", ".join(state.nodes)
+    return "; ".join(f"component {i}: {', '.join(nodes)}" for i, nodes in enumerate(state.components))
 
 
 def _word(state: JobState) -> str:
@@ -128,10 +162,22 @@ class SlurmBackend:
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         if per_task:
             return place(config, tuple(f"task{i}" for i in range(task_count(config)))), None
-        nodes = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
-        return place(
-            config, nodes
-        ), f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(nodes)}"
+        parts = components(config)
+        if len(parts) == 1:
+            nodes = tuple(f"node{i}" for i in range(1, node_count(config) + 1))
+            return place(
+                config, nodes
+            ), f"backend slurm: tasks go to the allocation's nodes, shown here as {', '.join(nodes)}"
+        groups, first = [], 1
+        for part in parts:
+            groups.append(tuple(f"node{i}" for i in range(first, first + part.nodes)))
+            first += part.nodes
+        shown = "".join(
+            f"\n  component {i}: {part.describe()}: {', '.join(nodes)}"
+            for i, (part, nodes) in enumerate(zip(parts, groups))
+        )
+        note = f"backend slurm: one heterogeneous job of {len(parts)} components, its nodes shown here as{shown}"
+        return place(config, nodes_by_job(config, groups)), note
 
     def check_refusal(self, config: ClusterConfig) -> UsageError | None:
         return UsageError(
@@ -145,26 +191,39 @@ class SlurmBackend:
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         tasks = task_count(config)
         job_id = current_job()
-        owned = job_id is None
+        inside = job_id is not None and os.environ.get(CONTROLLER_ENV) == job_id  # tfctl's own batch job
+        owned = job_id is None or inside
         if job_id is None:
             job_id = submit(config, f"tfctl-{run_id}", self.run)
             progress("slurm", f"asked for {tasks} tasks: job {job_id}")
+        elif inside:
+            progress("slurm", f"the run's controller runs in job {job_id}, on {socket.gethostname()}")
         else:
             progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
         try:
-            nodes = wait_running(job_id, progress, self.run)
+            state = wait_running(job_id, progress, self.run)
         except BaseException:
             if owned:
                 cancel(job_id, self.run)
             raise
-        progress("slurm", f"job {job_id} running on {', '.join(nodes)}")
         settings = settings_of(config)
-        allocation = SlurmAllocation(job_id, owned, step_options(config), settings.signal_before or 0)
-        return Acquired(place(config, nodes), allocation.to_wire(), settings.resubmit if owned else 0)
+        groups: dict[str, int] = {}
+        if len(components(config)) > 1 and owned:
+            placed = place(config, nodes_by_job(config, state.components))
+            groups = {
+                node: index for index in reversed(range(len(state.components))) for node in state.components[index]
+            }
+        else:  # one component; or the job tfctl runs inside, whatever its shape
+            placed = place(config, state.nodes)
+        progress("slurm", f"job {job_id} running on {_shown_nodes(state)}")
+        options = step_options(config) if owned else step_options(config, heterogeneous=False)
+        allocation = SlurmAllocation(job_id, owned, options, settings.signal_before or 0, groups, inside)
+        return Acquired(placed, allocation.to_wire(), settings.resubmit if owned and not inside else 0)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
-        job_id = SlurmAllocation.from_wire(state).job_id if state else "(job)"
-        return HostSpec(host, config.python_for(host), str(tfctl_home()), SlurmStepSpec(job_id))
+        allocation = SlurmAllocation.from_wire(state) if state else SlurmAllocation("(job)", False)
+        spec = SlurmStepSpec(allocation.job_id, allocation.groups.get(host), config.python_for(host))
+        return HostSpec(host, config.python_for(host), str(tfctl_home()), spec)
 
     def monitor_launcher(self, record: RunRecord) -> StepLauncher:
         return StepLauncher(allocation_of(record))
@@ -199,11 +258,21 @@ class SlurmBackend:
         allocation = allocation_of(record)
         if not allocation.owned:
             return None
-        return _report(allocation, cancel(allocation.job_id, self.run))
+        if allocation.inside and current_job() == allocation.job_id:  # the controller: its script's end releases it
+            return _report(record, job_state(allocation.job_id, self.run), self.run)
+        return _report(record, cancel(allocation.job_id, self.run), self.run)
+
+    def run_elsewhere(self, config: ClusterConfig, detach: bool, out: Say, err: Say) -> int | None:
+        """With `slurm: {controller: allocation}`, outside any allocation: the run's controller
+        runs in the batch script of its allocation; this `up` submits it and relays its output."""
+        if settings_of(config).controller != "allocation" or current_job() is not None:
+            return None
+        job = submit_controller(config, self.run)
+        err(f"submitted slurm job {job.job_id}; the run's controller runs in it (its output: {job.err})")
+        return follow(job, detach, out, err, self.run)
 
     def report(self, record: RunRecord) -> BackendReport:
-        allocation = allocation_of(record)
-        return _report(allocation, job_state(allocation.job_id, self.run))
+        return _report(record, job_state(allocation_of(record).job_id, self.run), self.run)
 
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         """This machine, which shares the nodes' files (their allocation is over, and srun cannot

@@ -17,6 +17,7 @@ from tfctl.config.base import (
     Doc,
     Section,
     Validator,
+    _choice,
     _found,
     _leaf,
     _string,
@@ -38,6 +39,19 @@ class SlurmSettings:
     extra: tuple[str, ...] = ()  # more sbatch arguments, as written
     resubmit: int = 0  # new allocations for the same run when one ends by its time limit or preemption
     signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
+    controller: str = "login"  # where the run's controller runs: here (`login`) or in the allocation's batch script
+
+
+@dataclass(frozen=True)
+class SlurmJobSettings:
+    """A job's own `slurm:` keys: what its tasks' nodes must be. Jobs that differ here are the
+    components of one heterogeneous job; unset fields are the `slurm:` section's (Slurm's)."""
+
+    partition: str | None = None
+    constraint: str | None = None  # node features, as `--constraint` takes them
+    mem: str | None = None  # memory per node, as `--mem` takes it ("32G")
+    nodes: int | None = None  # None: one node per task
+    extra: tuple[str, ...] = ()  # more sbatch arguments for this component, after the section's
 
 
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
@@ -80,6 +94,23 @@ def _extra(doc: Doc, path: str, value: Any) -> Any:
     return tuple(value)
 
 
+_MEM_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+
+
+def _mem(doc: Doc, path: str, value: Any) -> Any:
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    text = _string(doc, path, text, 'mem: "32G"')
+    if text is INVALID:
+        return INVALID
+    if not _MEM_RE.fullmatch(text):
+        return doc.problem(
+            path, f"is not a Slurm memory size: {text!r}", 'write megabytes or a size with K, M, G or T: `mem: "32G"`'
+        )
+    return text
+
+
+CONTROLLERS = ("login", "allocation")
+
 DESCRIPTION = "`slurm` on nodes Slurm allocates"
 
 slurm_section = Section(
@@ -92,15 +123,31 @@ slurm_section = Section(
         "extra": _extra,
         "resubmit": _whole_number("resubmit", 0, "e.g. `resubmit: 3`: up to 3 more allocations for the run"),
         "signal_before": _whole_number("signal_before", 1, "e.g. `signal_before: 60` (seconds)"),
+        "controller": _choice(
+            CONTROLLERS, "`login`: on the machine that ran `up`; `allocation`: in the batch script of the allocation"
+        ),
     },
     SlurmSettings,
     'slurm: {partition: debug, time: "01:00:00"}',
+)
+
+job_slurm_section = Section(
+    {
+        "partition": _text("partition", "gpu"),
+        "constraint": _text("constraint", "v100"),
+        "mem": _mem,
+        "nodes": _whole_number("nodes", 1, "e.g. `nodes: 2`; leave it out for one node per task"),
+        "extra": _extra,
+    },
+    SlurmJobSettings,
+    "slurm: {partition: gpu, nodes: 1}",
 )
 
 SECTIONS: dict[str, Validator] = {"slurm": slurm_section}
 JOB_KEYS: dict[str, Validator] = {
     "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
     "port": _port,
+    "slurm": job_slurm_section,
 }
 
 # One line per key for the generated reference (see `tfctl.config.key_docs`).
@@ -114,8 +161,15 @@ KEY_DOCS: dict[str, str] = {
     "slurm.extra": "More sbatch options, as written (each starting with `-`).",
     "slurm.resubmit": "New allocations for the same run when one ends by its time limit or preemption.",
     "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
+    "slurm.controller": "Where the run's controller runs: `login` (where `up` ran) or `allocation` (its first node).",
     "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
     "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
+    "jobs.<job>.slurm": "With `backend: slurm`: the job's own nodes; jobs that differ make a heterogeneous job.",
+    "jobs.<job>.slurm.partition": "Partition of the job's nodes, instead of `slurm.partition`.",
+    "jobs.<job>.slurm.constraint": "Node features the job's nodes must have (`--constraint`).",
+    "jobs.<job>.slurm.mem": 'Memory per node of the job\'s nodes (`--mem`), e.g. "32G".',
+    "jobs.<job>.slurm.nodes": "Nodes for the job's tasks; unset: one per task.",
+    "jobs.<job>.slurm.extra": "More sbatch options for the job's nodes, after `slurm.extra`.",
 }
 
 
@@ -133,6 +187,13 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
         doc.problem("slurm", "is set, but the backend is ssh", "add `backend: slurm`, or remove the `slurm:` section")
     if slurm and "hosts" in root:
         doc.problem("hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:` (its settings are for ssh)")
+    section = root.get("slurm")
+    if isinstance(section, dict) and section.get("controller") == "allocation" and section.get("resubmit"):
+        doc.problem(
+            "slurm.resubmit",
+            "is not supported yet with `controller: allocation` (the controller ends with its allocation)",
+            "remove `resubmit`, or use `controller: login`",
+        )
     if not isinstance(jobs, dict):
         return
     for name, spec in jobs.items():
@@ -152,3 +213,5 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
                         f"`{key}` is for `backend: slurm`",
                         f"add `backend: slurm`, or list the tasks' addresses: `{_leaf(path)}: [host:2222]`",
                     )
+            if "slurm" in keys:
+                doc.problem(f"{path}.slurm", "is for `backend: slurm`", "add `backend: slurm`, or remove it")

@@ -7,22 +7,26 @@ node. A step that shares the allocation's resources (`--overlap`) starts in a fr
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
+import signal
 import subprocess
-from typing import ClassVar
+import sys
+from typing import ClassVar, Optional
 
-from tfctl.errors import HostError
 from tfctl.supervisor.records import record
-from tfctl.transport.base import Transport, Tunnel
+from tfctl.transport.base import Transport, Tunnel, shell_path
 from tfctl.transport.local import LocalTransport
 from tfctl.transport.specs import TransportSpec
 
 
 def step_argv(job_id: str, node: str, *, name: str = "tfctl", extra: tuple[str, ...] = ()) -> list[str]:
-    """`srun` placing one task on `node` of job `job_id`, beside whatever steps already run there."""
+    """`srun` placing one task on `node` of job `job_id`; `extra` says what it asks for (its
+    component of a heterogeneous job, `--overlap` to run beside whatever steps already run there)."""
     return [
         "srun",
         f"--jobid={job_id}",
-        "--overlap",
         "--nodes=1",
         "--ntasks=1",
         f"--nodelist={node}",
@@ -38,29 +42,106 @@ class SlurmTransport(LocalTransport):
     # srun reports every stream tfctl ends (its conversations) as a cancelled step: not news.
     _stream_stderr = subprocess.DEVNULL
 
-    def __init__(self, host: str, job_id: str) -> None:
+    def __init__(self, host: str, job_id: str, het_group: int | None = None, python: str | None = None) -> None:
         super().__init__(host)
         self.job_id = job_id
+        self.python = python
+        self.options = (*([f"--het-group={het_group}"] if het_group is not None else []), "--overlap")
 
     def _argv(self, command: str, tty: bool = False) -> list[str]:
-        return [*step_argv(self.job_id, self.host, extra=("--pty",) if tty else ()), "/bin/sh", "-c", command]
+        extra = (*self.options, *(("--pty",) if tty else ()))
+        return [*step_argv(self.job_id, self.host, extra=extra), "/bin/sh", "-c", command]
 
     def tunnel(self, port: int) -> Tunnel:
-        raise HostError(
-            self.host, f"cannot forward port {port} from a Slurm node; reach {self.host}:{port} from the login node"
+        """A job step on the node relaying its stdin and stdout to the node's loopback `port`: the
+        allocation is the way in, as ssh's direct-tcpip channel is elsewhere."""
+        python = shell_path(self.python or sys.executable)  # the files are shared: this one is there too
+        command = f"exec {python} -c {shlex.quote(RELAY)} {port}"
+        proc = subprocess.Popen(
+            self._argv(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            bufsize=0,
         )
+        return StepTunnel(self.host, port, proc)
+
+
+# Runs on the node, any python 3: bytes from stdin to 127.0.0.1:PORT and back to stdout; a side
+# that ends half-closes the other. Exits 3 when nothing listens there.
+RELAY = """
+import os, socket, sys, threading
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+except OSError as e:
+    sys.stderr.write("relay: %s\\n" % e)
+    sys.exit(3)
+s.settimeout(None)
+def up():
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            break
+        s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+while True:
+    data = s.recv(65536)
+    if not data:
+        break
+    while data:
+        data = data[os.write(1, data):]
+"""
+
+
+class StepTunnel(Tunnel):
+    """A connection to a node's loopback port, through a relaying job step's stdin and stdout."""
+
+    def __init__(self, host: str, port: int, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.host, self.port, self._proc = host, port, proc
+        self._in, self._out = proc.stdin, proc.stdout
+
+    def recv(self, size: int) -> bytes:
+        return self._out.read(size) or b""  # unbuffered: whatever the step has written, up to `size`
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # a pipe's write may take part of it; BrokenPipeError (an OSError) once the step ended
+            view = view[self._in.write(view) or 0 :]
+
+    def shutdown_write(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.close()
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._out.close()
 
 
 @record
 class SlurmStepSpec(TransportSpec):
-    """A node of the run's allocation, reached by job steps; it shares this machine's files."""
+    """A node of the run's allocation, reached by job steps (in the component of a heterogeneous
+    job it belongs to); it shares this machine's files."""
 
     KIND: ClassVar[str] = "slurm"
     SHARES_FILES: ClassVar[bool] = True
     job_id: str
+    het_group: Optional[int] = None
+    python: Optional[str] = None  # the cluster file's for the node: what relays a tunnel there
 
     def connect(self, host: str, accept_new_host_keys: bool = False) -> Transport:
-        return SlurmTransport(host, self.job_id)
+        return SlurmTransport(host, self.job_id, self.het_group, self.python)
 
 
 SPEC = SlurmStepSpec  # what `transport.specs.read_spec` reads a stored spec of kind "slurm" as

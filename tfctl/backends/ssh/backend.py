@@ -7,7 +7,7 @@ monitors, and a run ends with its tasks.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
@@ -80,6 +80,11 @@ class SSHBackend:
 
     def report(self, record: RunRecord) -> BackendReport | None:
         return None
+
+    def run_elsewhere(
+        self, config: ClusterConfig, detach: bool, out: Callable[[str], None], err: Callable[[str], None]
+    ) -> int | None:
+        return None  # the controller is always `up` itself, or its watcher
 
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         return tuple(PruneTarget(spec) for spec in record.hosts)

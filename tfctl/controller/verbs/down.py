@@ -45,7 +45,11 @@ def stop_run(
     cluster.revise_if_recorded(
         store, lambda r: r.replace(left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
     )
-    return report, release(cluster.record)
+    released = release(cluster.record)
+    if released is not None and "accounting" in released.fields:  # the scheduler's own figures, beside tfctl's
+        figures = {**(cost or {}), cluster.record.backend: released.fields["accounting"]}
+        cluster.revise_if_recorded(store, lambda r: r.replace(accounting=figures))
+    return report, released
 
 
 def final_cost(cluster: Cluster, silent: set[str]) -> dict[str, Any] | None:

@@ -101,6 +101,7 @@ class RunReport:
     tf_config: str = ""  # the first task's
     env: tuple[tuple[str, str], ...] = ()  # the first task's, secrets masked, TF_CONFIG apart
     versions: tuple[tuple[str, str], ...] = ()  # ("tfctl", "0.1.0"), (host, "python 3.11, tensorflow 2.16")
+    scheduler_cost: str = ""  # what the backend's scheduler recorded (its accounting), beside `cost`
 
 
 def text(value: object) -> str:
@@ -187,6 +188,7 @@ def facts(run: RunReport) -> str:
         ("duration", offset((run.ended_at or run.generated_at) - run.started_at).lstrip("+")),
         ("tasks", tasks_summary(run.tasks)),
         ("cost", cost_summary(run)),
+        *([(f"{run.backend} accounting", run.scheduler_cost)] if run.scheduler_cost else []),
         ("versions", "; ".join(f"{who}: {version}" for who, version in run.versions) or "not recorded"),
         ("report made", clock(run.generated_at)),
     ]

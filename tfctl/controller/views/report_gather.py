@@ -19,11 +19,13 @@ import re
 import time
 from typing import Mapping, Sequence
 
+from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.views.report import Event, Resources, RunReport, Span, TaskReport
 from tfctl.controller.views.status_view import silent_tasks
 from tfctl.engine.observed import TaskStatus, describe_end
+from tfctl.runs.accounting import scheduler_text
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
@@ -102,7 +104,17 @@ def gather(cluster: Cluster) -> RunReport:
         versions=tuple(record.versions.items()),
         unreachable=tuple((host, str(getattr(e, "message", e))) for host, e in sorted(unreachable.items())),
         notes=notes,
+        scheduler_cost=scheduler_cost(record),
     )
+
+
+def scheduler_cost(record: RunRecord) -> str:
+    """What the run's scheduler recorded it cost, in a line; "" for a backend without one."""
+    kept = (record.accounting or {}).get(record.backend)
+    if kept is None:
+        held = backend_for(record.backend).report(record)
+        kept = held.fields.get("accounting") if held is not None else None
+    return scheduler_text(kept) if isinstance(kept, dict) else ""
 
 
 def first_of_each_job(tasks: Sequence[TaskSpec]) -> list[TaskSpec]:

@@ -1,0 +1,174 @@
+"""`slurm: {controller: allocation}`: the run's controller in its allocation's batch script, on the
+suite's real Slurm (`bench/slurm_lab.py`). The login side here is this test's own PID namespace;
+the nodes are the lab's hosts, each in a PID namespace of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.waiting import wait_until
+from tests.conftest import kill_by_pid, marked_processes, no_warnings
+from tests.test_slurm import fake_file, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
+from tfctl.backends.slurm.batch import COMMENT, BatchJob, batch_script, follow
+
+BATCH = 'slurm: {partition: debug, time: "00:10:00", controller: allocation}'
+
+
+def batch_file(tmp_path: Path, sleep: float) -> Path:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(fake_file(sleep=sleep).replace('slurm: {partition: debug, time: "00:10:00"}', BATCH))
+    return cluster
+
+
+def test_the_batch_script_runs_up_of_the_file_by_this_interpreter(tmp_path):
+    from tfctl.config.loader import parse_config
+
+    config = parse_config(fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', BATCH), tmp_path / "c y")
+    script = batch_script(config)
+    assert script.startswith("#!/bin/sh\n") and 'export TFCTL_CONTROLLER_JOB="$SLURM_JOB_ID"\n' in script
+    assert script.endswith(f"-m tfctl -f '{(tmp_path / 'c y').resolve()}' up\n")
+
+
+def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
+    job = BatchJob("9", tmp_path / "b.out", tmp_path / "b.err")
+    job.out.write_text("[worker:0] not relayed with -d\n")
+    lines = iter(
+        [
+            "",  # queued: nothing written yet
+            "[  0.0s] slurm        the run's controller runs in job 9, on n1\nrun r-1: 2 tasks on 2 nodes\n",
+            "[  0.4s] all 2 tasks r",  # a line half written is held back
+            "unning\n",
+        ]
+    )
+
+    def squeue(argv, stdin):
+        if argv[0] == "squeue":  # the job's state, then the next piece of its batch script's stderr
+            state = "9|PENDING|Priority|" if not job.err.exists() or not job.err.read_text() else "9|RUNNING|None|n1"
+            with open(job.err, "a") as f:
+                f.write(next(lines, ""))
+            return subprocess.CompletedProcess(argv, 0, state, "")
+        return subprocess.CompletedProcess(argv, 0, "n1", "")
+
+    job.err.write_text("")
+    out: list[str] = []
+    err: list[str] = []
+    assert follow(job, True, out.append, err.append, squeue, poll=0) == 0
+    assert out == ["r-1"]
+    assert err[0] == "job 9 pending: waiting for resources: Priority (other jobs come first)"
+    assert err[-2] == "[  0.4s] all 2 tasks running" and "runs in slurm job 9: this shell may end" in err[-1]
+
+
+def test_resubmit_is_refused_with_the_controller_in_the_allocation(tmp_path, home):
+    from tests.conftest import tfctl
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', BATCH.replace("}", ", resubmit: 2}"))
+    )
+    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    assert (
+        shown.returncode == 2 and "slurm.resubmit: is not supported yet with `controller: allocation`" in shown.stderr
+    )
+
+
+def login_side(run_id: str, job: str) -> list[int]:
+    """Processes of the run in this (the login node's) PID namespace, its tasks' and its sruns
+    into the job alike: none should be."""
+    mine = os.readlink("/proc/self/ns/pid")
+    sruns = [int(p) for p in os.listdir("/proc") if p.isdigit() and f"--jobid={job}" in _cmdline(int(p))]
+    return [pid for pid in [*run_processes_any(run_id), *sruns] if _pid_ns(pid) == mine]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def run_processes_any(run_id: str) -> list[int]:
+    return [pid for pid, (_, run) in marked_processes().items() if run == run_id]
+
+
+def _pid_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def hide_the_door(home: Path, run_id: str) -> None:
+    """The controller's Unix socket sits in the shared home, but is only for its own host: move it
+    away, so that a login-side verb that used it would fail."""
+    for door in home.glob(f"**/{run_id}/control.sock"):
+        door.rename(door.with_name("control.sock.hidden"))
+
+
+@pytest.mark.netns
+def test_a_run_whose_controller_is_in_its_allocation_needs_no_login_side_process(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=8)
+    began = time.monotonic()
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    took = time.monotonic() - began
+    assert up.returncode == 0, up.stderr
+    no_warnings(up.stderr)
+    run_id = up.stdout.strip().splitlines()[-1]
+    (job,) = slurm.jobs()
+    assert f"the run's controller runs in job {job}, on tfh0" in up.stderr and "all 3 tasks running" in up.stderr
+    said = slurm.run(["squeue", "--noheader", f"--jobs={job}", "--format=%j|%k"]).stdout.strip()
+    assert said == f"tfctl-fake|{COMMENT}"  # recognisable as tfctl's
+    print(f"up -d to all tasks running, controller in the allocation: {took:.2f} s")
+    # Every login-side process (tfctl, srun) gone: here there is none left to SIGKILL.
+    kill_by_pid(login_side(run_id, job))
+    assert login_side(run_id, job) == [] and run_processes_any(run_id)
+    hide_the_door(home, run_id)
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+    assert shown["run"]["slurm"]["inside"] is True and shown["run"]["slurm"]["job_id"] == job
+    assert {t["task"]: t["host"] for t in shown["tasks"]} == {"ps:0": "tfh0", "worker:0": "tfh1", "worker:1": "tfh2"}
+    logs = on_slurm(slurm, home, "-f", str(cluster), "logs")
+    assert logs.returncode == 0 and "[worker:1] worker1 line 4" in logs.stdout
+    run = wait_until(
+        lambda: json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"],
+        60,
+        "the run's end",
+        until=lambda run: run["state"] != "running",
+        interval=1,
+    )
+    assert run["state"] == "succeeded", run
+    wait_until(lambda: slurm.jobs() == [], 30, "the allocation released", interval=0.5)
+    wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
+
+
+@pytest.mark.netns
+def test_down_from_the_login_side_stops_the_run_and_releases_the_allocation(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=300)
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    (job,) = slurm.jobs()
+    hide_the_door(home, run_id)
+    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    assert down.returncode == 0, down.stderr
+    assert "0 remain" in down.stderr and f"slurm job {job}: CANCELLED" in down.stderr
+    assert slurm.jobs() == [] and slurm.steps() == []
+    wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+    assert shown["run"]["state"] == "stopped", shown["run"]
+
+
+@pytest.mark.netns
+def test_an_attached_up_relays_the_batch_scripts_run_and_exits_with_it(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=1)
+    up = on_slurm(slurm, home, "-f", str(cluster), "up")
+    assert up.returncode == 0, up.stderr
+    assert "submitted slurm job" in up.stderr and "job succeeded: worker:0 finished successfully" in up.stderr
+    assert "[worker:0] worker0 line 4" in up.stdout  # the tasks' lines, on stdout as attached
+    assert slurm.jobs() == []
+    output = list((home / "slurm").glob("fake-*.err"))
+    assert output and all(path.stat().st_mode & 0o777 == 0o600 for path in output)

@@ -1,0 +1,155 @@
+"""The run's controller inside its allocation (`slurm: {controller: allocation}`): `up` on the
+login node submits one batch job whose script is `tfctl up` itself, on the allocation's first
+node. That `up` finds itself inside tfctl's own allocation (`CONTROLLER_ENV` names it), starts
+the tasks as steps from there and follows the run to its end; the script's end releases the
+allocation. The login node is needed only to submit: its `up` just relays the batch script's
+output (until the tasks run, with `-d`), and every later verb reaches the nodes through the
+allocation (`srun --overlap --jobid`), from any login node that shares the home.
+
+The batch script's output is kept under `~/.tfctl/slurm/` (0600), named by the job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tfctl.backends.slurm.allocation import (
+    POLL,
+    JobState,
+    Runner,
+    cancel,
+    describe,
+    job_state,
+    reason_text,
+    run_slurm,
+    sbatch_argv,
+    submit_script,
+)
+from tfctl.config.home import tfctl_home
+from tfctl.config.model import ClusterConfig
+
+CONTROLLER_ENV = "TFCTL_CONTROLLER_JOB"  # set by tfctl's batch script: the allocation is the run's own
+COMMENT = "tfctl run controller"  # how tfctl's batch jobs are told from others (`squeue -o %k`)
+RUNNING = re.compile(r"\ball \d+ tasks running$")
+RUN_ID = re.compile(r"^run (\S+): \d+ tasks? on ")
+Say = Callable[[str], None]
+
+
+def batch_script(config: ClusterConfig) -> str:
+    """`tfctl up` of the cluster file, attached, by this very interpreter (the nodes share its
+    files); every value quoted here, none read by a shell from the cluster file."""
+    python, path = shlex.quote(sys.executable), shlex.quote(str(config.path.resolve()))
+    return f'#!/bin/sh\nexport {CONTROLLER_ENV}="$SLURM_JOB_ID"\nexec {python} -m tfctl -f {path} up\n'
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    job_id: str
+    out: Path  # the batch script's stdout: the tasks' output, as an attached `up` prints it
+    err: Path  # its stderr: `up`'s progress and end
+
+
+def submit_controller(config: ClusterConfig, run: Runner = run_slurm) -> BatchJob:
+    """Submit the batch job that runs the controller; its output files, made 0600 beforehand."""
+    logs = tfctl_home() / "slurm"
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stem = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    out, err = logs / f"{stem}.out", logs / f"{stem}.err"
+    for path in (out, err):
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    options = (f"--output={out}", f"--error={err}", f"--comment={COMMENT}")
+    job_id = submit_script(sbatch_argv(config, f"tfctl-{config.name}", options), batch_script(config), run)
+    return BatchJob(job_id, out, err)
+
+
+class _Tail:
+    """New whole lines of a file, as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.rest = path, 0, b""
+
+    def lines(self) -> list[str]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        *whole, self.rest = (self.rest + data).split(b"\n")
+        return [line.decode("utf-8", "replace") for line in whole]
+
+
+def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_slurm, poll: float = POLL) -> int:
+    """Relay the batch script's output until the job ends (its `up`'s exit code), or with
+    `detach` until its tasks all run (0; the run id on stdout); while Slurm queues it, say why.
+    Ctrl-C here stops the run: the batch script's `up` gets SIGINT, stops every task, and its
+    end releases the allocation (a job still queued is cancelled)."""
+    tails = (_Tail(job.err), _Tail(job.out))
+    run_id = said = ""
+    try:
+        while True:
+            state = job_state(job.job_id, run)
+            if state.state == "PENDING":
+                news = f"job {job.job_id} pending" + (
+                    f": waiting for {reason_text(state.reason)}" if state.reason else ""
+                )
+                if news != said:
+                    err(news)
+                    said = news
+            for line in tails[0].lines():
+                err(line)
+                run_id = run_id or _run_id(line)
+                if detach and RUNNING.search(line):
+                    err(
+                        f"the run's controller runs in slurm job {job.job_id}: this shell may end; "
+                        "`tfctl status`, `logs`, `down` reach it from any login node"
+                    )
+                    out(run_id)
+                    return 0
+            for line in tails[1].lines() if not detach else []:
+                out(line)
+            if state.ended:
+                for line in tails[0].lines():
+                    err(line)
+                return _exit_code(job.job_id, run)
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        if job_state(job.job_id, run).state == "PENDING":
+            ended = cancel(job.job_id, run)
+        else:
+            run(["scancel", "--batch", "--signal=INT", job.job_id], None)
+            err(f"interrupted: the run's controller (slurm job {job.job_id}) stops every task and ends the job")
+            ended = _wait_or_cancel(job.job_id, run)
+        for line in tails[0].lines():
+            err(line)
+        err(f"slurm job {job.job_id}: {describe(ended)}")
+        return 130
+
+
+def _run_id(line: str) -> str:
+    found = RUN_ID.match(line)
+    return found.group(1) if found else ""
+
+
+def _wait_or_cancel(job_id: str, run: Runner, patience: float = 60.0) -> JobState:
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        state = job_state(job_id, run)
+        if state.ended:
+            return state
+        time.sleep(POLL)
+    return cancel(job_id, run)
+
+
+def _exit_code(job_id: str, run: Runner) -> int:
+    """The batch script's exit code, as Slurm kept it (`ExitCode=N:signal`); 1 when unknown."""
+    result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
+    first = (result.stdout.strip().splitlines() or [""])[0]
+    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
+    code = fields.get("ExitCode", "").partition(":")[0]
+    return int(code) if code.isdigit() else 1
