@@ -171,12 +171,18 @@ class DockerLab(Lab):
                 self.cli("rm", "--force", *names)
         finally:
             if self.daemon is not None:
+                # dockerd waits up to 15 s for its containerd on SIGTERM: with no container left,
+                # both (one process group, started as its own session) are killed after a moment.
                 self.daemon.send_signal(signal.SIGTERM)
                 try:
-                    self.daemon.wait(30)
+                    self.daemon.wait(3)
                 except subprocess.TimeoutExpired:
-                    self.daemon.kill()
-                    self.daemon.wait()
+                    pass
+                try:
+                    os.killpg(self.daemon.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.daemon.wait()
             self.remove_files()
 
 
