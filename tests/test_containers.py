@@ -337,7 +337,8 @@ def test_signals_reach_the_program_in_its_container(
     began = time.monotonic()
     agent.call(StopRequest(run, 5.0))
     assert time.monotonic() - began < 4  # the program ended on SIGTERM, not at the grace period's SIGKILL
-    assert "saving on SIGTERM" in Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text()
+    # Once: the host signals the container's first process only, which passes it on.
+    assert Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text().count("saving on SIGTERM") == 1
 
 
 # ---------------------------------------------------------------- tfctl up and down
