@@ -72,7 +72,7 @@ _kubernetes = Section(
 
 # One line per key for the generated reference (see `key_docs.py`).
 KEY_DOCS: dict[str, str] = {
-    "kubernetes.image": "The container image every pod runs; required by every `tfctl export`.",
+    "kubernetes.image": "The container image every pod runs; unset: the job's `container.image`.",
     "kubernetes.namespace": "Namespace of the exported objects (TFJob, JobSet, Job and Service).",
     "kubernetes.image_pull_policy": "`Always`, `IfNotPresent` or `Never`, as Kubernetes spells them.",
     "kubernetes.service_account": "Service account the pods run as.",
