@@ -26,6 +26,7 @@ from tfctl.supervisor.files import task_dir
 from tfctl.supervisor.procfs import live_pids
 from tfctl.supervisor.protocol import (
     ContainerLaunch,
+    PruneRequest,
     StartRequest,
     StatusRequest,
     StopRequest,
@@ -321,6 +322,22 @@ def test_sweep_removes_the_containers_of_runs_that_are_not_live(
     swept = agent.call(SweepRequest([], 1.0, "store-1"))
     assert swept.containers == 1 and run in swept.runs
     gone(podman_lab, run, 10)
+
+
+def test_prune_removes_the_container_an_ended_run_left_stopped(
+    agent: HostAgent, lab: Lab, request: pytest.FixtureRequest, sweep_after: list
+) -> None:
+    """What a crashed tfctl left: the run's container, stopped, never removed. `runs --prune`
+    finds it by its label, says so in a dry run, and removes it."""
+    run = run_id(request)
+    sweep_after.append((lab, run))
+    name = f"tfctl-{run}-left"
+    lab.cli("create", "--name", name, "--label", f"{containers.RUN_LABEL}={run}", IMAGE, "true")
+    looked = agent.call(PruneRequest([run], dry_run=True))
+    assert looked.containers == {run: [name]} and lab.containers(f"{containers.RUN_LABEL}={run}") == [name]
+    pruned = agent.call(PruneRequest([run, "box-another-run"]))
+    assert pruned.containers == {run: [name]}
+    assert lab.containers(f"{containers.RUN_LABEL}={run}") == []
 
 
 def test_signals_reach_the_program_in_its_container(

@@ -143,7 +143,8 @@ def _render(report: PruneReport, rule: str) -> None:
         else:
             out.print(f"{head}: kept, {'; '.join(run.problems)}", markup=False)
         for host, paths in run.paths.items():
-            out.print(f"  {host}: {', '.join(paths) or 'nothing left there'}", markup=False)
+            boxes = [f"container {name}" for name in run.containers.get(host, [])]
+            out.print(f"  {host}: {', '.join(paths + boxes) or 'nothing left there'}", markup=False)
     done = [r for r in report.runs if r.complete]
     total = sum(r.size for r in report.runs)
     summary = f"{verb} {len(done)} of {len(report.runs)} runs {rule}: {_size(total)}"

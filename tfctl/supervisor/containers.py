@@ -88,8 +88,9 @@ class Runtime:
         """Remove these containers, killing what still runs in them; None: nothing to remove."""
         return None
 
-    def listing(self, label: str, value: str) -> Optional[List[str]]:
-        """Print the names, one a line, then the labels of every container with `label=value`."""
+    def listing(self, label: str, value: Optional[str]) -> Optional[List[str]]:
+        """Print the name and the run of every container with `label=value` (with `label`, for
+        None), one a line."""
         return None
 
     def has_image(self, image: str) -> List[str]:
@@ -145,9 +146,9 @@ class Podman(Runtime):
     def remove(self, names: Sequence[str]) -> Optional[List[str]]:
         return [self.exe, "rm", "--force", "--ignore", *names] if names else None
 
-    def listing(self, label: str, value: str) -> Optional[List[str]]:
+    def listing(self, label: str, value: Optional[str]) -> Optional[List[str]]:
         fmt = '{{.Names}} {{index .Labels "%s"}}' % RUN_LABEL
-        return [self.exe, "ps", "--all", "--filter", "label=%s=%s" % (label, value), "--format", fmt]
+        return [self.exe, "ps", "--all", "--filter", label_filter(label, value), "--format", fmt]
 
     def has_image(self, image: str) -> List[str]:
         if image.startswith("/"):
@@ -195,9 +196,9 @@ class Docker(Podman):
     def has_image(self, image: str) -> List[str]:
         return [self.exe, "image", "inspect", "--format", "{{.Id}}", image]
 
-    def listing(self, label: str, value: str) -> Optional[List[str]]:
+    def listing(self, label: str, value: Optional[str]) -> Optional[List[str]]:
         fmt = '{{.Names}} {{.Label "%s"}}' % RUN_LABEL  # docker's .Labels is one string, not a map
-        return [self.exe, "ps", "--all", "--filter", "label=%s=%s" % (label, value), "--format", fmt]
+        return [self.exe, "ps", "--all", "--filter", label_filter(label, value), "--format", fmt]
 
 
 class Apptainer(Runtime):
@@ -296,8 +297,12 @@ def probe(spec: ContainerLaunch) -> Tuple[str, List[str], Optional[str]]:
 Found = Tuple[Runtime, str, str]  # a container: its runtime, its name, its run
 
 
-def labelled(label: str, value: str) -> List[Found]:
-    """Every container here with `label=value`."""
+def label_filter(label: str, value: Optional[str]) -> str:
+    return "label=%s" % label if value is None else "label=%s=%s" % (label, value)
+
+
+def labelled(label: str, value: Optional[str] = None) -> List[Found]:
+    """Every container here with `label=value` (with `label` at all, for None)."""
     found: List[Found] = []
     for rt in present():
         for line in call(rt.listing(label, value)).splitlines():

@@ -515,6 +515,7 @@ class PruneAnswer(Wire):
     paths: Dict[str, List[str]]  # run -> its files here, removed (or, in a dry run, to remove)
     sizes: Dict[str, int]  # run -> bytes in them
     kept: Dict[str, str]  # run -> why none of its files were touched (something of it still runs)
+    containers: Dict[str, List[str]] = field(default_factory=dict)  # run -> containers it left, removed
 
 
 @record

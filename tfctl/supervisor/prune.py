@@ -1,5 +1,6 @@
-"""Forgetting ended runs on a host: their task records and logs, and the run's own directory
-(the synced workdir and the checkpoints under $TFCTL_RUN_DIR).
+"""Forgetting ended runs on a host: their task records and logs, the run's own directory (the
+synced workdir and the checkpoints under $TFCTL_RUN_DIR), and any container of the run left
+behind (found by its label: one a crashed tfctl stopped but never removed).
 
 Nothing of a run is touched while any process of it runs here (its marker is in the environment
 of every process it started), whatever the controller's records say. Hosts that share a home
@@ -16,7 +17,7 @@ import re
 import shutil
 from typing import Dict, Iterator, List
 
-from . import procfs
+from . import containers, procfs
 from .files import host_key, run_dir, work_dir
 from .protocol import PruneAnswer, PruneRequest
 
@@ -33,6 +34,8 @@ def prune(root: str, request: PruneRequest) -> PruneAnswer:
     paths: Dict[str, List[str]] = {}
     sizes: Dict[str, int] = {}
     kept: Dict[str, str] = {}
+    boxes: Dict[str, List[str]] = {}
+    left = [f for f in containers.labelled(containers.RUN_LABEL) if f[2] in wanted]  # one ask for every run
     for run in request.runs:
         if not RUN_ID.match(run) or ".." in run:
             kept[run] = "%r is not a run id" % run
@@ -54,7 +57,12 @@ def prune(root: str, request: PruneRequest) -> PruneAnswer:
             if not request.dry_run:
                 for d in found:
                     shutil.rmtree(d)
-    return PruneAnswer(paths, sizes, kept)
+        its = [f for f in left if f[2] == run]
+        if its:
+            boxes[run] = sorted(name for _, name, _ in its)
+            if not request.dry_run:
+                containers.remove(its)
+    return PruneAnswer(paths, sizes, kept, boxes)
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ class RunPruned:
 
     record: RunRecord
     paths: dict[str, list[str]] = field(default_factory=dict)  # host -> paths
+    containers: dict[str, list[str]] = field(default_factory=dict)  # host -> containers the run left there
     size: int = 0
     problems: list[str] = field(default_factory=list)  # "host: why"; none: the record is gone too
 
@@ -76,6 +77,7 @@ class PruneReport:
                     "created_at": r.record.created_at,
                     "ended_at": r.record.ended_at,
                     "paths": r.paths,
+                    "containers": r.containers,
                     "bytes": r.size,
                     "removed": r.complete and not self.dry_run,
                     "problems": r.problems,
@@ -145,3 +147,5 @@ def _note(run: RunPruned, host: str, answer: PruneAnswer | None) -> None:
     else:
         run.paths[host] = answer.paths.get(run_id, [])
         run.size += answer.sizes.get(run_id, 0)
+        if answer.containers.get(run_id):
+            run.containers[host] = answer.containers[run_id]
