@@ -41,7 +41,8 @@ def build_rootfs(tarball: Path) -> float:
             "mmdebstrap",
             "--quiet",
             "--variant=essential",
-            "--include=python3-minimal,libpython3.11-stdlib",
+            # libstdc++6 and zlib1g: what TensorFlow's wheels load, for a venv of the same Python mounted in
+            "--include=python3-minimal,libpython3.11-stdlib,libstdc++6,zlib1g",
             "bookworm",
             str(tarball),
         ],

@@ -5,9 +5,11 @@ task's: stopped by `stop`, gone when its monitor or every tfctl process of the h
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +19,7 @@ import pytest
 from bench.containers_lab import IMAGE, DockerLab, Lab, PodmanLab, build_rootfs, skip_reason
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
+from tests.test_templates import check_common, copy_template, down_then_resume, run_up
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ContainerSettings
@@ -428,3 +431,57 @@ def test_top_sees_what_the_containers_processes_use(
     )
     assert usage is not None and usage.rss_bytes > 64 << 20  # the task's memory, not the runtime client's
     agent.call(StopRequest(run, 1.0))
+
+
+# ---------------------------------------------------------------- real TensorFlow in containers
+
+
+def tf_in_image_skip() -> str | None:
+    """Why the suite's TensorFlow cannot run in the test image, or None. The image has Debian 12's
+    Python and no TensorFlow: the suite's virtualenv, mounted in at its own path, brings it, so
+    the suite's Python must be that very interpreter (a venv made from /usr/bin/python3, as CI's)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        return "TensorFlow is not installed"
+    real = os.path.realpath(sys.executable)
+    if real != "/usr/bin/python3.11" or sys.prefix == sys.base_prefix:
+        return f"the suite's Python ({real}) is not a venv of the image's /usr/bin/python3.11"
+    return None
+
+
+def boxed_tf() -> str:
+    """The cluster file's `container:` for the template in the test image, TensorFlow from the venv."""
+    reason = tf_in_image_skip()
+    if reason is not None:
+        pytest.skip(reason)
+    venv = sys.prefix
+    return f"container:\n  image: {IMAGE}\n  python: {venv}/bin/python\n  mounts: ['{venv}:{venv}:ro']\n"
+
+
+@pytest.mark.parametrize("template, chief", [("parameter-server", "chief:0"), ("multi-worker-mirrored", "worker:0")])
+def test_a_template_trains_in_containers_to_its_accuracy(
+    template: str, chief: str, tmp_path: Path, home: Path, podman_lab: Lab
+) -> None:
+    cluster = copy_template(template, tmp_path, train_steps=200, extra=boxed_tf())
+    up = run_up(cluster, home)
+    check_common(up, chief, 200)
+    assert f"in podman image {IMAGE}), tensorflow " in up.stderr  # preflight asked the image's Python
+    run = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert podman_lab.containers(f"{containers.RUN_LABEL}={run}") == [] and conmons(run) == []
+
+
+def test_the_parameter_server_template_saves_on_down_in_containers_and_resumes(
+    tmp_path: Path, home: Path, podman_lab: Lab
+) -> None:
+    """`down` reaches the chief in its container as it would bare: it saves at the step it
+    stopped at, and `up --resume` goes on from there."""
+    states = down_then_resume(
+        tmp_path,
+        home,
+        "parameter-server",
+        "chief:0",
+        "chief: SIGTERM: saved a checkpoint at global step",
+        extra=boxed_tf(),
+    )
+    assert states["chief:0"]["exit_code"] == 143
+    for run in json.loads(tfctl("runs", "--json", home=home).stdout):
+        assert podman_lab.containers(f"{containers.RUN_LABEL}={run['run_id']}") == []

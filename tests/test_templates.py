@@ -39,9 +39,9 @@ FINAL = re.compile(
 )
 
 
-def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> Path:
-    """The template as a user's project, with fewer steps. It names no port (its hosts pick free
-    ones at `up`), so no two runs of the shipped files collide."""
+def copy_template(name: str, tmp_path: Path, train_steps: int | None = None, extra: str = "") -> Path:
+    """The template as a user's project, with fewer steps and `extra` top-level keys. It names no
+    port (its hosts pick free ones at `up`), so no two runs of the shipped files collide."""
     dst = tmp_path / name
     shutil.copytree(TEMPLATES / name, dst)
     cluster = dst / "cluster.yaml"
@@ -51,7 +51,7 @@ def copy_template(name: str, tmp_path: Path, train_steps: int | None = None) -> 
     if train_steps is not None:
         text, n = re.subn(r"--train_steps=\d+", f"--train_steps={train_steps}", text)
         assert n == 1
-    cluster.write_text(text)
+    cluster.write_text(text.rstrip("\n") + "\n" + extra)
     return cluster
 
 
@@ -214,14 +214,14 @@ MORE_STEPS = 400  # after a resume: enough for every worker of an asynchronous j
 
 
 def down_then_resume(
-    tmp_path: Path, home: Path, template: str, chief: str, saved_line: str, overshoot: int = 0
+    tmp_path: Path, home: Path, template: str, chief: str, saved_line: str, overshoot: int = 0, extra: str = ""
 ) -> dict[str, dict]:
     """Start the template for many steps, `down` it mid-training, then `up --resume` it for MORE_STEPS
     steps more: the checkpoint `saved_line` names must be at the last step trained (nothing lost
     but the step in flight), and the resumed run must start there and finish MORE_STEPS later
     (`overshoot`: how far past that asynchronous workers may take the global step). Returns the
     stopped run's task states."""
-    cluster = copy_template(template, tmp_path, train_steps=100000)
+    cluster = copy_template(template, tmp_path, train_steps=100000, extra=extra)
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
