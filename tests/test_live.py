@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +18,7 @@ import pytest
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, marked_processes, port_listening, spawn_tfctl, tfctl
 from tests.fakes import record_of
+from tfctl.backends.slurm.transport import RELAY
 from tfctl.controller.live import rpc as live
 from tfctl.controller.live.rpc_messages import (
     DownAsk,
@@ -143,6 +145,30 @@ def test_a_run_directory_too_deep_for_a_socket_address_still_gets_a_door(tmp_pat
     record = this_process_controls(tmp_path)
     with live.ControllerDoor(live.socket_path(deep), {StatusAsk: lambda request: StatusReply({"ok": True})}):
         assert live.ask(deep, record, StatusAsk(), 5) == StatusReply({"ok": True})
+
+
+def test_a_door_on_another_host_is_asked_through_a_relay_process(tmp_path: Path) -> None:
+    """A controller on another host (a batch job's node) is asked through a process joined to its
+    door there: here the relay a Slurm step runs (`Backend.door_relay`), started on this host, to
+    a path longer than a socket's name may be. A relay that ends, or says nothing, is no answer."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    door = live.socket_path(deep)
+    served: list[int] = []
+
+    def status(request: StatusAsk) -> StatusReply:
+        served.append(request.usage_history)
+        return StatusReply({"samples": request.usage_history})
+
+    with live.ControllerDoor(door, {StatusAsk: status}):
+        line = live._exchange_through([sys.executable, "-c", RELAY, str(door)], StatusAsk(60), 10)
+        assert line is not None and json.loads(line) == {"ok": {"snapshot": {"samples": 60}}}
+        assert served == [60]
+        nowhere = live._exchange_through([sys.executable, "-c", RELAY, str(tmp_path / "none.sock")], StatusAsk(), 10)
+        assert nowhere is None  # the relay found no door: it ends (3), with no answer
+        began = time.monotonic()
+        assert live._exchange_through([sys.executable, "-c", "import time; time.sleep(60)"], StatusAsk(), 0.5) is None
+        assert time.monotonic() - began < 5  # given up on, and its process ended
 
 
 def test_no_door_is_used_for_a_dead_foreign_or_silent_controller(tmp_path: Path) -> None:

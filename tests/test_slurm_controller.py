@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from bench.slurm_lab import SlurmLab
 from bench.waiting import wait_until
 from tests.conftest import kill_by_pid, marked_processes, no_warnings
 from tests.test_slurm import fake_file, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
@@ -145,21 +147,56 @@ def test_a_run_whose_controller_is_in_its_allocation_needs_no_login_side_process
     wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
 
 
+def on_login_node(lab: SlurmLab, home: Path, door: Path, *args: str) -> subprocess.CompletedProcess:
+    """`tfctl` as on a login node. The controller's door is a Unix socket in the shared home, only
+    for its own host; on the lab every node shares this kernel, so the socket is covered by
+    /dev/null in this process's own mount namespace (the nodes still see it)."""
+    cover = 'mount --bind /dev/null "$0" && exec "$@"'
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", cover, str(door)]
+        + [sys.executable, "-m", "tfctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TFCTL_HOME": str(home), **lab.env()},
+    )
+
+
+def traced(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 @pytest.mark.netns
-def test_down_from_the_login_side_stops_the_run_and_releases_the_allocation(slurm, tmp_path, home):  # noqa: F811
+def test_status_and_down_from_the_login_side_reach_the_controller_through_the_allocation(
+    slurm,  # noqa: F811
+    tmp_path,
+    home,
+):
+    """`status` and `down` ask the run's controller at its door, through a job step beside it
+    on the batch host (`srun --overlap`): it stops the tasks and says what it stopped; then
+    `down` releases the allocation. Nothing is asked of the nodes from the login side."""
     cluster = batch_file(tmp_path, sleep=300)
     up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip().splitlines()[-1]
     (job,) = slurm.jobs()
-    hide_the_door(home, run_id)
-    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    (door,) = home.glob(f"**/{run_id}/control.sock")
+    seen = tmp_path / "status.trace"
+    status = on_login_node(slurm, home, door, "--trace", str(seen), "-f", str(cluster), "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert {t["state"] for t in json.loads(status.stdout)["tasks"]} == {"running"}
+    stopped = tmp_path / "down.trace"
+    down = on_login_node(slurm, home, door, "--trace", str(stopped), "-f", str(cluster), "down")
     assert down.returncode == 0, down.stderr
-    assert "0 remain" in down.stderr and f"slurm job {job}: CANCELLED" in down.stderr
+    assert "0 remain" in down.stderr and f"slurm job {job}: " in down.stderr, down.stderr
+    for trace, verb in ((seen, "status"), (stopped, "down")):
+        events = traced(trace)
+        assert [(e["verb"], e.get("relayed")) for e in events if e["event"] == "live.ask"] == [(verb, True)]
+        assert [e["event"] for e in events if e["event"].startswith(("agent.", "cluster."))] == []
     assert slurm.jobs() == [] and slurm.steps() == []
     wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
-    assert shown["run"]["state"] == "stopped", shown["run"]
+    assert (shown["run"]["state"], shown["run"]["reason"]) == ("stopped", "tfctl down"), shown["run"]
 
 
 @pytest.mark.netns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tests.fake_backend.settings import FakeSettings
@@ -115,6 +116,9 @@ class FakeBackend:
     def report(self, record: RunRecord) -> BackendReport:
         held = record.run_id in LAB.leases
         return BackendReport("fake pool", "leased" if held else "released", not held, dict(record.backend_state or {}))
+
+    def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:
+        return None  # the controller runs in `up`, as over ssh
 
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         return tuple(PruneTarget(spec) for spec in record.hosts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Protocol
 
 from tfctl import backends
@@ -142,6 +143,12 @@ class Backend(Protocol):
         """When the run's controller runs elsewhere than this `up` (a scheduler's batch job):
         start it there and relay its output (with `detach`, until its tasks run); `up`'s exit
         code. None: the controller runs here, in this `up`."""
+        ...
+
+    def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:
+        """A command that, run here, joins its stdin and stdout to the run's controller's door
+        (`door`, a Unix socket: only for its own host) where that controller runs on another
+        host this backend reaches (a batch job's node); None: there is no such way."""
         ...
 
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:

@@ -135,6 +135,14 @@ def job_state(job_id: str, run: Runner = run_slurm) -> JobState:
     return JobState(state, _said(reason), tuple(expand_nodes(part[3], run) for part in parts))
 
 
+def batch_host(job_id: str, run: Runner = run_slurm) -> str | None:
+    """The node the job's batch script runs on (None: Slurm no longer says)."""
+    result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
+    first = (result.stdout.strip().splitlines() or [""])[0]
+    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
+    return _said(fields.get("BatchHost", "")) or None
+
+
 def _ended_state(job_id: str, run: Runner) -> JobState:
     """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge)."""
     result = run(["scontrol", "show", "job", "--oneliner", job_id], None)

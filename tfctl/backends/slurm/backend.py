@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
 from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
+    batch_host,
     cancel,
     current_job,
     describe,
@@ -37,7 +39,7 @@ from tfctl.backends.slurm.placement import (
     task_count,
 )
 from tfctl.backends.slurm.sacct import slurm_accounting
-from tfctl.backends.slurm.transport import SlurmStepSpec, step_argv
+from tfctl.backends.slurm.transport import SlurmStepSpec, SlurmTransport, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
 from tfctl.engine.verdicts import Judge, Outcome
@@ -270,6 +272,18 @@ class SlurmBackend:
         job = submit_controller(config, self.run)
         err(f"submitted slurm job {job.job_id}; the run's controller runs in it (its output: {job.err})")
         return follow(job, detach, out, err, self.run)
+
+    def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:
+        """A controller in the allocation's batch script, asked from outside the allocation: a
+        step beside it (`--overlap`) on the batch host relays to its door there."""
+        allocation = allocation_of(record)
+        if not allocation.inside or current_job() == allocation.job_id:
+            return None
+        host = batch_host(allocation.job_id, self.run)
+        if host is None:
+            return None
+        python = next((h.python for h in record.hosts if h.name == host), None)
+        return SlurmTransport(host, allocation.job_id, allocation.groups.get(host), python).relay_argv(str(door))
 
     def report(self, record: RunRecord) -> BackendReport:
         return _report(record, job_state(allocation_of(record).job_id, self.run), self.run)

@@ -52,13 +52,17 @@ class SlurmTransport(LocalTransport):
         extra = (*self.options, *(("--pty",) if tty else ()))
         return [*step_argv(self.job_id, self.host, extra=extra), "/bin/sh", "-c", command]
 
+    def relay_argv(self, to: str) -> list[str]:
+        """A job step on the node joining its stdin and stdout to `to` there: a loopback port, or
+        a Unix socket's path (the allocation is the way in, as ssh's channels are elsewhere)."""
+        python = shell_path(self.python or sys.executable)  # the files are shared: this one is there too
+        return self._argv(f"exec {python} -c {shlex.quote(RELAY)} {shlex.quote(to)}")
+
     def tunnel(self, port: int) -> Tunnel:
         """A job step on the node relaying its stdin and stdout to the node's loopback `port`: the
         allocation is the way in, as ssh's direct-tcpip channel is elsewhere."""
-        python = shell_path(self.python or sys.executable)  # the files are shared: this one is there too
-        command = f"exec {python} -c {shlex.quote(RELAY)} {port}"
         proc = subprocess.Popen(
-            self._argv(command),
+            self.relay_argv(str(port)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -68,12 +72,20 @@ class SlurmTransport(LocalTransport):
         return StepTunnel(self.host, port, proc)
 
 
-# Runs on the node, any python 3: bytes from stdin to 127.0.0.1:PORT and back to stdout; a side
-# that ends half-closes the other. Exits 3 when nothing listens there.
+# Runs on the node, any python 3: bytes from stdin to 127.0.0.1:PORT (a number) or to the Unix
+# socket at PATH, and back to stdout; a side that ends half-closes the other. Exits 3 when nothing
+# listens there. (A socket's path is reached from its folder: paths are longer than sun_path.)
 RELAY = """
 import os, socket, sys, threading
+to = sys.argv[1]
 try:
-    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+    if to.isdigit():
+        s = socket.create_connection(("127.0.0.1", int(to)), timeout=10)
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        os.chdir(os.path.dirname(to))
+        s.connect(os.path.basename(to))
 except OSError as e:
     sys.stderr.write("relay: %s\\n" % e)
     sys.exit(3)

@@ -7,6 +7,7 @@ monitors, and a run ends with its tasks.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
@@ -85,6 +86,9 @@ class SSHBackend:
         self, config: ClusterConfig, detach: bool, out: Callable[[str], None], err: Callable[[str], None]
     ) -> int | None:
         return None  # the controller is always `up` itself, or its watcher
+
+    def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:
+        return None  # the controller runs where `up` ran: its door is there
 
     def prune_targets(self, record: RunRecord) -> tuple[PruneTarget, ...]:
         return tuple(PruneTarget(spec) for spec in record.hosts)

@@ -15,15 +15,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
+import signal
 import socket
 import struct
+import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, TypeVar, cast
 
 from tfctl import trace
 from tfctl.controller.live.rpc_messages import DoorRequest
-from tfctl.controller.live.watcher import controller_lives
+from tfctl.controller.live.watcher import controller_elsewhere, controller_lives
 from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.records import Wire
@@ -233,10 +237,15 @@ def ask(run_dir: Path, record: RunRecord, request: DoorRequest[A], timeout: floa
     answer this tfctl cannot read): the caller then connects to the hosts itself. An error the
     controller reports is raised."""
     path = socket_path(run_dir)
-    if not controller_lives(record) or not path.exists():
-        return None
-    with trace.span("live.ask", verb=request.VERB):
-        line = _exchange(path, request, timeout)
+    if controller_lives(record) and path.exists():
+        with trace.span("live.ask", verb=request.VERB):
+            line = _exchange(path, request, timeout)
+    else:
+        relay = door_relay(record, path)
+        if relay is None:
+            return None
+        with trace.span("live.ask", verb=request.VERB, relayed=True):
+            line = _exchange_through(relay, request, timeout)
     if line is None:
         return None
     try:
@@ -263,6 +272,53 @@ def _exchange(path: Path, request: DoorRequest[Any], timeout: float) -> bytes | 
         raise TfctlError(str(e)) from None
     except OSError:
         return None
+
+
+def door_relay(record: RunRecord, door: Path) -> list[str] | None:
+    """How to reach the door of a controller on another host (`Backend.door_relay`), if any."""
+    if not controller_elsewhere(record):
+        return None
+    from tfctl.backends.base import backend_for
+
+    return backend_for(record.backend).door_relay(record, door)
+
+
+def _exchange_through(relay: list[str], request: DoorRequest[Any], timeout: float) -> bytes | None:
+    """`_exchange` through a process joined to the door (its stdin and stdout); None when it
+    ends, or says nothing for `timeout` seconds, before a whole answer."""
+    try:
+        proc = subprocess.Popen(
+            relay, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+    except OSError:
+        return None
+    assert proc.stdin is not None and proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    data = bytearray()
+    try:
+        proc.stdin.write(_request_line(request))
+        proc.stdin.flush()
+        with selectors.DefaultSelector() as ready:
+            ready.register(proc.stdout, selectors.EVENT_READ)
+            while not data.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0 or not ready.select(left):
+                    return None
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    return None
+                data += chunk
+                if len(data) > MAX_ANSWER:
+                    raise TfctlError(str(_too_long("answer", MAX_ANSWER)))
+        return bytes(data)
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.wait()
 
 
 def stream(run_dir: Path, record: RunRecord, request: DoorRequest[A]) -> Iterator[A] | None:

@@ -132,6 +132,12 @@ def _controller_here(record: RunRecord) -> Controller | None:
     return w
 
 
+def controller_elsewhere(record: RunRecord) -> bool:
+    """The active run's controller runs on another machine (a batch job's node)."""
+    w = record.watcher
+    return record.active and w is not None and not _here(w)
+
+
 def controller_lives(record: RunRecord) -> bool:
     """The active run's controller (attached `up` or detached watcher) runs on this machine."""
     w = _controller_here(record)

@@ -12,7 +12,7 @@ from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.supervisors import Cluster, StopReport
-from tfctl.controller.live.watcher import stop_watcher, wait_gone
+from tfctl.controller.live.watcher import controller_elsewhere, stop_watcher, wait_gone
 from tfctl.errors import TfctlError
 from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import HostSpec, RunRecord
@@ -74,13 +74,16 @@ def _down_patience(record: RunRecord, grace: float | None) -> float:
 
 def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopReport, BackendReport | None]:
     """Stop every task, then release what the run's backend holds; the report, and what the
-    backend says once released (None: it held nothing). A live controller on this machine does
-    it with the connections it holds; else this process connects to every host."""
+    backend says once released (None: it held nothing). The run's live controller does it with
+    the connections it holds, asked at its door: here, or through the backend where it runs on
+    another host (a batch job's node); else this process connects to every host."""
     from tfctl.controller.live import rpc as live
     from tfctl.controller.live.rpc_messages import DownAsk
 
     answer = live.ask(store.run_dir(record.run_id), record, DownAsk(grace), _down_patience(record, grace))
     if answer is not None and answer.stop is not None:
+        if controller_elsewhere(record):  # it ends with the stop, and its allocation with it: say how that ended
+            return answer.stop, release(record) or answer.backend
         wait_gone(record)  # a detached watcher ends once it has answered
         return answer.stop, answer.backend
     stop_watcher(record)
