@@ -19,6 +19,7 @@ from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.live import notify, supervise
+from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
@@ -75,6 +76,18 @@ def test_a_stalled_task_warns_sends_a_stalled_event_and_the_run_goes_on(
     assert "no step for 100s" in stalled["reason"]
     assert succeeded["reason"] == "worker:0 finished successfully" and succeeded["task"] is None
     assert (tmp_path / "env.txt").read_text().splitlines() == [f"stalled worker:1 {run_id}", f"succeeded  {run_id}"]
+
+
+def test_a_second_end_keeps_the_first_ends_words_and_tells_nobody_twice(tmp_path, fake_backend):
+    """A `down` answered through the door ends the run; the SIGTERM of the allocation it then
+    releases reaches the controller, which ends the run again: the first words stay."""
+    store, cluster = started(write(tmp_path, extra=APPEND), attached=True)
+    with cluster:
+        first = supervise.finish(store, cluster, STOPPED_BY_DOWN)
+        second = supervise.finish(store, cluster, Outcome(RunState.STOPPED, "terminated (SIGTERM)"))
+    assert first.record.reason == second.record.reason == "tfctl down"
+    assert cluster.record == store.load(cluster.record.run_id) == second.record
+    assert [(e["kind"], e["reason"]) for e in events(tmp_path)] == [("stopped", "tfctl down")]
 
 
 def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path, fake_backend, look_every_poll):

@@ -182,11 +182,10 @@ class Cluster:
 
     def revise(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord:
         """The one way a running run's record changes once the cluster holds it: `change` applied
-        to the stored record under the store's lock and to this copy under the cluster's, so the
-        two never diverge whichever thread writes (a move, a retired host, the silent hosts)."""
+        to the stored record under the store's lock, which this copy then is, so the two never
+        diverge whichever thread or process writes (a move, a retired host, the silent hosts)."""
         with self._record_lock:
-            stored = store.revise(self.record.run_id, change)
-            self.record = change(self.record)
+            self.record = stored = store.revise(self.record.run_id, change)
         return stored
 
     def revise_if_recorded(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:

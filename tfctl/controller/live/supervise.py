@@ -57,10 +57,17 @@ def finish(
 ) -> Ending:
     """Stop whatever still runs (the ps above all; `grace`: as `down --grace`), record how the
     run ended, and tell the `notify:` commands (through `notifier`, which the caller closes;
-    else waiting for them here)."""
+    else waiting for them here). A run ended already keeps the words of its first end (a `down`
+    answered, then the SIGTERM of the allocation it released), and nobody is told twice."""
     report, backend = stop_run(store, cluster, grace, outcome.silent)
     ended_at = time.time()
-    record = cluster.revise(store, lambda r: r.replace(state=outcome.state, reason=outcome.reason, ended_at=ended_at))
+
+    def ended(r: RunRecord) -> RunRecord:
+        return r.replace(state=outcome.state, reason=outcome.reason, ended_at=ended_at) if r.active else r
+
+    record = cluster.revise(store, ended)
+    if record.ended_at != ended_at:
+        return Ending(outcome, report, record, backend)
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
         notifier.send(event)
