@@ -174,6 +174,7 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
         "restart": None,
         "gpus": None,
         "cpus": None,
+        "container": None,
     }
     assert data["decisive"] == ["worker:0"]
 
