@@ -165,6 +165,15 @@ def test_the_apptainer_command_line() -> None:
     assert "--nv" not in box("apptainer")
 
 
+@pytest.mark.parametrize("name, flag", [("podman", "--volume"), ("docker", "--volume"), ("apptainer", "--bind")])
+def test_preflight_asks_the_images_python_with_the_tasks_mounts_and_options(name: str, flag: str) -> None:
+    """A task's Python may come from a mount (a venv mounted in): preflight runs it so too."""
+    spec = ContainerLaunch("img:1", name, ["/venv:/venv:ro"], ["--security-opt=label=disable"], "/venv/bin/python")
+    argv = containers.RUNTIMES[name](f"/usr/bin/{name}").python(spec, "print(1)")
+    assert after(argv, flag)[0] == "/venv:/venv:ro" and "--security-opt=label=disable" in argv
+    assert argv.index("--security-opt=label=disable") < argv.index("img:1") and argv[-2:] == ["-c", "print(1)"]
+
+
 # ---------------------------------------------------------------- real runtimes
 
 

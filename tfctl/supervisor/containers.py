@@ -156,18 +156,10 @@ class Podman(Runtime):
         return [self.exe, "image", "exists", image]
 
     def python(self, spec: ContainerLaunch, code: str) -> List[str]:
-        return [
-            self.exe,
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            "--entrypoint",
-            spec.python,
-            *self.image(spec.image),
-            "-c",
-            code,
-        ]
+        # The task's own mounts and options: its Python may come from one (a venv mounted in).
+        volumes = [arg for mount in spec.mounts for arg in ("--volume", mount)]
+        argv = [self.exe, "run", "--rm", "--network", "host", *volumes, "--entrypoint", spec.python]
+        return argv + list(spec.options) + self.image(spec.image) + ["-c", code]
 
 
 class Docker(Podman):
@@ -221,7 +213,8 @@ class Apptainer(Runtime):
         return ["test", "-e", image]
 
     def python(self, spec: ContainerLaunch, code: str) -> List[str]:
-        return [self.exe, "exec", "--cleanenv", spec.image, spec.python, "-c", code]
+        binds = [arg for mount in spec.mounts for arg in ("--bind", mount)]
+        return [self.exe, "exec", "--cleanenv", *binds, *spec.options, spec.image, spec.python, "-c", code]
 
 
 RUNTIMES = {cls.name: cls for cls in (Podman, Docker, Apptainer)}
