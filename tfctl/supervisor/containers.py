@@ -264,7 +264,7 @@ print(sys.version.split()[0])
 print(sys.executable)
 try:
     import tensorflow
-    print(tensorflow.__version__)
+    print("tensorflow " + tensorflow.__version__)  # as a bare host's answer says it
 except Exception as e:
     print("")
 """
