@@ -23,6 +23,9 @@ from .protocol import ContainerLaunch, TaskLaunch
 
 TETHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tether.py")
 FIFO = "tether.fifo"  # in the task's directory: the monitor holds it open, the tether reads it
+# In the task's directory: the tether writes the task's exit status there, for the monitor to
+# record (a runtime's client may say another: podman's, stopped with --rm, says 0).
+EXIT_FILE = "tether.exit"
 RUN_LABEL = "tfctl.run"
 TASK_LABEL = "tfctl.task"
 STORE_LABEL = "tfctl.store"
@@ -43,6 +46,7 @@ class Container:
         mounts: Sequence[str],
         fifo: str,
         log: str,
+        exit_file: str,
         grace: float,
         command: str,
         labels: Dict[str, str],
@@ -54,13 +58,14 @@ class Container:
         self.mounts = [*("%s:%s" % (p, p) for p in mounts), "%s:%s:ro" % (TETHER, TETHER), *spec.mounts]
         self.fifo = fifo
         self.log = log
+        self.exit_file = exit_file
         self.grace = grace
         self.command = command
         self.labels = labels
 
     def entry(self) -> List[str]:
         """What runs in the container: the tether, then the task's command through /bin/sh."""
-        return [TETHER, self.fifo, self.log, "%g" % self.grace, "/bin/sh", "-c", self.command]
+        return [TETHER, self.fifo, self.log, self.exit_file, "%g" % self.grace, "/bin/sh", "-c", self.command]
 
     def gpus(self) -> Optional[List[str]]:
         """The task's GPUs as its host numbers them (None: it was given no GPUs of its own)."""
@@ -327,13 +332,28 @@ class Tethered:
         self.tie = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)  # never closed: its end is the monitor's
         cwd = os.path.expanduser(launch.cwd or "~")
         log = os.path.join(d, "output.log")
-        shared = sorted({cwd, env.get(RUN_DIR_ENV, cwd), fifo, log})
+        self.exit_file = os.path.join(d, EXIT_FILE)
+        self.forget_exit()
+        shared = sorted({cwd, env.get(RUN_DIR_ENV, cwd), fifo, log, self.exit_file})
         labels = {RUN_LABEL: run_id, TASK_LABEL: launch.task, STORE_LABEL: launch.store}
         self.container = Container(
-            self.name, launch.container, env, cwd, shared, fifo, log, launch.grace, command, labels
+            self.name, launch.container, env, cwd, shared, fifo, log, self.exit_file, launch.grace, command, labels
         )
         self.argv = self.runtime.run(self.container)
         self.root: Optional[int] = None  # the host pid of the container's first process, once seen
+
+    def forget_exit(self) -> None:
+        """Before each run of the task: no status yet (the file is there, to be mounted)."""
+        os.close(os.open(self.exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+
+    def exit_code(self, client: int) -> int:
+        """The task's exit status as the tether wrote it; the runtime client's, `client`, when
+        the tether wrote none (it never ran, or was killed)."""
+        try:
+            with open(self.exit_file) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return client
 
     def stop(self) -> None:
         call(self.runtime.stop(self.name, self.container.grace))

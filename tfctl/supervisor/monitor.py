@@ -81,6 +81,8 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     spans: List[List[float]] = []  # [started_at, ended_at] of each run that was restarted: `report`'s timeline
     while True:
         _discard(os.path.join(d, RESTART_FILE))  # asked of an earlier run of the task: not of this one
+        if boxed is not None:
+            boxed.forget_exit()
         try:
             child = subprocess.Popen(
                 argv,
@@ -103,6 +105,8 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         if boxed is not None:
             boxed.root = None  # the container of this run of the task, once it is there
         code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter, boxed)
+        if boxed is not None:
+            code = boxed.exit_code(code)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc, boxed)
         if asked is not None:

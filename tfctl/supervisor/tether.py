@@ -1,12 +1,13 @@
 """The entrypoint of a task's container: runs the task, passes signals on to it, and ends it
 when its monitor is gone.
 
-`python3 tether.py FIFO LOG GRACE ARGV...`, run by the image's Python (any 3.x: it imports
+`python3 tether.py FIFO LOG EXIT GRACE ARGV...`, run by the image's Python (any 3.x: it imports
 nothing of tfctl's). The monitor holds FIFO open for writing as long as it lives; when it dies,
 however (SIGKILL included), the read end here sees EOF and the task gets SIGTERM, then SIGKILL
 after GRACE seconds: the container ends with its monitor, whatever the runtime, with no daemon
 to trust. The task's output goes straight to LOG, the task's log (bind-mounted in), not through
-the runtime's client, which may be stopped before the task has said its last. As PID 1 of the
+the runtime's client, which may be stopped before the task has said its last; its exit status
+goes to EXIT (bind-mounted in too), which a runtime's client may not pass on. As PID 1 of the
 container it also reaps the task's orphans.
 """
 
@@ -22,7 +23,14 @@ LOOK = 0.5  # seconds between looks for the task's end while nothing else happen
 
 
 def main(argv: List[str]) -> int:
-    fifo, log, grace, command = argv[1], argv[2], float(argv[3]), argv[4:]
+    status = run(argv[1], argv[2], float(argv[4]), argv[5:])
+    with open(argv[3], "w") as f:
+        f.write("%d\n" % status)
+    return status
+
+
+def run(fifo: str, log: str, grace: float, command: List[str]) -> int:
+    """The task's exit status, once it ended by itself or was ended with its monitor."""
     out = os.open(log, os.O_WRONLY | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(out, 2)
