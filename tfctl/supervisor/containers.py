@@ -15,8 +15,10 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import procfs
 from .errors import AgentError
 from .files import RUN_DIR_ENV
 from .protocol import ContainerLaunch, TaskLaunch
@@ -325,6 +327,7 @@ class Tethered:
         if not os.path.isfile(TETHER):
             raise AgentError("the supervisor runs from its zip (%s): its container entrypoint is not a file" % TETHER)
         self.runtime = runtime(launch.container.runtime)
+        self.run_id, self.task = run_id, launch.task
         self.name = name_for(run_id, launch.task)
         fifo = os.path.join(d, FIFO)
         if not os.path.exists(fifo):
@@ -346,14 +349,21 @@ class Tethered:
         """Before each run of the task: no status yet (the file is there, to be mounted)."""
         os.close(os.open(self.exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
 
-    def exit_code(self, client: int) -> int:
-        """The task's exit status as the tether wrote it; the runtime client's, `client`, when
-        the tether wrote none (it never ran, or was killed)."""
-        try:
-            with open(self.exit_file) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return client
+    def exit_code(self, client: int, patience: float) -> int:
+        """The task's exit status as the tether wrote it. A stop signals the runtime's client
+        and the container's processes alike: the client may be gone while the tether still ends
+        the task (a chief saving), so it is waited for while they run, `patience` seconds at
+        most. The client's status, `client`, when the tether wrote none (killed, or never ran)."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                with open(self.exit_file) as f:
+                    return int(f.read().strip())
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline or not procfs.task_processes(self.run_id, self.task, None):
+                return client
+            time.sleep(procfs.POLL)
 
     def stop(self) -> None:
         call(self.runtime.stop(self.name, self.container.grace))

@@ -106,7 +106,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             boxed.root = None  # the container of this run of the task, once it is there
         code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter, boxed)
         if boxed is not None:
-            code = boxed.exit_code(code)
+            code = boxed.exit_code(code, launch.grace + 5.0)
         # Whatever this run of the task started must not outlive it, restarted or not.
         _clean_up(run_id, launch, proc, boxed)
         if asked is not None:
