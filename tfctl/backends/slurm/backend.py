@@ -39,7 +39,7 @@ from tfctl.backends.slurm.placement import (
     task_count,
 )
 from tfctl.backends.slurm.sacct import slurm_accounting
-from tfctl.backends.slurm.transport import SlurmStepSpec, SlurmTransport, step_argv
+from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
 from tfctl.engine.verdicts import Judge, Outcome
@@ -283,7 +283,7 @@ class SlurmBackend:
         if host is None:
             return None
         python = next((h.python for h in record.hosts if h.name == host), None)
-        return SlurmTransport(host, allocation.job_id, allocation.groups.get(host), python).relay_argv(str(door))
+        return relay_step(allocation.job_id, host, allocation.groups.get(host), python, str(door))
 
     def report(self, record: RunRecord) -> BackendReport:
         return _report(record, job_state(allocation_of(record).job_id, self.run), self.run)

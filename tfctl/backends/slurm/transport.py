@@ -52,7 +52,7 @@ class SlurmTransport(LocalTransport):
         extra = (*self.options, *(("--pty",) if tty else ()))
         return [*step_argv(self.job_id, self.host, extra=extra), "/bin/sh", "-c", command]
 
-    def relay_argv(self, to: str) -> list[str]:
+    def _relay_argv(self, to: str) -> list[str]:
         """A job step on the node joining its stdin and stdout to `to` there: a loopback port, or
         a Unix socket's path (the allocation is the way in, as ssh's channels are elsewhere)."""
         python = shell_path(self.python or sys.executable)  # the files are shared: this one is there too
@@ -62,7 +62,7 @@ class SlurmTransport(LocalTransport):
         """A job step on the node relaying its stdin and stdout to the node's loopback `port`: the
         allocation is the way in, as ssh's direct-tcpip channel is elsewhere."""
         proc = subprocess.Popen(
-            self.relay_argv(str(port)),
+            self._relay_argv(str(port)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -70,6 +70,12 @@ class SlurmTransport(LocalTransport):
             bufsize=0,
         )
         return StepTunnel(self.host, port, proc)
+
+
+def relay_step(job_id: str, node: str, het_group: int | None, python: str | None, to: str) -> list[str]:
+    """`srun` of a step on `node` of the job, beside its others, joining its stdin and stdout to
+    `to` there (a loopback port, or a Unix socket's path)."""
+    return SlurmTransport(node, job_id, het_group, python)._relay_argv(to)
 
 
 # Runs on the node, any python 3: bytes from stdin to 127.0.0.1:PORT (a number) or to the Unix
