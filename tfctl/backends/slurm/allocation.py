@@ -137,18 +137,20 @@ def job_state(job_id: str, run: Runner = run_slurm) -> JobState:
 
 def batch_host(job_id: str, run: Runner = run_slurm) -> str | None:
     """The node the job's batch script runs on (None: Slurm no longer says)."""
-    result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
-    first = (result.stdout.strip().splitlines() or [""])[0]
-    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
-    return _said(fields.get("BatchHost", "")) or None
+    return _said(_job_fields(job_id, run).get("BatchHost", "")) or None
 
 
 def _ended_state(job_id: str, run: Runner) -> JobState:
     """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge)."""
+    fields = _job_fields(job_id, run)
+    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")))
+
+
+def _job_fields(job_id: str, run: Runner) -> dict[str, str]:
+    """`scontrol show job`'s fields of the job (of its first component), as Slurm spells them."""
     result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
     first = (result.stdout.strip().splitlines() or [""])[0]
-    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
-    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")))
+    return dict(word.split("=", 1) for word in first.split() if "=" in word)
 
 
 def _said(value: str) -> str:
