@@ -219,7 +219,7 @@ JobAcctGatherType=jobacct_gather/linux"""
             [
                 *("mariadbd", "--no-defaults", "--user=root", f"--datadir={self.mariadb_data}"),
                 *(f"--socket={self.mariadb_socket}", f"--pid-file={db / 'mariadbd.pid'}", "--skip-networking"),
-                *("--skip-log-bin", f"--log-error={db / 'error.log'}", *small),
+                *("--skip-log-bin", *small),  # its log to stderr: mariadbd.out, shown when the lab fails
             ],
             "mariadbd.out",
         )
@@ -319,5 +319,5 @@ StorageLoc=slurm_acct_db
                 proc.wait()
         self._procs.clear()
         if self.mariadb_data is not None:
-            shutil.rmtree(self.mariadb_data, ignore_errors=True)  # tens of MB; its error log stays
+            shutil.rmtree(self.mariadb_data, ignore_errors=True)  # tens of MB; its log stays
         self.lab.close()
