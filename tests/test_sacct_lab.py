@@ -132,6 +132,8 @@ def test_figures_taken_inside_the_allocation_are_settled_once_it_ended(slurm, tm
     lines = sacct_says(slurm, job)
     want = expected(lines)
     assert want["state"] == "COMPLETED" and want["gpu_hours"] == 0
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)["run"]
+    assert shown["accounting"]["slurm"]["allocations"] == [want]  # sacct's answer now, not the one kept
     runs = on_slurm(slurm, home, "runs", "--json")
     assert runs.returncode == 0, runs.stderr
     figures = json.loads(runs.stdout)[-1]["accounting"]["slurm"]
