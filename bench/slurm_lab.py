@@ -13,7 +13,14 @@ in a VM without systemd:
   namespaces.
 
 Client commands (sbatch, srun, squeue) find this Slurm through `env()` (SLURM_CONF). Every
-process the lab starts is stopped by pid when it closes.
+process the lab starts is stopped by pid when it closes. Its daemons listen on ports derived from
+the lab's subnet, so labs with distinct subnets run side by side.
+
+`accounting=True` (off by default: it costs start-up time) adds Slurm's accounting as sites run
+it: a private MariaDB (its own datadir and socket in the workdir, no TCP port; slurmdbd, running
+as root, logs in through the socket), slurmdbd on it, the cluster registered with sacctmgr, and
+`jobacct_gather/linux` (reads /proc: the lab tracks processes with linuxproc, not cgroups).
+`AccountingStorageTRES=gres/gpu` records the stand-in GPUs, as GPU sites configure it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import signal
 import socket
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -31,11 +39,14 @@ from bench.netns_hosts import LabError, TestHost, TestHostLab
 from bench.waiting import WaitTimeout, wait_until
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "munged")
+ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer")
+CLUSTER = "tfctltest"
 
 
-def missing_binaries() -> list[str]:
-    return [name for name in BINARIES if shutil.which(name) is None and not os.path.exists(f"/usr/sbin/{name}")]
+def missing_binaries(accounting: bool = False) -> list[str]:
+    wanted = BINARIES + (ACCOUNTING_BINARIES if accounting else ())
+    return [name for name in wanted if shutil.which(name) is None and not os.path.exists(f"/usr/sbin/{name}")]
 
 
 URGENT = "urgent"  # a partition whose jobs take whole nodes, preempting (cancelling) debug's jobs there
@@ -50,10 +61,14 @@ class SlurmLab:
 
     __test__ = False
 
-    def __init__(self, workdir: Path, n: int = 3, **lab_kwargs: object) -> None:
+    def __init__(self, workdir: Path, n: int = 3, accounting: bool = False, **lab_kwargs: object) -> None:
         self.workdir = workdir
         self.lab = TestHostLab(n, workdir=workdir / "hosts", shared_home=True, **lab_kwargs)  # type: ignore[arg-type]
         self.conf = workdir / "slurm.conf"
+        self.accounting = accounting
+        self.port = 20000 + 10 * int(self.lab.subnet.split(".")[-1])  # slurmctld's; slurmd +1, slurmdbd +2
+        self.accounting_seconds = 0.0  # of the start-up, spent starting MariaDB and slurmdbd
+        self.mariadb_data: Path | None = None
         self._procs: list[subprocess.Popen] = []
         self._names: dict[int, str] = {}  # pid -> the daemon, and where it runs
 
@@ -69,6 +84,10 @@ class SlurmLab:
         try:
             self._start_munge()
             self._write_conf()
+            if self.accounting:
+                started = time.monotonic()
+                self._start_accounting()
+                self.accounting_seconds = time.monotonic() - started
             self._start_daemons()
         except BaseException:
             self.close()
@@ -78,9 +97,11 @@ class SlurmLab:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def _spawn(self, argv: list[str], log: str, host: TestHost | None = None) -> subprocess.Popen:
+    def _spawn(
+        self, argv: list[str], log: str, host: TestHost | None = None, env_extra: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         out = open(self.workdir / log, "ab")
-        env = {**os.environ, **self.env()}
+        env = {**os.environ, **self.env(), **(env_extra or {})}
         if host is None:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         else:
@@ -128,10 +149,10 @@ class SlurmLab:
             )
         self._write_gres(gpu_nodes)
         self.conf.write_text(
-            f"""ClusterName=tfctltest
+            f"""ClusterName={CLUSTER}
 SlurmctldHost={socket.gethostname()}({self.lab.gateway})
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort={self.port}
+SlurmdPort={self.port + 1}
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
@@ -153,9 +174,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
-AccountingStorageType=accounting_storage/none
+{self._accounting_conf()}
 JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
@@ -169,6 +189,65 @@ PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=EXCLUSI
 """
         )
         (w / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\n")
+
+    def _accounting_conf(self) -> str:
+        if not self.accounting:
+            return "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none"
+        return f"""AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost={self.lab.gateway}
+AccountingStoragePort={self.port + 2}
+AccountingStoragePass={self.munge_socket}
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux"""
+
+    def _start_accounting(self) -> None:
+        """MariaDB, then slurmdbd on it, then the cluster registered: before slurmctld, which
+        then records every job from the first."""
+        db = self.workdir / "mariadb"
+        db.mkdir()
+        self.mariadb_data = db / "data"
+        self.mariadb_socket = db / "mysqld.sock"
+        small = ["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=4M"]
+        install = [
+            *("mariadb-install-db", "--no-defaults", f"--datadir={self.mariadb_data}", "--user=root"),
+            *("--skip-test-db", "--auth-root-authentication-method=socket", *small),
+        ]
+        done = subprocess.run(install, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise LabError(f"mariadb-install-db failed: {(done.stderr or done.stdout)[-800:]}")
+        self._spawn(
+            [
+                *("mariadbd", "--no-defaults", "--user=root", f"--datadir={self.mariadb_data}"),
+                *(f"--socket={self.mariadb_socket}", f"--pid-file={db / 'mariadbd.pid'}", "--skip-networking"),
+                *("--skip-log-bin", *small),  # its log to stderr: mariadbd.out, shown when the lab fails
+            ],
+            "mariadbd.out",
+        )
+        self._wait(self.mariadb_socket.exists, "MariaDB to create its socket", timeout=60)
+        w = self.workdir
+        dbd_conf = os.open(w / "slurmdbd.conf", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # slurmdbd insists
+        os.write(
+            dbd_conf,
+            f"""AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+DbdHost=localhost
+DbdPort={self.port + 2}
+SlurmUser=root
+PidFile={w}/slurmdbd.pid
+LogFile={w}/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+""".encode(),
+        )
+        os.close(dbd_conf)
+        # slurmdbd reads no MariaDB option file; its client library takes the socket from here.
+        self._spawn(["slurmdbd", "-D"], "slurmdbd.out", env_extra={"MYSQL_UNIX_PORT": str(self.mariadb_socket)})
+        self._wait(lambda: self.run(["sacctmgr", "--noheader", "list", "cluster"]).returncode == 0, "slurmdbd", 60)
+        added = self.run(["sacctmgr", "--immediate", "add", "cluster", CLUSTER])
+        if added.returncode != 0:
+            raise LabError(f"sacctmgr add cluster failed: {added.stderr or added.stdout}")
 
     def _write_gres(self, gpu_nodes: list[str]) -> None:
         """gres.conf (beside slurm.conf, where slurmd looks): each GPU node's stand-in devices."""
@@ -239,4 +318,6 @@ PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=EXCLUSI
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self._procs.clear()
+        if self.mariadb_data is not None:
+            shutil.rmtree(self.mariadb_data, ignore_errors=True)  # tens of MB; its log stays
         self.lab.close()

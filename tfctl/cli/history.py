@@ -76,6 +76,7 @@ def runs_command(
     if prune:
         return _prune(records, keep, older_than, dry_run, as_json)
     if as_json:
+        records = _settled(records)
         console.out().print_json(json.dumps([_record_json(r) for r in records]))
         return 0
     if not records and path is not None:
@@ -100,6 +101,18 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "resumes": r.resumes,
         "accounting": r.accounting,  # what it cost, as its hosts counted when it was stopped
     }
+
+
+def _settled(records: list[RunRecord]) -> list[RunRecord]:
+    """Scheduler figures kept unsettled (taken before the scheduler recorded the end) asked again."""
+    from tfctl.runs.accounting import unsettled
+
+    if not any(unsettled((r.accounting or {}).get(r.backend)) for r in records):
+        return records  # the common case, without loading the controller
+    from tfctl.controller.views.report_gather import settle_scheduler_figures
+
+    store = run_store()
+    return [settle_scheduler_figures(store, r) for r in records]
 
 
 def _when(epoch: float) -> str:

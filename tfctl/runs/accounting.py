@@ -65,10 +65,16 @@ def hours_text(hours: float | None) -> str:
     return f"{hours:.2f} h"
 
 
+def unsettled(figures: object) -> bool:
+    """Scheduler figures that may still change (asked while a job ran, or before the scheduler
+    recorded it): their readers ask the scheduler again. Figures that do not say are settled."""
+    return isinstance(figures, Mapping) and figures.get("settled") is False
+
+
 def scheduler_text(figures: Mapping[str, Any]) -> str:
     """A scheduler's own figures in a line: `job 5 COMPLETED: 1.2 min, CPU 2 s, GPU -`; or that its
     accounting is off, and why. The shape: `enabled`, then `why`, or `allocations` (each `id`,
-    `state`, `elapsed_seconds`, `cpu_hours`, `gpu_hours`) and `missing` ids."""
+    `state`, `elapsed_seconds`, `cpu_hours`, `gpu_hours`), `missing` ids and `settled`."""
     if not figures.get("enabled"):
         return f"off ({figures.get('why', 'not kept')}): tfctl's figures only"
     parts = [

@@ -82,7 +82,7 @@ def allocation_of(record: RunRecord) -> SlurmAllocation:
 def _report(record: RunRecord, state: JobState, run: Runner) -> BackendReport:
     """The allocation's state, and what Slurm's accounting recorded of every allocation of the run."""
     allocation = allocation_of(record)
-    figures = slurm_accounting(job_ids(record), run)
+    figures = slurm_accounting(job_ids(record), run, components=len(set(allocation.groups.values())) or 1)
     fields = {**allocation.to_wire(), "state": state.state, "reason": state.reason, "accounting": figures}
     return BackendReport(LABEL % allocation.job_id, describe(state), state.ended, fields)
 

@@ -13,6 +13,10 @@ from tfctl.backends.slurm.allocation import Runner, SlurmError, run_slurm
 from tfctl.runs.accounting import HOUR
 
 FORMAT = ("JobID", "State", "ElapsedRaw", "CPUTimeRAW", "AllocTRES")
+# Slurm's job states that no longer change; the others (RUNNING, PENDING, REQUEUED...) still do.
+ENDED = frozenset(
+    ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
+)
 
 
 def sacct_argv(job_ids: Sequence[str]) -> list[str]:
@@ -23,31 +27,41 @@ def sacct_argv(job_ids: Sequence[str]) -> list[str]:
     ]
 
 
-def slurm_accounting(job_ids: Sequence[str], run: Runner = run_slurm) -> dict[str, Any]:
-    """`{"source": "sacct", "enabled": True, "allocations": [...], "total": {...}}`, or
-    `{"source": "sacct", "enabled": False, "why": ...}` where Slurm keeps no accounting."""
+def slurm_accounting(job_ids: Sequence[str], run: Runner = run_slurm, components: int = 1) -> dict[str, Any]:
+    """`{"source": "sacct", "enabled": True, "settled": ..., "allocations": [...], "total": {...}}`,
+    or `{"source": "sacct", "enabled": False, "why": ...}` where Slurm keeps no accounting.
+    `components`: of each allocation (a heterogeneous job's), all recorded before it is settled."""
     try:
         result = run(sacct_argv(job_ids), None)
     except SlurmError as e:
         return off(e.message)
     if result.returncode != 0:
         return off((result.stderr or result.stdout).strip().replace("sacct: error: ", "") or "sacct failed")
-    return parse(result.stdout, job_ids)
+    return parse(result.stdout, job_ids, components)
 
 
 def off(why: str) -> dict[str, Any]:
     return {"source": "sacct", "enabled": False, "why": why}
 
 
-def parse(out: str, job_ids: Sequence[str]) -> dict[str, Any]:
-    """sacct's lines, summed per allocation (`5+0` and `5+1` are one), in the order of `job_ids`."""
+def parse(out: str, job_ids: Sequence[str], components: int = 1) -> dict[str, Any]:
+    """sacct's lines, summed per allocation (`5+0` and `5+1` are one), in the order of `job_ids`.
+    Settled once every component of every allocation is recorded as ended (slurmdbd hears of
+    each a moment after slurmctld; the controller in its allocation asks while that still runs):
+    readers ask again until then."""
     found: dict[str, dict[str, Any]] = {}
+    changing: set[str] = set()  # allocations with a component whose state may still change
+    seen: dict[str, set[str]] = {}  # allocation -> its components recorded
     for line in out.splitlines():
         fields = line.split("|")
         if len(fields) != len(FORMAT):
             continue
-        job, state, elapsed, cpu, tres = fields
-        job_id = job.partition("+")[0]
+        job, said, elapsed, cpu, tres = fields
+        job_id, _, component = job.partition("+")
+        seen.setdefault(job_id, set()).add(component)
+        state = (said.split() or [""])[0]  # real sacct says `CANCELLED by 0`: by whom is no state
+        if state not in ENDED:
+            changing.add(job_id)
         seconds = _number(elapsed)
         gpus = _gpus(tres)
         entry = found.setdefault(
@@ -62,6 +76,7 @@ def parse(out: str, job_ids: Sequence[str]) -> dict[str, Any]:
     return {
         "source": "sacct",
         "enabled": True,
+        "settled": not missing and all(job not in changing and len(seen[job]) >= components for job in job_ids),
         "allocations": allocations,
         "total": _rounded(total),
         **({"missing": missing} if missing else {}),

@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 import time
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.supervisors import Cluster
@@ -25,8 +25,10 @@ from tfctl.config.model import host_port
 from tfctl.controller.views.report import Event, Resources, RunReport, Span, TaskReport
 from tfctl.controller.views.status_view import silent_tasks
 from tfctl.engine.observed import TaskStatus, describe_end
-from tfctl.runs.accounting import scheduler_text
+from tfctl.errors import TfctlError
+from tfctl.runs.accounting import scheduler_text, unsettled
 from tfctl.runs.record import RunRecord, TaskSpec
+from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
 from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics, never_stepped
@@ -110,11 +112,37 @@ def gather(cluster: Cluster) -> RunReport:
 
 def scheduler_cost(record: RunRecord) -> str:
     """What the run's scheduler recorded it cost, in a line; "" for a backend without one."""
+    figures = scheduler_figures(record)
+    return scheduler_text(figures) if figures is not None else ""
+
+
+def scheduler_figures(record: RunRecord) -> dict[str, Any] | None:
+    """The scheduler's own figures of the run: as kept when it stopped, or asked again when none
+    were kept or those were unsettled (a controller in its allocation asks before that ends)."""
     kept = (record.accounting or {}).get(record.backend)
-    if kept is None:
+    if isinstance(kept, dict) and not unsettled(kept):
+        return kept
+    try:
         held = backend_for(record.backend).report(record)
-        kept = held.fields.get("accounting") if held is not None else None
-    return scheduler_text(kept) if isinstance(kept, dict) else ""
+    except TfctlError:  # the scheduler cannot be asked from here: what was kept stands
+        held = None
+    fresh = held.fields.get("accounting") if held is not None else None
+    return fresh if isinstance(fresh, dict) else kept if isinstance(kept, dict) else None
+
+
+def settle_scheduler_figures(store: RunStore, record: RunRecord) -> RunRecord:
+    """An ended run whose scheduler figures were unsettled, with them asked again; kept in its
+    record once settled, so the scheduler is asked until then only."""
+    if record.active or not unsettled((record.accounting or {}).get(record.backend)):
+        return record
+    fresh = scheduler_figures(record)
+
+    def with_fresh(r: RunRecord) -> RunRecord:
+        return r.replace(accounting={**(r.accounting or {}), r.backend: fresh})
+
+    if unsettled(fresh):
+        return with_fresh(record)  # shown, not kept: asked again next time
+    return store.revise_if_exists(record.run_id, with_fresh) or with_fresh(record)
 
 
 def first_of_each_job(tasks: Sequence[TaskSpec]) -> list[TaskSpec]:

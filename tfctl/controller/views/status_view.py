@@ -12,7 +12,7 @@ from tfctl.backends.base import BackendReport, backend_for
 from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.views.plain import from_plain, to_plain
 from tfctl.engine.observed import TaskStatus
-from tfctl.runs.accounting import cost_json
+from tfctl.runs.accounting import cost_json, unsettled
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
@@ -33,8 +33,12 @@ class Snapshot:
 
     def cost(self, record: RunRecord) -> dict[str, Any]:
         """Wall time, CPU- and GPU-hours so far; for a stopped run, as counted when it stopped
-        (its tasks' hosts may be gone since)."""
+        (its tasks' hosts may be gone since), with its scheduler's figures as said now while
+        those kept were unsettled."""
         if record.accounting is not None and not record.active:
+            fresh = self.backend.fields.get("accounting") if self.backend is not None else None
+            if unsettled(record.accounting.get(record.backend)) and isinstance(fresh, dict):
+                return {**record.accounting, record.backend: fresh}
             return record.accounting
         now = time.time()
         reached = [s.cost(now) for s in self.statuses if s.state is not TaskState.UNREACHABLE]
