@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench.netns_hosts import TestHost
+
 IMAGE = "localhost/tfctl-test:py3"
 NEEDED = {"podman": ("podman", "runc", "mmdebstrap"), "docker": ("dockerd", "docker", "mmdebstrap")}
 PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap"}
@@ -112,6 +114,7 @@ class PodmanLab(Lab):
             'cgroup_manager = "cgroupfs"\n'
             'runtime = "runc"\n'
             'events_logger = "file"\n'
+            f'tmp_dir = "{self.base / "tmp"}"\n'
         )
         (self.base / "storage.conf").write_text(
             f'[storage]\ndriver = "overlay"\ngraphroot = "{self.graph}"\nrunroot = "{self.runroot}"\n'
@@ -125,6 +128,28 @@ class PodmanLab(Lab):
             self.cli("rmi", "--all", "--force")
         finally:
             self.remove_files()
+
+
+class HostPodmanLab(PodmanLab):
+    """The podman of one simulated host (bench/netns_hosts.py), with its own configuration and
+    storage: run inside the host, and given to its SSH sessions through `session_env` (the host
+    name in place of `{host}`), so its supervisor's podman is this one."""
+
+    def __init__(self, base: Path, host: TestHost) -> None:
+        super().__init__(base / host.name)
+        self.host = host
+        self.argv = host.inside(self.argv)
+
+    def start(self, tarball: Path) -> None:
+        """The machine's cgroup hierarchies mounted in the host first: `ip netns exec` gave it a
+        /sys of its own, without them, where runc finds no cgroup to put a container in."""
+        self.host.exec(["sh", "-c", "set -e; " + "; ".join(cgroup_mounts())], check=True)
+        super().start(tarball)
+
+    @staticmethod
+    def session_env(base: Path) -> dict[str, str]:
+        """What every host's SSH sessions need to reach its own podman, for `TestHostLab`."""
+        return {key: str(base / "{host}" / Path(value).name) for key, value in PodmanLab(base).env.items()}
 
 
 class DockerLab(Lab):
@@ -185,6 +210,21 @@ class DockerLab(Lab):
                     pass
                 self.daemon.wait()
             self.remove_files()
+
+
+def cgroup_mounts() -> list[str]:
+    """Shell commands that mount this machine's cgroup hierarchies again, at the same places."""
+    commands: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, kind = fields[4], fields[fields.index("-") + 1]
+            if point == "/sys/fs/cgroup" and kind == "tmpfs":
+                commands.insert(0, "mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup")
+            elif kind in ("cgroup", "cgroup2") and point.startswith("/sys/fs/cgroup/"):
+                options = fields[fields.index("-") + 3]
+                commands.append(f"mkdir -p {point}; mount -t {kind} -o {options} {kind} {point}")
+    return commands
 
 
 def mounts_under(base: Path) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, DockerLab, Lab, PodmanLab, build_rootfs, skip_reason
+from bench.containers_lab import IMAGE, Lab
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
 from tests.test_templates import check_common, copy_template, down_then_resume, run_up
@@ -177,50 +177,6 @@ def test_preflight_asks_the_images_python_with_the_tasks_mounts_and_options(name
 
 
 # ---------------------------------------------------------------- real runtimes
-
-
-@pytest.fixture(scope="session")
-def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test image's root filesystem, built once a session."""
-    reason = skip_reason("podman") and skip_reason("docker")
-    if reason is not None:
-        pytest.skip(reason)
-    tarball = tmp_path_factory.mktemp("rootfs") / "rootfs.tar"
-    build_rootfs(tarball)
-    return tarball
-
-
-def _session_lab(lab: Lab, rootfs: Path) -> Iterator[Lab]:
-    """The lab started with the test image; its settings reach every supervisor the tests start
-    through the environment."""
-    saved = {key: os.environ.get(key) for key in lab.env}
-    try:
-        lab.start(rootfs)
-        os.environ.update(lab.env)
-        yield lab
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        lab.tear_down()
-
-
-@pytest.fixture(scope="session")
-def podman_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("podman")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(PodmanLab(tmp_path_factory.mktemp("podman")), rootfs)
-
-
-@pytest.fixture(scope="session")
-def docker_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("docker")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(DockerLab(tmp_path_factory.mktemp("docker")), rootfs)
 
 
 @pytest.fixture(params=["podman", "docker"])
