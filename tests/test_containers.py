@@ -24,6 +24,7 @@ from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ContainerSettings
 from tfctl.errors import ConfigError
+from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
 from tfctl.supervisor.files import task_dir
 from tfctl.supervisor.procfs import live_pids
@@ -371,6 +372,34 @@ jobs:
     assert down.returncode == 0, down.stderr
     assert "3 containers stopped on 1 host; 0 remain" in down.stderr
     assert podman_lab.containers(label) == [] and conmons(run) == []
+
+
+def test_up_removes_the_containers_runs_that_are_not_active_left(
+    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+) -> None:
+    """A crashed tfctl's leftovers: a container of this store's run that is not active is removed
+    by the next `up`, which says so in one line; another store's (another user's) stays."""
+    store = RunStore(home).store_id
+    for run, its_store in (("box-crashed-run", store), ("box-their-run", "another-store")):
+        sweep_after.append((podman_lab, run))
+        labels = [f"--label={containers.RUN_LABEL}={run}", f"--label={containers.STORE_LABEL}={its_store}"]
+        podman_lab.cli("create", "--name", f"tfctl-{run}-ps-0", *labels, IMAGE, "true")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {IMAGE}}}\n"
+        f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+    )
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    said = [line for line in up.stderr.splitlines() if "left by runs that are not active" in line]
+    assert (
+        len(said) == 1
+        and "removed 1 container left by runs that are not active (box-crashed-run) on localhost" in said[0]
+    )
+    assert podman_lab.containers(f"{containers.RUN_LABEL}=box-crashed-run") == []
+    assert podman_lab.containers(f"{containers.RUN_LABEL}=box-their-run") == ["tfctl-box-their-run-ps-0"]
+    again = tfctl("-f", str(cluster), "up", home=home)
+    assert again.returncode == 0 and "not active" not in again.stderr  # nothing left to remove
 
 
 def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: Lab) -> None:

@@ -308,7 +308,8 @@ class SweepAnswer(Wire):
 
 @record
 class SweepRequest(Request[SweepAnswer]):
-    """Stop every process started from `store` whose run is not in `live_runs`: orphans."""
+    """Stop every process started from `store` whose run is not in `live_runs`: orphans.
+    `containers_only`: remove their containers alone (what `up` does before it starts)."""
 
     VERB: ClassVar[str] = "sweep"
     ANSWER: ClassVar[Type[Wire]] = SweepAnswer
@@ -316,6 +317,7 @@ class SweepRequest(Request[SweepAnswer]):
     live_runs: List[str]
     grace: float
     store: str
+    containers_only: bool = False
 
 
 @record

@@ -27,7 +27,7 @@ from tfctl.controller.verbs.down import release
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
-from tfctl.supervisor.protocol import ResumeRequest, RunState
+from tfctl.supervisor.protocol import ResumeRequest, RunState, SweepRequest
 from tfctl.tf.tasks import containers_by_host, exposed_addresses
 from tfctl.trace import traced
 
@@ -41,6 +41,26 @@ CLAIM_PATIENCE = 60.0
 # How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
 # at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
 PICKED_PORTS_HOLD = 900.0
+
+
+def remove_leftover_containers(
+    store: RunStore, cluster: Cluster, hosts: list[str], grace: float, progress: Progress
+) -> None:
+    """Remove, on the hosts whose tasks run in containers, what containers runs of this store
+    that are not active left there (a crashed tfctl's), by their labels; say so in one line."""
+    if not hosts:
+        return
+    live = sorted({cluster.record.run_id, *(r.run_id for r in store.all() if r.active)})
+    answers = cluster.fan_out(hosts, lambda a: a.call(SweepRequest(live, grace, store.store_id, containers_only=True)))
+    found = {host: answer for host, answer in sorted(answers.succeeded.items()) if answer.containers}
+    if found:
+        count = sum(answer.containers for answer in found.values())
+        runs = sorted({run for answer in found.values() for run in answer.runs})
+        progress(
+            "",
+            f"removed {count} container{'s' if count != 1 else ''} left by runs that are not active"
+            f" ({', '.join(runs)}) on {', '.join(found)}",
+        )
 
 
 @traced("lifecycle.ensure_no_live_run")
@@ -236,7 +256,9 @@ def _start(
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
-        infos = cluster.preflight(progress, gpus, containers_by_host(config))
+        boxes = containers_by_host(config)
+        infos = cluster.preflight(progress, gpus, boxes)
+        remove_leftover_containers(store, cluster, sorted(boxes), config.grace_period, progress)
         for warning in version_warnings(infos):
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)
