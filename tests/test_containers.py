@@ -9,6 +9,8 @@ import importlib.util
 import json
 import os
 import re
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,9 +23,11 @@ from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
 from tests.test_templates import check_common, copy_template, down_then_resume, run_up
 from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.reach import container_command
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ContainerSettings
-from tfctl.errors import ConfigError
+from tfctl.errors import ConfigError, UsageError
+from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
 from tfctl.supervisor.files import task_dir
@@ -175,6 +179,25 @@ def test_preflight_asks_the_images_python_with_the_tasks_mounts_and_options(name
     argv = containers.RUNTIMES[name](f"/usr/bin/{name}").python(spec, "print(1)")
     assert after(argv, flag)[0] == "/venv:/venv:ro" and "--security-opt=label=disable" in argv
     assert argv.index("--security-opt=label=disable") < argv.index("img:1") and argv[-2:] == ["-c", "print(1)"]
+
+
+@pytest.mark.parametrize("runtime_name", ["docker", "apptainer"])
+def test_exec_reaches_a_container_by_its_name_and_apptainer_is_refused(runtime_name: str) -> None:
+    box = ContainerLaunch("img:1", runtime_name)
+    task = TaskSpec("worker", 0, "h", 2222, "run", {"A": "x y"}, "/w", container=box)
+    if runtime_name == "apptainer":
+        with pytest.raises(UsageError, match="apptainer container, which has no name to enter"):
+            container_command("r1", task, ["ls"], tty=False)
+        return
+    argv = shlex.split(container_command("r1", task, ["echo", "a b"], tty=True))
+    assert argv[:4] == ["exec", "docker", "exec", "--interactive"] and "--tty" in argv
+    assert after(argv, "--workdir") == ["/w"] and after(argv, "--env") == ["A=x y"]
+    named = argv.index(containers.name_for("r1", "worker:0"))
+    assert argv[named + 1 :] == ["env", "-u", "TFCTL_RUN_ID", "-u", "TFCTL_TASK", "-u", "TFCTL_STORE"] + [
+        "/bin/sh",
+        "-c",
+        "echo 'a b'",
+    ]
 
 
 # ---------------------------------------------------------------- real runtimes
@@ -400,6 +423,41 @@ def test_up_removes_the_containers_runs_that_are_not_active_left(
     assert podman_lab.containers(f"{containers.RUN_LABEL}=box-their-run") == ["tfctl-box-their-run-ps-0"]
     again = tfctl("-f", str(cluster), "up", home=home)
     assert again.returncode == 0 and "not active" not in again.stderr  # nothing left to remove
+
+
+def test_exec_and_ssh_run_in_the_tasks_container(
+    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+) -> None:
+    """`tfctl exec` and `tfctl ssh` reach the task's own container (its first process is the
+    tether), in its workdir, with its environment and without tfctl's markers."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\nworkdir: {tmp_path}\nenv: {{GREETING: 'hello there'}}\n"
+        f"container: {{image: {IMAGE}, mounts: ['{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro']}}\n"
+        f"jobs: {{worker: {{hosts: [localhost:{free_ports(1)[0]}], command: '{fake('--port -1 --sleep -1')}'}}}}\n"
+    )
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    sweep_after.append((podman_lab, up.stdout.strip()))
+    try:
+        look = "tr '\\0' ' ' </proc/1/cmdline; echo; pwd; echo \"$GREETING ${TFCTL_RUN_ID:-unmarked}\"; "
+        done = tfctl("-f", str(cluster), "exec", "worker:0", "--", "sh", "-c", look + "exit 3", home=home)
+        assert done.returncode == 3, done.stderr
+        first, where, said = done.stdout.splitlines()[:3]
+        assert "/tether.py " in first  # the container's first process: we are in it
+        assert (where, said) == (str(tmp_path), "hello there unmarked")
+        shell = subprocess.run(
+            [sys.executable, "-m", "tfctl", "-f", str(cluster), "ssh", "worker:0"],
+            input=look + "exit 4\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+        assert shell.returncode == 4, shell.stderr
+        assert "/tether.py " in shell.stdout and "hello there unmarked" in shell.stdout
+    finally:
+        tfctl("-f", str(cluster), "down", home=home)
 
 
 def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
