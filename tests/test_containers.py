@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -460,6 +461,47 @@ def test_exec_and_ssh_run_in_the_tasks_container(
         tfctl("-f", str(cluster), "down", home=home)
 
 
+def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
+    """`image: /path/image.tar` (what `podman save` wrote) is loaded in preflight, which says so
+    and how long it took, and tagged by the tarball's path, size and time: the next run finds it."""
+    tarball = tmp_path / "image.tar"
+    podman_lab.cli("save", "--output", str(tarball), IMAGE)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {tarball}, runtime: podman}}\n"
+        f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+    )
+    first = tfctl("-f", str(cluster), "up", home=home)
+    assert first.returncode == 0, first.stderr
+    assert re.search(rf"localhost +loaded {re.escape(IMAGE)} from {tarball} in [0-9.]+s", first.stderr), first.stderr
+    assert f"in podman image {tarball}), no tensorflow in the image" in first.stderr
+    tag = containers.tarball_tag(str(tarball))
+    assert podman_lab.cli("image", "exists", tag) == ""  # raises when it is not there
+    again = tfctl("-f", str(cluster), "up", home=home)
+    assert again.returncode == 0 and "loaded" not in again.stderr, again.stderr
+
+
+def test_a_pull_that_hangs_fails_preflight_at_its_own_timeout(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
+    """A registry that never answers (a loopback port nobody serves on) holds the pull, not `up`:
+    `container.pull_timeout` ends it, and says which key to raise; meanwhile `up` says it waits."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        image = f"127.0.0.1:{silent.getsockname()[1]}/team/train:1"
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(
+            f"name: boxed\ncommand: '{{python}} -c pass'\nstartup_timeout: 60\n"
+            f"container: {{image: '{image}', runtime: podman, pull_timeout: 12}}\n"
+            f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+        )
+        began = time.monotonic()
+        up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode != 0
+    assert f"pulling image {image} took more than 12s (container.pull_timeout)" in up.stderr, up.stderr
+    assert "preparing the tasks' images on localhost (10s; pulls end at container.pull_timeout)" in up.stderr
+    assert time.monotonic() - began < 40
+
+
 def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
@@ -468,7 +510,7 @@ def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path
     )
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode != 0
-    assert "image localhost/not-here:1 is not on this host (podman pull it" in up.stderr
+    assert "image localhost/not-here:1 is not on this host, and pulling it failed: " in up.stderr
 
 
 def test_top_sees_what_the_containers_processes_use(

@@ -7,11 +7,13 @@ used: `up -d` forks as soon as the run is planned, and none of it should load be
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
@@ -41,6 +43,34 @@ CLAIM_PATIENCE = 60.0
 # How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
 # at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
 PICKED_PORTS_HOLD = 900.0
+PREPARING_EVERY = 10.0  # seconds between lines while preflight pulls or loads images
+
+
+@contextlib.contextmanager
+def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[None]:
+    """A line every PREPARING_EVERY seconds while preflight waits, where images may be pulled or
+    loaded from their tarballs first: a multi-GB pull takes minutes, and must not look hung."""
+    if not hosts:
+        yield
+        return
+    done = threading.Event()
+    began = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(PREPARING_EVERY):
+            seconds = time.monotonic() - began
+            where = ", ".join(hosts)
+            progress(
+                "", f"preparing the tasks' images on {where} ({seconds:.0f}s; pulls end at container.pull_timeout)"
+            )
+
+    ticker = threading.Thread(target=tick, name="preparing-images", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
 
 
 def remove_leftover_containers(
@@ -257,7 +287,8 @@ def _start(
     try:
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
         boxes = containers_by_host(config)
-        infos = cluster.preflight(progress, gpus, boxes)
+        with still_preparing(progress, sorted(boxes)):
+            infos = cluster.preflight(progress, gpus, boxes)
         remove_leftover_containers(store, cluster, sorted(boxes), config.grace_period, progress)
         for warning in version_warnings(infos):
             progress("warning", warning)
