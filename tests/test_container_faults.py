@@ -1,4 +1,4 @@
-"""The fault series with every task in a podman container: SIGKILL in turn the task's monitor,
+"""The fault series with every task in a podman container (docker in one case): SIGKILL in turn the task's monitor,
 the host supervisor, every tfctl process of a host, the attached `up` and the watcher of `up -d`,
 on localhost and on simulated SSH hosts, each host with its own podman. After each, no container
 of the run is left (asked of each host's podman, by the run's label) and no process of it either
@@ -42,6 +42,7 @@ class Hosts:
     podmans: dict[str, Lab]
     tfctl_pids: Callable[[str], list[int]]
     extra: str = ""  # more of the cluster file
+    runtime: str = "podman"
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +74,24 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterato
                 podman.tear_down()
 
 
-@pytest.fixture
-def local_hosts(podman_lab: Lab, home: Path) -> Hosts:
+def on_localhost(lab: Lab, home: Path) -> Hosts:
     ports = free_ports(3)
 
     def tfctl_pids(_host: str) -> list[int]:
         return [p for p in live_pids() if is_supervisor(proc_cmdline(p), f"{home}/supervisor-")]
 
-    return Hosts(f"localhost:{ports[0]}", [f"localhost:{p}" for p in ports[1:]], {"localhost": podman_lab}, tfctl_pids)
+    workers = [f"localhost:{p}" for p in ports[1:]]
+    return Hosts(f"localhost:{ports[0]}", workers, {"localhost": lab}, tfctl_pids, runtime=lab.name)
+
+
+@pytest.fixture
+def localhost(podman_lab: Lab, home: Path) -> Hosts:
+    return on_localhost(podman_lab, home)
+
+
+@pytest.fixture
+def localhost_docker(docker_lab: Lab, home: Path) -> Hosts:
+    return on_localhost(docker_lab, home)
 
 
 def is_supervisor(cmdline: str, zipapp: str) -> bool:
@@ -94,6 +105,7 @@ def write_cluster(folder: Path, hosts: Hosts, worker_seconds: float) -> Path:
     """A ps and two workers of the stand-in task, each in its container; the workers end after
     `worker_seconds` (-1: never), the ps then by the idle rule on its host."""
     task = f"{{python}} {FAKE_TASK} --tick 0.05 --lines 0"
+    tasks = FAKE_TASK.parent
     path = folder / "cluster.yaml"
     path.write_text(f"""name: cx
 workdir: {folder}
@@ -102,7 +114,7 @@ grace_period: 1
 startup_timeout: 60
 lease_timeout: 2
 idle_ps_timeout: 1
-{hosts.extra}container: {{image: {IMAGE}, runtime: podman, mounts: ["{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro"]}}
+{hosts.extra}container: {{image: {IMAGE}, runtime: {hosts.runtime}, mounts: ["{tasks}:{tasks}:ro"]}}
 jobs:
   ps:
     hosts: [{hosts.ps}]
@@ -127,11 +139,13 @@ def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
 
 
 def monitors(run_id: str) -> dict[str, int]:
-    """Task -> root-namespace pid of its monitor: the parent of its container's `podman run`."""
+    """Task -> root-namespace pid of its monitor: the parent of its container's `podman run`
+    (or `docker run`)."""
     found = {}
     for pid in live_pids():
         argv = proc_cmdline(pid).split()
-        if argv and os.path.basename(argv[0]) == "podman" and "run" in argv and "--name" in argv:
+        runtime = os.path.basename(argv[0]) if argv else ""
+        if runtime in ("podman", "docker") and "run" in argv and "--name" in argv:
             task = task_of(argv[argv.index("--name") + 1], run_id)
             if task is not None:
                 found[task] = parent(pid)
@@ -186,7 +200,10 @@ def inject(fault: str, hosts: Hosts, home: Path, up: subprocess.Popen | None, ru
     return victims
 
 
+# Each fault on localhost and on SSH hosts with podman; docker once (its daemon owns the
+# container: a killed client's is left to the tether).
 CASES = [
+    ("localhost_docker", "every tfctl process"),
     ("localhost", "monitor"),
     ("localhost", "supervisor"),
     ("localhost", "every tfctl process"),
@@ -204,7 +221,7 @@ CASES = [
 def test_no_fault_leaves_a_container_or_a_process(
     where: str, fault: str, request: pytest.FixtureRequest, tmp_path: Path, home: Path
 ) -> None:
-    hosts: Hosts = request.getfixturevalue("local_hosts" if where == "localhost" else "ssh_hosts")
+    hosts: Hosts = request.getfixturevalue(where if where != "ssh" else "ssh_hosts")
     attached = fault == "attached up"
     # Workers that never end unless stopped: only the lease can end the attached run.
     cluster = write_cluster(tmp_path, hosts, -1 if attached else 4)
