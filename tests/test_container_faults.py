@@ -27,19 +27,19 @@ from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
-from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
 
 ALONE_WITHIN = 40.0  # seconds from the fault until nothing of the run is left anywhere
 
 
 @dataclass
 class Hosts:
-    """Where the run's tasks go: the ps's and the workers' `host:port`, each host's podman, and
+    """Where the run's tasks go: the ps's and the workers' `host:port`, each host's runtime, and
     the root-namespace pids of a host's tfctl processes (its supervisors and task monitors)."""
 
     ps: str
     workers: list[str]
-    podmans: dict[str, Lab]
+    runtimes: dict[str, Lab]  # host -> its container runtime
     tfctl_pids: Callable[[str], list[int]]
     extra: str = ""  # more of the cluster file
     runtime: str = "podman"
@@ -135,7 +135,7 @@ def left_processes(run_id: str) -> list[int]:
 
 def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
     label = f"{containers.RUN_LABEL}={run_id}"
-    return {host: found for host, podman in hosts.podmans.items() if (found := podman.containers(label))}
+    return {host: found for host, lab in hosts.runtimes.items() if (found := lab.containers(label))}
 
 
 def monitors(run_id: str) -> dict[str, int]:
@@ -160,7 +160,9 @@ def task_of(name: str, run_id: str) -> str | None:
 
 
 def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    stat = proc_stat(pid)
+    assert stat is not None, f"pid {pid} is gone"
+    return int(stat["ppid"])
 
 
 def start(cluster: Path, home: Path, attached: bool) -> tuple[subprocess.Popen | None, str]:
