@@ -14,6 +14,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,8 +22,12 @@ from pathlib import Path
 from bench.netns_hosts import TestHost
 
 IMAGE = "localhost/tfctl-test:py3"
-NEEDED = {"podman": ("podman", "runc", "mmdebstrap"), "docker": ("dockerd", "docker", "mmdebstrap")}
-PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap"}
+NEEDED = {
+    "podman": ("podman", "runc", "mmdebstrap"),
+    "docker": ("dockerd", "docker", "mmdebstrap"),
+    "registry": ("docker-registry",),
+}
+PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap", "registry": "docker-registry"}
 
 
 def skip_reason(runtime: str) -> str | None:
@@ -210,6 +215,49 @@ class DockerLab(Lab):
                     pass
                 self.daemon.wait()
             self.remove_files()
+
+
+class Registry:
+    """Debian's docker-registry on a loopback port, with its own storage and configuration,
+    and a registries.conf (CONTAINERS_REGISTRIES_CONF) that lets podman use it without TLS;
+    stopped by its PID."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base = base
+        self.address = f"127.0.0.1:{port}"
+        self.env = {"CONTAINERS_REGISTRIES_CONF": str(base / "registries.conf")}
+        self.server: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Registry":
+        self.base.mkdir(parents=True, exist_ok=True)
+        config = self.base / "config.yml"
+        config.write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
+            f"http:\n  addr: {self.address}\n"
+        )
+        (self.base / "registries.conf").write_text(f'[[registry]]\nlocation = "{self.address}"\ninsecure = true\n')
+        log = open(self.base / "registry.log", "wb")
+        self.server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not listening(self.address):
+            if self.server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"docker-registry did not start: see {self.base / 'registry.log'}")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
+
+
+def listening(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def cgroup_mounts() -> list[str]:

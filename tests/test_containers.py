@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, Lab
+from bench.containers_lab import IMAGE, Lab, Registry, skip_reason
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
 from tests.test_templates import check_common, copy_template, down_then_resume, run_up
@@ -479,6 +479,27 @@ def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, podma
     assert podman_lab.cli("image", "exists", tag) == ""  # raises when it is not there
     again = tfctl("-f", str(cluster), "up", home=home)
     assert again.returncode == 0 and "loaded" not in again.stderr, again.stderr
+
+
+def test_preflight_pulls_a_missing_image_from_a_registry(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
+    """An image the host lacks is pulled (from the suite's own registry, on loopback), and `up`
+    says so and how long it took."""
+    reason = skip_reason("registry")
+    if reason is not None:
+        pytest.skip(reason)
+    with Registry(tmp_path / "registry", free_ports(1)[0]) as registry:
+        image = f"{registry.address}/team/train:1"
+        podman_lab.cli("push", "--tls-verify=false", IMAGE, image)  # there, not here under that name
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(
+            f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: '{image}', runtime: podman}}\n"
+            f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+        )
+        up = tfctl("-f", str(cluster), "up", home=home, env=registry.env)
+    assert up.returncode == 0, up.stderr
+    assert re.search(rf"localhost +pulled {re.escape(image)} in [0-9.]+s", up.stderr), up.stderr
+    podman_lab.cli("image", "exists", image)  # raises when it is not there
+    podman_lab.cli("rmi", image)
 
 
 def test_a_pull_that_hangs_fails_preflight_at_its_own_timeout(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
