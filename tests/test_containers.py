@@ -461,22 +461,22 @@ def test_exec_and_ssh_run_in_the_tasks_container(
         tfctl("-f", str(cluster), "down", home=home)
 
 
-def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
-    """`image: /path/image.tar` (what `podman save` wrote) is loaded in preflight, which says so
+def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, lab: Lab) -> None:
+    """`image: /path/image.tar` (what `podman save` or `docker save` wrote) is loaded in preflight, which says so
     and how long it took, and tagged by the tarball's path, size and time: the next run finds it."""
     tarball = tmp_path / "image.tar"
-    podman_lab.cli("save", "--output", str(tarball), IMAGE)
+    lab.cli("save", "--output", str(tarball), IMAGE)
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
-        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {tarball}, runtime: podman}}\n"
+        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {tarball}, runtime: {lab.name}}}\n"
         f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
     )
     first = tfctl("-f", str(cluster), "up", home=home)
     assert first.returncode == 0, first.stderr
     assert re.search(rf"localhost +loaded {re.escape(IMAGE)} from {tarball} in [0-9.]+s", first.stderr), first.stderr
-    assert f"in podman image {tarball}), no tensorflow in the image" in first.stderr
+    assert f"in {lab.name} image {tarball}), no tensorflow in the image" in first.stderr
     tag = containers.tarball_tag(str(tarball))
-    assert podman_lab.cli("image", "exists", tag) == ""  # raises when it is not there
+    lab.cli("image", "inspect", tag)  # raises when it is not there
     again = tfctl("-f", str(cluster), "up", home=home)
     assert again.returncode == 0 and "loaded" not in again.stderr, again.stderr
 
