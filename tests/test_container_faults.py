@@ -252,3 +252,19 @@ def test_no_fault_leaves_a_container_or_a_process(
             up.wait()
         down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
     assert down.returncode == 0 and "0 remain" in down.stderr, down.stderr
+
+
+def test_exec_reaches_the_tasks_container_on_an_ssh_host(ssh_hosts: Hosts, tmp_path: Path, home: Path) -> None:
+    """`tfctl exec` through SSH: the words reach the container as written, and run in it (its
+    first process is the tether) with the task's environment."""
+    cluster = write_cluster(tmp_path, ssh_hosts, -1)
+    _, run_id = start(cluster, home, attached=False)
+    try:
+        look = "tr '\\0' ' ' </proc/1/cmdline; echo; echo \"$TF_CONFIG\" \"${TFCTL_RUN_ID:-unmarked}\"; exit 5"
+        done = tfctl("-f", str(cluster), "exec", "worker:1", "--", "sh", "-c", look, home=home)
+        assert done.returncode == 5, done.stderr
+        first, said = done.stdout.splitlines()[:2]
+        assert "/tether.py " in first and '"task":{"type":"worker","index":1}' in said and said.endswith(" unmarked")
+    finally:
+        down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
+    assert down.returncode == 0 and "3 containers stopped on 2 hosts; 0 remain" in down.stderr, down.stderr

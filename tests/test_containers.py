@@ -191,8 +191,10 @@ def test_exec_reaches_a_container_by_its_name_and_apptainer_is_refused(runtime_n
             container_command("r1", task, ["ls"], tty=False)
         return
     argv = shlex.split(container_command("r1", task, ["echo", "a b"], tty=True))
-    assert argv[:4] == ["exec", "docker", "exec", "--interactive"] and "--tty" in argv
-    assert after(argv, "--workdir") == ["/w"] and after(argv, "--env") == ["A=x y"]
+    assert argv[:5] == ["exec", "docker", "exec", "--workdir", "/w"] and "--tty" in argv and "--interactive" in argv
+    assert after(argv, "--env") == ["A=x y"]
+    home_task = TaskSpec("worker", 0, "h", 2222, "run", {}, "~/work/my run", container=box)
+    assert "exec --workdir ~/'work/my run' --interactive" in container_command("r1", home_task, ["ls"], tty=False)
     named = argv.index(containers.name_for("r1", "worker:0"))
     assert argv[named + 1 :] == ["env", "-u", "TFCTL_RUN_ID", "-u", "TFCTL_TASK", "-u", "TFCTL_STORE"] + [
         "/bin/sh",

@@ -60,9 +60,7 @@ def container_command(run_id: str, task: TaskSpec, argv: Sequence[str] | None, t
         )
     # `auto` is the first of podman and docker the host has, as it was when the task started.
     runtime = shlex.quote(box.runtime) if box.runtime != "auto" else '"$(command -v podman || echo docker)"'
-    words = ["exec", "--interactive", *(["--tty"] if tty else [])]
-    if task.cwd:
-        words += ["--workdir", task.cwd]
+    words = ["--interactive", *(["--tty"] if tty else [])]
     for name, value in task.env.items():
         words += ["--env", f"{name}={value}"]
     words += [containers.name_for(run_id, task.name), "env"]
@@ -70,7 +68,9 @@ def container_command(run_id: str, task: TaskSpec, argv: Sequence[str] | None, t
         words += ["-u", marker]
     inner = " ".join(shlex.quote(word) for word in argv) if argv else 'exec "${SHELL:-/bin/sh}"'
     words += ["/bin/sh", "-c", inner]
-    return f"exec {runtime} " + " ".join(shlex.quote(word) for word in words)
+    # The workdir as the host's shell expands it (`~/...`), as the monitor's was: the same path inside.
+    workdir = shell_path(task.cwd or "~")
+    return f"exec {runtime} exec --workdir {workdir} " + " ".join(shlex.quote(word) for word in words)
 
 
 def attach(record: RunRecord, task: TaskSpec, argv: Sequence[str] | None) -> int:
