@@ -468,19 +468,23 @@ def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, lab: 
     and how long it took, and tagged by the tarball's path, size and time: the next run finds it."""
     tarball = tmp_path / "image.tar"
     lab.cli("save", "--output", str(tarball), IMAGE)
+    port = free_ports(1)[0]
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
-        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {tarball}, runtime: {lab.name}}}\n"
-        f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+        f"name: boxed\ncommand: '{fake(f'--port {port} --sleep -1')}'\n"
+        f"container: {{image: {tarball}, runtime: {lab.name}, mounts: ['{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro']}}\n"
+        f"jobs: {{worker: [localhost:{port}]}}\n"
     )
-    first = tfctl("-f", str(cluster), "up", home=home)
+    first = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert first.returncode == 0, first.stderr
+    assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
     assert re.search(rf"localhost +loaded {re.escape(IMAGE)} from {tarball} in [0-9.]+s", first.stderr), first.stderr
     assert f"in {lab.name} image {tarball}), no tensorflow in the image" in first.stderr
     tag = containers.tarball_tag(str(tarball))
     lab.cli("image", "inspect", tag)  # raises when it is not there
-    again = tfctl("-f", str(cluster), "up", home=home)
+    again = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert again.returncode == 0 and "loaded" not in again.stderr, again.stderr
+    assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
 
 
 def test_preflight_pulls_a_missing_image_from_a_registry(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
