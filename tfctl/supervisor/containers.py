@@ -120,7 +120,7 @@ class Runtime:
         raise NotImplementedError
 
     def pull(self, image: str) -> Optional[List[str]]:
-        """Fetch the image from its registry, saying how far it got; None: not this runtime's way."""
+        """Fetch the image from its registry; None: not this runtime's way."""
         return None
 
     def load(self, tarball: str) -> Optional[List[str]]:
@@ -219,11 +219,9 @@ class Docker(Podman):
         return ["--gpus", '"device=%s"' % ",".join(gpus)]  # quoted: docker reads the value as CSV
 
     def image(self, image: str) -> List[str]:
-        if is_tarball(image):
-            return [tarball_tag(image)]
-        if image.startswith("/"):
+        if image.startswith("/") and not is_tarball(image):
             raise AgentError("docker cannot run a rootfs folder (%s): import it as an image" % image)
-        return [image]
+        return super().image(image)
 
     def stop(self, name: str, grace: float) -> Optional[List[str]]:
         return [self.exe, "stop", "--time", str(max(1, round(grace))), name]
