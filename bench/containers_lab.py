@@ -14,13 +14,20 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
+from bench.netns_hosts import TestHost
+
 IMAGE = "localhost/tfctl-test:py3"
-NEEDED = {"podman": ("podman", "runc", "mmdebstrap"), "docker": ("dockerd", "docker", "mmdebstrap")}
-PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap"}
+NEEDED = {
+    "podman": ("podman", "runc", "mmdebstrap"),
+    "docker": ("dockerd", "docker", "mmdebstrap"),
+    "registry": ("docker-registry",),
+}
+PACKAGES = {"podman": "podman runc mmdebstrap", "docker": "docker.io mmdebstrap", "registry": "docker-registry"}
 
 
 def skip_reason(runtime: str) -> str | None:
@@ -112,6 +119,7 @@ class PodmanLab(Lab):
             'cgroup_manager = "cgroupfs"\n'
             'runtime = "runc"\n'
             'events_logger = "file"\n'
+            f'tmp_dir = "{self.base / "tmp"}"\n'
         )
         (self.base / "storage.conf").write_text(
             f'[storage]\ndriver = "overlay"\ngraphroot = "{self.graph}"\nrunroot = "{self.runroot}"\n'
@@ -125,6 +133,28 @@ class PodmanLab(Lab):
             self.cli("rmi", "--all", "--force")
         finally:
             self.remove_files()
+
+
+class HostPodmanLab(PodmanLab):
+    """The podman of one simulated host (bench/netns_hosts.py), with its own configuration and
+    storage: run inside the host, and given to its SSH sessions through `session_env` (the host
+    name in place of `{host}`), so its supervisor's podman is this one."""
+
+    def __init__(self, base: Path, host: TestHost) -> None:
+        super().__init__(base / host.name)
+        self.host = host
+        self.argv = host.inside(self.argv)
+
+    def start(self, tarball: Path) -> None:
+        """The machine's cgroup hierarchies mounted in the host first: `ip netns exec` gave it a
+        /sys of its own, without them, where runc finds no cgroup to put a container in."""
+        self.host.exec(["sh", "-c", "set -e; " + "; ".join(cgroup_mounts())], check=True)
+        super().start(tarball)
+
+    @staticmethod
+    def session_env(base: Path) -> dict[str, str]:
+        """What every host's SSH sessions need to reach its own podman, for `TestHostLab`."""
+        return {key: str(base / "{host}" / Path(value).name) for key, value in PodmanLab(base).env.items()}
 
 
 class DockerLab(Lab):
@@ -185,6 +215,64 @@ class DockerLab(Lab):
                     pass
                 self.daemon.wait()
             self.remove_files()
+
+
+class Registry:
+    """Debian's docker-registry on a loopback port, with its own storage and configuration,
+    and a registries.conf (CONTAINERS_REGISTRIES_CONF) that lets podman use it without TLS;
+    stopped by its PID."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base = base
+        self.address = f"127.0.0.1:{port}"
+        self.env = {"CONTAINERS_REGISTRIES_CONF": str(base / "registries.conf")}
+        self.server: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Registry":
+        self.base.mkdir(parents=True, exist_ok=True)
+        config = self.base / "config.yml"
+        config.write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
+            f"http:\n  addr: {self.address}\n"
+        )
+        (self.base / "registries.conf").write_text(f'[[registry]]\nlocation = "{self.address}"\ninsecure = true\n')
+        log = open(self.base / "registry.log", "wb")
+        self.server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not listening(self.address):
+            if self.server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"docker-registry did not start: see {self.base / 'registry.log'}")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
+
+
+def listening(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def cgroup_mounts() -> list[str]:
+    """Shell commands that mount this machine's cgroup hierarchies again, at the same places."""
+    commands: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, kind = fields[4], fields[fields.index("-") + 1]
+            if point == "/sys/fs/cgroup" and kind == "tmpfs":
+                commands.insert(0, "mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup")
+            elif kind in ("cgroup", "cgroup2") and point.startswith("/sys/fs/cgroup/"):
+                options = fields[fields.index("-") + 3]
+                commands.append(f"mkdir -p {point}; mount -t {kind} -o {options} {kind} {point}")
+    return commands
 
 
 def mounts_under(base: Path) -> list[str]:

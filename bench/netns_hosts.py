@@ -65,7 +65,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal, Sequence
+from typing import IO, Literal, Mapping, Sequence
 
 from bench.netns_tools import (
     DEFAULT_BRIDGE,
@@ -142,7 +142,8 @@ class TestHost:
     def sshd_log(self) -> Path:
         return self.workdir / "sshd.log"
 
-    def _nsenter(self, argv: Sequence[str] | str, cwd: str | os.PathLike | None) -> list[str]:
+    def inside(self, argv: Sequence[str] | str, cwd: str | os.PathLike | None = None) -> list[str]:
+        """The command line that runs `argv` inside the host (with the caller's environment)."""
         if isinstance(argv, str):
             argv = ["/bin/sh", "-c", argv]
         wd = os.fspath(cwd) if cwd is not None else os.getcwd()
@@ -158,11 +159,11 @@ class TestHost:
             kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 60)
-        return subprocess.run(self._nsenter(argv, kw.pop("cwd", None)), **kw)
+        return subprocess.run(self.inside(argv, kw.pop("cwd", None)), **kw)
 
     def popen(self, argv: Sequence[str] | str, **kw) -> subprocess.Popen:
         """subprocess.Popen(argv) inside the host; the returned pid is nsenter's (outside)."""
-        return subprocess.Popen(self._nsenter(argv, kw.pop("cwd", None)), **kw)
+        return subprocess.Popen(self.inside(argv, kw.pop("cwd", None)), **kw)
 
     def set_link(self, up: bool) -> None:
         """Pull (False) or plug back (True) the host's network cable (its bridge port).
@@ -233,7 +234,9 @@ class TestHostLab:
     of /root: no ~/.bashrc per command, separate ~ per host), `shared_home` (with isolate_home:
     every host's SSH sessions get the same HOME=<workdir>/shared-home, like an NFS home; see
     `home_mode`), `path_prepend` (front of PATH in
-    SSH sessions; default: the directory of sys.executable), `die_with_parent` (PR_SET_PDEATHSIG:
+    SSH sessions; default: the directory of sys.executable), `session_env` (more variables of SSH
+    sessions, `{host}` in a value replaced by the host's name: e.g. its own podman configuration),
+    `die_with_parent` (PR_SET_PDEATHSIG:
     the hosts' processes die if the *thread* that started the lab dies; keep it on unless the lab
     is started from a short-lived thread).
     """
@@ -254,6 +257,7 @@ class TestHostLab:
         isolate_home: bool = True,
         shared_home: bool = False,
         path_prepend: Sequence[str] | None = None,
+        session_env: Mapping[str, str] | None = None,
         die_with_parent: bool = True,
     ) -> None:
         octets = subnet.split(".")
@@ -276,6 +280,7 @@ class TestHostLab:
         self.isolate_home = isolate_home
         self.shared_home = shared_home
         self.path_prepend = list(path_prepend) if path_prepend is not None else [os.path.dirname(sys.executable)]
+        self.session_env = dict(session_env or {})
         self.die_with_parent = die_with_parent
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
@@ -495,6 +500,7 @@ class TestHostLab:
         if self.path_prepend:
             std = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
             env.append("PATH=" + ":".join([*self.path_prepend, std]))
+        env += [f"{key}={value.format(host=st.name)}" for key, value in sorted(self.session_env.items())]
         lines = [
             "Port 22",
             f"ListenAddress {st.address}",

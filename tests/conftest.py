@@ -20,6 +20,7 @@ from typing import IO, Iterator
 
 import pytest
 
+from bench.containers_lab import DockerLab, Lab, PodmanLab, build_rootfs, skip_reason
 from bench.waiting import WaitTimeout, wait_until
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
@@ -240,3 +241,50 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)  # fake hosts answer at once: look often
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
     return fake.reset()
+
+
+# ---------------------------------------------------------------- container runtimes of the suite's
+
+
+@pytest.fixture(scope="session")
+def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test image's root filesystem, built once a session."""
+    reason = skip_reason("podman") and skip_reason("docker")
+    if reason is not None:
+        pytest.skip(reason)
+    tarball = tmp_path_factory.mktemp("rootfs") / "rootfs.tar"
+    build_rootfs(tarball)
+    return tarball
+
+
+def _session_lab(lab: Lab, rootfs: Path) -> Iterator[Lab]:
+    """The lab started with the test image; its settings reach every supervisor the tests start
+    through the environment."""
+    saved = {key: os.environ.get(key) for key in lab.env}
+    try:
+        lab.start(rootfs)
+        os.environ.update(lab.env)
+        yield lab
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        lab.tear_down()
+
+
+@pytest.fixture(scope="session")
+def podman_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
+    reason = skip_reason("podman")
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _session_lab(PodmanLab(tmp_path_factory.mktemp("podman")), rootfs)
+
+
+@pytest.fixture(scope="session")
+def docker_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
+    reason = skip_reason("docker")
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _session_lab(DockerLab(tmp_path_factory.mktemp("docker")), rootfs)

@@ -9,6 +9,9 @@ import importlib.util
 import json
 import os
 import re
+import shlex
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,14 +19,17 @@ from typing import Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, DockerLab, Lab, PodmanLab, build_rootfs, skip_reason
+from bench.containers_lab import IMAGE, Lab, Registry, skip_reason
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, fake, free_ports, kill_by_pid, tfctl
 from tests.test_templates import check_common, copy_template, down_then_resume, run_up
 from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.reach import container_command
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ContainerSettings
-from tfctl.errors import ConfigError
+from tfctl.errors import ConfigError, UsageError
+from tfctl.runs.record import TaskSpec
+from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
 from tfctl.supervisor.files import task_dir
 from tfctl.supervisor.procfs import live_pids
@@ -176,51 +182,28 @@ def test_preflight_asks_the_images_python_with_the_tasks_mounts_and_options(name
     assert argv.index("--security-opt=label=disable") < argv.index("img:1") and argv[-2:] == ["-c", "print(1)"]
 
 
+@pytest.mark.parametrize("runtime_name", ["docker", "apptainer"])
+def test_exec_reaches_a_container_by_its_name_and_apptainer_is_refused(runtime_name: str) -> None:
+    box = ContainerLaunch("img:1", runtime_name)
+    task = TaskSpec("worker", 0, "h", 2222, "run", {"A": "x y"}, "/w", container=box)
+    if runtime_name == "apptainer":
+        with pytest.raises(UsageError, match="apptainer container, which has no name to enter"):
+            container_command("r1", task, ["ls"], tty=False)
+        return
+    argv = shlex.split(container_command("r1", task, ["echo", "a b"], tty=True))
+    assert argv[:5] == ["exec", "docker", "exec", "--workdir", "/w"] and "--tty" in argv and "--interactive" in argv
+    assert after(argv, "--env") == ["A=x y"]
+    home_task = TaskSpec("worker", 0, "h", 2222, "run", {}, "~/work/my run", container=box)
+    assert "exec --workdir ~/'work/my run' --interactive" in container_command("r1", home_task, ["ls"], tty=False)
+    named = argv.index(containers.name_for("r1", "worker:0"))
+    assert argv[named + 1 :] == ["env", "-u", "TFCTL_RUN_ID", "-u", "TFCTL_TASK", "-u", "TFCTL_STORE"] + [
+        "/bin/sh",
+        "-c",
+        "echo 'a b'",
+    ]
+
+
 # ---------------------------------------------------------------- real runtimes
-
-
-@pytest.fixture(scope="session")
-def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test image's root filesystem, built once a session."""
-    reason = skip_reason("podman") and skip_reason("docker")
-    if reason is not None:
-        pytest.skip(reason)
-    tarball = tmp_path_factory.mktemp("rootfs") / "rootfs.tar"
-    build_rootfs(tarball)
-    return tarball
-
-
-def _session_lab(lab: Lab, rootfs: Path) -> Iterator[Lab]:
-    """The lab started with the test image; its settings reach every supervisor the tests start
-    through the environment."""
-    saved = {key: os.environ.get(key) for key in lab.env}
-    try:
-        lab.start(rootfs)
-        os.environ.update(lab.env)
-        yield lab
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        lab.tear_down()
-
-
-@pytest.fixture(scope="session")
-def podman_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("podman")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(PodmanLab(tmp_path_factory.mktemp("podman")), rootfs)
-
-
-@pytest.fixture(scope="session")
-def docker_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("docker")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(DockerLab(tmp_path_factory.mktemp("docker")), rootfs)
 
 
 @pytest.fixture(params=["podman", "docker"])
@@ -417,6 +400,135 @@ jobs:
     assert podman_lab.containers(label) == [] and conmons(run) == []
 
 
+def test_up_removes_the_containers_runs_that_are_not_active_left(
+    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+) -> None:
+    """A crashed tfctl's leftovers: a container of this store's run that is not active is removed
+    by the next `up`, which says so in one line; another store's (another user's) stays."""
+    store = RunStore(home).store_id
+    for run, its_store in (("box-crashed-run", store), ("box-their-run", "another-store")):
+        sweep_after.append((podman_lab, run))
+        labels = [f"--label={containers.RUN_LABEL}={run}", f"--label={containers.STORE_LABEL}={its_store}"]
+        podman_lab.cli("create", "--name", f"tfctl-{run}-ps-0", *labels, IMAGE, "true")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: {IMAGE}}}\n"
+        f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+    )
+    up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode == 0, up.stderr
+    said = [line for line in up.stderr.splitlines() if "left by runs that are not active" in line]
+    assert (
+        len(said) == 1
+        and "removed 1 container left by runs that are not active (box-crashed-run) on localhost" in said[0]
+    )
+    assert podman_lab.containers(f"{containers.RUN_LABEL}=box-crashed-run") == []
+    assert podman_lab.containers(f"{containers.RUN_LABEL}=box-their-run") == ["tfctl-box-their-run-ps-0"]
+    again = tfctl("-f", str(cluster), "up", home=home)
+    assert again.returncode == 0 and "not active" not in again.stderr  # nothing left to remove
+
+
+def test_exec_and_ssh_run_in_the_tasks_container(
+    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+) -> None:
+    """`tfctl exec` and `tfctl ssh` reach the task's own container (its first process is the
+    tether), in its workdir, with its environment and without tfctl's markers."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\nworkdir: {tmp_path}\nenv: {{GREETING: 'hello there'}}\n"
+        f"container: {{image: {IMAGE}, mounts: ['{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro']}}\n"
+        f"jobs: {{worker: {{hosts: [localhost:{free_ports(1)[0]}], command: '{fake('--port -1 --sleep -1')}'}}}}\n"
+    )
+    up = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert up.returncode == 0, up.stderr
+    sweep_after.append((podman_lab, up.stdout.strip()))
+    try:
+        look = "tr '\\0' ' ' </proc/1/cmdline; echo; pwd; echo \"$GREETING ${TFCTL_RUN_ID:-unmarked}\"; "
+        done = tfctl("-f", str(cluster), "exec", "worker:0", "--", "sh", "-c", look + "exit 3", home=home)
+        assert done.returncode == 3, done.stderr
+        first, where, said = done.stdout.splitlines()[:3]
+        assert "/tether.py " in first  # the container's first process: we are in it
+        assert (where, said) == (str(tmp_path), "hello there unmarked")
+        shell = subprocess.run(
+            [sys.executable, "-m", "tfctl", "-f", str(cluster), "ssh", "worker:0"],
+            input=look + "exit 4\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "TFCTL_HOME": str(home)},
+        )
+        assert shell.returncode == 4, shell.stderr
+        assert "/tether.py " in shell.stdout and "hello there unmarked" in shell.stdout
+    finally:
+        tfctl("-f", str(cluster), "down", home=home)
+
+
+def test_preflight_loads_an_image_tarball_once(tmp_path: Path, home: Path, lab: Lab) -> None:
+    """`image: /path/image.tar` (what `podman save` or `docker save` wrote) is loaded in preflight, which says so
+    and how long it took, and tagged by the tarball's path, size and time: the next run finds it."""
+    tarball = tmp_path / "image.tar"
+    lab.cli("save", "--output", str(tarball), IMAGE)
+    port = free_ports(1)[0]
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        f"name: boxed\ncommand: '{fake(f'--port {port} --sleep -1')}'\n"
+        f"container: {{image: {tarball}, runtime: {lab.name}, mounts: ['{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro']}}\n"
+        f"jobs: {{worker: [localhost:{port}]}}\n"
+    )
+    first = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert first.returncode == 0, first.stderr
+    assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+    assert re.search(rf"localhost +loaded {re.escape(IMAGE)} from {tarball} in [0-9.]+s", first.stderr), first.stderr
+    assert f"in {lab.name} image {tarball}), no tensorflow in the image" in first.stderr
+    tag = containers.tarball_tag(str(tarball))
+    lab.cli("image", "inspect", tag)  # raises when it is not there
+    again = tfctl("-f", str(cluster), "up", "-d", home=home)
+    assert again.returncode == 0 and "loaded" not in again.stderr, again.stderr
+    assert tfctl("-f", str(cluster), "down", home=home).returncode == 0
+
+
+def test_preflight_pulls_a_missing_image_from_a_registry(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
+    """An image the host lacks is pulled (from the suite's own registry, on loopback), and `up`
+    says so and how long it took."""
+    reason = skip_reason("registry")
+    if reason is not None:
+        pytest.skip(reason)
+    with Registry(tmp_path / "registry", free_ports(1)[0]) as registry:
+        image = f"{registry.address}/team/train:1"
+        podman_lab.cli("push", "--tls-verify=false", IMAGE, image)  # there, not here under that name
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(
+            f"name: boxed\ncommand: '{{python}} -c pass'\ncontainer: {{image: '{image}', runtime: podman}}\n"
+            f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+        )
+        up = tfctl("-f", str(cluster), "up", home=home, env=registry.env)
+    assert up.returncode == 0, up.stderr
+    assert re.search(rf"localhost +pulled {re.escape(image)} in [0-9.]+s", up.stderr), up.stderr
+    podman_lab.cli("image", "exists", image)  # raises when it is not there
+    podman_lab.cli("rmi", image)
+
+
+def test_a_pull_that_hangs_fails_preflight_at_its_own_timeout(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
+    """A registry that never answers (a loopback port nobody serves on) holds the pull, not `up`:
+    `container.pull_timeout` ends it, and says which key to raise; meanwhile `up` says it waits."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        image = f"127.0.0.1:{silent.getsockname()[1]}/team/train:1"
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(
+            f"name: boxed\ncommand: '{{python}} -c pass'\nstartup_timeout: 60\n"
+            f"container: {{image: '{image}', runtime: podman, pull_timeout: 12}}\n"
+            f"jobs: {{worker: [localhost:{free_ports(1)[0]}]}}\n"
+        )
+        began = time.monotonic()
+        up = tfctl("-f", str(cluster), "up", home=home)
+    assert up.returncode != 0
+    assert f"pulling image {image} took more than 12s (container.pull_timeout)" in up.stderr, up.stderr
+    assert "preparing the tasks' images on localhost (10s; pulls end at container.pull_timeout)" in up.stderr
+    assert time.monotonic() - began < 40
+
+
 def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path, podman_lab: Lab) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
@@ -425,7 +537,7 @@ def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path
     )
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode != 0
-    assert "image localhost/not-here:1 is not on this host (podman pull it" in up.stderr
+    assert "image localhost/not-here:1 is not on this host, and pulling it failed: " in up.stderr
 
 
 def test_top_sees_what_the_containers_processes_use(

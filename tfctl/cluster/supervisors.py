@@ -344,7 +344,11 @@ class Cluster:
         for host in hosts:
             progress(host, "connecting")
         answers = self.fan_out(
-            hosts, lambda a: a.call(InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host)), timeout=120)
+            hosts,
+            lambda a: a.call(
+                InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host)),
+                timeout=120 + (boxes[a.host].pull_timeout if a.host in boxes else 0),
+            ),
         )
         answers.raise_if_failed("connecting to hosts")
         unfit = {h: a.container_error for h, a in sorted(answers.succeeded.items()) if a.container_error}
@@ -361,6 +365,8 @@ class Cluster:
             )
             gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
             tf = a.tensorflow or ("no tensorflow in the image" if a.container else "no tensorflow")
+            if a.container_fetched:
+                progress(host, a.container_fetched)
             progress(host, f"ok: python {a.python or '?'}{where}, {tf}{gpus}")
         return infos
 

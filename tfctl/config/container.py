@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tfctl.config.base import INVALID, Doc, Section, _choice, _string, type_error
-from tfctl.config.model import CONTAINER_RUNTIMES, ContainerSettings
+from tfctl.config.base import INVALID, Doc, Section, _choice, _seconds, _string, type_error
+from tfctl.config.model import CONTAINER_RUNTIMES, DEFAULT_PULL_TIMEOUT, ContainerSettings
 
 _MOUNT_OPTIONS = re.compile(r"[A-Za-z0-9,=_-]+")
 
@@ -67,6 +67,7 @@ _container = Section(
         "mounts": _mounts,
         "options": _options,
         "python": _container_python,
+        "pull_timeout": _seconds(DEFAULT_PULL_TIMEOUT),
     },
     ContainerSettings,
     "container: {image: tensorflow/tensorflow:2.16.1}",
@@ -78,11 +79,17 @@ _container = Section(
 KEY_DOCS: dict[str, str] = {
     "container": "Run every task in a container of this image (a job's own `container` wins).",
     "jobs.<job>.container": "The job's own `container` (same keys), instead of the top-level one.",
-    "container.image": "The image: a name the runtime knows or pulls, or a rootfs folder (absolute path).",
+    "container.image": (
+        "The image: a name the runtime knows or pulls, an image tarball (`/path/image.tar`, loaded in"
+        " preflight), or a rootfs folder (absolute path)."
+    ),
     "container.runtime": "`auto` (the first of podman, docker, apptainer a host has), `podman`, `docker`, `apptainer`.",
     "container.mounts": "More `host:container[:ro]` mounts; the workdir and the run's folder are mounted for you.",
     "container.options": "More runtime arguments, one per item, passed as they are (never through a shell).",
     "container.python": "The image's interpreter, `{python}` in commands (default: `python3` on the image's PATH).",
+    "container.pull_timeout": (
+        "Seconds a pull, or a tarball's load, may take in preflight (apart from `startup_timeout`; default 600)."
+    ),
 }
 # A job's own section has the same keys, meaning the same for its tasks.
 KEY_DOCS.update({f"jobs.<job>.{key}": doc for key, doc in list(KEY_DOCS.items()) if key.startswith("container.")})

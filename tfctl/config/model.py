@@ -53,6 +53,7 @@ DEFAULT_EXCLUDE = (
 )
 DEFAULT_GRACE_PERIOD = 10.0
 DEFAULT_STARTUP_TIMEOUT = 120.0
+DEFAULT_PULL_TIMEOUT = 600.0  # a pull of a multi-GB image (NVIDIA's) over an ordinary link
 DEFAULT_LEASE_TIMEOUT = 60.0
 DEFAULT_IDLE_PS_TIMEOUT = 120.0
 DEFAULT_HOST_TIMEOUT = 120.0
@@ -130,6 +131,7 @@ class ContainerSettings:
     mounts: tuple[str, ...] = ()  # host:container[:options], beyond the workdir and the run's folder
     options: tuple[str, ...] = ()  # more runtime arguments, as they are
     python: str | None = None  # `{python}`; None: `python3` on the image's PATH
+    pull_timeout: float = DEFAULT_PULL_TIMEOUT  # for a pull or a tarball's load, apart from startup_timeout
 
 
 @dataclass(frozen=True)

@@ -176,11 +176,13 @@ def python_info(asked: Optional[str]) -> InfoAnswer:
 def container_info(spec: ContainerLaunch) -> InfoAnswer:
     """Who we are and which Python and TensorFlow the tasks' image has, or why they cannot run in it."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
-    where, lines, error = containers.probe(spec)
+    where, fetched, lines, error = containers.probe(spec)
     if error is not None or len(lines) < 2:
         return InfoAnswer(hostname, own_version, container=where, container_error=error or "no answer from the image")
     tf = (lines[2] if len(lines) > 2 else "") or None
-    return InfoAnswer(hostname, own_version, lines[0], tf, python_executable=lines[1], container=where)
+    return InfoAnswer(
+        hostname, own_version, lines[0], tf, python_executable=lines[1], container=where, container_fetched=fetched
+    )
 
 
 def local_addresses() -> Set[str]:

@@ -11,6 +11,7 @@ labelled with their run, task and run store, so whatever escapes is found by lab
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -34,6 +35,20 @@ STORE_LABEL = "tfctl.store"
 AUTO_ORDER = ("podman", "docker", "apptainer")
 CALL_TIMEOUT = 60.0  # a runtime command that takes longer than this is stuck
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
+TARBALL_IMAGES = "localhost/tfctl-tarball"  # the name a loaded tarball's image is tagged with
+
+
+def is_tarball(image: str) -> bool:
+    """An image tarball on the host (`podman save`, `docker save`), loaded in preflight."""
+    return image.startswith("/") and image.endswith(".tar")
+
+
+def tarball_tag(path: str) -> str:
+    """The name a tarball's image has once loaded on this host: from the tarball's path, size
+    and time, so tasks run what preflight loaded, and a tarball rewritten since loads again."""
+    st = os.stat(path)
+    key = "%s:%d:%d" % (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    return "%s:%s" % (TARBALL_IMAGES, hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 class Container:
@@ -104,6 +119,17 @@ class Runtime:
         """Succeeds when the image is on this host."""
         raise NotImplementedError
 
+    def pull(self, image: str) -> Optional[List[str]]:
+        """Fetch the image from its registry; None: not this runtime's way."""
+        return None
+
+    def load(self, tarball: str) -> Optional[List[str]]:
+        """Load an image tarball, printing `Loaded image: NAME`; None: not this runtime's way."""
+        return None
+
+    def tag(self, image: str, name: str) -> List[str]:
+        raise NotImplementedError
+
     def python(self, spec: ContainerLaunch, code: str) -> List[str]:
         """The image's Python running `code`, for preflight."""
         raise NotImplementedError
@@ -144,8 +170,19 @@ class Podman(Runtime):
         return [a for g in gpus for a in ("--device", "nvidia.com/gpu=%s" % g)]
 
     def image(self, image: str) -> List[str]:
-        """A rootfs folder (an absolute path) runs as it is."""
+        """A tarball runs as the image it loaded; a rootfs folder (an absolute path) as it is."""
+        if is_tarball(image):
+            return [tarball_tag(image)]
         return ["--rootfs", image] if image.startswith("/") else [image]
+
+    def pull(self, image: str) -> Optional[List[str]]:
+        return [self.exe, "pull", image]
+
+    def load(self, tarball: str) -> Optional[List[str]]:
+        return [self.exe, "load", "--input", tarball]
+
+    def tag(self, image: str, name: str) -> List[str]:
+        return [self.exe, "tag", image, name]
 
     def stop(self, name: str, grace: float) -> Optional[List[str]]:
         return [self.exe, "stop", "--ignore", "--time", str(max(1, round(grace))), name]
@@ -158,9 +195,9 @@ class Podman(Runtime):
         return [self.exe, "ps", "--all", "--filter", label_filter(label, value), "--format", fmt]
 
     def has_image(self, image: str) -> List[str]:
-        if image.startswith("/"):
+        if image.startswith("/") and not is_tarball(image):
             return ["test", "-d", image]
-        return [self.exe, "image", "exists", image]
+        return [self.exe, "image", "exists", *self.image(image)]
 
     def python(self, spec: ContainerLaunch, code: str) -> List[str]:
         # The task's own mounts and options: its Python may come from one (a venv mounted in).
@@ -182,9 +219,9 @@ class Docker(Podman):
         return ["--gpus", '"device=%s"' % ",".join(gpus)]  # quoted: docker reads the value as CSV
 
     def image(self, image: str) -> List[str]:
-        if image.startswith("/"):
+        if image.startswith("/") and not is_tarball(image):
             raise AgentError("docker cannot run a rootfs folder (%s): import it as an image" % image)
-        return [image]
+        return super().image(image)
 
     def stop(self, name: str, grace: float) -> Optional[List[str]]:
         return [self.exe, "stop", "--time", str(max(1, round(grace))), name]
@@ -193,7 +230,7 @@ class Docker(Podman):
         return [self.exe, "rm", "--force", *names] if names else None
 
     def has_image(self, image: str) -> List[str]:
-        return [self.exe, "image", "inspect", "--format", "{{.Id}}", image]
+        return [self.exe, "image", "inspect", "--format", "{{.Id}}", *self.image(image)]
 
     def listing(self, label: str, value: Optional[str]) -> Optional[List[str]]:
         fmt = '{{.Names}} {{.Label "%s"}}' % RUN_LABEL  # docker's .Labels is one string, not a map
@@ -278,20 +315,47 @@ except Exception as e:
 PROBE_TIMEOUT = 50.0  # a TensorFlow import in a cold container takes seconds
 
 
-def probe(spec: ContainerLaunch) -> Tuple[str, List[str], Optional[str]]:
-    """Preflight of a task's container: (what it ran in, the image Python's version, executable
-    and TensorFlow version, why it cannot run there)."""
+def probe(spec: ContainerLaunch) -> Tuple[str, str, List[str], Optional[str]]:
+    """Preflight of a task's container: (what it ran in, how its image came, the image Python's
+    version, executable and TensorFlow version, why it cannot run there)."""
     try:
         rt = runtime(spec.runtime)
-        if not run(rt.has_image(spec.image))[0]:
-            raise AgentError("image %s is not on this host (%s pull it, or load its tarball)" % (spec.image, rt.name))
+        fetched = fetch(rt, spec)
         where = "%s image %s" % (rt.name, spec.image)
         ok, out, error = run(rt.python(spec, PROBE), PROBE_TIMEOUT)
-    except AgentError as e:
-        return "", [], str(e)
+    except (AgentError, OSError) as e:
+        return "", "", [], str(e)
     if not ok:
-        return where, [], "the image's %s does not run: %s" % (spec.python, error or "failed")
-    return where, out.splitlines(), None
+        return where, fetched, [], "the image's %s does not run: %s" % (spec.python, error or "failed")
+    return where, fetched, out.splitlines(), None
+
+
+def fetch(rt: Runtime, spec: ContainerLaunch) -> str:
+    """Have the image on this host: load its tarball, or pull it, within `spec.pull_timeout`;
+    what was done ('' when it was there). Raises AgentError when it cannot be had."""
+    image = spec.image
+    if is_tarball(image) and not os.path.isfile(image):
+        raise AgentError("image tarball %s is not on this host" % image)
+    if run(rt.has_image(image))[0]:
+        return ""
+    began = time.monotonic()
+    fetching = rt.load(image) if is_tarball(image) else None if image.startswith("/") else rt.pull(image)
+    if fetching is None:
+        raise AgentError("image %s is not on this host (%s pull it, or load its tarball)" % (image, rt.name))
+    ok, out, error = run(fetching, spec.pull_timeout)
+    took = time.monotonic() - began
+    verb = "loading" if is_tarball(image) else "pulling"
+    if not ok and took >= spec.pull_timeout:
+        raise AgentError("%s image %s took more than %gs (container.pull_timeout)" % (verb, image, spec.pull_timeout))
+    if not ok:
+        raise AgentError("image %s is not on this host, and %s it failed: %s" % (image, verb, error or "?"))
+    if not is_tarball(image):
+        return "pulled %s in %.1fs" % (image, took)
+    loaded = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Loaded image")]
+    names = loaded[-1].split(",") if loaded else []
+    if not names or not run(rt.tag(names[0].strip(), tarball_tag(image)))[0]:
+        raise AgentError("loading image tarball %s named no image: %s" % (image, out.strip() or error))
+    return "loaded %s from %s in %.1fs" % (names[0].strip(), image, took)
 
 
 Found = Tuple[Runtime, str, str]  # a container: its runtime, its name, its run

@@ -159,6 +159,7 @@ class ContainerLaunch(Wire):
     mounts: List[str] = field(default_factory=list)  # host:container[:options]
     options: List[str] = field(default_factory=list)
     python: str = "python3"
+    pull_timeout: float = 600.0  # a pull, or a tarball's load, that takes longer fails preflight
 
 
 @record
@@ -308,7 +309,8 @@ class SweepAnswer(Wire):
 
 @record
 class SweepRequest(Request[SweepAnswer]):
-    """Stop every process started from `store` whose run is not in `live_runs`: orphans."""
+    """Stop every process started from `store` whose run is not in `live_runs`: orphans.
+    `containers_only`: remove their containers alone (what `up` does before it starts)."""
 
     VERB: ClassVar[str] = "sweep"
     ANSWER: ClassVar[Type[Wire]] = SweepAnswer
@@ -316,6 +318,7 @@ class SweepRequest(Request[SweepAnswer]):
     live_runs: List[str]
     grace: float
     store: str
+    containers_only: bool = False
 
 
 @record
@@ -358,6 +361,7 @@ class InfoAnswer(Wire):
     filesystem: str = ""  # the root's filesystem token: the same on hosts that share a home
     container: str = ""  # the runtime and image the tasks' Python was asked in; "": none
     container_error: Optional[str] = None  # why the tasks cannot run in their container here
+    container_fetched: str = ""  # how the image came here in preflight (pulled, loaded); "": it was here
 
 
 @record

@@ -325,10 +325,13 @@ def sweep(root: str, request: SweepRequest) -> SweepAnswer:
         me = os.getpid()
         return procfs.to_signal([p for p in procfs.live_pids() if p != me and orphan(procfs.proc_markers(p))])
 
-    runs = {run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None}
     # Containers of such runs, found by label: those whose processes are stopped here, and any a
     # crashed tfctl left stopped but not removed.
     boxes = [f for f in containers.labelled(containers.STORE_LABEL, request.store) if f[2] not in live]
+    if request.containers_only:
+        containers.remove(boxes)
+        return SweepAnswer(0, 0, [], sorted({run for _, _, run in boxes}), len(boxes))
+    runs = {run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None}
     done = procfs.terminate(find, request.grace)
     containers.remove(boxes)
     runs.update(run for _, _, run in boxes)

@@ -179,7 +179,9 @@ def container_launch(box: ContainerSettings | None) -> ContainerLaunch | None:
     the image's python3 unless `python` names another."""
     if box is None:
         return None
-    return ContainerLaunch(box.image, box.runtime, list(box.mounts), list(box.options), box.python or "python3")
+    return ContainerLaunch(
+        box.image, box.runtime, list(box.mounts), list(box.options), box.python or "python3", box.pull_timeout
+    )
 
 
 def restart_of(config: ClusterConfig, job: str) -> RestartSpec | None:

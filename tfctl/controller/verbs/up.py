@@ -7,11 +7,13 @@ used: `up -d` forks as soon as the run is planned, and none of it should load be
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
@@ -27,7 +29,7 @@ from tfctl.controller.verbs.down import release
 from tfctl.errors import StartupError, TfctlError, UsageError
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
-from tfctl.supervisor.protocol import ResumeRequest, RunState
+from tfctl.supervisor.protocol import ResumeRequest, RunState, SweepRequest
 from tfctl.tf.tasks import containers_by_host, exposed_addresses
 from tfctl.trace import traced
 
@@ -41,6 +43,54 @@ CLAIM_PATIENCE = 60.0
 # How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
 # at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
 PICKED_PORTS_HOLD = 900.0
+PREPARING_EVERY = 10.0  # seconds between lines while preflight pulls or loads images
+
+
+@contextlib.contextmanager
+def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[None]:
+    """A line every PREPARING_EVERY seconds while preflight waits, where images may be pulled or
+    loaded from their tarballs first: a multi-GB pull takes minutes, and must not look hung."""
+    if not hosts:
+        yield
+        return
+    done = threading.Event()
+    began = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(PREPARING_EVERY):
+            seconds = time.monotonic() - began
+            where = ", ".join(hosts)
+            progress(
+                "", f"preparing the tasks' images on {where} ({seconds:.0f}s; pulls end at container.pull_timeout)"
+            )
+
+    ticker = threading.Thread(target=tick, name="preparing-images", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+def remove_leftover_containers(
+    store: RunStore, cluster: Cluster, hosts: list[str], grace: float, progress: Progress
+) -> None:
+    """Remove, on the hosts whose tasks run in containers, what containers runs of this store
+    that are not active left there (a crashed tfctl's), by their labels; say so in one line."""
+    if not hosts:
+        return
+    live = sorted({cluster.record.run_id, *(r.run_id for r in store.all() if r.active)})
+    answers = cluster.fan_out(hosts, lambda a: a.call(SweepRequest(live, grace, store.store_id, containers_only=True)))
+    found = {host: answer for host, answer in sorted(answers.succeeded.items()) if answer.containers}
+    if found:
+        count = sum(answer.containers for answer in found.values())
+        runs = sorted({run for answer in found.values() for run in answer.runs})
+        progress(
+            "",
+            f"removed {count} container{'s' if count != 1 else ''} left by runs that are not active"
+            f" ({', '.join(runs)}) on {', '.join(found)}",
+        )
 
 
 @traced("lifecycle.ensure_no_live_run")
@@ -236,7 +286,10 @@ def _start(
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
-        infos = cluster.preflight(progress, gpus, containers_by_host(config))
+        boxes = containers_by_host(config)
+        with still_preparing(progress, sorted(boxes)):
+            infos = cluster.preflight(progress, gpus, boxes)
+        remove_leftover_containers(store, cluster, sorted(boxes), config.grace_period, progress)
         for warning in version_warnings(infos):
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)

@@ -1,0 +1,270 @@
+"""The fault series with every task in a podman container (docker in one case): SIGKILL in turn the task's monitor,
+the host supervisor, every tfctl process of a host, the attached `up` and the watcher of `up -d`,
+on localhost and on simulated SSH hosts, each host with its own podman. After each, no container
+of the run is left (asked of each host's podman, by the run's label) and no process of it either
+(by PID: its tasks and tethers by their markers, its runtime clients and conmons by the
+containers' names), and `down` finds nothing to stop. A killed attached `up` has its containers
+stopped by the lease running out on the hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from bench.containers_lab import IMAGE, HostPodmanLab, Lab
+from bench.netns_hosts import TestHostLab, require_netns
+from bench.waiting import wait_until
+from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
+from tfctl.runs.store import RunStore
+from tfctl.supervisor import containers
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
+
+ALONE_WITHIN = 40.0  # seconds from the fault until nothing of the run is left anywhere
+
+
+@dataclass
+class Hosts:
+    """Where the run's tasks go: the ps's and the workers' `host:port`, each host's runtime, and
+    the root-namespace pids of a host's tfctl processes (its supervisors and task monitors)."""
+
+    ps: str
+    workers: list[str]
+    runtimes: dict[str, Lab]  # host -> its container runtime
+    tfctl_pids: Callable[[str], list[int]]
+    extra: str = ""  # more of the cluster file
+    runtime: str = "podman"
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Hosts]:
+    """Two simulated hosts, each with its own podman and the test image: the ps on one, both
+    workers on the other."""
+    require_netns()
+    base = tmp_path_factory.mktemp("cx")
+    with TestHostLab(
+        2,
+        workdir=base / "lab",
+        prefix="tfctl-cx",
+        bridge="tfctlbr71",
+        subnet="10.77.71",
+        session_env=HostPodmanLab.session_env(base / "podman"),
+    ) as lab:
+        podmans: dict[str, Lab] = {h.name: HostPodmanLab(base / "podman", h) for h in lab.hosts}
+        try:
+            for podman in podmans.values():
+                podman.start(rootfs)
+
+            def tfctl_pids(host: str) -> list[int]:
+                return [p for p in lab.host(host).pids() if is_supervisor(proc_cmdline(p), ".tfctl/supervisor-")]
+
+            ssh = f"ssh: {{config: {lab.ssh_config}, connect_timeout: 10, keepalive: 1}}\nhost_timeout: 10\n"
+            yield Hosts("tfh0:2222", ["tfh1:2222", "tfh1:2223"], podmans, tfctl_pids, ssh)
+        finally:
+            for podman in podmans.values():
+                podman.tear_down()
+
+
+def on_localhost(lab: Lab, home: Path) -> Hosts:
+    ports = free_ports(3)
+
+    def tfctl_pids(_host: str) -> list[int]:
+        return [p for p in live_pids() if is_supervisor(proc_cmdline(p), f"{home}/supervisor-")]
+
+    workers = [f"localhost:{p}" for p in ports[1:]]
+    return Hosts(f"localhost:{ports[0]}", workers, {"localhost": lab}, tfctl_pids, runtime=lab.name)
+
+
+@pytest.fixture
+def localhost(podman_lab: Lab, home: Path) -> Hosts:
+    return on_localhost(podman_lab, home)
+
+
+@pytest.fixture
+def localhost_docker(docker_lab: Lab, home: Path) -> Hosts:
+    return on_localhost(docker_lab, home)
+
+
+def is_supervisor(cmdline: str, zipapp: str) -> bool:
+    """A supervisor's command line (`python -I -S .../supervisor-<hash>.pyz serve`), which its
+    forked task monitors keep."""
+    argv = cmdline.split()
+    return len(argv) > 2 and argv[-1] == "serve" and zipapp in argv[-2]
+
+
+def write_cluster(folder: Path, hosts: Hosts, worker_seconds: float) -> Path:
+    """A ps and two workers of the stand-in task, each in its container; the workers end after
+    `worker_seconds` (-1: never), the ps then by the idle rule on its host."""
+    task = f"{{python}} {FAKE_TASK} --tick 0.05 --lines 0"
+    tasks = FAKE_TASK.parent
+    path = folder / "cluster.yaml"
+    path.write_text(f"""name: cx
+workdir: {folder}
+python: {sys.executable}
+grace_period: 1
+startup_timeout: 60
+lease_timeout: 2
+idle_ps_timeout: 1
+{hosts.extra}container: {{image: {IMAGE}, runtime: {hosts.runtime}, mounts: ["{tasks}:{tasks}:ro"]}}
+jobs:
+  ps:
+    hosts: [{hosts.ps}]
+    command: "{task} --name ps --port {hosts.ps.rsplit(":", 1)[1]} --sleep -1"
+  worker:
+    hosts: [{", ".join(hosts.workers)}]
+    command: "{task} --name w{{task_index}} --port -1 --sleep {worker_seconds}"
+""")
+    return path
+
+
+def left_processes(run_id: str) -> list[int]:
+    """Every live process of the run, whatever its namespace: its tasks and tethers (by their
+    markers), the runtime clients and conmons of its containers (by the containers' names)."""
+    name = containers.name_for(run_id, "")
+    return [p for p in live_pids() if proc_env_markers(p)[0] == run_id or name in proc_cmdline(p)]
+
+
+def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
+    label = f"{containers.RUN_LABEL}={run_id}"
+    return {host: found for host, lab in hosts.runtimes.items() if (found := lab.containers(label))}
+
+
+def monitors(run_id: str) -> dict[str, int]:
+    """Task -> root-namespace pid of its monitor: the parent of its container's `podman run`
+    (or `docker run`)."""
+    found = {}
+    for pid in live_pids():
+        argv = proc_cmdline(pid).split()
+        runtime = os.path.basename(argv[0]) if argv else ""
+        if runtime in ("podman", "docker") and "run" in argv and "--name" in argv:
+            task = task_of(argv[argv.index("--name") + 1], run_id)
+            if task is not None:
+                found[task] = parent(pid)
+    return found
+
+
+def task_of(name: str, run_id: str) -> str | None:
+    for task in ("ps:0", "worker:0", "worker:1"):
+        if name == containers.name_for(run_id, task):
+            return task
+    return None
+
+
+def parent(pid: int) -> int:
+    stat = proc_stat(pid)
+    assert stat is not None, f"pid {pid} is gone"
+    return int(stat["ppid"])
+
+
+def start(cluster: Path, home: Path, attached: bool) -> tuple[subprocess.Popen | None, str]:
+    """The run started attached (its `up`, following) or detached; its id."""
+    if not attached:
+        up = tfctl("-f", str(cluster), "up", "-d", home=home)
+        assert up.returncode == 0, up.stderr
+        return None, up.stdout.strip()
+    proc = spawn_tfctl("-f", str(cluster), "up", home=home, stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    wait_for_line(proc.stderr, "following", 90)
+    return proc, json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+
+
+def inject(fault: str, hosts: Hosts, home: Path, up: subprocess.Popen | None, run_id: str) -> list[int]:
+    """SIGKILL what the fault names; the pids killed."""
+    tasks = monitors(run_id)
+    assert sorted(tasks) == ["ps:0", "worker:0", "worker:1"], tasks
+    if fault == "monitor":
+        victims = [tasks["worker:0"]]
+    elif fault == "attached up":
+        assert up is not None
+        victims = [up.pid]
+    elif fault == "watcher":
+        watcher = RunStore(home).load(run_id).watcher
+        assert watcher is not None and not watcher.attached
+        victims = [watcher.pid]
+    else:
+        # The workers' host: its supervisor alone, or every tfctl process (the monitors too).
+        on_host = hosts.tfctl_pids(hosts.workers[0].rsplit(":", 1)[0])
+        kept = set(tasks.values()) if fault == "supervisor" else set()
+        victims = [p for p in on_host if p not in kept]
+        assert victims, f"no process to kill for {fault}: {on_host}"
+        assert fault == "supervisor" or {tasks["worker:0"], tasks["worker:1"]} <= set(victims)
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    return victims
+
+
+# Each fault on localhost and on SSH hosts with podman; docker once (its daemon owns the
+# container: a killed client's is left to the tether).
+CASES = [
+    ("localhost_docker", "every tfctl process"),
+    ("localhost", "monitor"),
+    ("localhost", "supervisor"),
+    ("localhost", "every tfctl process"),
+    ("localhost", "attached up"),
+    ("localhost", "watcher"),
+    ("ssh", "monitor"),
+    ("ssh", "supervisor"),
+    ("ssh", "every tfctl process"),
+    ("ssh", "attached up"),
+    ("ssh", "watcher"),
+]
+
+
+@pytest.mark.parametrize(("where", "fault"), CASES, ids=[f"{w}-{f.replace(' ', '-')}" for w, f in CASES])
+def test_no_fault_leaves_a_container_or_a_process(
+    where: str, fault: str, request: pytest.FixtureRequest, tmp_path: Path, home: Path
+) -> None:
+    hosts: Hosts = request.getfixturevalue(where if where != "ssh" else "ssh_hosts")
+    attached = fault == "attached up"
+    # Workers that never end unless stopped: only the lease can end the attached run.
+    cluster = write_cluster(tmp_path, hosts, -1 if attached else 4)
+    up, run_id = start(cluster, home, attached)
+    try:
+        assert sum(len(c) for c in left_containers(hosts, run_id).values()) == 3
+        killed_at = time.monotonic()
+        inject(fault, hosts, home, up, run_id)
+        wait_until(
+            lambda: (left_containers(hosts, run_id), left_processes(run_id)),
+            ALONE_WITHIN,
+            f"{fault}: every container and process of {run_id} gone",
+            until=lambda left: left == ({}, []),
+            interval=0.2,
+        )
+        took = time.monotonic() - killed_at
+        print(f"{where}, {fault}: all gone {took:.1f}s after the SIGKILL")
+        if attached:
+            assert took >= 1.5  # not before the lease ran out
+            status = tfctl("status", "--run", run_id, home=home)
+            assert "(its lease ran out)" in status.stderr, status.stderr
+    finally:
+        if up is not None and up.poll() is None:
+            up.kill()
+        if up is not None:
+            up.wait()
+        down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
+    assert down.returncode == 0 and "0 remain" in down.stderr, down.stderr
+
+
+def test_exec_reaches_the_tasks_container_on_an_ssh_host(ssh_hosts: Hosts, tmp_path: Path, home: Path) -> None:
+    """`tfctl exec` through SSH: the words reach the container as written, and run in it (its
+    first process is the tether) with the task's environment."""
+    cluster = write_cluster(tmp_path, ssh_hosts, -1)
+    _, run_id = start(cluster, home, attached=False)
+    try:
+        look = "tr '\\0' ' ' </proc/1/cmdline; echo; echo \"$TF_CONFIG\" \"${TFCTL_RUN_ID:-unmarked}\"; exit 5"
+        done = tfctl("-f", str(cluster), "exec", "worker:1", "--", "sh", "-c", look, home=home)
+        assert done.returncode == 5, done.stderr
+        first, said = done.stdout.splitlines()[:2]
+        assert "/tether.py " in first and '"task":{"type":"worker","index":1}' in said and said.endswith(" unmarked")
+    finally:
+        down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
+    assert down.returncode == 0 and "3 containers stopped on 2 hosts; 0 remain" in down.stderr, down.stderr
