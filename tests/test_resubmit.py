@@ -17,12 +17,12 @@ from tests.conftest import FAKE_TASK
 from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
-from tfctl.backends.base import AllocationOver
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import parse_config
 from tfctl.controller.live import supervise
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import files, tasks

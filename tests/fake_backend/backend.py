@@ -9,8 +9,9 @@ from typing import Any, Mapping, Sequence
 from tests.fake_backend.settings import FakeSettings
 from tests.fake_backend.transport import FakeSpec
 from tests.fakes import FakeHost, Journal, TaskScript
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import BackendError, UsageError
 from tfctl.runs.record import HostSpec, RunRecord

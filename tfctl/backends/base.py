@@ -25,6 +25,7 @@ from tfctl.supervisor.records import field as wire_field
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import MonitorLauncher
     from tfctl.config.model import ClusterConfig
+    from tfctl.engine.resubmission import AllocationOver
     from tfctl.engine.verdicts import Judge
     from tfctl.errors import UsageError
     from tfctl.runs.record import HostSpec, RunRecord
@@ -41,16 +42,6 @@ class Acquired:
     config: ClusterConfig
     state: Mapping[str, Any] | None = None
     resubmits: int = 0
-
-
-@dataclass(frozen=True)
-class AllocationOver:
-    """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED, CANCELLED),
-    and whether the run goes on in a new one (`acquire` again): a time limit or a preemption of
-    an allocation tfctl asked for, not a cancel, a node failure or one it was started inside."""
-
-    why: str
-    continues: bool
 
 
 @record

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
@@ -42,6 +42,7 @@ from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec

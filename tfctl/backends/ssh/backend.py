@@ -10,11 +10,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord

@@ -6,6 +6,7 @@ tasks, re-planned for the new hosts, resume from the checkpoints they saved.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.start.plan import Draft
 from tfctl.controller.verbs.up import drafted, start_again
+from tfctl.engine import resubmission
+from tfctl.engine.resubmission import Finish, Seen
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd, RunRecord
@@ -29,11 +32,13 @@ def carry_on(
 ) -> Outcome | None:
     """None once the run goes on in a new allocation (`cluster` moved onto it, its tasks
     started, `restarting` told before and after); else how the run ends: `outcome`, or why
-    going on failed."""
+    going on failed. What to do is `engine.resubmission`'s to decide; this carries it out."""
     run_id = cluster.record.run_id
     record = store.load(run_id)
-    if outcome.succeeded or not record.active or len(record.allocations) >= record.resubmits:
-        return outcome
+    seen = Seen(outcome, record.active, len(record.allocations), record.resubmits)
+    early = resubmission.worth_asking(seen)
+    if early is not None:
+        return early.outcome
     backend = backend_for(record.backend)
 
     def progress(who: str, message: str) -> None:
@@ -41,11 +46,11 @@ def carry_on(
 
     try:
         config = recorded_config(store, record)  # read before anything is asked for
-        over = backend.why_over(record, progress)
-        if over is None or not over.continues:
-            return outcome
+        decision = resubmission.decide(dataclasses.replace(seen, over=backend.why_over(record, progress)))
+        if isinstance(decision, Finish):
+            return decision.outcome
         held = backend.report(record)
-        end = AllocationEnd(held.label if held else record.backend, time.time(), over.why)
+        end = AllocationEnd(held.label if held else record.backend, time.time(), decision.why)
         progress(backend.name, "asking for a new allocation for the run")
         acquired = backend.acquire(config, run_id, progress)
         run = drafted(acquired.config, store, run_id, acquired.state)
@@ -56,10 +61,13 @@ def carry_on(
             allocations=(*record.allocations, end),
             state=RunState.STARTING,
         )
-        if moved is None:  # a `down` ended it while the new allocation was asked for
-            backend.release(run.record)
-            return outcome
-        said = f"{end.label} ended: {end.why}; the run goes on in allocation {len(moved.allocations) + 1}"
+        done = resubmission.once_acquired(outcome, still_active=moved is not None)
+        if done is not None:  # a `down` ended it while the new allocation was asked for
+            if done.release_new:
+                backend.release(run.record)
+            return done.outcome
+        assert moved is not None  # (the engine goes on only with the run still active)
+        said = f"{end.label} ended: {end.why}; the run goes on in allocation {decision.allocation}"
         progress("", said)
         notifier.send(RunEvent.of(moved, EventKind.RESUBMITTED, said))
         names = [t.name for t in moved.tasks]
