@@ -111,6 +111,9 @@ class FakeBackend:
         LAB.released.append(record.run_id)
         return BackendReport("fake pool", "released", True, {"pool": (record.backend_state or {}).get("pool")})
 
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        return None  # the controller runs in `up`, not in the lease
+
     def run_elsewhere(self, config, detach, out, err) -> int | None:
         return None  # the controller runs in `up`, as over ssh
 

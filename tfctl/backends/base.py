@@ -124,6 +124,12 @@ class Backend(Protocol):
         """Give back what `acquire` got for the run; its state once given back (None: nothing held)."""
         ...
 
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        """The run's controller is told to end (SIGTERM) as its allocation ends under the run, and
+        a successor already queued takes the run up: the backend state to record for it (saying
+        why). None: no successor; the controller stops the run, as for any SIGTERM."""
+        ...
+
     def report(self, record: RunRecord) -> BackendReport | None:
         """What `status` says of the backend's own state (None: nothing to say)."""
         ...

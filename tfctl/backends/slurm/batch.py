@@ -7,6 +7,20 @@ output (until the tasks run, with `-d`), and every later verb reaches the nodes 
 allocation (`srun --overlap --jobid`), from any login node that shares the home.
 
 The batch script's output is kept under `~/.tfctl/slurm/` (0600), named by the job.
+
+Resubmission (`resubmit: N`): the controller dies with its allocation, so it cannot ask for the
+next one then. It asks up front: once its allocation runs, it submits the successor batch job
+(`submit_successor`), held by Slurm until this one ends in a failed state
+(`--dependency=afternotok`: a time limit, a preemption, a cancel, a crash) and dropped by Slurm
+if it ends well (`--kill-on-invalid-dep`). Nothing has to happen at the moment of death (no
+signal handler racing Slurm's SIGKILL, no node left to run on): the successor is already queued
+when the allocation times out or is preempted, and a controller killed outright still leaves it.
+Its script takes up the same run (`tfctl _take_up --run ID`), and what it does is decided again
+there, on the run record and Slurm's word on the allocation before (`engine.resubmission`): a
+cancel or a run already ended by a `down` end it at once. A controller that ends the run cancels
+its successor first. Slurm's own requeue was not chosen: it keeps one job id for every
+allocation (so the allocations' accounting could not be told apart), it does not follow a time
+limit, and it needs the dying controller to ask for it or a site's `PreemptMode=REQUEUE`.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
 
 CONTROLLER_ENV = "TFCTL_CONTROLLER_JOB"  # set by tfctl's batch script: the allocation is the run's own
+ALLOCATION_ENV = "TFCTL_ALLOCATION"  # set by a successor's batch script: which allocation of the run it is
 COMMENT = "tfctl run controller"  # how tfctl's batch jobs are told from others (`squeue -o %k`)
 RUNNING = re.compile(r"\ball \d+ tasks running$")
 RUN_ID = re.compile(r"^run (\S+): \d+ tasks? on ")
@@ -49,6 +64,19 @@ def batch_script(config: ClusterConfig) -> str:
     return f'#!/bin/sh\nexport {CONTROLLER_ENV}="$SLURM_JOB_ID"\nexec {python} -m tfctl -f {path} up\n'
 
 
+def successor_script(run_id: str, allocation: int) -> str:
+    """The successor's script: the same run taken up, as its `allocation`-th allocation."""
+    python = shlex.quote(sys.executable)
+    env = f'export {CONTROLLER_ENV}="$SLURM_JOB_ID" {ALLOCATION_ENV}={allocation}'
+    return f"#!/bin/sh\n{env}\nexec {python} -m tfctl _take_up --run {shlex.quote(run_id)}\n"
+
+
+def allocation_number() -> int:
+    """Which allocation of its run this batch job is: 1, unless a successor's script says."""
+    said = os.environ.get(ALLOCATION_ENV, "")
+    return int(said) if said.isdigit() else 1
+
+
 @dataclass(frozen=True)
 class BatchJob:
     job_id: str
@@ -58,14 +86,25 @@ class BatchJob:
 
 def submit_controller(config: ClusterConfig, run: Runner = run_slurm) -> BatchJob:
     """Submit the batch job that runs the controller; its output files, made 0600 beforehand."""
+    return _submit(config, batch_script(config), (), run)
+
+
+def submit_successor(config: ClusterConfig, run_id: str, after: str, run: Runner = run_slurm) -> BatchJob:
+    """Queue the batch job that takes the run up once job `after` (this allocation) ends in a
+    failed state; Slurm drops it if `after` ends well."""
+    held = (f"--dependency=afternotok:{after}", "--kill-on-invalid-dep=yes")
+    return _submit(config, successor_script(run_id, allocation_number() + 1), held, run)
+
+
+def _submit(config: ClusterConfig, script: str, options: tuple[str, ...], run: Runner) -> BatchJob:
     logs = tfctl_home() / "slurm"
     logs.mkdir(mode=0o700, parents=True, exist_ok=True)
     stem = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     out, err = logs / f"{stem}.out", logs / f"{stem}.err"
     for path in (out, err):
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    options = (f"--output={out}", f"--error={err}", f"--comment={COMMENT}")
-    job_id = submit_script(sbatch_argv(config, f"tfctl-{config.name}", options), batch_script(config), run)
+    output = (f"--output={out}", f"--error={err}", f"--comment={COMMENT}", *options)
+    job_id = submit_script(sbatch_argv(config, f"tfctl-{config.name}", output), script, run)
     return BatchJob(job_id, out, err)
 
 

@@ -80,6 +80,9 @@ class SSHBackend:
     def release(self, record: RunRecord) -> BackendReport | None:
         return None
 
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        return None  # the controller never dies with the hosts
+
     def report(self, record: RunRecord) -> BackendReport | None:
         return None
 
