@@ -16,7 +16,7 @@ import pytest
 
 from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK, kill_by_pid, marked_processes, no_warnings
+from tests.conftest import FAKE_TASK, kill_by_pid, marked_processes, no_warnings, spawn_tfctl
 from tests.test_slurm import fake_file, fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.backends.slurm.batch import ALLOCATION_ENV, COMMENT, BatchJob, batch_script, follow, submit_successor
@@ -130,6 +130,20 @@ def test_the_successor_reads_why_the_allocation_before_ended(monkeypatch, record
     monkeypatch.setenv("SLURM_JOB_ID", "8")  # the successor's own job
     run, _ = fake_slurm({"squeue": [""], "scontrol": [scontrol], "sacct": [sacct]})
     assert SlurmBackend(run).why_over(record, lambda *_: None) == over
+
+
+@pytest.mark.parametrize("controller", ["7", None])  # the controller itself; `down` from a login node
+def test_the_runs_end_cancels_the_queued_successor_before_its_allocation_ends(monkeypatch, controller):
+    if controller:
+        monkeypatch.setenv("SLURM_JOB_ID", controller)
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run, calls = fake_slurm(
+        {"scancel": [""], "squeue": [""], "scontrol": ["JobId=8 JobState=CANCELLED"], "sacct": [""]}
+    )
+    SlurmBackend(run).release(inside_record())
+    cancels = [argv[1] for argv in calls if argv[0] == "scancel"]
+    assert cancels == (["8"] if controller else ["8", "7"])  # (the controller's own: its script's end)
 
 
 def login_side(run_id: str, job: str) -> list[int]:
@@ -298,11 +312,12 @@ def batch_output(home: Path) -> str:
 
 
 def resumed_at(home: Path, run_id: str) -> int:
-    """The step the 2nd allocation's worker:0 resumed at, from its checkpoint."""
-    (log,) = home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")
-    resumed = re.search(r"worker0 resumed at step (\d+)", log.read_text())
-    assert resumed is not None, log.read_text()[-2000:]
-    return int(resumed.group(1))
+    """The step the 2nd allocation's worker:0 resumed at (its node's log: the 1st's, on another
+    node, or set aside on the same one, says nothing of it)."""
+    logs = [path.read_text() for path in home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")]
+    found = [int(step) for log in logs for step in re.findall(r"worker0 resumed at step (\d+)", log)]
+    assert len(found) == 1, logs
+    return found[0]
 
 
 @pytest.mark.netns
@@ -315,7 +330,15 @@ def test_a_run_outlives_its_time_limit_in_the_allocation_its_controller_queued(s
     first, successor = sorted(slurm.jobs(), key=int)
     assert f"job {successor} takes the run up if job {first} ends under it" in up.stderr, up.stderr
     began = time.monotonic()
-    run = resubmitted_run(slurm, home, cluster, run_id, 240)
+    following = spawn_tfctl("-f", str(cluster), "logs", "-f", "worker:1", home=home, env=slurm.env())
+    try:
+        run = resubmitted_run(slurm, home, cluster, run_id, 240)
+        followed = following.communicate(timeout=30)
+    finally:
+        if following.poll() is None:
+            following.kill()
+            following.wait()
+    print(f"\nlogs -f: exit {following.returncode}; {followed[1].strip()}; {len(followed[0].splitlines())} lines")
     print(f"\ntime limit: run {run['state']} {time.monotonic() - began:.0f}s after up -d")
     assert run["state"] == "succeeded", (run["reason"], batch_output(home))
     assert [end["why"] for end in run["allocations"]["ended"]] == ["TIMEOUT"]
@@ -323,6 +346,12 @@ def test_a_run_outlives_its_time_limit_in_the_allocation_its_controller_queued(s
     assert (home / "work" / run_id / "checkpoints" / "worker1").read_text() == str(STEPS)
     shown = on_slurm(slurm, home, "-f", str(cluster), "status")
     assert "succeeded" in shown.stdout and "allocation 2 of 3 (1st ended: TIMEOUT" in shown.stdout, shown.stdout
+    # `logs -f` followed the run across the gap: worker:1's lines of both allocations, then it ended with the run.
+    assert following.returncode == 0 and "the run goes on in allocation 2" in followed[1], followed[1]
+    assert "worker1 checkpoint step 5\n" in followed[0] and "worker1 resumed at step" in followed[0], followed[0][
+        -2000:
+    ]
+    assert f"worker1 checkpoint step {STEPS}\n" in followed[0], followed[0][-2000:]
 
 
 @pytest.mark.netns
@@ -346,3 +375,19 @@ def test_a_preempted_allocation_hands_the_run_to_its_successor(slurm, tmp_path, 
     assert resumed_at(home, run_id) >= 4 and saved.read_text() == "30"
     shown = on_slurm(slurm, home, "-f", str(cluster), "status")
     assert "succeeded" in shown.stdout and "allocation 2 of 3 (1st ended: PREEMPTED" in shown.stdout, shown.stdout
+
+
+@pytest.mark.netns
+def test_down_leaves_no_queued_successor(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=300)
+    cluster.write_text(cluster.read_text().replace("controller: allocation}", "controller: allocation, resubmit: 2}"))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    assert len(slurm.jobs()) == 2  # the allocation, and its successor waiting on it
+    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    assert down.returncode == 0, down.stderr
+    wait_until(lambda: slurm.jobs() == [], 30, "the allocation and its successor gone", interval=0.5)
+    wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+    assert (shown["run"]["state"], shown["run"]["reason"]) == ("stopped", "tfctl down"), shown["run"]

@@ -21,7 +21,7 @@ from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
-from tfctl.controller.live.watcher import controller_of_this_process
+from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
 from tfctl.controller.start.plan import Draft
 from tfctl.controller.verbs.down import release
 from tfctl.controller.verbs.up import drafted, start_again
@@ -32,6 +32,8 @@ from tfctl.errors import TfctlError
 from tfctl.runs.record import AllocationEnd, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
+
+GAP_POLL = 2.0  # seconds between two looks at a run between its allocations
 
 
 def carry_on(
@@ -117,6 +119,24 @@ def hand_over(store: RunStore, cluster: Cluster) -> str | None:
     if state is None or store.update_if_active(record.run_id, backend_state=dict(state)) is None:
         return None
     return "the allocation ends under the run; the controller of the next one takes it up"
+
+
+def next_allocation(store: RunStore, record: RunRecord, poll: float = GAP_POLL) -> RunRecord | None:
+    """For a follower whose tasks ended under a run that may go on in a new allocation (`logs
+    -f`): the run's record once its tasks run there; None once it is over, or nobody is left to
+    take it up (no live controller here, no allocation or successor job left)."""
+    if len(record.allocations) >= record.resubmits:
+        return None
+    backend = backend_for(record.backend)
+    while True:
+        now = store.load(record.run_id)
+        if not now.active:
+            return None
+        if len(now.allocations) > len(record.allocations) and now.state is RunState.RUNNING:
+            return now
+        if not controller_lives(now) and backend.is_over(now):
+            return None
+        time.sleep(poll)
 
 
 def _into_new_allocation(
