@@ -71,6 +71,40 @@ def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
     assert err[-2] == "[  0.4s] all 2 tasks running" and "runs in slurm job 9: this shell may end" in err[-1]
 
 
+@pytest.mark.parametrize("successor_state", ["PENDING", "CANCELLED"])
+def test_an_attached_up_relays_the_successor_that_took_the_run_up(tmp_path, successor_state):
+    """The first job's controller handed the run over (its successor queued, then its allocation
+    ended): `up` goes on relaying the successor's output; a successor the run's end cancelled is
+    not followed."""
+    first = BatchJob("9", tmp_path / "9.out", tmp_path / "9.err")
+    second = BatchJob("10", tmp_path / "10.out", tmp_path / "10.err")
+    first.err.write_text("[  0.1s] slurm        job 10 takes the run up if job 9 ends under it\n")
+    first.out.write_text("[worker:0] worker0 checkpoint step 4\n")
+    second.err.write_text("[  0.2s] slurm        slurm job 9 ended: PREEMPTED; the run goes on in allocation 2\n")
+    second.out.write_text("[worker:0] worker0 resumed at step 4\n")
+    looks = {"9": iter([""]), "10": iter(["10|RUNNING|None|n1"])}
+    files = f"StdOut={second.out} StdErr={second.err}"
+    fields = {  # what scontrol says of each job, in turn (the last, from then on)
+        "9": ["JobId=9 JobState=PREEMPTED ExitCode=0:15"],
+        "10": [f"JobId=10 JobState={successor_state} {files}", f"JobId=10 JobState=COMPLETED {files} ExitCode=0:0"],
+    }
+
+    def answer(argv, stdin):
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, next(looks[argv[2].removeprefix("--jobs=")], ""), "")
+        if argv[-1] not in fields:  # the nodes of a node list
+            return subprocess.CompletedProcess(argv, 0, argv[-1], "")
+        said = fields[argv[-1]]
+        return subprocess.CompletedProcess(argv, 0, said.pop(0) if len(said) > 1 else said[0], "")
+
+    out: list[str] = []
+    err: list[str] = []
+    assert follow(first, False, out.append, err.append, answer, poll=0) == 0
+    followed = successor_state == "PENDING"
+    assert ("[worker:0] worker0 resumed at step 4" in out) == followed, out
+    assert ("slurm job 9 ended; the run goes on in slurm job 10" in err) == followed, err
+
+
 def test_a_successor_is_queued_to_take_the_run_up_only_if_the_allocation_fails(tmp_path, home, monkeypatch):
     from tfctl.config.loader import parse_config
 
@@ -356,21 +390,31 @@ def test_a_run_outlives_its_time_limit_in_the_allocation_its_controller_queued(s
 
 @pytest.mark.netns
 def test_a_preempted_allocation_hands_the_run_to_its_successor(slurm, tmp_path, home):  # noqa: F811
+    """Attached: the login node's `up` relays the first batch job, then its successor's, and
+    exits with the run's end."""
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(TIMED.replace('time: "1"', 'time: "10"') % {"task": FAKE_TASK, "steps": 30, "ev": 0.5})
-    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
-    assert up.returncode == 0, up.stderr
-    run_id = up.stdout.strip().splitlines()[-1]
-    saved = home / "work" / run_id / "checkpoints" / "worker0"
-    wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 4, 60, "worker0 at step 4", interval=0.2)
-    urgent = slurm.run(
-        ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
-    )
-    assert urgent.returncode == 0, urgent.stderr
-    began = time.monotonic()
-    run = resubmitted_run(slurm, home, cluster, run_id, 180)
-    print(f"\npreempted: run {run['state']} {time.monotonic() - began:.0f}s after the preemption")
-    assert run["state"] == "succeeded", (run["reason"], batch_output(home))
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, env=slurm.env())
+    try:
+        found = wait_until(lambda: list(home.glob("work/*/checkpoints/worker0")), 60, "worker0's checkpoint")
+        saved = found[0]
+        wait_until(lambda: int(saved.read_text() or 0) >= 4, 60, "worker0 at step 4", interval=0.2)
+        urgent = slurm.run(
+            ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
+        )
+        assert urgent.returncode == 0, urgent.stderr
+        began = time.monotonic()
+        out, err = up.communicate(timeout=180)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    run_id = saved.parent.parent.name
+    run = resubmitted_run(slurm, home, cluster, run_id, 30)
+    print(f"\npreempted: attached up exited {up.returncode} {time.monotonic() - began:.0f}s after the preemption")
+    assert up.returncode == 0 and run["state"] == "succeeded", (run["reason"], err[-3000:])
+    assert re.search(r"slurm job \d+ ended; the run goes on in slurm job \d+", err), err[-3000:]
+    assert "[worker:0] worker0 resumed at step" in out and "[worker:1] worker1 checkpoint step 30" in out, out[-3000:]
     assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]
     assert resumed_at(home, run_id) >= 4 and saved.read_text() == "30"
     shown = on_slurm(slurm, home, "-f", str(cluster), "status")

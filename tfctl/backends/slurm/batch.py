@@ -40,6 +40,7 @@ from tfctl.backends.slurm.allocation import (
     Runner,
     cancel,
     describe,
+    job_fields,
     job_state,
     reason_text,
     run_slurm,
@@ -54,6 +55,7 @@ ALLOCATION_ENV = "TFCTL_ALLOCATION"  # set by a successor's batch script: which 
 COMMENT = "tfctl run controller"  # how tfctl's batch jobs are told from others (`squeue -o %k`)
 RUNNING = re.compile(r"\ball \d+ tasks running$")
 RUN_ID = re.compile(r"^run (\S+): \d+ tasks? on ")
+SUCCESSOR = re.compile(r"\bjob (\d+) takes the run up if job (\d+) ends under it$")
 Say = Callable[[str], None]
 
 
@@ -126,10 +128,12 @@ class _Tail:
 def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_slurm, poll: float = POLL) -> int:
     """Relay the batch script's output until the job ends (its `up`'s exit code), or with
     `detach` until its tasks all run (0; the run id on stdout); while Slurm queues it, say why.
-    Ctrl-C here stops the run: the batch script's `up` gets SIGINT, stops every task, and its
-    end releases the allocation (a job still queued is cancelled)."""
+    A job whose controller handed the run over to its successor is followed by the successor's
+    (a resubmitted run), until the run's last. Ctrl-C here stops the run: the batch script's
+    `up` gets SIGINT, stops every task, and its end releases the allocation (a job still queued
+    is cancelled)."""
     tails = (_Tail(job.err), _Tail(job.out))
-    run_id = said = ""
+    run_id = said = successor = ""
     try:
         while True:
             state = job_state(job.job_id, run)
@@ -143,6 +147,7 @@ def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_sl
             for line in tails[0].lines():
                 err(line)
                 run_id = run_id or _run_id(line)
+                successor = _successor(job.job_id, line) or successor
                 if detach and RUNNING.search(line):
                     err(
                         f"the run's controller runs in slurm job {job.job_id}: this shell may end; "
@@ -153,9 +158,15 @@ def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_sl
             for line in tails[1].lines() if not detach else []:
                 out(line)
             if state.ended:
-                for line in tails[0].lines():
-                    err(line)
-                return _exit_code(job.job_id, run)
+                for tail, say in zip(tails, (err, out)):
+                    for line in tail.lines():
+                        say(line)
+                taken = _taken_up_by(successor, run)
+                if taken is None:
+                    return _exit_code(job.job_id, run)
+                err(f"slurm job {job.job_id} ended; the run goes on in slurm job {taken.job_id}")
+                job, tails, said, successor = taken, (_Tail(taken.err), _Tail(taken.out)), "", ""
+                continue
             time.sleep(poll)
     except KeyboardInterrupt:
         if job_state(job.job_id, run).state == "PENDING":
@@ -168,6 +179,24 @@ def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_sl
             err(line)
         err(f"slurm job {job.job_id}: {describe(ended)}")
         return 130
+
+
+def _successor(job_id: str, line: str) -> str:
+    """The successor a controller queued, from the line it says it with."""
+    found = SUCCESSOR.search(line)
+    return found.group(1) if found and found.group(2) == job_id else ""
+
+
+def _taken_up_by(successor: str, run: Runner) -> BatchJob | None:
+    """The successor that takes the run up now that the job before it ended: its output files,
+    as Slurm has them. None when none does: there was none, or the run ended and its controller
+    cancelled it (or Slurm dropped it, the job before having ended well)."""
+    if not successor:
+        return None
+    fields = job_fields(successor, run)
+    if fields.get("JobState") not in ("PENDING", "RUNNING") or fields.get("Reason") == "DependencyNeverSatisfied":
+        return None
+    return BatchJob(successor, Path(fields.get("StdOut", "")), Path(fields.get("StdErr", "")))
 
 
 def _run_id(line: str) -> str:
@@ -187,8 +216,5 @@ def _wait_or_cancel(job_id: str, run: Runner, patience: float = 60.0) -> JobStat
 
 def _exit_code(job_id: str, run: Runner) -> int:
     """The batch script's exit code, as Slurm kept it (`ExitCode=N:signal`); 1 when unknown."""
-    result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
-    first = (result.stdout.strip().splitlines() or [""])[0]
-    fields = dict(word.split("=", 1) for word in first.split() if "=" in word)
-    code = fields.get("ExitCode", "").partition(":")[0]
+    code = job_fields(job_id, run).get("ExitCode", "").partition(":")[0]
     return int(code) if code.isdigit() else 1
