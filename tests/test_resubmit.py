@@ -13,17 +13,18 @@ import pytest
 
 from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK
+from tests.conftest import FAKE_TASK, spawn_tfctl
 from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
-from tfctl.backends.base import AllocationOver
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import parse_config
 from tfctl.controller.live import supervise
-from tfctl.runs.record import RunRecord
+from tfctl.controller.live.resubmit import next_allocation
+from tfctl.engine.resubmission import AllocationOver
+from tfctl.runs.record import AllocationEnd, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import files, tasks
 from tfctl.supervisor import protocol as p
@@ -301,12 +302,19 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 4, 120, "worker0 at step 4", interval=0.2)
 
     node = next(t["host"] for t in status_json(slurm, home, cluster)["tasks"] if t["task"] == "worker:0")
+    following = spawn_tfctl("-f", str(cluster), "logs", "-f", "worker:1", home=home, env=slurm.env())
     at = time.time()
     urgent = slurm.run(
         ["sbatch", "-p", URGENT, "-w", node, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
     )
     assert urgent.returncode == 0, urgent.stderr
-    run = once_over(slurm, home, cluster, 240, every=1)
+    try:
+        run = once_over(slurm, home, cluster, 240, every=1)
+        followed = following.communicate(timeout=30)
+    finally:
+        if following.poll() is None:
+            following.kill()
+            following.wait()
     ends = [f"{end['why']} at +{end['ended_at'] - at:.0f}s" for end in run["allocations"]["ended"]]
     print(f"\npreempted: allocation ended {', '.join(ends)}; run {run['state']} at +{time.time() - at:.0f}s")
     watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
@@ -317,3 +325,30 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     assert resumed is not None and int(resumed.group(1)) >= 4, log.read_text()[-2000:]
     assert saved.read_text() == "40"
     assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
+    # `logs -f` followed worker:1 across the gap, into the new allocation, and ended with the run.
+    assert following.returncode == 0 and "the run goes on in allocation 2" in followed[1], followed[1]
+    assert "worker1 resumed at step" in followed[0] and "worker1 checkpoint step 40\n" in followed[0], followed[0][
+        -2000:
+    ]
+
+
+# -- `logs -f` across the gap: which record to follow next ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resubmits", "stored", "follows"),
+    [
+        (2, {"allocations": (AllocationEnd("j1", 1.0, "TIMEOUT"),), "state": RunState.RUNNING}, True),
+        (2, {"state": RunState.SUCCEEDED}, False),  # the run ended with its tasks: nothing to wait for
+        (0, {"allocations": (AllocationEnd("j1", 1.0, "TIMEOUT"),), "state": RunState.RUNNING}, False),
+    ],
+)
+def test_a_follower_goes_on_into_the_next_allocation_once_its_tasks_run(tmp_path, resubmits, stored, follows):
+    store = RunStore(tmp_path)
+    followed = RunRecord("r", "c", "/c.yaml", 1.0, (), (), 1.0, state=RunState.RUNNING, resubmits=resubmits)
+    store.create(followed)
+    store.update("r", **stored)
+    goes_on = next_allocation(store, followed, poll=0)
+    assert (goes_on is not None) == follows
+    if goes_on is not None:
+        assert len(goes_on.allocations) == 1

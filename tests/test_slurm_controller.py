@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,13 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.slurm_lab import SlurmLab
+from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
-from tests.conftest import kill_by_pid, marked_processes, no_warnings
-from tests.test_slurm import fake_file, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
-from tfctl.backends.slurm.batch import COMMENT, BatchJob, batch_script, follow
+from tests.conftest import FAKE_TASK, kill_by_pid, marked_processes, no_warnings, spawn_tfctl
+from tests.test_slurm import fake_file, fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
+from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
+from tfctl.backends.slurm.batch import ALLOCATION_ENV, COMMENT, BatchJob, batch_script, follow, submit_successor
+from tfctl.engine.resubmission import AllocationOver
+from tfctl.runs.record import RunRecord
 
 BATCH = 'slurm: {partition: debug, time: "00:10:00", controller: allocation}'
+RESUBMITTING = 'slurm: {partition: debug, time: "%s", controller: allocation, resubmit: 2}'
 
 
 def batch_file(tmp_path: Path, sleep: float) -> Path:
@@ -66,17 +71,113 @@ def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
     assert err[-2] == "[  0.4s] all 2 tasks running" and "runs in slurm job 9: this shell may end" in err[-1]
 
 
-def test_resubmit_is_refused_with_the_controller_in_the_allocation(tmp_path, home):
-    from tests.conftest import tfctl
+@pytest.mark.parametrize("successor_state", ["PENDING", "CANCELLED"])
+def test_an_attached_up_relays_the_successor_that_took_the_run_up(tmp_path, successor_state):
+    """The first job's controller handed the run over (its successor queued, then its allocation
+    ended): `up` goes on relaying the successor's output; a successor the run's end cancelled is
+    not followed."""
+    first = BatchJob("9", tmp_path / "9.out", tmp_path / "9.err")
+    second = BatchJob("10", tmp_path / "10.out", tmp_path / "10.err")
+    first.err.write_text("[  0.1s] slurm        job 10 takes the run up if job 9 ends under it\n")
+    first.out.write_text("[worker:0] worker0 checkpoint step 4\n")
+    second.err.write_text("[  0.2s] slurm        slurm job 9 ended: PREEMPTED; the run goes on in allocation 2\n")
+    second.out.write_text("[worker:0] worker0 resumed at step 4\n")
+    looks = {"9": iter([""]), "10": iter(["10|RUNNING|None|n1"])}
+    files = f"StdOut={second.out} StdErr={second.err}"
+    fields = {  # what scontrol says of each job, in turn (the last, from then on)
+        "9": ["JobId=9 JobState=PREEMPTED ExitCode=0:15"],
+        "10": [f"JobId=10 JobState={successor_state} {files}", f"JobId=10 JobState=COMPLETED {files} ExitCode=0:0"],
+    }
 
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(
-        fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', BATCH.replace("}", ", resubmit: 2}"))
+    def answer(argv, stdin):
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, next(looks[argv[2].removeprefix("--jobs=")], ""), "")
+        if argv[-1] not in fields:  # the nodes of a node list
+            return subprocess.CompletedProcess(argv, 0, argv[-1], "")
+        said = fields[argv[-1]]
+        return subprocess.CompletedProcess(argv, 0, said.pop(0) if len(said) > 1 else said[0], "")
+
+    out: list[str] = []
+    err: list[str] = []
+    assert follow(first, False, out.append, err.append, answer, poll=0) == 0
+    followed = successor_state == "PENDING"
+    assert ("[worker:0] worker0 resumed at step 4" in out) == followed, out
+    assert ("slurm job 9 ended; the run goes on in slurm job 10" in err) == followed, err
+
+
+def test_a_successor_is_queued_to_take_the_run_up_only_if_the_allocation_fails(tmp_path, home, monkeypatch):
+    from tfctl.config.loader import parse_config
+
+    monkeypatch.setenv("TFCTL_HOME", str(home))
+    monkeypatch.setenv(ALLOCATION_ENV, "2")  # this controller runs in the run's 2nd allocation
+    config = parse_config(
+        fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', RESUBMITTING % 2), tmp_path / "c"
     )
-    shown = tfctl("-f", str(cluster), "up", "--dry-run", home=home)
+    calls = []
+
+    def sbatch(argv, stdin):
+        calls.append((argv, stdin))
+        return subprocess.CompletedProcess(argv, 0, "77\n", "")
+
+    assert submit_successor(config, "fake-1", "76", sbatch).job_id == "77"
+    ((argv, script),) = calls
     assert (
-        shown.returncode == 2 and "slurm.resubmit: is not supported yet with `controller: allocation`" in shown.stderr
+        "--dependency=afternotok:76" in argv and "--kill-on-invalid-dep=yes" in argv and f"--comment={COMMENT}" in argv
     )
+    assert f"{ALLOCATION_ENV}=3\n" in script and script.endswith(" -m tfctl _take_up --run fake-1\n")
+
+
+def inside_record(successor: str = "8", handed_over: str = "") -> RunRecord:
+    allocation = SlurmAllocation("7", True, inside=True, successor=successor, handed_over=handed_over)
+    return RunRecord("r", "fake", "/c.yaml", 1.0, (), (), 1.0, backend="slurm", backend_state=allocation.to_wire())
+
+
+@pytest.mark.parametrize(
+    ("record", "scontrol", "handed"),
+    [
+        (inside_record(), "JobId=7 JobState=COMPLETING Reason=TimeLimit", "TIMEOUT"),
+        (inside_record(), "JobId=7 JobState=COMPLETING Reason=None", ""),  # a preemption, or a cancel: asked later
+        (inside_record(), "JobId=7 JobState=RUNNING Reason=None", None),  # a `kill` of the controller by hand
+        (inside_record(successor=""), "JobId=7 JobState=COMPLETING Reason=TimeLimit", None),  # no resubmit
+    ],
+)
+def test_a_controller_ending_with_its_allocation_hands_the_run_to_its_queued_successor(
+    monkeypatch, record, scontrol, handed
+):
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    run, _ = fake_slurm({"scontrol": [scontrol]})
+    state = SlurmBackend(run).hand_over(record)
+    assert (None if state is None else state["handed_over"]) == handed
+
+
+@pytest.mark.parametrize(
+    ("record", "scontrol", "sacct", "over"),
+    [
+        (inside_record(handed_over="TIMEOUT"), "", "", AllocationOver("TIMEOUT", True)),  # Slurm forgot: as said
+        (inside_record(), "JobId=7 JobState=PREEMPTED Reason=None", "", AllocationOver("PREEMPTED", True)),
+        (inside_record(), "JobId=7 JobState=CANCELLED Reason=None", "", AllocationOver("CANCELLED", False)),
+        (inside_record(), "", "PREEMPTED", AllocationOver("PREEMPTED", True)),  # forgotten but for accounting
+        (inside_record(), "", "!accounting storage is disabled", AllocationOver("GONE", False)),
+    ],
+)
+def test_the_successor_reads_why_the_allocation_before_ended(monkeypatch, record, scontrol, sacct, over):
+    monkeypatch.setenv("SLURM_JOB_ID", "8")  # the successor's own job
+    run, _ = fake_slurm({"squeue": [""], "scontrol": [scontrol], "sacct": [sacct]})
+    assert SlurmBackend(run).why_over(record, lambda *_: None) == over
+
+
+@pytest.mark.parametrize("controller", ["7", None])  # the controller itself; `down` from a login node
+def test_the_runs_end_cancels_the_queued_successor_before_its_allocation_ends(monkeypatch, controller):
+    if controller:
+        monkeypatch.setenv("SLURM_JOB_ID", controller)
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run, calls = fake_slurm(
+        {"scancel": [""], "squeue": [""], "scontrol": ["JobId=8 JobState=CANCELLED"], "sacct": [""]}
+    )
+    SlurmBackend(run).release(inside_record())
+    cancels = [argv[1] for argv in calls if argv[0] == "scancel"]
+    assert cancels == (["8"] if controller else ["8", "7"])  # (the controller's own: its script's end)
 
 
 def login_side(run_id: str, job: str) -> list[int]:
@@ -209,3 +310,128 @@ def test_an_attached_up_relays_the_batch_scripts_run_and_exits_with_it(slurm, tm
     assert slurm.jobs() == []
     output = list((home / "slurm").glob("fake-*.err"))
     assert output and all(path.stat().st_mode & 0o777 == 0o600 for path in output)
+
+
+# -- resubmission: the controller dies with its allocation; the successor it queued takes up the run
+
+STEPS = 95  # a step a second: more than a one-minute allocation gives (Slurm ends it within 90 s)
+TIMED = """\
+name: long
+backend: slurm
+slurm: {time: "1", resubmit: 2, controller: allocation}
+command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every %(ev)s"
+grace_period: 2
+jobs:
+  worker: {count: 2, port: 2222}
+"""
+
+
+def resubmitted_run(lab: SlurmLab, home: Path, cluster: Path, run_id: str, within: float) -> dict:
+    """The run's `status --json` in a fresh process once it is over; nothing of it left."""
+    run = wait_until(
+        lambda: json.loads(on_slurm(lab, home, "-f", str(cluster), "status", "--json").stdout)["run"],
+        within,
+        "the run's end",
+        until=lambda run: run["state"] not in ("starting", "running"),
+        interval=2,
+    )
+    wait_until(lambda: lab.jobs() == [], 30, "every allocation and successor gone", interval=0.5)
+    wait_until(lambda: run_processes(lab, run_id) == [], 10, "no process of the run left", interval=0.2)
+    return run
+
+
+def batch_output(home: Path) -> str:
+    """What each batch script's `up` said, for a failure's message."""
+    return "\n".join(f"== {path.name}\n{path.read_text()[-1500:]}" for path in sorted(home.glob("slurm/*.err")))
+
+
+def resumed_at(home: Path, run_id: str) -> int:
+    """The step the 2nd allocation's worker:0 resumed at (its node's log: the 1st's, on another
+    node, or set aside on the same one, says nothing of it)."""
+    logs = [path.read_text() for path in home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")]
+    found = [int(step) for log in logs for step in re.findall(r"worker0 resumed at step (\d+)", log)]
+    assert len(found) == 1, logs
+    return found[0]
+
+
+@pytest.mark.netns
+def test_a_run_outlives_its_time_limit_in_the_allocation_its_controller_queued(slurm, tmp_path, home):  # noqa: F811
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(TIMED % {"task": FAKE_TASK, "steps": STEPS, "ev": 1})
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    first, successor = sorted(slurm.jobs(), key=int)
+    assert f"job {successor} takes the run up if job {first} ends under it" in up.stderr, up.stderr
+    began = time.monotonic()
+    following = spawn_tfctl("-f", str(cluster), "logs", "-f", "worker:1", home=home, env=slurm.env())
+    try:
+        run = resubmitted_run(slurm, home, cluster, run_id, 240)
+        followed = following.communicate(timeout=30)
+    finally:
+        if following.poll() is None:
+            following.kill()
+            following.wait()
+    print(f"\nlogs -f: exit {following.returncode}; {followed[1].strip()}; {len(followed[0].splitlines())} lines")
+    print(f"\ntime limit: run {run['state']} {time.monotonic() - began:.0f}s after up -d")
+    assert run["state"] == "succeeded", (run["reason"], batch_output(home))
+    assert [end["why"] for end in run["allocations"]["ended"]] == ["TIMEOUT"]
+    assert 0 < resumed_at(home, run_id) < STEPS
+    assert (home / "work" / run_id / "checkpoints" / "worker1").read_text() == str(STEPS)
+    shown = on_slurm(slurm, home, "-f", str(cluster), "status")
+    assert "succeeded" in shown.stdout and "allocation 2 of 3 (1st ended: TIMEOUT" in shown.stdout, shown.stdout
+    # `logs -f` followed the run across the gap: worker:1's lines of both allocations, then it ended with the run.
+    assert following.returncode == 0 and "the run goes on in allocation 2" in followed[1], followed[1]
+    assert "worker1 checkpoint step 5\n" in followed[0] and "worker1 resumed at step" in followed[0], followed[0][
+        -2000:
+    ]
+    assert f"worker1 checkpoint step {STEPS}\n" in followed[0], followed[0][-2000:]
+
+
+@pytest.mark.netns
+def test_a_preempted_allocation_hands_the_run_to_its_successor(slurm, tmp_path, home):  # noqa: F811
+    """Attached: the login node's `up` relays the first batch job, then its successor's, and
+    exits with the run's end."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(TIMED.replace('time: "1"', 'time: "10"') % {"task": FAKE_TASK, "steps": 30, "ev": 0.5})
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, env=slurm.env())
+    try:
+        found = wait_until(lambda: list(home.glob("work/*/checkpoints/worker0")), 60, "worker0's checkpoint")
+        saved = found[0]
+        wait_until(lambda: int(saved.read_text() or 0) >= 4, 60, "worker0 at step 4", interval=0.2)
+        urgent = slurm.run(
+            ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
+        )
+        assert urgent.returncode == 0, urgent.stderr
+        began = time.monotonic()
+        out, err = up.communicate(timeout=180)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    run_id = saved.parent.parent.name
+    run = resubmitted_run(slurm, home, cluster, run_id, 30)
+    print(f"\npreempted: attached up exited {up.returncode} {time.monotonic() - began:.0f}s after the preemption")
+    assert up.returncode == 0 and run["state"] == "succeeded", (run["reason"], err[-3000:])
+    assert re.search(r"slurm job \d+ ended; the run goes on in slurm job \d+", err), err[-3000:]
+    assert "[worker:0] worker0 resumed at step" in out and "[worker:1] worker1 checkpoint step 30" in out, out[-3000:]
+    assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]
+    assert resumed_at(home, run_id) >= 4 and saved.read_text() == "30"
+    shown = on_slurm(slurm, home, "-f", str(cluster), "status")
+    assert "succeeded" in shown.stdout and "allocation 2 of 3 (1st ended: PREEMPTED" in shown.stdout, shown.stdout
+
+
+@pytest.mark.netns
+def test_down_leaves_no_queued_successor(slurm, tmp_path, home):  # noqa: F811
+    cluster = batch_file(tmp_path, sleep=300)
+    cluster.write_text(cluster.read_text().replace("controller: allocation}", "controller: allocation, resubmit: 2}"))
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    assert len(slurm.jobs()) == 2  # the allocation, and its successor waiting on it
+    down = on_slurm(slurm, home, "-f", str(cluster), "down")
+    assert down.returncode == 0, down.stderr
+    wait_until(lambda: slurm.jobs() == [], 30, "the allocation and its successor gone", interval=0.5)
+    wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
+    shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
+    assert (shown["run"]["state"], shown["run"]["reason"]) == ("stopped", "tfctl down"), shown["run"]

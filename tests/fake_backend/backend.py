@@ -9,8 +9,9 @@ from typing import Any, Mapping, Sequence
 from tests.fake_backend.settings import FakeSettings
 from tests.fake_backend.transport import FakeSpec
 from tests.fakes import FakeHost, Journal, TaskScript
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import BackendError, UsageError
 from tfctl.runs.record import HostSpec, RunRecord
@@ -109,6 +110,9 @@ class FakeBackend:
             return None
         LAB.released.append(record.run_id)
         return BackendReport("fake pool", "released", True, {"pool": (record.backend_state or {}).get("pool")})
+
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        return None  # the controller runs in `up`, not in the lease
 
     def run_elsewhere(self, config, detach, out, err) -> int | None:
         return None  # the controller runs in `up`, as over ssh

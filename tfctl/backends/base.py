@@ -25,6 +25,7 @@ from tfctl.supervisor.records import field as wire_field
 if TYPE_CHECKING:
     from tfctl.cluster.supervisors import MonitorLauncher
     from tfctl.config.model import ClusterConfig
+    from tfctl.engine.resubmission import AllocationOver
     from tfctl.engine.verdicts import Judge
     from tfctl.errors import UsageError
     from tfctl.runs.record import HostSpec, RunRecord
@@ -41,16 +42,6 @@ class Acquired:
     config: ClusterConfig
     state: Mapping[str, Any] | None = None
     resubmits: int = 0
-
-
-@dataclass(frozen=True)
-class AllocationOver:
-    """Why the run's allocation ended, in the scheduler's words (TIMEOUT, PREEMPTED, CANCELLED),
-    and whether the run goes on in a new one (`acquire` again): a time limit or a preemption of
-    an allocation tfctl asked for, not a cancel, a node failure or one it was started inside."""
-
-    why: str
-    continues: bool
 
 
 @record
@@ -131,6 +122,12 @@ class Backend(Protocol):
 
     def release(self, record: RunRecord) -> BackendReport | None:
         """Give back what `acquire` got for the run; its state once given back (None: nothing held)."""
+        ...
+
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        """The run's controller is told to end (SIGTERM) as its allocation ends under the run, and
+        a successor already queued takes the run up: the backend state to record for it (saying
+        why). None: no successor; the controller stops the run, as for any SIGTERM."""
         ...
 
     def report(self, record: RunRecord) -> BackendReport | None:

@@ -17,9 +17,10 @@ from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
-    from tfctl.controller.live.rpc_messages import LogsPart
+    from tfctl.controller.live.rpc_messages import LogsAsk, LogsPart
     from tfctl.controller.views.status_view import Snapshot
     from tfctl.runs.record import RunRecord
+    from tfctl.runs.store import RunStore
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
 STATUS_PATIENCE = 15.0
@@ -131,7 +132,6 @@ def logs(
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
     from tfctl import console
-    from tfctl.controller.live import rpc as live
     from tfctl.controller.live.rpc_messages import LogsAsk
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
@@ -153,8 +153,26 @@ def logs(
         color=console.color_enabled(sys.stdout),
         terminal=sys.stdout.isatty() and not raw,
     )
+    code = _logs_of(store, record, ask)
+    while follow:  # its tasks ended; a resubmitted run's start again in its next allocation
+        from tfctl.controller.live.resubmit import next_allocation
+
+        goes_on = next_allocation(store, record)
+        if goes_on is None:
+            break
+        record = goes_on
+        console.err().print(f"the run goes on in allocation {len(record.allocations) + 1}: following its tasks there")
+        code = _logs_of(store, record, ask.replace(tail=None, since=None))
+    return code
+
+
+def _logs_of(store: RunStore, record: RunRecord, ask: LogsAsk) -> int:
+    """`logs` of the run's current tasks: through its live controller, which reads them with the
+    connections it holds, else from the hosts."""
+    from tfctl.controller.live import rpc as live
+
     parts = live.stream(store.run_dir(record.run_id), record, ask)
-    if parts is not None:  # the run's live controller reads them with the connections it holds
+    if parts is not None:
         return _print_parts(parts)
     from tfctl.cluster.supervisors import Cluster
     from tfctl.controller.live.rpc_handlers import logs_parts

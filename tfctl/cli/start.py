@@ -290,7 +290,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl import console
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
-    from tfctl.controller.live import supervise
+    from tfctl.controller.live import resubmit, supervise
     from tfctl.controller.views import status_table, status_view
     from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
@@ -311,6 +311,10 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     try:
         ending = supervise.attach(store, cluster, on_lines, notes.forget)
     except KeyboardInterrupt as e:
+        handed = resubmit.hand_over(store, cluster) if isinstance(e, Terminated) else None
+        if handed is not None:
+            err.print(f"\nSIGTERM: {handed}")
+            return EXIT_INTERRUPTED
         if isinstance(e, Terminated):
             err.print("\nSIGTERM: stopping the cluster (another SIGTERM or Ctrl-C detaches, leaving it to `down`)")
             why = "terminated (SIGTERM)"
@@ -357,6 +361,31 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
             err.print(status_table.finding_text(culprit, finding))
     render.render_stop(ending.stop)
     return 0 if ending.outcome.succeeded and ending.stop.clean else 1
+
+
+@cli.command(name="_take_up", hidden=True)
+@click.option("--run", "run_id", required=True)
+def take_up_command(run_id: str) -> int:
+    """A successor allocation's batch script: take up the run the controller before handed over
+    (or end it, if it does not go on), and follow it as an attached `up` does."""
+    from tfctl import console
+    from tfctl.controller.live import resubmit
+    from tfctl.engine.verdicts import Outcome
+
+    store = run_store()
+    signal.signal(signal.SIGTERM, _interrupt)
+    start = time.monotonic()
+    try:
+        taken = resubmit.take_up(store, run_id, _progress_printer(start))
+    except KeyboardInterrupt:
+        console.err().print("interrupted: everything started has been stopped")
+        return EXIT_INTERRUPTED
+    if isinstance(taken, Outcome):
+        console.err().print(f"run {run_id} does not go on: {taken.reason}", markup=False)
+        return 0 if taken.succeeded else 1
+    console.err().print(f"{stamp(start)} all {len(taken.record.tasks)} tasks running")
+    with taken:
+        return _attached(store, taken, f"-f {taken.record.cluster_file} ")
 
 
 @cli.command(name="_watch", hidden=True)

@@ -137,16 +137,32 @@ def job_state(job_id: str, run: Runner = run_slurm) -> JobState:
 
 def batch_host(job_id: str, run: Runner = run_slurm) -> str | None:
     """The node the job's batch script runs on (None: Slurm no longer says)."""
-    return _said(_job_fields(job_id, run).get("BatchHost", "")) or None
+    return _said(job_fields(job_id, run).get("BatchHost", "")) or None
+
+
+def recorded_state(job_id: str, run: Runner = run_slurm) -> tuple[str, str]:
+    """The job's state and reason as slurmctld says them now; of a job being ended, `COMPLETING`
+    and, of a time limit, the reason `TimeLimit` ("" where Slurm says none)."""
+    fields = job_fields(job_id, run)
+    return _said(fields.get("JobState", "")), _said(fields.get("Reason", ""))
 
 
 def _ended_state(job_id: str, run: Runner) -> JobState:
-    """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge)."""
-    fields = _job_fields(job_id, run)
-    return JobState(fields.get("JobState", ""), _said(fields.get("Reason", "")))
+    """squeue forgets a finished job at once; scontrol keeps it for a while (MinJobAge), and
+    accounting (where it is kept) for good."""
+    fields = job_fields(job_id, run)
+    state = fields.get("JobState", "") or _accounted_state(job_id, run)
+    return JobState(state, _said(fields.get("Reason", "")))
 
 
-def _job_fields(job_id: str, run: Runner) -> dict[str, str]:
+def _accounted_state(job_id: str, run: Runner) -> str:
+    """The job's final state in Slurm's accounting (`sacct`); "" where it keeps none."""
+    result = run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}", "--format=State"], None)
+    words = result.stdout.split() if result.returncode == 0 else []
+    return words[0] if words else ""
+
+
+def job_fields(job_id: str, run: Runner = run_slurm) -> dict[str, str]:
     """`scontrol show job`'s fields of the job (of its first component), as Slurm spells them."""
     result = run(["scontrol", "show", "job", "--oneliner", job_id], None)
     first = (result.stdout.strip().splitlines() or [""])[0]

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
@@ -22,13 +22,21 @@ from tfctl.backends.slurm.allocation import (
     current_job,
     describe,
     job_state,
+    recorded_state,
     run_slurm,
     submit,
     time_left,
     wait_ended,
     wait_running,
 )
-from tfctl.backends.slurm.batch import CONTROLLER_ENV, Say, follow, submit_controller
+from tfctl.backends.slurm.batch import (
+    CONTROLLER_ENV,
+    Say,
+    allocation_number,
+    follow,
+    submit_controller,
+    submit_successor,
+)
 from tfctl.backends.slurm.placement import (
     components,
     node_count,
@@ -42,6 +50,7 @@ from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
@@ -73,6 +82,8 @@ class SlurmAllocation(Wire):
     signal_before: int = 0
     groups: Dict[str, int] = field(default_factory=dict)
     inside: bool = False  # the run's controller runs in this allocation's batch script (tfctl's own)
+    successor: str = ""  # the batch job queued to take the run up if this allocation ends under it
+    handed_over: str = ""  # why the allocation ended (TIMEOUT, PREEMPTED), as its controller saw at its end
 
 
 def allocation_of(record: RunRecord) -> SlurmAllocation:
@@ -219,8 +230,12 @@ class SlurmBackend:
             placed = place(config, state.nodes)
         progress("slurm", f"job {job_id} running on {_shown_nodes(state)}")
         options = step_options(config) if owned else step_options(config, heterogeneous=False)
-        allocation = SlurmAllocation(job_id, owned, options, settings.signal_before or 0, groups, inside)
-        return Acquired(placed, allocation.to_wire(), settings.resubmit if owned and not inside else 0)
+        successor = ""
+        if inside and allocation_number() <= settings.resubmit:  # (it dies with this allocation: see batch)
+            successor = submit_successor(config, run_id, job_id, self.run).job_id
+            progress("slurm", f"job {successor} takes the run up if job {job_id} ends under it")
+        allocation = SlurmAllocation(job_id, owned, options, settings.signal_before or 0, groups, inside, successor)
+        return Acquired(placed, allocation.to_wire(), settings.resubmit if owned else 0)
 
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         allocation = SlurmAllocation.from_wire(state) if state else SlurmAllocation("(job)", False)
@@ -234,11 +249,15 @@ class SlurmBackend:
         return allocation_judge(allocation_of(record), self.run)
 
     def is_over(self, record: RunRecord) -> bool:
-        return job_state(allocation_of(record).job_id, self.run).ended
+        """Its allocation ended, and no successor is queued to take the run up."""
+        allocation = allocation_of(record)
+        return all(job_state(job, self.run).ended for job in (allocation.job_id, allocation.successor) if job)
 
     def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
         allocation = allocation_of(record)
         job_id = allocation.job_id
+        if allocation.handed_over:  # its controller said why as it ended (Slurm may have forgotten since)
+            return AllocationOver(allocation.handed_over, allocation.owned)
         state = job_state(job_id, self.run)
         left = 0.0
         if _word(state) == "COMPLETING":  # ending (its steps killed): how, Slurm says once it ended
@@ -260,9 +279,26 @@ class SlurmBackend:
         allocation = allocation_of(record)
         if not allocation.owned:
             return None
+        if allocation.successor:  # first: the allocation's end would start it
+            cancel(allocation.successor, self.run)
         if allocation.inside and current_job() == allocation.job_id:  # the controller: its script's end releases it
             return _report(record, job_state(allocation.job_id, self.run), self.run)
         return _report(record, cancel(allocation.job_id, self.run), self.run)
+
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        """The controller in the allocation, told to end (SIGTERM): while Slurm ends the
+        allocation (its state `COMPLETING`), a queued successor takes the run up and decides
+        whether it goes on: the backend state to record, with why the allocation ends where Slurm
+        says it yet (a time limit; a preemption reads as a cancel until the job is over).
+        None: no successor, or a SIGTERM not of Slurm's (a `kill`): stop the run as before."""
+        allocation = allocation_of(record)
+        if not (allocation.inside and allocation.successor and current_job() == allocation.job_id):
+            return None
+        state, reason = recorded_state(allocation.job_id, self.run)
+        if state == "RUNNING":
+            return None
+        why = "TIMEOUT" if reason == "TimeLimit" else state if state in CONTINUES else ""
+        return allocation.replace(handed_over=why).to_wire()
 
     def run_elsewhere(self, config: ClusterConfig, detach: bool, out: Say, err: Say) -> int | None:
         """With `slurm: {controller: allocation}`, outside any allocation: the run's controller

@@ -187,13 +187,6 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
         doc.problem("slurm", "is set, but the backend is ssh", "add `backend: slurm`, or remove the `slurm:` section")
     if slurm and "hosts" in root:
         doc.problem("hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:` (its settings are for ssh)")
-    section = root.get("slurm")
-    if isinstance(section, dict) and section.get("controller") == "allocation" and section.get("resubmit"):
-        doc.problem(
-            "slurm.resubmit",
-            "is not supported yet with `controller: allocation` (the controller ends with its allocation)",
-            "remove `resubmit`, or use `controller: login`",
-        )
     if not isinstance(jobs, dict):
         return
     for name, spec in jobs.items():

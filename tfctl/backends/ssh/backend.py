@@ -10,11 +10,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tfctl.backends.base import Acquired, AllocationOver, BackendReport, Progress, PruneTarget
+from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.engine.resubmission import AllocationOver
 from tfctl.engine.verdicts import Judge
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord
@@ -78,6 +79,9 @@ class SSHBackend:
 
     def release(self, record: RunRecord) -> BackendReport | None:
         return None
+
+    def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
+        return None  # the controller never dies with the hosts
 
     def report(self, record: RunRecord) -> BackendReport | None:
         return None

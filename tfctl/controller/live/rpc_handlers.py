@@ -78,7 +78,10 @@ def logs_parts(
                 last_check = time.monotonic()
                 if not asker_there():
                     return
-                if not store.load(record.run_id).active:  # tasks never started send no end
+                now = store.load(record.run_id)
+                if len(now.allocations) != len(record.allocations):  # `logs -f` follows its next one anew
+                    return
+                if not now.active:  # tasks never started send no end
                     follower.finish()
                     follow = False
         yield LogsPart(errors=follower.errors)
