@@ -10,12 +10,14 @@ stopped by its PID.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import resource
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,11 +93,13 @@ class Lab:
         """Remove every container and image of the lab, then its files."""
         raise NotImplementedError
 
-    def remove_files(self) -> None:
-        """The lab's folder, after what the runtime left mounted there (dockerd: its netns/default)."""
-        for mount in mounts_under(self.base):
-            subprocess.run(["umount", mount], capture_output=True)
-        shutil.rmtree(self.base, ignore_errors=True)
+    def remove_files(self, *more: Path) -> None:
+        """The lab's folder (and `more`), after what the runtime left mounted there (dockerd: its
+        netns/default; podman: the containers' shm in its runroot)."""
+        for folder in (self.base, *more):
+            for mount in mounts_under(folder):
+                subprocess.run(["umount", mount], capture_output=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class PodmanLab(Lab):
@@ -103,7 +107,8 @@ class PodmanLab(Lab):
 
     def __init__(self, base: Path) -> None:
         self.graph = base / "storage"
-        self.runroot = base / "run"
+        # podman refuses a runroot longer than 50 characters (pytest -n's folders are longer)
+        self.runroot = Path(tempfile.gettempdir()) / f"tfctl-podrun-{hashlib.sha1(bytes(base)).hexdigest()[:12]}"
         env = {"CONTAINERS_CONF": str(base / "containers.conf"), "CONTAINERS_STORAGE_CONF": str(base / "storage.conf")}
         super().__init__(base, env, ["podman", "--root", str(self.graph), "--runroot", str(self.runroot)])
 
@@ -132,7 +137,7 @@ class PodmanLab(Lab):
             self.cli("rm", "--all", "--force")
             self.cli("rmi", "--all", "--force")
         finally:
-            self.remove_files()
+            self.remove_files(self.runroot)
 
 
 class HostPodmanLab(PodmanLab):

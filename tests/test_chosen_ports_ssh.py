@@ -27,7 +27,9 @@ TASK = "{python} fake_task.py --name {job_name}{task_index} --port -1 --connect-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     require_netns()
-    with TestHostLab(2, workdir=tmp_path_factory.mktemp("netns-lab-ports")) as lab:
+    with TestHostLab(
+        2, workdir=tmp_path_factory.mktemp("netns-lab-ports"), prefix="tfctl-cp", bridge="tfctlbr50", subnet="10.77.50"
+    ) as lab:
         yield lab
 
 

@@ -28,7 +28,9 @@ JOBS = """  ps: [tfh0:2222]
 def lab(tmp_path_factory):
     """4 hosts tfh0..tfh3, each with its own home."""
     require_netns()
-    with TestHostLab(4, workdir=tmp_path_factory.mktemp("frozen-lab")) as lab:
+    with TestHostLab(
+        4, workdir=tmp_path_factory.mktemp("frozen-lab"), prefix="tfctl-fz", bridge="tfctlbr51", subnet="10.77.51"
+    ) as lab:
         yield lab
 
 

@@ -162,7 +162,14 @@ def test_a_resumed_local_run_counts_on_from_the_earlier_runs_checkpoint_which_st
 def lab(request, tmp_path_factory):
     """2 hosts tfh0, tfh1, each with its own home or sharing one."""
     require_netns()
-    with TestHostLab(2, workdir=tmp_path_factory.mktemp("resume-lab"), shared_home=request.param == SHARED) as lab:
+    with TestHostLab(
+        2,
+        workdir=tmp_path_factory.mktemp("resume-lab"),
+        prefix="tfctl-rs",
+        bridge="tfctlbr52",
+        subnet="10.77.52",
+        shared_home=request.param == SHARED,
+    ) as lab:
         yield lab
 
 

@@ -233,15 +233,26 @@ def test_a_job_that_ends_while_queued_is_reported():
 # -- whole runs on a real Slurm ------------------------------------------------------------------
 
 
+# Each module that uses the lab has its own (names, addresses, ports), so `pytest -n` runs them side by side.
+LAB_NAMES = {
+    "tests.test_slurm": ("tfctl-sl", "tfctlbr4", "10.77.4"),
+    "tests.test_resubmit": ("tfctl-sr", "tfctlbr55", "10.77.55"),
+    "tests.test_slurm_controller": ("tfctl-sk", "tfctlbr56", "10.77.56"),
+}
+
+
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
+def slurm(tmp_path_factory, request):
     require_netns()
     missing = missing_binaries()
     if missing:
         if os.environ.get("TFCTL_REQUIRE_NETNS", "") not in ("", "0"):
             pytest.fail(f"Slurm is required here but missing: {', '.join(missing)}", pytrace=False)
         pytest.skip(f"Slurm is not installed (apt install slurm-wlm munge): missing {', '.join(missing)}")
-    with SlurmLab(tmp_path_factory.mktemp("slurm"), prefix="tfctl-sl", bridge="tfctlbr4", subnet="10.77.4") as lab:
+    if request.module.__name__ not in LAB_NAMES:
+        pytest.fail(f"{request.module.__name__} uses the Slurm lab: give it its own names in LAB_NAMES")
+    prefix, bridge, subnet = LAB_NAMES[request.module.__name__]
+    with SlurmLab(tmp_path_factory.mktemp("slurm"), prefix=prefix, bridge=bridge, subnet=subnet) as lab:
         yield lab
 
 

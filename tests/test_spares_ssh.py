@@ -38,7 +38,9 @@ JOBS = """  ps:
 def lab(tmp_path_factory):
     """4 hosts tfh0..tfh3: ps, two workers, a spare."""
     require_netns()
-    with TestHostLab(4, workdir=tmp_path_factory.mktemp("spares-lab")) as lab:
+    with TestHostLab(
+        4, workdir=tmp_path_factory.mktemp("spares-lab"), prefix="tfctl-sq", bridge="tfctlbr53", subnet="10.77.53"
+    ) as lab:
         yield lab
 
 

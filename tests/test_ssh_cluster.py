@@ -53,7 +53,9 @@ def lab(home_mode, tmp_path_factory):
     """3 hosts tfh0..tfh2; with home_mode "shared" every host's ~ is the same directory."""
     require_netns()
     workdir = tmp_path_factory.mktemp(f"netns-lab-{home_mode}-home")
-    with TestHostLab(3, workdir=workdir, shared_home=home_mode == SHARED) as lab:
+    with TestHostLab(
+        3, workdir=workdir, prefix="tfctl-sc", bridge="tfctlbr54", subnet="10.77.54", shared_home=home_mode == SHARED
+    ) as lab:
         assert lab.home_mode == home_mode
         yield lab
 
