@@ -235,7 +235,7 @@ def test_a_job_that_ends_while_queued_is_reported():
 
 # Each module that uses the lab has its own (names, addresses, ports), so `pytest -n` runs them side by side.
 LAB_NAMES = {
-    "tests.test_slurm": ("tfctl-sl", "tfctlbr4", "10.77.4"),
+    "tests.test_slurm": ("tfctl-sm", "tfctlbr57", "10.77.57"),
     "tests.test_resubmit": ("tfctl-sr", "tfctlbr55", "10.77.55"),
     "tests.test_slurm_controller": ("tfctl-sk", "tfctlbr56", "10.77.56"),
 }
