@@ -105,6 +105,48 @@ def test_an_attached_up_relays_the_successor_that_took_the_run_up(tmp_path, succ
     assert ("slurm job 9 ended; the run goes on in slurm job 10" in err) == followed, err
 
 
+@pytest.mark.parametrize("first_ran", [True, False])
+def test_ctrl_c_while_the_next_allocation_is_queued_cancels_it_and_ends_the_run(tmp_path, first_ran):
+    """Ctrl-C of an attached `up` while the job it follows is queued: the job is cancelled, and
+    when a controller of the run ran before (this is its successor) the run's end is recorded
+    here, since no controller of its is left to; a first job that never ran has no run yet."""
+    first = BatchJob("9", tmp_path / "9.out", tmp_path / "9.err")
+    second = BatchJob("10", tmp_path / "10.out", tmp_path / "10.err")
+    first.err.write_text(
+        "run mnist-1: 2 tasks on 2 hosts\n[  0.1s] slurm        job 10 takes the run up if job 9 ends under it\n"
+        if first_ran
+        else ""
+    )
+    for path in (first.out, second.out, second.err):  # made by tfctl when it submits each job
+        path.write_text("")
+    files = f"StdOut={second.out} StdErr={second.err}"
+    states = {"9": "PREEMPTED" if first_ran else "PENDING", "10": "PENDING"}
+    cancelled: list[str] = []
+    looks: list[str] = []
+
+    def answer(argv, stdin):
+        if argv[0] == "scancel":
+            cancelled.append(argv[-1])
+            states[argv[-1]] = "CANCELLED"
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[0] == "squeue":
+            job = argv[2].removeprefix("--jobs=")
+            if states[job] == "PENDING" and (job == "10" or not first_ran):
+                looks.append(job)
+                if len(looks) == 2:  # while the queued job is followed: the user's Ctrl-C
+                    raise KeyboardInterrupt
+            said = f"{job}|{states[job]}|Dependency|" if states[job] == "PENDING" else ""
+            return subprocess.CompletedProcess(argv, 0, said, "")
+        return subprocess.CompletedProcess(argv, 0, f"JobId={argv[-1]} JobState={states[argv[-1]]} {files}", "")
+
+    abandoned: list[str] = []
+    said: list[str] = []
+    code = follow(first, False, said.append, said.append, answer, poll=0, abandoned=abandoned.append)
+    assert code == 130
+    assert cancelled == (["10"] if first_ran else ["9"])
+    assert abandoned == (["mnist-1"] if first_ran else [])
+
+
 def test_a_successor_is_queued_to_take_the_run_up_only_if_the_allocation_fails(tmp_path, home, monkeypatch):
     from tfctl.config.loader import parse_config
 

@@ -135,11 +135,18 @@ class Backend(Protocol):
         ...
 
     def run_elsewhere(
-        self, config: ClusterConfig, detach: bool, out: Callable[[str], None], err: Callable[[str], None]
+        self,
+        config: ClusterConfig,
+        detach: bool,
+        out: Callable[[str], None],
+        err: Callable[[str], None],
+        abandoned: Callable[[str], None],
     ) -> int | None:
         """When the run's controller runs elsewhere than this `up` (a scheduler's batch job):
         start it there and relay its output (with `detach`, until its tasks run); `up`'s exit
-        code. None: the controller runs here, in this `up`."""
+        code. None: the controller runs here, in this `up`. `abandoned(run_id)`: a Ctrl-C here
+        cancelled the run before any controller of its could record the end (its next
+        allocation still queued)."""
         ...
 
     def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:

@@ -68,6 +68,7 @@ def up(
     from tfctl.config.loader import load_config
     from tfctl.controller.live import watcher
     from tfctl.controller.verbs import up
+    from tfctl.supervisor.protocol import RunState
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path)
@@ -75,12 +76,17 @@ def up(
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     if not dry_run and resume is None:  # a controller elsewhere (a batch job's) starts fresh runs only
+
+        def abandoned(run_id: str) -> None:  # its queued next allocation cancelled: nobody else ends it
+            store.end_if_active(run_id, RunState.STOPPED, "interrupted while its next allocation was queued")
+
         out, err_console = console.out(), console.err()
         elsewhere = backend.run_elsewhere(
             config,
             detach,
             lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
             lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
+            abandoned,
         )
         if elsewhere is not None:
             return elsewhere

@@ -125,13 +125,22 @@ class _Tail:
         return [line.decode("utf-8", "replace") for line in whole]
 
 
-def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_slurm, poll: float = POLL) -> int:
+def follow(
+    job: BatchJob,
+    detach: bool,
+    out: Say,
+    err: Say,
+    run: Runner = run_slurm,
+    poll: float = POLL,
+    abandoned: Say = lambda _run_id: None,
+) -> int:
     """Relay the batch script's output until the job ends (its `up`'s exit code), or with
     `detach` until its tasks all run (0; the run id on stdout); while Slurm queues it, say why.
     A job whose controller handed the run over to its successor is followed by the successor's
     (a resubmitted run), until the run's last. Ctrl-C here stops the run: the batch script's
     `up` gets SIGINT, stops every task, and its end releases the allocation (a job still queued
-    is cancelled)."""
+    is cancelled: a successor queued to take a run up leaves nobody to record the run's end, so
+    `abandoned(run_id)` does)."""
     tails = (_Tail(job.err), _Tail(job.out))
     run_id = said = successor = ""
     try:
@@ -171,6 +180,8 @@ def follow(job: BatchJob, detach: bool, out: Say, err: Say, run: Runner = run_sl
     except KeyboardInterrupt:
         if job_state(job.job_id, run).state == "PENDING":
             ended = cancel(job.job_id, run)
+            if run_id:  # the run's controller ran before: this is its successor
+                abandoned(run_id)
         else:
             run(["scancel", "--batch", "--signal=INT", job.job_id], None)
             err(f"interrupted: the run's controller (slurm job {job.job_id}) stops every task and ends the job")

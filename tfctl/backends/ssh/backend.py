@@ -87,7 +87,12 @@ class SSHBackend:
         return None
 
     def run_elsewhere(
-        self, config: ClusterConfig, detach: bool, out: Callable[[str], None], err: Callable[[str], None]
+        self,
+        config: ClusterConfig,
+        detach: bool,
+        out: Callable[[str], None],
+        err: Callable[[str], None],
+        abandoned: Callable[[str], None],
     ) -> int | None:
         return None  # the controller is always `up` itself, or its watcher
 
