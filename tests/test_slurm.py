@@ -238,6 +238,7 @@ LAB_NAMES = {
     "tests.test_slurm": ("tfctl-sm", "tfctlbr57", "10.77.57"),
     "tests.test_resubmit": ("tfctl-sr", "tfctlbr55", "10.77.55"),
     "tests.test_slurm_controller": ("tfctl-sk", "tfctlbr56", "10.77.56"),
+    "tests.test_slurm_containers": ("tfctl-sz", "tfctlbr58", "10.77.58"),
 }
 
 
