@@ -42,6 +42,26 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering, which keeps a module's tests together
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with simulated hosts, Slurm, containers or real TensorFlow first, each whole and in
+    order: under `pytest -n 2 --dist loadfile` a worker takes a module at a time in this order,
+    and a long module started last would leave the other worker idle at the end."""
+    module = {id(item): item.nodeid.split("::")[0] for item in items}
+    slow = {module[id(i)] for i in items if _slow(i)}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(module[id(item)], index)
+    items.sort(key=lambda item: (module[id(item)] not in slow, first[module[id(item)]]))
+
+
+def _slow(item: pytest.Item) -> bool:
+    """Runs hosts, Slurm, containers or TensorFlow: a marker says so, or a lab fixture it uses
+    (the container image's, `rootfs`, among them)."""
+    labs = [name for name in getattr(item, "fixturenames", ()) if name.endswith("lab") or name == "rootfs"]
+    return bool(labs) or any(item.get_closest_marker(name) for name in ("netns", "tf"))
+
+
 def ours(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:

@@ -230,7 +230,7 @@ def test_only_a_time_limit_or_preemption_of_tfctls_own_allocation_continues_the_
 
 # -- a whole run on a real Slurm ------------------------------------------------------------------
 
-STEPS = 115  # a step a second: more than two one-minute allocations give once Slurm signals before the limit
+STEPS = 70  # a step a second: more than a one-minute allocation gives once Slurm signals before the limit
 LAB_FILE = """\
 name: long
 backend: slurm
@@ -257,8 +257,8 @@ def once_over(lab: SlurmLab, home: Path, cluster: Path, within: float, every: fl
 
 
 @pytest.mark.netns
-def test_an_attached_up_through_three_allocations_streams_each_and_exits_0(slurm, tmp_path, home):  # noqa: F811
-    """A run longer than two allocations' time limits, attached: `up` stays through each new
+def test_an_attached_up_through_a_time_limit_streams_each_allocation_and_exits_0(slurm, tmp_path, home):  # noqa: F811
+    """A run longer than an allocation's time limit, attached: `up` stays through each new
     allocation, shows its tasks' lines (resumed from their checkpoints), and exits 0 with nothing
     left. (A detached run's watcher carries a run on the same way: the preemption test below; when
     a time limit continues a run and when it does not are tables above.)"""
@@ -269,7 +269,7 @@ def test_an_attached_up_through_three_allocations_streams_each_and_exits_0(slurm
     print(f"\nattached up exited {up.returncode} after {time.monotonic() - began:.0f}s")
     assert up.returncode == 0, up.stderr[-3000:]
     goes_on = re.findall(r"slurm job \d+ ended: TIMEOUT; the run goes on in allocation (\d)", up.stderr)
-    assert len(goes_on) >= 2 and goes_on[:2] == ["2", "3"], up.stderr[-3000:]
+    assert goes_on[:1] == ["2"], up.stderr[-3000:]
     resumed = re.findall(r"^\[worker:0\]\s+worker0 resumed at step (\d+)$", up.stdout, re.M)
     assert len(resumed) == len(goes_on) and all(0 < int(step) < STEPS for step in resumed), up.stdout[-3000:]
     assert re.search(rf"^\[worker:1\]\s+worker1 checkpoint step {STEPS}$", up.stdout, re.M), up.stdout[-3000:]
