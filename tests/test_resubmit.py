@@ -230,17 +230,6 @@ def test_only_a_time_limit_or_preemption_of_tfctls_own_allocation_continues_the_
 
 # -- a whole run on a real Slurm ------------------------------------------------------------------
 
-STEPS = 70  # a step a second: more than a one-minute allocation gives once Slurm signals before the limit
-LAB_FILE = """\
-name: long
-backend: slurm
-slurm: {time: "1", resubmit: 4, signal_before: 1}
-command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every 1"
-grace_period: 2
-jobs:
-  worker: {count: 2, port: 2222}
-"""
-
 
 def status_json(lab: SlurmLab, home: Path, cluster: Path) -> dict:
     return json.loads(on_slurm(lab, home, "-f", str(cluster), "status", "--json").stdout)
@@ -254,28 +243,6 @@ def once_over(lab: SlurmLab, home: Path, cluster: Path, within: float, every: fl
         threading.Event().wait(every)
         run = status_json(lab, home, cluster)["run"]
     return run
-
-
-@pytest.mark.netns
-def test_an_attached_up_through_a_time_limit_streams_each_allocation_and_exits_0(slurm, tmp_path, home):  # noqa: F811
-    """A run longer than an allocation's time limit, attached: `up` stays through each new
-    allocation, shows its tasks' lines (resumed from their checkpoints), and exits 0 with nothing
-    left. (A detached run's watcher carries a run on the same way: the preemption test below; when
-    a time limit continues a run and when it does not are tables above.)"""
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(LAB_FILE % {"task": FAKE_TASK, "steps": STEPS})
-    began = time.monotonic()
-    up = on_slurm(slurm, home, "-f", str(cluster), "up", timeout=600)
-    print(f"\nattached up exited {up.returncode} after {time.monotonic() - began:.0f}s")
-    assert up.returncode == 0, up.stderr[-3000:]
-    goes_on = re.findall(r"slurm job \d+ ended: TIMEOUT; the run goes on in allocation (\d)", up.stderr)
-    assert goes_on[:1] == ["2"], up.stderr[-3000:]
-    resumed = re.findall(r"^\[worker:0\]\s+worker0 resumed at step (\d+)$", up.stdout, re.M)
-    assert len(resumed) == len(goes_on) and all(0 < int(step) < STEPS for step in resumed), up.stdout[-3000:]
-    assert re.search(rf"^\[worker:1\]\s+worker1 checkpoint step {STEPS}$", up.stdout, re.M), up.stdout[-3000:]
-    assert "job succeeded" in up.stderr and "0 remain" in up.stderr, up.stderr[-3000:]
-    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
-    assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
 
 
 PREEMPTIBLE = """\
@@ -301,13 +268,9 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     saved = home / "work" / run_id / "checkpoints" / "worker0"
     wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 4, 120, "worker0 at step 4", interval=0.2)
 
-    node = next(t["host"] for t in status_json(slurm, home, cluster)["tasks"] if t["task"] == "worker:0")
     following = spawn_tfctl("-f", str(cluster), "logs", "-f", "worker:1", home=home, env=slurm.env())
     at = time.time()
-    urgent = slurm.run(
-        ["sbatch", "-p", URGENT, "-w", node, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
-    )
-    assert urgent.returncode == 0, urgent.stderr
+    preempt(slurm, home, cluster, "worker:0")
     try:
         run = once_over(slurm, home, cluster, 240, every=1)
         followed = following.communicate(timeout=30)
@@ -330,6 +293,48 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     assert "worker1 resumed at step" in followed[0] and "worker1 checkpoint step 40\n" in followed[0], followed[0][
         -2000:
     ]
+
+
+def preempt(lab: SlurmLab, home: Path, cluster: Path, task: str) -> None:
+    """A job of a higher priority tier takes the node `task` runs on: Slurm cancels the run's
+    allocation (PREEMPTED)."""
+    node = next(t["host"] for t in status_json(lab, home, cluster)["tasks"] if t["task"] == task)
+    urgent = lab.run(
+        ["sbatch", "-p", URGENT, "-w", node, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
+    )
+    assert urgent.returncode == 0, urgent.stderr
+
+
+@pytest.mark.netns
+def test_an_attached_up_through_a_preemption_streams_each_allocation_and_exits_0(slurm, tmp_path, home):  # noqa: F811
+    """Attached, the run's allocation preempted: `up` stays through the new allocation, shows its
+    tasks' lines (resumed from their checkpoints), and exits 0 with nothing left. (A time limit
+    ends an allocation the same way for `up`: when it continues a run and when not are the
+    engine's tables; a real time limit is the allocation controller's test.)"""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(PREEMPTIBLE % {"task": FAKE_TASK, "steps": 30})
+    up = spawn_tfctl("-f", str(cluster), "up", home=home, env=slurm.env())
+    try:
+        saved = wait_until(
+            lambda: next(home.glob("work/*/checkpoints/worker0"), None), 120, "worker0's checkpoint", interval=0.2
+        )
+        assert saved is not None
+        wait_until(lambda: int(saved.read_text() or 0) >= 4, 120, "worker0 at step 4", interval=0.2)
+        preempt(slurm, home, cluster, "worker:0")
+        out, err = up.communicate(timeout=240)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 0, err[-3000:]
+    goes_on = re.findall(r"slurm job \d+ ended: PREEMPTED; the run goes on in allocation (\d)", err)
+    assert goes_on == ["2"], err[-3000:]
+    resumed = re.findall(r"^\[worker:0\]\s+worker0 resumed at step (\d+)$", out, re.M)
+    assert len(resumed) == 1 and 4 <= int(resumed[0]) < 30, out[-3000:]
+    assert re.search(r"^\[worker:1\]\s+worker1 checkpoint step 30$", out, re.M), out[-3000:]
+    assert "job succeeded" in err and "0 remain" in err, err[-3000:]
+    run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
+    assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
 
 
 # -- `logs -f` across the gap: which record to follow next ------------------------------------------
