@@ -47,12 +47,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules with simulated hosts, Slurm, containers or real TensorFlow first, each whole and in
     order: under `pytest -n 2 --dist loadfile` a worker takes a module at a time in this order,
     and a long module started last would leave the other worker idle at the end."""
-    module = {id(item): item.nodeid.split("::")[0] for item in items}
-    slow = {module[id(i)] for i in items if _slow(i)}
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow = {module(item) for item in items if _slow(item)}
     first: dict[str, int] = {}
     for index, item in enumerate(items):
-        first.setdefault(module[id(item)], index)
-    items.sort(key=lambda item: (module[id(item)] not in slow, first[module[id(item)]]))
+        first.setdefault(module(item), index)
+    items.sort(key=lambda item: (module(item) not in slow, first[module(item)]))
 
 
 def _slow(item: pytest.Item) -> bool:
