@@ -280,34 +280,30 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tarball
 
 
-def _session_lab(lab: Lab, rootfs: Path) -> Iterator[Lab]:
-    """The lab started with the test image; its settings reach every supervisor the tests start
-    through the environment."""
-    saved = {key: os.environ.get(key) for key in lab.env}
+def _session_lab(
+    kind: type[PodmanLab] | type[DockerLab], tmp_path_factory: pytest.TempPathFactory, rootfs: Path
+) -> Iterator[Lab]:
+    """The runtime's lab (skipped where it cannot run), started with the test image; its settings
+    reach every supervisor the tests start through the environment."""
+    reason = skip_reason(kind.name)
+    if reason is not None:
+        pytest.skip(reason)
+    lab = kind(tmp_path_factory.mktemp(kind.name))
     try:
         lab.start(rootfs)
-        os.environ.update(lab.env)
-        yield lab
+        with pytest.MonkeyPatch.context() as environment:
+            for key, value in lab.env.items():
+                environment.setenv(key, value)
+            yield lab
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         lab.tear_down()
 
 
 @pytest.fixture(scope="session")
 def podman_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("podman")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(PodmanLab(tmp_path_factory.mktemp("podman")), rootfs)
+    yield from _session_lab(PodmanLab, tmp_path_factory, rootfs)
 
 
 @pytest.fixture(scope="session")
 def docker_lab(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Lab]:
-    reason = skip_reason("docker")
-    if reason is not None:
-        pytest.skip(reason)
-    yield from _session_lab(DockerLab(tmp_path_factory.mktemp("docker")), rootfs)
+    yield from _session_lab(DockerLab, tmp_path_factory, rootfs)
