@@ -57,15 +57,17 @@ def slurm(tmp_path_factory):
         yield lab
 
 
-def sacct_says(slurm: SlurmLab, job: str) -> list[list[str]]:
+def sacct_says(slurm: SlurmLab, job: str, components: int = 1) -> list[list[str]]:
     """sacct's own lines of the allocation (a heterogeneous job: one per component), once every
-    one of them is recorded as ended (slurmdbd hears of the end a moment after squeue)."""
+    one of them is recorded as ended (slurmdbd hears of the end a moment after squeue). Once, on
+    a loaded machine, slurmdbd listed a heterogeneous job's leader alone as `1`, ended, before
+    it recorded the components: so all `components` lines are awaited, as tfctl's `settled` does."""
     argv = ["sacct", "--parsable2", "--noheader", "--allocations", f"--jobs={job}", f"--format={','.join(FORMAT)}"]
     return wait_until(
         lambda: [line.split("|") for line in slurm.run(argv).stdout.splitlines()],
         20,
         f"sacct to record job {job}'s end",
-        until=lambda lines: lines and all(fields[1].split()[0] in ENDED for fields in lines),
+        until=lambda lines: len(lines) == components and all(fields[1].split()[0] in ENDED for fields in lines),
         interval=0.5,
     )
 
@@ -96,7 +98,7 @@ def test_a_heterogeneous_runs_figures_are_what_sacct_recorded(slurm, tmp_path, h
     run = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]
     assert run_processes(slurm, run["run_id"]) == []
     job = run["accounting"]["slurm"]["allocations"][0]["id"]
-    lines = sacct_says(slurm, job)
+    lines = sacct_says(slurm, job, components=2)
     assert [fields[0] for fields in lines] == [f"{job}+0", f"{job}+1"]
     assert "gres/gpu=2" in lines[1][4]  # the workers' stand-in GPUs, as Slurm recorded them
     want = expected(lines)
