@@ -15,8 +15,10 @@ from bench.containers_lab import IMAGE, HostPodmanLab, Lab, skip_reason
 from bench.netns_hosts import require_netns
 from bench.slurm_lab import SlurmLab, missing_binaries
 from bench.waiting import wait_until
-from tests.conftest import FAKE_TASK, tfctl
+from tests.conftest import FAKE_TASK, no_warnings, tfctl
+from tests.test_containers import boxed_tf
 from tests.test_slurm import LAB_NAMES, run_processes
+from tests.test_templates import check_common, copy_template
 from tfctl.supervisor import containers
 
 BOXED_FILE = """\
@@ -137,3 +139,28 @@ def test_slurm_ending_the_job_leaves_no_container(
     assert slurm.jobs() == [] and slurm.steps() == []
     wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
     print(f"containers gone {gone:.1f}s after scancel")
+
+
+@pytest.mark.tf
+@pytest.mark.netns
+def test_the_all_reduce_template_trains_in_containers_on_slurm(
+    boxed_slurm: tuple[SlurmLab, Lab], tmp_path: Path, home: Path, remove_after: list[str]
+) -> None:
+    """The multi-worker-mirrored template, its two workers as steps on the lab's node, each in
+    its podman container with TensorFlow from the suite's venv, trains to its accuracy."""
+    slurm, podman = boxed_slurm
+    cluster = copy_template("multi-worker-mirrored", tmp_path, train_steps=200, extra=boxed_tf())
+    text = cluster.read_text().replace("worker: [localhost, localhost]", "worker: {count: 2, port: 2222}")
+    cluster.write_text(text + 'backend: slurm\nslurm: {nodes: 1, time: "00:10:00"}\n')
+    env = {**slurm.env(), **podman.env}
+    up = tfctl("-f", str(cluster), "up", home=home, env=env, timeout=300)
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    remove_after.append(run_id)
+    assert up.returncode == 0, up.stderr[-3000:] + up.stdout[-3000:]
+    assert "job succeeded" in up.stderr
+    no_warnings(up.stderr)
+    check_common(up, "worker:0", 200)
+    assert f"in podman image {IMAGE}), tensorflow " in up.stderr  # preflight asked the image's Python
+    assert podman.containers(f"{containers.RUN_LABEL}={run_id}") == []
+    assert slurm.jobs() == [] and slurm.steps() == []
+    assert run_processes(slurm, run_id) == []
