@@ -1,0 +1,195 @@
+"""Tasks in containers through pyxis, NVIDIA's Slurm plugin (`srun --container-image`).
+
+Where srun has pyxis, a node whose tasks run in a container is that container: every job step
+tfctl runs there (its supervisor's conversations, each task's monitor, `exec`) starts in one
+named container of the node's image, imported once per node before anything starts. The image's
+Python is then the node's Python: preflight asks it, the monitors run with it, and the tasks run
+in it bare. Slurm owns the container's life: its processes are the step's, ended with it, and
+pyxis removes a named container when the job ends; no runtime runs in the step, and no tether.
+
+Decided once per run, once the allocation's nodes are known (`choose`): `slurm.containers: auto`
+takes pyxis where srun has it and pyxis can hold every container; else each step runs the node's
+runtime as without pyxis (`tfctl/supervisor/containers.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, List, Mapping
+
+from tfctl.backends.slurm.allocation import Runner
+from tfctl.config.model import ClusterConfig, ContainerSettings
+from tfctl.errors import UsageError
+from tfctl.supervisor.records import Wire, record
+
+HELP_FLAG = "--container-image"  # what `srun --help` lists where pyxis is loaded
+# What the supervisor names its files after (`supervisor.files.host_key`): the node's, seen in
+# the container, so the supervisor and monitors there keep their files where the node's does.
+MACHINE_IDS = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+SQUASHFS = (".sqsh", ".squashfs")
+FIX = (
+    "pyxis runs a registry image (`nvcr.io/nvidia/tensorflow:25.01-tf2-py3`) or a squashfs file"
+    " (`enroot import -o /shared/train.sqsh podman://IMAGE`); or set `slurm.containers: runtime`"
+    " to run the node's podman, docker or apptainer inside each step"
+)
+IMPORT_FIX = (
+    "pyxis takes `registry#path:tag` (tfctl writes `nvcr.io/nvidia/x:1` so); a private registry"
+    " needs enroot's credentials (~/.config/enroot/.credentials); a large image a larger"
+    " `container.pull_timeout`; a squashfs file must be on every node"
+)
+# node -> its step's argv, and the seconds they may take: node -> why each that failed did
+StepsRunner = Callable[[Mapping[str, List[str]], float], Mapping[str, str]]
+
+
+@record
+class NodeContainer(Wire):
+    """A node's container as the run record keeps it: what each step there adds to its srun,
+    and the image's Python (the node's supervisor and the `{python}` of its tasks)."""
+
+    options: List[str]
+    python: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Who runs the run's containers: pyxis, with `nodes` (node -> its tasks' container; empty:
+    no task runs in one), or else the runtime in each step, `why` not pyxis ("": not asked)."""
+
+    nodes: Mapping[str, ContainerSettings]
+    why: str = ""
+
+
+def has_pyxis(run: Runner) -> bool:
+    """Whether this Slurm's srun takes `--container-image` (pyxis adds it to `srun --help`)."""
+    return HELP_FLAG in run(["srun", "--help"], None).stdout
+
+
+def choose(config: ClusterConfig, way: str, run: Runner) -> Choice:
+    """How the placed cluster's containers run, as `slurm.containers` (`way`) says; raises
+    UsageError when it says `pyxis` and pyxis cannot."""
+    if way == "runtime" or not any(config.container_for(job) for job in config.jobs):
+        return Choice({})
+    why = "" if has_pyxis(run) else "this Slurm's srun has no --container-image (pyxis is not installed)"
+    nodes: dict[str, ContainerSettings] = {}
+    if not why:
+        nodes, why = _held(config)
+    if not why:
+        return Choice(nodes)
+    if way == "pyxis":
+        raise UsageError(f"slurm.containers is pyxis, but {why}", hint=FIX)
+    return Choice({}, why)
+
+
+def _held(config: ClusterConfig) -> tuple[dict[str, ContainerSettings], str]:
+    """node -> the one container its tasks run in; or why pyxis cannot hold them all."""
+    seen: dict[str, tuple[str, ContainerSettings | None]] = {}
+    for job, _, address in config.tasks():
+        box = config.container_for(job)
+        key = f"jobs.{job}.container" if config.jobs[job].container else "container"
+        why = "" if box is None else _unfit(box, key)
+        if why:
+            return {}, why
+        other, other_box = seen.setdefault(address.host, (job, box))
+        if other_box != box:
+            return {}, f"jobs {other} and {job} share node {address.host} in different containers (or none)"
+    return {node: box for node, (_, box) in seen.items() if box is not None}, ""
+
+
+def _unfit(box: ContainerSettings, key: str) -> str:
+    """Why pyxis cannot run this container ("": it can)."""
+    if box.runtime != "auto":
+        return f"`{key}.runtime` asks for {box.runtime}"
+    if box.image.startswith("/") and not box.image.endswith(SQUASHFS):
+        kind = "an image tarball" if box.image.endswith(".tar") else "a rootfs folder"
+        return f"`{key}.image` is {kind} ({box.image}), which pyxis cannot run"
+    if any("," in mount for mount in box.mounts):
+        return f"`{key}.mounts` has a path with a comma, which pyxis's --container-mounts cannot take"
+    return ""
+
+
+def enroot_uri(image: str) -> str:
+    """`container.image` as pyxis takes it: a squashfs file as it is; a registry image with its
+    registry split off by `#` (`nvcr.io/nvidia/tensorflow:25.01-tf2-py3` ->
+    `nvcr.io#nvidia/tensorflow:25.01-tf2-py3`); a Docker Hub image as written."""
+    if image.startswith("/") or "#" in image:
+        return image
+    first, slash, rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
+def container_name(run_id: str) -> str:
+    """The run's container on each node: its steps' after the first find it there."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"tfctl-{run_id}")
+
+
+def node_container(run_id: str, box: ContainerSettings, root: str, workdir: str) -> NodeContainer:
+    """A node's container: the image, named for the run, with tfctl's folder (the supervisor,
+    the tasks' files, the run's folder) and the workdir at their own paths, the node's machine
+    id, the user's mounts, as the user who ran `up` (not remapped to root), without the image's
+    entrypoint (the step's command is tfctl's), then `container.options` as they are."""
+    mounts = [f"{path}:{path}" for path in sorted({root, workdir})]
+    mounts += [f"{path}:{path}:ro+nofail" for path in MACHINE_IDS]  # nofail: a node may lack one
+    mounts += [_mount(mount) for mount in box.mounts]
+    options = [
+        f"{HELP_FLAG}={enroot_uri(box.image)}",
+        f"--container-name={container_name(run_id)}",
+        f"--container-mounts={','.join(mounts)}",
+        f"--container-workdir={workdir}",
+        "--no-container-remap-root",
+        "--no-container-entrypoint",
+        *box.options,
+    ]
+    return NodeContainer(options, box.python or "python3")
+
+
+def _mount(mount: str) -> str:
+    """`host:container[:a,b]` as pyxis takes it: flags joined by `+` (`,` separates mounts)."""
+    host, container, *flags = mount.split(":")
+    return ":".join([host, container, *(flag.replace(",", "+") for flag in flags)])
+
+
+def without_containers(config: ClusterConfig) -> ClusterConfig:
+    """The cluster as the nodes' supervisors see it once each node's steps run in its container:
+    tasks that run bare there."""
+    jobs = {name: dataclasses.replace(job, container=None) for name, job in config.jobs.items()}
+    return dataclasses.replace(config, container=None, jobs=MappingProxyType(jobs))
+
+
+def import_images(argvs: Mapping[str, List[str]], timeout: float) -> dict[str, str]:
+    """Run each node's first step in its container (its image imported there), all at once;
+    node -> why it failed, for those that did (within `timeout` seconds)."""
+    procs = {
+        node: subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for node, argv in argvs.items()
+    }
+    deadline = time.monotonic() + timeout
+    failed = {}
+    for node, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            failed[node] = f"importing the image took more than {timeout:g}s (container.pull_timeout)"
+            continue
+        if proc.returncode:
+            failed[node] = (err.strip().splitlines() or [f"srun exited {proc.returncode}"])[-1]
+    return failed
