@@ -4,6 +4,7 @@ neither Debian nor PyPI, so its command lines are checked here, not run."""
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from tfctl.backends.base import Acquired
 from tfctl.backends.slurm.allocation import SlurmError
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend, StepLauncher
 from tfctl.backends.slurm.placement import node_count, place
-from tfctl.backends.slurm.pyxis import Choice, choose, enroot_uri, node_container
+from tfctl.backends.slurm.pyxis import Choice, choose, enroot_uri, import_images, node_container
 from tfctl.backends.slurm.transport import SlurmStepSpec, SlurmTransport
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import parse_config
@@ -237,3 +238,23 @@ def test_an_image_pyxis_cannot_import_fails_the_start_and_ends_the_allocation(mo
     assert ["scancel", "5"] in calls
     assert caught.value.message.endswith("containers:\n  n2: pyxis: failed to import docker image")
     assert "registry#path:tag" in (caught.value.hint or "")
+
+
+def test_importing_runs_every_nodes_step_at_once_and_ends_those_past_the_timeout():
+    began = time.monotonic()
+    failed = import_images(
+        {
+            "n1": ["sh", "-c", "exit 0"],
+            "n2": ["sh", "-c", "echo 'pyxis: importing'; echo 'pyxis: failed to import docker image' >&2; exit 1"],
+            "n3": ["sleep", "30"],
+            "n4": ["sleep", "30"],
+        },
+        timeout=1.0,
+    )
+    took = time.monotonic() - began
+    assert failed == {
+        "n2": "pyxis: failed to import docker image",
+        "n3": "importing the image took more than 1s (container.pull_timeout)",
+        "n4": "importing the image took more than 1s (container.pull_timeout)",
+    }
+    assert took < 5  # one timeout for all, and SIGTERM ended the sleeps at once

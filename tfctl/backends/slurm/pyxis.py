@@ -167,29 +167,42 @@ def without_containers(config: ClusterConfig) -> ClusterConfig:
 
 def import_images(argvs: Mapping[str, List[str]], timeout: float) -> dict[str, str]:
     """Run each node's first step in its container (its image imported there), all at once;
-    node -> why it failed, for those that did (within `timeout` seconds)."""
-    procs = {
-        node: subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        for node, argv in argvs.items()
-    }
-    deadline = time.monotonic() + timeout
+    node -> why it failed, for those that did (within `timeout` seconds). Steps still running
+    when this returns or raises are ended."""
+    procs: dict[str, subprocess.Popen[str]] = {}
     failed = {}
-    for node, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            failed[node] = f"importing the image took more than {timeout:g}s (container.pull_timeout)"
-            continue
-        if proc.returncode:
-            failed[node] = (err.strip().splitlines() or [f"srun exited {proc.returncode}"])[-1]
+    try:
+        for node, argv in argvs.items():
+            procs[node] = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        for node, proc in procs.items():
+            try:
+                _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                failed[node] = f"importing the image took more than {timeout:g}s (container.pull_timeout)"
+                continue
+            if proc.returncode:
+                failed[node] = (err.strip().splitlines() or [f"srun exited {proc.returncode}"])[-1]
+    finally:
+        for proc in procs.values():
+            _end(proc)
     return failed
+
+
+def _end(proc: subprocess.Popen[str], patience: float = 5.0) -> None:
+    """End a step's srun if it still runs: SIGTERM (srun ends its step with it), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=patience)
+    proc.communicate()
