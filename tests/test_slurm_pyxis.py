@@ -13,14 +13,14 @@ from tests.test_slurm import fake_file, fake_slurm
 from tfctl.backends.base import Acquired
 from tfctl.backends.slurm.allocation import SlurmError
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend, StepLauncher
-from tfctl.backends.slurm.placement import node_count, place
-from tfctl.backends.slurm.pyxis import Choice, choose, enroot_uri, import_images, node_container
+from tfctl.backends.slurm.placement import node_count, place, settings_of
+from tfctl.backends.slurm.pyxis import Choice, choose, enroot_uri, first_look, import_images, node_container
 from tfctl.backends.slurm.transport import SlurmStepSpec, SlurmTransport
 from tfctl.cluster.agent import HostAgent
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ClusterConfig, ContainerSettings
 from tfctl.controller.start.plan import Plan, draft, make_plan
-from tfctl.errors import UsageError
+from tfctl.errors import ConfigError, UsageError
 
 BOXED = """\
 name: boxed
@@ -109,28 +109,34 @@ def test_a_nodes_container_mounts_tfctls_folders_and_the_users_with_pyxis_flags(
 )
 def test_auto_takes_pyxis_only_where_srun_has_it_and_it_can_hold_every_container(config, help_text, why):
     run, calls = fake_slurm({"srun": [help_text]})
-    choice = choose(on_nodes(config), "auto", run)
+    choice = chosen(config, "auto", run)
     assert calls == [["srun", "--help"]]
     assert why in choice.why and bool(choice.why) == bool(why)
     assert sorted(choice.nodes) == ([] if why else sorted({a.host for _, _, a in on_nodes(config).tasks()}))
     with pytest.raises(UsageError) if why else contextlib.nullcontext():
-        choose(on_nodes(config), "pyxis", run)
+        chosen(config, "pyxis", run)
 
 
-def test_pyxis_asked_for_where_it_cannot_be_names_the_key_and_the_fix():
-    run, _ = fake_slurm({"srun": [PYXIS_HELP]})
+def test_pyxis_asked_for_where_it_cannot_be_names_the_key_and_the_fix_before_slurm_is_asked(monkeypatch):
+    calls: list[list[str]] = []
     with pytest.raises(UsageError) as caught:
-        choose(on_nodes(boxed(image="/srv/train.tar")), "pyxis", run)
+        allocated(boxed(image="/srv/train.tar", slurm=", containers: pyxis"), PYXIS_HELP, monkeypatch, calls=calls)
     assert caught.value.message.startswith("slurm.containers is pyxis, but `container.image` is an image tarball")
     assert "squashfs" in (caught.value.hint or "") and "slurm.containers: runtime" in (caught.value.hint or "")
+    assert calls == [["srun", "--help"]]  # no allocation asked for, none to wait for
 
 
 def test_srun_is_not_asked_without_containers_or_with_the_runtime_chosen():
     run, calls = fake_slurm({"srun": [PYXIS_HELP]})
     bare = parse_config(fake_file(), Path("c.yaml"))
-    assert choose(on_nodes(bare), "auto", run) == Choice({})
-    assert choose(on_nodes(boxed(slurm=", containers: runtime")), "runtime", run) == Choice({})
+    assert chosen(bare, "auto", run) == Choice({})
+    assert chosen(boxed(slurm=", containers: runtime"), "runtime", run) == Choice({})
     assert calls == []
+
+
+def chosen(config: ClusterConfig, way: str, run) -> Choice:
+    """What `acquire` decides: before the allocation, then on its nodes."""
+    return choose(on_nodes(config), way, first_look(config, way, run))
 
 
 def on_nodes(config: ClusterConfig) -> ClusterConfig:
@@ -258,3 +264,11 @@ def test_importing_runs_every_nodes_step_at_once_and_ends_those_past_the_timeout
         "n4": "importing the image took more than 1s (container.pull_timeout)",
     }
     assert took < 5  # one timeout for all, and SIGTERM ended the sleeps at once
+
+
+def test_slurm_containers_takes_only_its_three_ways():
+    with pytest.raises(ConfigError) as caught:
+        boxed(slurm=", containers: podman")
+    assert "slurm.containers: expected one of auto, pyxis, runtime, found a string (`podman`)" in str(caught.value)
+    assert settings_of(boxed(slurm=", containers: pyxis")).containers == "pyxis"
+    assert settings_of(boxed()).containers == "auto"

@@ -53,6 +53,7 @@ from tfctl.backends.slurm.pyxis import (
     NodeContainer,
     StepsRunner,
     choose,
+    first_look,
     import_images,
     node_container,
     without_containers,
@@ -230,6 +231,8 @@ class SlurmBackend:
 
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         tasks = task_count(config)
+        settings = settings_of(config)
+        looked = first_look(config, settings.containers, self.run)  # a refusal comes before the queue
         job_id = current_job()
         inside = job_id is not None and os.environ.get(CONTROLLER_ENV) == job_id  # tfctl's own batch job
         owned = job_id is None or inside
@@ -240,7 +243,6 @@ class SlurmBackend:
             progress("slurm", f"the run's controller runs in job {job_id}, on {socket.gethostname()}")
         else:
             progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
-        settings = settings_of(config)
         groups: dict[str, int] = {}
         try:
             state = wait_running(job_id, progress, self.run)
@@ -252,7 +254,7 @@ class SlurmBackend:
             else:  # one component; or the job tfctl runs inside, whatever its shape
                 placed = place(config, state.nodes)
             progress("slurm", f"job {job_id} running on {_shown_nodes(state)}")
-            boxes = self._containers(placed, run_id, job_id, groups, progress)
+            boxes = self._containers(placed, looked, run_id, job_id, groups, progress)
         except BaseException:
             if owned:
                 cancel(job_id, self.run)
@@ -270,12 +272,18 @@ class SlurmBackend:
         return Acquired(placed, allocation.to_wire(), settings.resubmit if owned else 0)
 
     def _containers(
-        self, placed: ClusterConfig, run_id: str, job_id: str, groups: Mapping[str, int], progress: Progress
+        self,
+        placed: ClusterConfig,
+        looked: str | None,
+        run_id: str,
+        job_id: str,
+        groups: Mapping[str, int],
+        progress: Progress,
     ) -> dict[str, NodeContainer]:
-        """Where pyxis holds the tasks' containers (`slurm.containers`): node -> its container,
-        its image imported there by a first step; empty: tasks run bare, or in the runtime each
-        step starts."""
-        choice = choose(placed, settings_of(placed).containers, self.run)
+        """Where pyxis holds the tasks' containers (`slurm.containers`, and what `first_look`
+        found): node -> its container, its image imported there by a first step; empty: tasks
+        run bare, or in the runtime each step starts."""
+        choice = choose(placed, settings_of(placed).containers, looked)
         if choice.why:
             progress("slurm", f"containers: the node's runtime in each step (not pyxis: {choice.why})")
         if not choice.nodes:

@@ -7,9 +7,11 @@ Python is then the node's Python: preflight asks it, the monitors run with it, a
 in it bare. Slurm owns the container's life: its processes are the step's, ended with it, and
 pyxis removes a named container when the job ends; no runtime runs in the step, and no tether.
 
-Decided once per run, once the allocation's nodes are known (`choose`): `slurm.containers: auto`
-takes pyxis where srun has it and pyxis can hold every container; else each step runs the node's
-runtime as without pyxis (`tfctl/supervisor/containers.py`).
+Decided once per run: before Slurm is asked for the allocation, whether srun has pyxis and pyxis
+can run each job's container (`first_look`), then, once the nodes are known, whether each node
+gets one (`choose`). `slurm.containers: auto` takes pyxis where it can; else each step runs the
+node's runtime as without pyxis (`tfctl/supervisor/containers.py`); `pyxis` makes either an
+error, named before anything is asked of Slurm where it can be.
 """
 
 from __future__ import annotations
@@ -72,31 +74,42 @@ def has_pyxis(run: Runner) -> bool:
     return HELP_FLAG in run(["srun", "--help"], None).stdout
 
 
-def choose(config: ClusterConfig, way: str, run: Runner) -> Choice:
-    """How the placed cluster's containers run, as `slurm.containers` (`way`) says; raises
-    UsageError when it says `pyxis` and pyxis cannot."""
+def first_look(config: ClusterConfig, way: str, run: Runner) -> str | None:
+    """Before Slurm is asked for anything: None where pyxis is out of the question (no task in
+    a container, or `slurm.containers: runtime`); else why pyxis cannot hold the containers ("":
+    it can, if each node gets one). Raises UsageError when `way` is `pyxis` and it cannot."""
     if way == "runtime" or not any(config.container_for(job) for job in config.jobs):
-        return Choice({})
+        return None
     why = "" if has_pyxis(run) else "this Slurm's srun has no --container-image (pyxis is not installed)"
-    nodes: dict[str, ContainerSettings] = {}
-    if not why:
-        nodes, why = _held(config)
-    if not why:
-        return Choice(nodes)
-    if way == "pyxis":
-        raise UsageError(f"slurm.containers is pyxis, but {why}", hint=FIX)
-    return Choice({}, why)
-
-
-def _held(config: ClusterConfig) -> tuple[dict[str, ContainerSettings], str]:
-    """node -> the one container its tasks run in; or why pyxis cannot hold them all."""
-    seen: dict[str, tuple[str, ContainerSettings | None]] = {}
-    for job, _, address in config.tasks():
+    for job in config.jobs:
         box = config.container_for(job)
-        key = f"jobs.{job}.container" if config.jobs[job].container else "container"
-        why = "" if box is None else _unfit(box, key)
-        if why:
-            return {}, why
+        if not why and box is not None:
+            why = _unfit(box, f"jobs.{job}.container" if config.jobs[job].container else "container")
+    _refuse(way, why)
+    return why
+
+
+def choose(placed: ClusterConfig, way: str, looked: str | None) -> Choice:
+    """How the placed cluster's containers run, as `slurm.containers` (`way`) says and as
+    `first_look` found (`looked`); raises UsageError when it says `pyxis` and pyxis cannot."""
+    if looked is None:
+        return Choice({})
+    nodes, why = _held(placed) if not looked else ({}, looked)
+    _refuse(way, why)
+    return Choice(nodes, why)
+
+
+def _refuse(way: str, why: str) -> None:
+    if why and way == "pyxis":
+        raise UsageError(f"slurm.containers is pyxis, but {why}", hint=FIX)
+
+
+def _held(placed: ClusterConfig) -> tuple[dict[str, ContainerSettings], str]:
+    """node -> the one container its tasks run in; or why pyxis cannot hold them (it holds one
+    per node)."""
+    seen: dict[str, tuple[str, ContainerSettings | None]] = {}
+    for job, _, address in placed.tasks():
+        box = placed.container_for(job)
         other, other_box = seen.setdefault(address.host, (job, box))
         if other_box != box:
             return {}, f"jobs {other} and {job} share node {address.host} in different containers (or none)"
