@@ -224,6 +224,9 @@ def test_with_pyxis_every_step_of_a_node_runs_in_its_container_and_no_runtime_in
     relay = transport._relay_argv("2222")
     assert not any(word.startswith("--container") for word in relay)  # plumbing runs on the node itself
     assert isinstance(host.transport, SlurmStepSpec) and host.transport.container == allocation.containers["n1"].options
+    record = draft(acquired.config, "boxed-1", acquired.state).record
+    (prune,) = SlurmBackend().prune_targets(record)
+    assert prune.spec.python is None  # pruned from here, by this machine's Python, not a path in the image
 
 
 def test_without_pyxis_the_runtime_runs_inside_each_step_as_before(monkeypatch, home):

@@ -390,8 +390,7 @@ class SlurmBackend:
         host = batch_host(allocation.job_id, self.run)
         if host is None:
             return None
-        spec = next((h.transport for h in record.hosts if h.name == host), None)
-        python = spec.python if isinstance(spec, SlurmStepSpec) else None  # the node's, not its container's
+        python = next((_own_python(h) for h in record.hosts if h.name == host), None)
         return relay_step(allocation.job_id, host, allocation.groups.get(host), python, str(door))
 
     def report(self, record: RunRecord) -> BackendReport:
@@ -403,7 +402,13 @@ class SlurmBackend:
         if not record.hosts:
             return ()
         node = record.hosts[0]
-        return (PruneTarget(HostSpec(NODES_LABEL, node.python, node.root, LocalSpec()), every_host=True),)
+        return (PruneTarget(HostSpec(NODES_LABEL, _own_python(node), node.root, LocalSpec()), every_host=True),)
+
+
+def _own_python(node: HostSpec) -> str | None:
+    """The cluster file's interpreter for the node, outside any container of its (a path in the
+    image means nothing here): what runs plumbing on it, and the supervisor here that prunes."""
+    return node.transport.python if isinstance(node.transport, SlurmStepSpec) else node.python
 
 
 BACKEND = SlurmBackend()
