@@ -4,11 +4,15 @@ neither Debian nor PyPI, so its command lines are checked here, not run."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import FAKE_TASK, tfctl
 from tests.test_slurm import fake_file, fake_slurm
 from tfctl.backends.base import Acquired
 from tfctl.backends.slurm.allocation import SlurmError
@@ -275,3 +279,83 @@ def test_slurm_containers_takes_only_its_three_ways():
     assert "slurm.containers: expected one of auto, pyxis, runtime, found a string (`podman`)" in str(caught.value)
     assert settings_of(boxed(slurm=", containers: pyxis")).containers == "pyxis"
     assert settings_of(boxed()).containers == "auto"
+
+
+# -- a whole run, on stand-ins for Slurm's commands whose srun takes pyxis's flags -------------
+
+STAND_INS = {
+    "sbatch": "import sys\nsys.stdin.read()\nprint('5')\n",
+    "squeue": "if not os.path.exists(CANCELLED):\n    print('5|RUNNING|None|localhost')\n",
+    "scontrol": (
+        "if sys.argv[1:3] == ['show', 'hostnames']:\n    print('localhost')\n"
+        "else:\n    state = 'CANCELLED' if os.path.exists(CANCELLED) else 'RUNNING'\n"
+        "    print('JobId=5 JobState=%s Reason=None BatchHost=localhost' % state)\n"
+    ),
+    "scancel": "open(CANCELLED, 'w').close()\n",
+    "sacct": "sys.exit('Slurm accounting storage is disabled')\n",
+    # Each step runs here, as the node; pyxis's flags are logged, not obeyed (no container).
+    "srun": (
+        "args = sys.argv[1:]\n"
+        "if args == ['--help']:\n    print(HELP)\n    sys.exit(0)\n"
+        "with open(os.path.join(STATE, 'steps.log'), 'a') as log:\n    log.write(json.dumps(args) + '\\n')\n"
+        "command = args[next(i for i, a in enumerate(args) if not a.startswith('-')) :]\n"
+        "os.execvp(command[0], command)\n"
+    ),
+}
+
+
+def stand_in_slurm(base: Path) -> dict[str, str]:
+    """Slurm's commands as stand-ins in `base`, the node being this machine: the environment
+    tfctl runs with."""
+    state, bin_dir = base / "state", base / "bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    head = (
+        f"#!{sys.executable}\nimport json, os, sys\nSTATE = {str(state)!r}\n"
+        f"CANCELLED = os.path.join(STATE, 'cancelled')\nHELP = {PYXIS_HELP!r}\n"
+    )
+    for name, body in STAND_INS.items():
+        (bin_dir / name).write_text(head + body)
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "", "TFCTL_CONTROLLER_JOB": ""}
+
+
+def test_an_up_on_a_slurm_with_pyxis_runs_every_step_in_the_nodes_container(tmp_path, home):
+    env = stand_in_slurm(tmp_path)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"""name: pyx
+backend: slurm
+slurm: {{nodes: 1, time: "00:10:00"}}
+grace_period: 2
+container:
+  image: {IMAGE}
+  python: {sys.executable}
+command: "{{python}} {FAKE_TASK} --name {{job_name}}{{task_index}} --port -1 --lines 3 --sleep -1"
+jobs:
+  ps: {{count: 1}}
+  worker: {{count: 1}}
+""")
+    up = tfctl("-f", str(cluster), "up", "-d", home=home, env=env)
+    run_id = up.stdout.strip()
+    try:
+        assert up.returncode == 0, up.stderr
+        assert f"containers: pyxis; importing {IMAGE} on localhost" in up.stderr
+        steps = [json.loads(line) for line in (tmp_path / "state" / "steps.log").read_text().splitlines()]
+        assert steps[0][-1] == "true" and f"--job-name={run_id}:import" in steps[0]  # the image imported first
+        for step in steps:  # and every step after it, the supervisor's and the monitors', in the container
+            assert f"--container-name=tfctl-{run_id}" in step, step
+            assert "--container-image=nvcr.io#nvidia/tensorflow:25.01-tf2-py3" in step, step
+        monitors = [step for step in steps if "monitor" in step]
+        assert sorted(step[-1] for step in monitors) == ["ps:0", "worker:0"]
+        for step in monitors:
+            assert step[step.index(sys.executable) :][1:3] == ["-I", "-S"]  # the image's Python runs it
+        assert not any(word in " ".join(step) for step in steps for word in ("podman", "docker", "apptainer"))
+        assert not list(home.glob(f"hosts/*/tasks/{run_id}/*/tether.fifo"))  # no runtime, no tether
+        status = json.loads(tfctl("-f", str(cluster), "status", "--json", home=home, env=env).stdout)
+        assert {t["task"]: t["state"] for t in status["tasks"]} == {"ps:0": "running", "worker:0": "running"}
+        logs = tfctl("-f", str(cluster), "logs", "worker:0", home=home, env=env).stdout
+        assert "worker0 line 2" in logs
+    finally:
+        down = tfctl("-f", str(cluster), "down", home=home, env=env)
+    assert down.returncode == 0, down.stderr
+    assert "0 remain" in down.stderr and (tmp_path / "state" / "cancelled").exists()
