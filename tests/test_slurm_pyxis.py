@@ -1,5 +1,7 @@
-"""`container:` on a Slurm with pyxis (`srun --container-image`), with a fake Slurm: pyxis is in
-neither Debian nor PyPI, so its command lines are checked here, not run."""
+"""`container:` on a Slurm with pyxis (`srun --container-image`): pyxis is in neither Debian nor
+PyPI, so its command lines are checked here, not run: the decision and each step's argv through
+the fake Slurm runner, and a whole run on stand-ins for Slurm's commands whose srun logs pyxis's
+flags and runs each step on this machine."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def boxed(image: str = IMAGE, slurm: str = "", worker: str = ""):
     text = BOXED % {"image": image, "slurm": slurm}
     if worker:
         text = text.replace("worker: {count: 2, port: 2222, gpus: 1}", f"worker: {{count: 2, port: 2222, {worker}}}")
-    return parse_config(text, Path("/work/proj/cluster.yaml"))
+    return parse_config(text, Path("/srv/proj/cluster.yaml"))
 
 
 @pytest.mark.parametrize(
@@ -74,15 +76,15 @@ def test_a_nodes_container_mounts_tfctls_folders_and_the_users_with_pyxis_flags(
     box = ContainerSettings(
         IMAGE, mounts=("/data:/data:ro,rslave", "/scratch:/scratch"), options=("--container-writable",)
     )
-    node = node_container("boxed-1", box, "/home/u/.tfctl", "/work/proj")
+    node = node_container("boxed-1", box, "/home/u/.tfctl", "/srv/proj")
     assert node.python == "python3"
     assert node.options == [
         "--container-image=nvcr.io#nvidia/tensorflow:25.01-tf2-py3",
         "--container-name=tfctl-boxed-1",
-        "--container-mounts=/home/u/.tfctl:/home/u/.tfctl,/work/proj:/work/proj,"
+        "--container-mounts=/home/u/.tfctl:/home/u/.tfctl,/srv/proj:/srv/proj,"
         "/etc/machine-id:/etc/machine-id:ro+nofail,/var/lib/dbus/machine-id:/var/lib/dbus/machine-id:ro+nofail,"
         "/data:/data:ro+rslave,/scratch:/scratch",
-        "--container-workdir=/work/proj",
+        "--container-workdir=/srv/proj",
         "--no-container-remap-root",
         "--no-container-entrypoint",
         "--container-writable",
