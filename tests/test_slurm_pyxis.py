@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import FAKE_TASK, tfctl
 from tests.test_slurm import fake_file, fake_slurm
 from tfctl.backends.base import Acquired
+from tfctl.backends.slurm import pyxis
 from tfctl.backends.slurm.allocation import SlurmError
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend, StepLauncher
 from tfctl.backends.slurm.placement import node_count, place, settings_of
@@ -175,8 +176,9 @@ def allocated(
     )
     imports: list[tuple[dict[str, list[str]], float]] = []
 
-    def import_images(argvs, timeout):
+    def import_images(argvs, timeout, waiting):
         imports.append((dict(argvs), timeout))
+        waiting(10.0)
         return failed or {}
 
     said: list[str] = []
@@ -205,6 +207,7 @@ def test_with_pyxis_every_step_of_a_node_runs_in_its_container_and_no_runtime_in
     allocation = SlurmAllocation.from_wire(acquired.state)
     assert sorted(allocation.containers) == ["n1", "n2", "n3"]
     assert "containers: pyxis; importing nvcr.io/nvidia/tensorflow:25.01-tf2-py3 on n1, n2, n3" in said
+    assert "importing nvcr.io/nvidia/tensorflow:25.01-tf2-py3 (10s; imports end at container.pull_timeout)" in said
     ((argvs, timeout),) = imports  # one import step per node, all at once, before any task
     assert timeout == 600 and sorted(argvs) == ["n1", "n2", "n3"]
     assert argvs["n2"][:2] == ["srun", "--jobid=5"] and "--nodelist=n2" in argvs["n2"] and argvs["n2"][-1] == "true"
@@ -255,7 +258,9 @@ def test_an_image_pyxis_cannot_import_fails_the_start_and_ends_the_allocation(mo
     assert "registry#path:tag" in (caught.value.hint or "")
 
 
-def test_importing_runs_every_nodes_step_at_once_and_ends_those_past_the_timeout():
+def test_importing_runs_every_nodes_step_at_once_and_ends_those_past_the_timeout(monkeypatch):
+    monkeypatch.setattr(pyxis, "WAITING_EVERY", 0.3)
+    waited: list[float] = []
     began = time.monotonic()
     failed = import_images(
         {
@@ -264,9 +269,11 @@ def test_importing_runs_every_nodes_step_at_once_and_ends_those_past_the_timeout
             "n3": ["sleep", "30"],
             "n4": ["sleep", "30"],
         },
-        timeout=1.0,
+        1.0,
+        waited.append,
     )
     took = time.monotonic() - began
+    assert 1 <= len(waited) <= 3 and waited == sorted(waited) and waited[0] >= 0.3  # said while waiting
     assert failed == {
         "n2": "pyxis: failed to import docker image",
         "n3": "importing the image took more than 1s (container.pull_timeout)",

@@ -297,7 +297,12 @@ class SlurmBackend:
             extra = (*_het_group(groups, node), "--overlap", *box.options)
             steps[node] = [*step_argv(job_id, node, name=f"{run_id}:import", extra=extra), "true"]
         began = time.monotonic()
-        failed = self.import_images(steps, max(box.pull_timeout for box in choice.nodes.values()))
+        timeout = max(box.pull_timeout for box in choice.nodes.values())
+
+        def waiting(seconds: float) -> None:
+            progress("slurm", f"importing {images} ({seconds:.0f}s; imports end at container.pull_timeout)")
+
+        failed = self.import_images(steps, timeout, waiting)
         if failed:
             lines = "\n".join(f"  {node}: {why}" for node, why in sorted(failed.items()))
             raise SlurmError(f"pyxis could not start the tasks' containers:\n{lines}", hint=IMPORT_FIX)

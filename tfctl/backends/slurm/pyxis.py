@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -47,8 +48,11 @@ IMPORT_FIX = (
     " needs enroot's credentials (~/.config/enroot/.credentials); a large image a larger"
     " `container.pull_timeout`; a squashfs file must be on every node"
 )
-# node -> its step's argv, and the seconds they may take: node -> why each that failed did
-StepsRunner = Callable[[Mapping[str, List[str]], float], Mapping[str, str]]
+# node -> its step's argv, the seconds they may take, who hears how long they took so far:
+# node -> why each that failed did
+StepsRunner = Callable[[Mapping[str, List[str]], float, Callable[[float], None]], Mapping[str, str]]
+WAITING_EVERY = 10.0  # seconds between two lines while images are imported
+POLL = 0.1
 
 
 @record
@@ -178,44 +182,48 @@ def without_containers(config: ClusterConfig) -> ClusterConfig:
     return dataclasses.replace(config, container=None, jobs=MappingProxyType(jobs))
 
 
-def import_images(argvs: Mapping[str, List[str]], timeout: float) -> dict[str, str]:
+def import_images(
+    argvs: Mapping[str, List[str]], timeout: float, waiting: Callable[[float], None] = lambda _seconds: None
+) -> dict[str, str]:
     """Run each node's first step in its container (its image imported there), all at once;
-    node -> why it failed, for those that did (within `timeout` seconds). Steps still running
-    when this returns or raises are ended."""
-    procs: dict[str, subprocess.Popen[str]] = {}
-    failed = {}
-    try:
-        for node, argv in argvs.items():
-            procs[node] = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        for node, proc in procs.items():
-            try:
-                _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+    node -> why it failed, for those that did (within `timeout` seconds). `waiting(seconds)`
+    every WAITING_EVERY seconds meanwhile: a multi-GB import takes minutes, and must not look
+    hung. Steps still running when this returns or raises are ended."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    with tempfile.TemporaryDirectory(prefix="tfctl-import-") as errors:
+        try:
+            for node, argv in argvs.items():
+                with open(os.path.join(errors, node), "wb") as err:  # a file: a pipe could fill and stall srun
+                    procs[node] = subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+                    )
+            began = said = time.monotonic()
+            while any(proc.poll() is None for proc in procs.values()) and time.monotonic() - began < timeout:
+                if time.monotonic() - said >= WAITING_EVERY:
+                    said = time.monotonic()
+                    waiting(said - began)
+                time.sleep(POLL)
+            codes = {node: proc.poll() for node, proc in procs.items()}
+        finally:
+            for proc in procs.values():
+                _end(proc)
+        failed = {}
+        for node, code in codes.items():
+            if code is None:
                 failed[node] = f"importing the image took more than {timeout:g}s (container.pull_timeout)"
-                continue
-            if proc.returncode:
-                failed[node] = (err.strip().splitlines() or [f"srun exited {proc.returncode}"])[-1]
-    finally:
-        for proc in procs.values():
-            _end(proc)
+            elif code:
+                with open(os.path.join(errors, node), errors="replace") as err:
+                    failed[node] = (err.read().strip().splitlines() or [f"srun exited {code}"])[-1]
     return failed
 
 
-def _end(proc: subprocess.Popen[str], patience: float = 5.0) -> None:
+def _end(proc: subprocess.Popen[bytes], patience: float = 5.0) -> None:
     """End a step's srun if it still runs: SIGTERM (srun ends its step with it), then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.poll() is not None:
-            break
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=patience)
-    proc.communicate()
+            proc.wait(timeout=patience)
+    proc.wait()
