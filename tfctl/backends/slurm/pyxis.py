@@ -33,7 +33,7 @@ from tfctl.config.model import ClusterConfig, ContainerSettings
 from tfctl.errors import UsageError
 from tfctl.supervisor.records import Wire, record
 
-HELP_FLAG = "--container-image"  # what `srun --help` lists where pyxis is loaded
+IMAGE_FLAG = "--container-image"  # pyxis adds it to srun (and to `srun --help`)
 # What the supervisor names its files after (`supervisor.files.host_key`): the node's, seen in
 # the container, so the supervisor and monitors there keep their files where the node's does.
 MACHINE_IDS = ("/etc/machine-id", "/var/lib/dbus/machine-id")
@@ -66,8 +66,9 @@ class NodeContainer(Wire):
 
 @dataclass(frozen=True)
 class Choice:
-    """Who runs the run's containers: pyxis, with `nodes` (node -> its tasks' container; empty:
-    no task runs in one), or else the runtime in each step, `why` not pyxis ("": not asked)."""
+    """Who runs the run's containers: pyxis, in `nodes` (node -> its tasks' container), or, with
+    no `nodes`, the runtime in each step; `why` not pyxis ("": pyxis holds them, or was out of
+    the question: no container, or `slurm.containers: runtime`)."""
 
     nodes: Mapping[str, ContainerSettings]
     why: str = ""
@@ -75,7 +76,7 @@ class Choice:
 
 def has_pyxis(run: Runner) -> bool:
     """Whether this Slurm's srun takes `--container-image` (pyxis adds it to `srun --help`)."""
-    return HELP_FLAG in run(["srun", "--help"], None).stdout
+    return IMAGE_FLAG in run(["srun", "--help"], None).stdout
 
 
 def first_look(config: ClusterConfig, way: str, run: Runner) -> str | None:
@@ -158,7 +159,7 @@ def node_container(run_id: str, box: ContainerSettings, root: str, workdir: str)
     mounts += [f"{path}:{path}:ro+nofail" for path in MACHINE_IDS]  # nofail: a node may lack one
     mounts += [_mount(mount) for mount in box.mounts]
     options = [
-        f"{HELP_FLAG}={enroot_uri(box.image)}",
+        f"{IMAGE_FLAG}={enroot_uri(box.image)}",
         f"--container-name={container_name(run_id)}",
         f"--container-mounts={','.join(mounts)}",
         f"--container-workdir={workdir}",
