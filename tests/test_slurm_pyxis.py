@@ -99,6 +99,12 @@ def test_a_nodes_container_mounts_tfctls_folders_and_the_users_with_pyxis_flags(
     [
         (boxed(), PYXIS_HELP, ""),
         (boxed(image="/shared/train.sqsh"), PYXIS_HELP, ""),
+        (boxed(worker='container: {image: x, mounts: ["/d:/d:ro,rslave"]}', slurm=", nodes: 3"), PYXIS_HELP, ""),
+        (
+            boxed(worker='container: {image: x, mounts: ["/a,b:/a,b"]}'),
+            PYXIS_HELP,
+            "`jobs.worker.container.mounts` has a path with a comma",
+        ),
         (boxed(), PLAIN_HELP, "this Slurm's srun has no --container-image (pyxis is not installed)"),
         (boxed(image="/srv/rootfs"), PYXIS_HELP, "`container.image` is a rootfs folder (/srv/rootfs)"),
         (boxed(image="/srv/train.tar"), PYXIS_HELP, "`container.image` is an image tarball (/srv/train.tar)"),

@@ -88,8 +88,8 @@ def first_look(config: ClusterConfig, way: str, run: Runner) -> str | None:
     why = "" if has_pyxis(run) else "this Slurm's srun has no --container-image (pyxis is not installed)"
     for job in config.jobs:
         box = config.container_for(job)
-        if not why and box is not None:
-            why = _unfit(box, f"jobs.{job}.container" if config.jobs[job].container else "container")
+        key = f"jobs.{job}.container" if config.jobs[job].container else "container"
+        why = why or ("" if box is None else _unfit(box, key))
     _refuse(way, why)
     return why
 
@@ -128,7 +128,7 @@ def _unfit(box: ContainerSettings, key: str) -> str:
     if box.image.startswith("/") and not box.image.endswith(SQUASHFS):
         kind = "an image tarball" if box.image.endswith(".tar") else "a rootfs folder"
         return f"`{key}.image` is {kind} ({box.image}), which pyxis cannot run"
-    if any("," in mount for mount in box.mounts):
+    if any("," in path for mount in box.mounts for path in mount.split(":")[:2]):
         return f"`{key}.mounts` has a path with a comma, which pyxis's --container-mounts cannot take"
     return ""
 
