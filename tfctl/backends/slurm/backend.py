@@ -198,7 +198,7 @@ class SlurmBackend:
 
     def __init__(self, run: Runner = run_slurm, import_images: StepsRunner = import_images) -> None:
         self.run = run
-        self.import_images = import_images
+        self._import_images = import_images  # injected, as `run` is
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         if per_task:
@@ -302,7 +302,7 @@ class SlurmBackend:
         def waiting(seconds: float) -> None:
             progress("slurm", f"importing {images} ({seconds:.0f}s; imports end at container.pull_timeout)")
 
-        failed = self.import_images(steps, timeout, waiting)
+        failed = self._import_images(steps, timeout, waiting)
         if failed:
             lines = "\n".join(f"  {node}: {why}" for node, why in sorted(failed.items()))
             raise SlurmError(f"pyxis could not start the tasks' containers:\n{lines}", hint=IMPORT_FIX)
