@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Sequence
 
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.slurm.allocation import (
     JobState,
     Runner,
+    SlurmError,
     batch_host,
     cancel,
     current_job,
@@ -46,6 +48,16 @@ from tfctl.backends.slurm.placement import (
     step_options,
     task_count,
 )
+from tfctl.backends.slurm.pyxis import (
+    IMPORT_FIX,
+    NodeContainer,
+    StepsRunner,
+    choose,
+    first_look,
+    import_images,
+    node_container,
+    without_containers,
+)
 from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
@@ -74,7 +86,10 @@ class SlurmAllocation(Wire):
     """The run's allocation: its job id, whether tfctl asked for it (and so ends it), what each
     task's job step asks Slurm for beyond one task (its component, GPUs and cores), how long before
     its time limit Slurm signals the tasks (0: it does not), and of a heterogeneous job, the
-    component of each node (empty: one component), and whether the controller runs inside it."""
+    component of each node (empty: one component), whether the controller runs inside it, and
+    the container each node's steps run in where pyxis holds the tasks' containers (`pyxis.py`)."""
+
+    NESTED: ClassVar[Mapping[str, Any]] = {"containers": ("dict", NodeContainer)}
 
     job_id: str
     owned: bool
@@ -84,6 +99,7 @@ class SlurmAllocation(Wire):
     inside: bool = False  # the run's controller runs in this allocation's batch script (tfctl's own)
     successor: str = ""  # the batch job queued to take the run up if this allocation ends under it
     handed_over: str = ""  # why the allocation ended (TIMEOUT, PREEMPTED), as its controller saw at its end
+    containers: Dict[str, NodeContainer] = field(default_factory=dict)  # node -> its container (pyxis)
 
 
 def allocation_of(record: RunRecord) -> SlurmAllocation:
@@ -114,6 +130,11 @@ def _shown_nodes(state: JobState) -> str:
     return "; ".join(f"component {i}: {', '.join(nodes)}" for i, nodes in enumerate(state.components))
 
 
+def _het_group(groups: Mapping[str, int], node: str) -> list[str]:
+    """A step's component of the heterogeneous job, for a node of one."""
+    return [f"--het-group={groups[node]}"] if node in groups else []
+
+
 def _word(state: JobState) -> str:
     """The state's word: `CANCELLED` of `CANCELLED by 0`; "" once Slurm forgot the job."""
     return (state.state.split() or [""])[0]
@@ -130,12 +151,18 @@ class StepLauncher:
     def __init__(self, allocation: SlurmAllocation) -> None:
         self.allocation = allocation
 
+    def argv(self, host: str, agent: HostAgent, run_id: str, task: TaskSpec) -> list[str]:
+        """The task's step: its monitor, in the node's container where pyxis holds one (then
+        `agent.python` is the image's)."""
+        box = self.allocation.containers.get(host)
+        extra = (*self.allocation.steps.get(task.name, []), *(box.options if box else ()))
+        argv = step_argv(self.allocation.job_id, host, name=f"{run_id}:{task.name}", extra=extra)
+        return [*argv, agent.python, "-I", "-S", agent.artifact_path(), "monitor", agent.root, run_id, task.name]
+
     def launch(self, host: str, agent: HostAgent, run_id: str, tasks: Sequence[TaskSpec]) -> None:
         for task in tasks:
-            extra = tuple(self.allocation.steps.get(task.name, []))
-            argv = step_argv(self.allocation.job_id, host, name=f"{run_id}:{task.name}", extra=extra)
             subprocess.Popen(
-                [*argv, agent.python, "-I", "-S", agent.artifact_path(), "monitor", agent.root, run_id, task.name],
+                self.argv(host, agent, run_id, task),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -169,8 +196,9 @@ class SlurmBackend:
     waiting_for: str | None = "Slurm"
     places_devices = True  # each task's step asks Slurm for its GPUs and cores
 
-    def __init__(self, run: Runner = run_slurm) -> None:
+    def __init__(self, run: Runner = run_slurm, import_images: StepsRunner = import_images) -> None:
         self.run = run
+        self._import_images = import_images  # injected, as `run` is
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         if per_task:
@@ -203,6 +231,8 @@ class SlurmBackend:
 
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
         tasks = task_count(config)
+        settings = settings_of(config)
+        looked = first_look(config, settings.containers, self.run)  # a refusal comes before the queue
         job_id = current_job()
         inside = job_id is not None and os.environ.get(CONTROLLER_ENV) == job_id  # tfctl's own batch job
         owned = job_id is None or inside
@@ -213,34 +243,81 @@ class SlurmBackend:
             progress("slurm", f"the run's controller runs in job {job_id}, on {socket.gethostname()}")
         else:
             progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
+        groups: dict[str, int] = {}
         try:
             state = wait_running(job_id, progress, self.run)
+            if len(components(config)) > 1 and owned:
+                placed = place(config, nodes_by_job(config, state.components))
+                groups = {
+                    node: index for index in reversed(range(len(state.components))) for node in state.components[index]
+                }
+            else:  # one component; or the job tfctl runs inside, whatever its shape
+                placed = place(config, state.nodes)
+            progress("slurm", f"job {job_id} running on {_shown_nodes(state)}")
+            boxes = self._containers(placed, looked, run_id, job_id, groups, progress)
         except BaseException:
             if owned:
                 cancel(job_id, self.run)
             raise
-        settings = settings_of(config)
-        groups: dict[str, int] = {}
-        if len(components(config)) > 1 and owned:
-            placed = place(config, nodes_by_job(config, state.components))
-            groups = {
-                node: index for index in reversed(range(len(state.components))) for node in state.components[index]
-            }
-        else:  # one component; or the job tfctl runs inside, whatever its shape
-            placed = place(config, state.nodes)
-        progress("slurm", f"job {job_id} running on {_shown_nodes(state)}")
+        if boxes:  # the nodes' steps run in them: the tasks run bare there, with the image's Python
+            placed = without_containers(placed)
         options = step_options(config) if owned else step_options(config, heterogeneous=False)
         successor = ""
         if inside and allocation_number() <= settings.resubmit:  # (it dies with this allocation: see batch)
             successor = submit_successor(config, run_id, job_id, self.run).job_id
             progress("slurm", f"job {successor} takes the run up if job {job_id} ends under it")
-        allocation = SlurmAllocation(job_id, owned, options, settings.signal_before or 0, groups, inside, successor)
+        allocation = SlurmAllocation(
+            job_id, owned, options, settings.signal_before or 0, groups, inside, successor, containers=boxes
+        )
         return Acquired(placed, allocation.to_wire(), settings.resubmit if owned else 0)
 
+    def _containers(
+        self,
+        placed: ClusterConfig,
+        looked: str | None,
+        run_id: str,
+        job_id: str,
+        groups: Mapping[str, int],
+        progress: Progress,
+    ) -> dict[str, NodeContainer]:
+        """Where pyxis holds the tasks' containers (`slurm.containers`, and what `first_look`
+        found): node -> its container, its image imported there by a first step; empty: tasks
+        run bare, or in the runtime each step starts."""
+        choice = choose(placed, settings_of(placed).containers, looked)
+        if choice.why:
+            progress("slurm", f"containers: the node's runtime in each step (not pyxis: {choice.why})")
+        if not choice.nodes:
+            return {}
+        root, workdir = str(tfctl_home()), str(placed.workdir or placed.path.resolve().parent)  # as the tasks run
+        boxes = {node: node_container(run_id, box, root, workdir) for node, box in choice.nodes.items()}
+        images = ", ".join(sorted({box.image for box in choice.nodes.values()}))
+        progress("slurm", f"containers: pyxis; importing {images} on {', '.join(boxes)}")
+        steps = {}
+        for node, box in boxes.items():
+            extra = (*_het_group(groups, node), "--overlap", *box.options)
+            steps[node] = [*step_argv(job_id, node, name=f"{run_id}:import", extra=extra), "true"]
+        began = time.monotonic()
+        timeout = max(box.pull_timeout for box in choice.nodes.values())
+
+        def waiting(seconds: float) -> None:
+            progress("slurm", f"importing {images} ({seconds:.0f}s; imports end at container.pull_timeout)")
+
+        failed = self._import_images(steps, timeout, waiting)
+        if failed:
+            lines = "\n".join(f"  {node}: {why}" for node, why in sorted(failed.items()))
+            raise SlurmError(f"pyxis could not start the tasks' containers:\n{lines}", hint=IMPORT_FIX)
+        progress("slurm", f"containers ready in {time.monotonic() - began:.1f}s")
+        return boxes
+
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
+        """The node, reached by job steps; where pyxis holds its container, every step runs in it,
+        with the image's Python."""
         allocation = SlurmAllocation.from_wire(state) if state else SlurmAllocation("(job)", False)
-        spec = SlurmStepSpec(allocation.job_id, allocation.groups.get(host), config.python_for(host))
-        return HostSpec(host, config.python_for(host), str(tfctl_home()), spec)
+        box = allocation.containers.get(host)
+        spec = SlurmStepSpec(
+            allocation.job_id, allocation.groups.get(host), config.python_for(host), box.options if box else []
+        )
+        return HostSpec(host, box.python if box else config.python_for(host), str(tfctl_home()), spec)
 
     def monitor_launcher(self, record: RunRecord) -> StepLauncher:
         return StepLauncher(allocation_of(record))
@@ -318,7 +395,7 @@ class SlurmBackend:
         host = batch_host(allocation.job_id, self.run)
         if host is None:
             return None
-        python = next((h.python for h in record.hosts if h.name == host), None)
+        python = next((_own_python(h) for h in record.hosts if h.name == host), None)
         return relay_step(allocation.job_id, host, allocation.groups.get(host), python, str(door))
 
     def report(self, record: RunRecord) -> BackendReport:
@@ -330,7 +407,13 @@ class SlurmBackend:
         if not record.hosts:
             return ()
         node = record.hosts[0]
-        return (PruneTarget(HostSpec(NODES_LABEL, node.python, node.root, LocalSpec()), every_host=True),)
+        return (PruneTarget(HostSpec(NODES_LABEL, _own_python(node), node.root, LocalSpec()), every_host=True),)
+
+
+def _own_python(node: HostSpec) -> str | None:
+    """The cluster file's interpreter for the node, outside any container of its (a path in the
+    image means nothing here): what runs plumbing on it, and the supervisor here that prunes."""
+    return node.transport.python if isinstance(node.transport, SlurmStepSpec) else node.python
 
 
 BACKEND = SlurmBackend()

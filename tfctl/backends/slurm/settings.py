@@ -40,6 +40,7 @@ class SlurmSettings:
     resubmit: int = 0  # new allocations for the same run when one ends by its time limit or preemption
     signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
     controller: str = "login"  # where the run's controller runs: here (`login`) or in the allocation's batch script
+    containers: str = "auto"  # CONTAINER_WAYS: who runs the tasks' containers (`pyxis.py`)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ def _mem(doc: Doc, path: str, value: Any) -> Any:
 
 
 CONTROLLERS = ("login", "allocation")
+CONTAINER_WAYS = ("auto", "pyxis", "runtime")
 
 DESCRIPTION = "`slurm` on nodes Slurm allocates"
 
@@ -125,6 +127,11 @@ slurm_section = Section(
         "signal_before": _whole_number("signal_before", 1, "e.g. `signal_before: 60` (seconds)"),
         "controller": _choice(
             CONTROLLERS, "`login`: on the machine that ran `up`; `allocation`: in the batch script of the allocation"
+        ),
+        "containers": _choice(
+            CONTAINER_WAYS,
+            "`pyxis`: each step in its node's container (`srun --container-image`); "
+            "`runtime`: the node's podman, docker or apptainer inside each step; `auto`: pyxis where srun has it",
         ),
     },
     SlurmSettings,
@@ -162,6 +169,10 @@ KEY_DOCS: dict[str, str] = {
     "slurm.resubmit": "New allocations for the same run when one ends by its time limit or preemption.",
     "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
     "slurm.controller": "Where the run's controller runs: `login` (where `up` ran) or `allocation` (its first node).",
+    "slurm.containers": (
+        "Who runs the tasks' `container:`: `pyxis` (each step in its node's container, `srun --container-image`),"
+        " `runtime` (the node's podman, docker or apptainer inside each step), or `auto` (pyxis where srun has it)."
+    ),
     "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
     "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
     "jobs.<job>.slurm": "With `backend: slurm`: the job's own nodes; jobs that differ make a heterogeneous job.",

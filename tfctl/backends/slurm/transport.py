@@ -13,9 +13,9 @@ import shlex
 import signal
 import subprocess
 import sys
-from typing import ClassVar, Optional
+from typing import ClassVar, List, Optional, Sequence
 
-from tfctl.supervisor.records import record
+from tfctl.supervisor.records import field, record
 from tfctl.transport.base import Transport, Tunnel, shell_path
 from tfctl.transport.local import LocalTransport
 from tfctl.transport.specs import TransportSpec
@@ -42,21 +42,32 @@ class SlurmTransport(LocalTransport):
     # srun reports every stream tfctl ends (its conversations) as a cancelled step: not news.
     _stream_stderr = subprocess.DEVNULL
 
-    def __init__(self, host: str, job_id: str, het_group: int | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        job_id: str,
+        het_group: int | None = None,
+        python: str | None = None,
+        container: Sequence[str] = (),
+    ) -> None:
         super().__init__(host)
         self.job_id = job_id
         self.python = python
         self.options = (*([f"--het-group={het_group}"] if het_group is not None else []), "--overlap")
+        self.container = tuple(container)
 
-    def _argv(self, command: str, tty: bool = False) -> list[str]:
-        extra = (*self.options, *(("--pty",) if tty else ()))
+    def _argv(self, command: str, tty: bool = False, *, boxed: bool = True) -> list[str]:
+        """A step running `command`; in the node's container (pyxis) where it has one, unless
+        not `boxed`."""
+        extra = (*self.options, *(("--pty",) if tty else ()), *(self.container if boxed else ()))
         return [*step_argv(self.job_id, self.host, extra=extra), "/bin/sh", "-c", command]
 
     def _relay_argv(self, to: str) -> list[str]:
         """A job step on the node joining its stdin and stdout to `to` there: a loopback port, or
-        a Unix socket's path (the allocation is the way in, as ssh's channels are elsewhere)."""
+        a Unix socket's path (the allocation is the way in, as ssh's channels are elsewhere).
+        Plumbing: it runs on the node itself, never in a container."""
         python = shell_path(self.python or sys.executable)  # the files are shared: this one is there too
-        return self._argv(f"exec {python} -c {shlex.quote(RELAY)} {shlex.quote(to)}")
+        return self._argv(f"exec {python} -c {shlex.quote(RELAY)} {shlex.quote(to)}", boxed=False)
 
     def tunnel(self, port: int) -> Tunnel:
         """A job step on the node relaying its stdin and stdout to the node's loopback `port`: the
@@ -150,16 +161,17 @@ class StepTunnel(Tunnel):
 @record
 class SlurmStepSpec(TransportSpec):
     """A node of the run's allocation, reached by job steps (in the component of a heterogeneous
-    job it belongs to); it shares this machine's files."""
+    job it belongs to, and in its container where pyxis holds one); it shares this machine's files."""
 
     KIND: ClassVar[str] = "slurm"
     SHARES_FILES: ClassVar[bool] = True
     job_id: str
     het_group: Optional[int] = None
     python: Optional[str] = None  # the cluster file's for the node: what relays a tunnel there
+    container: List[str] = field(default_factory=list)  # the node's container (pyxis): its steps' srun options
 
     def connect(self, host: str, accept_new_host_keys: bool = False) -> Transport:
-        return SlurmTransport(host, self.job_id, self.het_group, self.python)
+        return SlurmTransport(host, self.job_id, self.het_group, self.python, self.container)
 
 
 SPEC = SlurmStepSpec  # what `transport.specs.read_spec` reads a stored spec of kind "slurm" as
