@@ -117,6 +117,7 @@ def test_each_podman_task_has_its_own_gpus_renumbered_from_0(
         ("podman", "unresolvable CDI devices nvidia.com/gpu=0", "nvidia-ctk cdi generate"),
         ("docker", 'could not select device driver "" with capabilities: [[gpu]]', "nvidia-ctk runtime configure"),
     ],
+    ids=["podman", "docker"],
 )
 def test_a_runtime_that_cannot_give_gpus_stops_up_in_preflight_saying_what_is_missing(
     tmp_path: Path, home: Path, runtime: str, said: str, fix: str, request: pytest.FixtureRequest
@@ -128,7 +129,7 @@ def test_a_runtime_that_cannot_give_gpus_stops_up_in_preflight_saying_what_is_mi
     request.getfixturevalue(f"{runtime}_lab")
     cluster = gpu_cluster(tmp_path, runtime)
     up = tfctl("-f", str(cluster), "up", home=home, env=with_gpus(tmp_path, HOST_GPUS))
-    assert up.returncode != 0
+    assert up.returncode == 1, up.stderr
     assert f"localhost: {runtime} cannot give a container the host's GPUs (" in up.stderr
     assert said in up.stderr and fix in up.stderr  # docker took the --gpus value: its daemon refused
     assert "starting on" not in up.stderr and "Traceback" not in up.stderr
