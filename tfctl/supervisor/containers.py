@@ -133,8 +133,9 @@ class Runtime:
     def tag(self, image: str, name: str) -> List[str]:
         raise NotImplementedError
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
-        """The options giving a container these GPUs (as its host numbers them; some)."""
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        """The options giving a container these GPUs, as its host numbers them (none: no option,
+        the task is hidden from GPUs by an empty CUDA_VISIBLE_DEVICES alone)."""
         raise NotImplementedError
 
     def python(self, spec: ContainerLaunch, code: str, gpus: Sequence[str] = ()) -> List[str]:
@@ -164,7 +165,7 @@ class Podman(Runtime):
         gpus = c.gpus()
         env = dict(c.env)
         if gpus is not None:
-            argv += self.gpu_options(gpus) if gpus else []  # none: hidden by the variable alone
+            argv += self.gpu_options(gpus)
             env[GPU_ENV] = ",".join(str(i) for i in range(len(gpus)))  # renumbered from 0 inside
         for key, value in sorted(env.items()):
             argv += ["--env", "%s=%s" % (key, value)]
@@ -177,7 +178,7 @@ class Podman(Runtime):
         rootless containers keep their id."""
         return [] if os.getuid() == 0 else ["--userns=keep-id"]
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
         return [a for g in gpus for a in ("--device", "nvidia.com/gpu=%s" % g)]
 
     def image(self, image: str) -> List[str]:
@@ -214,7 +215,7 @@ class Podman(Runtime):
         # The task's own mounts and options: its Python may come from one (a venv mounted in).
         volumes = [arg for mount in spec.mounts for arg in ("--volume", mount)]
         argv = [self.exe, "run", "--rm", "--network", "host", *volumes, "--entrypoint", spec.python]
-        argv += self.gpu_options(list(gpus)) if gpus else []
+        argv += self.gpu_options(gpus)
         return argv + list(spec.options) + self.image(spec.image) + ["-c", code]
 
 
@@ -231,7 +232,9 @@ class Docker(Podman):
     def user(self) -> List[str]:
         return ["--user", "%d:%d" % (os.getuid(), os.getgid())]
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        if not gpus:
+            return []  # `--gpus "device="` asks for a device named ""
         return ["--gpus", '"device=%s"' % ",".join(gpus)]  # quoted: docker reads the value as CSV
 
     def image(self, image: str) -> List[str]:
@@ -264,21 +267,20 @@ class Apptainer(Runtime):
         argv = [self.exe, "exec", "--pid", "--cleanenv", "--pwd", c.cwd]
         for mount in c.mounts:
             argv += ["--bind", mount]
-        gpus = c.gpus()
-        argv += self.gpu_options(gpus) if gpus else []
+        argv += self.gpu_options(c.gpus() or [])
         for key, value in sorted(c.env.items()):
             argv += ["--env", "%s=%s" % (key, value)]
         return argv + list(c.spec.options) + [c.spec.image, c.spec.python] + c.entry()
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
-        return ["--nv"]  # all of the host's; CUDA_VISIBLE_DEVICES picks the task's
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        return ["--nv"] if gpus else []  # all of the host's; CUDA_VISIBLE_DEVICES picks the task's
 
     def has_image(self, image: str) -> List[str]:
         return ["test", "-e", image]
 
     def python(self, spec: ContainerLaunch, code: str, gpus: Sequence[str] = ()) -> List[str]:
         binds = [arg for mount in spec.mounts for arg in ("--bind", mount)]
-        nv = self.gpu_options(list(gpus)) if gpus else []
+        nv = self.gpu_options(gpus)
         return [self.exe, "exec", "--cleanenv", *binds, *nv, *spec.options, spec.image, spec.python, "-c", code]
 
 
