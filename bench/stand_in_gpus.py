@@ -49,15 +49,14 @@ def cdi_spec(dev: Path, count: int) -> dict:
 
 
 class StandInGpus:
-    """`count` stand-in GPUs for the podman on PATH, while in a `with` block; `env` puts the
-    lab's `podman` first on PATH."""
+    """`count` stand-in GPUs for podman, while in a `with` block, for the podman in `bin` (put it
+    first on PATH)."""
 
     def __init__(self, base: Path, count: int) -> None:
         self.base = base
         self.count = count
         self.namespace = base / "ns" / "mnt"
         self.bin = base / "bin"
-        self.env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
 
     def __enter__(self) -> "StandInGpus":
         podman = shutil.which("podman")
@@ -72,15 +71,19 @@ class StandInGpus:
         # The namespace file is bind-mounted onto: its folder must be a mount that is not shared.
         held = str(self.namespace.parent)
         subprocess.run(["mount", "--bind", held, held], check=True)
-        subprocess.run(["mount", "--make-private", held], check=True)
-        self.namespace.touch()
-        subprocess.run(
-            ["unshare", f"--mount={self.namespace}", "--propagation", "private", "sh", "-c", MOUNT_ETC, "sh"]
-            + [str(etc), str(specs)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        try:
+            subprocess.run(["mount", "--make-private", held], check=True)
+            self.namespace.touch()
+            subprocess.run(
+                ["unshare", f"--mount={self.namespace}", "--propagation", "private", "sh", "-c", MOUNT_ETC, "sh"]
+                + [str(etc), str(specs)],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+        except BaseException:
+            self.__exit__()
+            raise
         wrapper = self.bin / "podman"
         wrapper.write_text(f'#!/bin/sh\nexec nsenter --mount={self.namespace} -- {podman} "$@"\n')
         wrapper.chmod(0o755)
