@@ -144,7 +144,10 @@ def info(root: str, request: InfoRequest) -> InfoAnswer:
     """What preflight compares across hosts and places tasks on: who we are, which Python and
     TensorFlow run tasks, the cores and (when asked) the GPUs, and which hosts share our home."""
     found, error = devices.gpus() if request.gpus else ([], None)
-    asked = python_info(request.python) if request.container is None else container_info(request.container)
+    if request.container is None:
+        asked = python_info(request.python)
+    else:
+        asked = container_info(request.container, [str(g.index) for g in found])
     return asked.replace(cpus=devices.cpu_cores(), gpus=found, gpu_error=error, filesystem=filesystem_token(root))
 
 
@@ -173,10 +176,11 @@ def python_info(asked: Optional[str]) -> InfoAnswer:
     )
 
 
-def container_info(spec: ContainerLaunch) -> InfoAnswer:
-    """Who we are and which Python and TensorFlow the tasks' image has, or why they cannot run in it."""
+def container_info(spec: ContainerLaunch, gpus: Sequence[str]) -> InfoAnswer:
+    """Who we are and which Python and TensorFlow the tasks' image has, given the host's `gpus`,
+    or why they cannot run in it."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
-    where, fetched, lines, error = containers.probe(spec)
+    where, fetched, lines, error = containers.probe(spec, gpus)
     if error is not None or len(lines) < 2:
         return InfoAnswer(hostname, own_version, container=where, container_error=error or "no answer from the image")
     tf = (lines[2] if len(lines) > 2 else "") or None

@@ -36,6 +36,8 @@ AUTO_ORDER = ("podman", "docker", "apptainer")
 CALL_TIMEOUT = 60.0  # a runtime command that takes longer than this is stuck
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
 TARBALL_IMAGES = "localhost/tfctl-tarball"  # the name a loaded tarball's image is tagged with
+# docker's last line after an error, which says nothing of it: the line before it is the error.
+HELP_FOOTER = re.compile(r"^Run '.*--help' for more information\.?$")
 
 
 def is_tarball(image: str) -> bool:
@@ -94,6 +96,7 @@ class Runtime:
     """A container runtime, by its command lines; `exe` is its program's path."""
 
     name = ""
+    gpu_fix = ""  # what a host needs for this runtime to give a container its GPUs
 
     def __init__(self, exe: str) -> None:
         self.exe = exe
@@ -130,8 +133,13 @@ class Runtime:
     def tag(self, image: str, name: str) -> List[str]:
         raise NotImplementedError
 
-    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
-        """The image's Python running `code`, for preflight."""
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        """The options giving a container these GPUs, as its host numbers them (none: no option,
+        the task is hidden from GPUs by an empty CUDA_VISIBLE_DEVICES alone)."""
+        raise NotImplementedError
+
+    def python(self, spec: ContainerLaunch, code: str, gpus: Sequence[str] = ()) -> List[str]:
+        """The image's Python running `code`, for preflight, with these of the host's GPUs."""
         raise NotImplementedError
 
 
@@ -139,6 +147,10 @@ class Podman(Runtime):
     """podman: daemonless; `--rm` has conmon remove a container whose client was killed."""
 
     name = "podman"
+    gpu_fix = (
+        "podman gives a container GPUs by CDI: generate the host's spec with"
+        " `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit)"
+    )
 
     def run(self, c: Container) -> List[str]:
         # No --sig-proxy: a signal for the task reaches the tether, once (`procfs.to_signal`). No
@@ -166,7 +178,7 @@ class Podman(Runtime):
         rootless containers keep their id."""
         return [] if os.getuid() == 0 else ["--userns=keep-id"]
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
         return [a for g in gpus for a in ("--device", "nvidia.com/gpu=%s" % g)]
 
     def image(self, image: str) -> List[str]:
@@ -199,10 +211,11 @@ class Podman(Runtime):
             return ["test", "-d", image]
         return [self.exe, "image", "exists", *self.image(image)]
 
-    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
+    def python(self, spec: ContainerLaunch, code: str, gpus: Sequence[str] = ()) -> List[str]:
         # The task's own mounts and options: its Python may come from one (a venv mounted in).
         volumes = [arg for mount in spec.mounts for arg in ("--volume", mount)]
         argv = [self.exe, "run", "--rm", "--network", "host", *volumes, "--entrypoint", spec.python]
+        argv += self.gpu_options(gpus)
         return argv + list(spec.options) + self.image(spec.image) + ["-c", code]
 
 
@@ -211,11 +224,17 @@ class Docker(Podman):
     tether ends it with its monitor, and `--rm` has the daemon remove it."""
 
     name = "docker"
+    gpu_fix = (
+        "docker gives a container GPUs through the NVIDIA Container Toolkit: install it, run"
+        " `nvidia-ctk runtime configure --runtime=docker` and restart dockerd"
+    )
 
     def user(self) -> List[str]:
         return ["--user", "%d:%d" % (os.getuid(), os.getgid())]
 
-    def gpu_options(self, gpus: List[str]) -> List[str]:
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        if not gpus:
+            return []  # `--gpus "device="` asks for a device named ""
         return ["--gpus", '"device=%s"' % ",".join(gpus)]  # quoted: docker reads the value as CSV
 
     def image(self, image: str) -> List[str]:
@@ -242,23 +261,27 @@ class Apptainer(Runtime):
     in its own PID namespace (`--pid`), so it ends with it and signals stop it."""
 
     name = "apptainer"
+    gpu_fix = "apptainer's --nv needs the NVIDIA driver's libraries on the host (ldconfig -p lists them)"
 
     def run(self, c: Container) -> List[str]:
         argv = [self.exe, "exec", "--pid", "--cleanenv", "--pwd", c.cwd]
         for mount in c.mounts:
             argv += ["--bind", mount]
-        if c.gpus() is not None:
-            argv.append("--nv")  # all of the host's; CUDA_VISIBLE_DEVICES picks the task's
+        argv += self.gpu_options(c.gpus() or [])
         for key, value in sorted(c.env.items()):
             argv += ["--env", "%s=%s" % (key, value)]
         return argv + list(c.spec.options) + [c.spec.image, c.spec.python] + c.entry()
 
+    def gpu_options(self, gpus: Sequence[str]) -> List[str]:
+        return ["--nv"] if gpus else []  # all of the host's; CUDA_VISIBLE_DEVICES picks the task's
+
     def has_image(self, image: str) -> List[str]:
         return ["test", "-e", image]
 
-    def python(self, spec: ContainerLaunch, code: str) -> List[str]:
+    def python(self, spec: ContainerLaunch, code: str, gpus: Sequence[str] = ()) -> List[str]:
         binds = [arg for mount in spec.mounts for arg in ("--bind", mount)]
-        return [self.exe, "exec", "--cleanenv", *binds, *spec.options, spec.image, spec.python, "-c", code]
+        nv = self.gpu_options(gpus)
+        return [self.exe, "exec", "--cleanenv", *binds, *nv, *spec.options, spec.image, spec.python, "-c", code]
 
 
 RUNTIMES = {cls.name: cls for cls in (Podman, Docker, Apptainer)}
@@ -298,7 +321,8 @@ def run(argv: List[str], timeout: float = CALL_TIMEOUT) -> Tuple[bool, str, str]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, "", str(e)
-    errors = done.stderr.decode(errors="replace").strip().splitlines()
+    lines = done.stderr.decode(errors="replace").strip().splitlines()
+    errors = [line for line in lines if line.strip() and not HELP_FOOTER.match(line)]
     return done.returncode == 0, done.stdout.decode(errors="replace"), errors[-1] if errors else ""
 
 
@@ -315,14 +339,18 @@ except Exception as e:
 PROBE_TIMEOUT = 50.0  # a TensorFlow import in a cold container takes seconds
 
 
-def probe(spec: ContainerLaunch) -> Tuple[str, str, List[str], Optional[str]]:
-    """Preflight of a task's container: (what it ran in, how its image came, the image Python's
-    version, executable and TensorFlow version, why it cannot run there)."""
+def probe(spec: ContainerLaunch, gpus: Sequence[str] = ()) -> Tuple[str, str, List[str], Optional[str]]:
+    """Preflight of a task's container, given `gpus` (the host's, where tasks ask for some):
+    (what it ran in, how its image came, the image Python's version, executable and TensorFlow
+    version, why it cannot run there)."""
     try:
         rt = runtime(spec.runtime)
         fetched = fetch(rt, spec)
         where = "%s image %s" % (rt.name, spec.image)
-        ok, out, error = run(rt.python(spec, PROBE), PROBE_TIMEOUT)
+        ok, out, error = run(rt.python(spec, PROBE, gpus), PROBE_TIMEOUT)
+        if not ok and gpus and run(rt.python(spec, PROBE), PROBE_TIMEOUT)[0]:
+            why = "%s cannot give a container the host's GPUs (%s); %s" % (rt.name, error or "failed", rt.gpu_fix)
+            return where, fetched, [], why
     except (AgentError, OSError) as e:
         return "", "", [], str(e)
     if not ok:
