@@ -331,7 +331,11 @@ def test_an_attached_up_through_a_preemption_streams_each_allocation_and_exits_0
     assert goes_on == ["2"], err[-3000:]
     resumed = re.findall(r"^\[worker:0\]\s+worker0 resumed at step (\d+)$", out, re.M)
     assert len(resumed) == 1 and 4 <= int(resumed[0]) < 30, out[-3000:]
-    assert re.search(r"^\[worker:1\]\s+worker1 checkpoint step 30$", out, re.M), out[-3000:]
+    # worker1's lines of the new allocation are streamed too. It is stopped once worker0, the
+    # decisive task, is done: it may be a step or two behind then (CI saw 29).
+    (again,) = re.findall(r"^\[worker:1\]\s+worker1 resumed at step (\d+)$", out, re.M)
+    later = re.findall(r"^\[worker:1\]\s+worker1 checkpoint step (\d+)$", out.split("worker1 resumed")[1], re.M)
+    assert later and int(later[-1]) > int(again) + 10, out[-3000:]
     assert "job succeeded" in err and "0 remain" in err, err[-3000:]
     run_id = json.loads(on_slurm(slurm, home, "runs", "--json").stdout)[-1]["run_id"]
     assert slurm.jobs() == [] and run_processes(slurm, run_id) == []
