@@ -12,6 +12,7 @@ dockerd's network namespace, so a host's containers need a dockerd of the host's
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import resource
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Iterable
 
 from bench.netns_hosts import TestHost
-from tfctl.supervisor.procfs import live_pids, proc_stat
+from tfctl.supervisor import containers
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
 
 IMAGE = "localhost/tfctl-test:py3"
 NEEDED = {
@@ -333,6 +335,31 @@ def host_tree(host: TestHost) -> list[int]:
                 found.add(child)
                 todo.append(child)
     return sorted(found)
+
+
+def freeze(host: TestHost) -> set[int]:
+    """SIGSTOP every process of the host, its containers' among them, as a paused VM would be
+    frozen (again until none was forked meanwhile); the pids stopped, for `thaw`."""
+    frozen: set[int] = set()
+    while not frozen.issuperset(now := host_tree(host)):
+        for pid in set(now) - frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= set(now)
+    return frozen
+
+
+def thaw(frozen: Iterable[int]) -> None:
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def run_processes(run_id: str) -> list[int]:
+    """Every live process of the run, whatever its namespace: its tasks and tethers (by their
+    markers), the runtime clients and conmons of its containers (by the containers' names)."""
+    name = containers.name_for(run_id, "")
+    return [p for p in live_pids() if proc_env_markers(p)[0] == run_id or name in proc_cmdline(p)]
 
 
 def mounts_under(base: Path) -> list[str]:

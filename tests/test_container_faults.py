@@ -1,15 +1,15 @@
-"""The fault series with every task in a podman container (docker in one case): SIGKILL in turn the task's monitor,
-the host supervisor, every tfctl process of a host, the attached `up` and the watcher of `up -d`,
-on localhost and on simulated SSH hosts, each host with its own podman. After each, no container
-of the run is left (asked of each host's podman, by the run's label) and no process of it either
-(by PID: its tasks and tethers by their markers, its runtime clients and conmons by the
-containers' names), and `down` finds nothing to stop. A killed attached `up` has its containers
-stopped by the lease running out on the hosts.
+"""The fault series with every task in a podman container (docker in some cases): SIGKILL in
+turn the task's monitor, the host supervisor, every tfctl process of a host, the attached `up`
+and the watcher of `up -d`, on localhost and on simulated SSH hosts, each host with its own
+podman (and dockerd); and a host frozen, then thawed (bench/container_freeze.py has the longer
+series). After each, no container of the run is left (asked of each host's runtime, by the run's
+label) and no process of it either (by PID: its tasks and tethers by their markers, its runtime
+clients and conmons by the containers' names), and `down` finds nothing to stop. A killed
+attached `up` has its containers stopped by the lease running out on the hosts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,13 +24,13 @@ from typing import Callable, Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, HostDockerLab, HostPodmanLab, Lab, host_tree, skip_reason
+from bench.containers_lab import IMAGE, HostDockerLab, HostPodmanLab, Lab, freeze, run_processes, skip_reason, thaw
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
-from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_stat
 
 ALONE_WITHIN = 40.0  # seconds from the fault until nothing of the run is left anywhere
 
@@ -146,13 +146,6 @@ jobs:
     command: "{task} --name w{{task_index}} --port -1 --sleep {worker_seconds}"
 """)
     return path
-
-
-def left_processes(run_id: str) -> list[int]:
-    """Every live process of the run, whatever its namespace: its tasks and tethers (by their
-    markers), the runtime clients and conmons of its containers (by the containers' names)."""
-    name = containers.name_for(run_id, "")
-    return [p for p in live_pids() if proc_env_markers(p)[0] == run_id or name in proc_cmdline(p)]
 
 
 def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
@@ -271,7 +264,7 @@ def test_no_fault_leaves_a_container_or_a_process(
         killed_at = time.monotonic()
         inject(fault, hosts, home, up, run_id)
         wait_until(
-            lambda: (left_containers(hosts, run_id), left_processes(run_id)),
+            lambda: (left_containers(hosts, run_id), run_processes(run_id)),
             ALONE_WITHIN,
             f"{fault}: every container and process of {run_id} gone",
             until=lambda left: left == ({}, []),
@@ -324,10 +317,7 @@ def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
         tasks = monitors(run_id)
         froze = time.monotonic()
         assert ssh_hosts.lab is not None
-        while not frozen.issuperset(now := host_tree(ssh_hosts.lab.host(host))):  # until nothing new was forked
-            for pid in set(now) - frozen:
-                os.kill(pid, signal.SIGSTOP)
-            frozen |= set(now)
+        frozen = freeze(ssh_hosts.lab.host(host))
         assert {tasks["worker:0"], tasks["worker:1"]} <= frozen
         rest = wait_for_exit(up, 60)
         failed_after = time.monotonic() - froze
@@ -340,18 +330,16 @@ def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
         rows = {
             line.split()[0]: line.split() for line in tfctl("status", "--run", run_id, home=home).stdout.splitlines()
         }
-        assert rows["ps:0"][2:3] == ["stopped"] and rows["ps:0"][4] == "143", rows
+        assert rows["ps:0"][2] == "stopped" and rows["ps:0"][4] == "143", rows
         assert rows["worker:0"][2] == rows["worker:1"][2] == "unreachable", rows
     finally:
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        thaw(frozen)
         if up.poll() is None:
             up.kill()
         up.wait()
     thawed = time.monotonic()
     wait_until(
-        lambda: (left_containers(ssh_hosts, run_id), left_processes(run_id)),
+        lambda: (left_containers(ssh_hosts, run_id), run_processes(run_id)),
         ALONE_WITHIN,
         f"the thawed {host} stopping every container and process of {run_id}",
         until=lambda left: left == ({}, []),
