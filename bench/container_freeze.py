@@ -9,9 +9,11 @@ repo root:
     python -m bench.container_freeze --runtime docker --mode spare --repeat 3
 
 Modes: `attached` (an attached `up`: the run fails after host_timeout; thawed, the host's
-monitors find their lease run out and stop their containers) and `spare` (a detached run with a
+monitors find their lease run out and stop their containers), `spare` (a detached run with a
 spare: the workers move to it; thawed, the watcher has the host stop the tasks it still had,
-containers and all: a detached run holds no lease).
+containers and all: a detached run holds no lease) and `detached` (a detached run: it fails after
+host_timeout; a detached run holds no lease, so the thawed host's tasks run until `down`, timed
+from the thaw, stops them).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from bench.waiting import wait_until
 from tfctl.supervisor import containers
 
 FAKE_TASK = Path(__file__).resolve().parents[1] / "tests" / "tasks" / "fake_task.py"
+MODES = ["attached", "spare", "detached"]
 FROZEN = "tfh1"  # the workers' host; tfh0 runs the ps, tfh2 is the spare
 
 
@@ -81,11 +84,11 @@ def containers_of(runtimes: dict[str, Lab], run_id: str, but: str = "") -> dict[
 
 def one_cycle(lab: TestHostLab, runtimes: dict[str, Lab], folder: Path, mode: str, host_timeout: float) -> list[str]:
     """One freeze and thaw: [seconds to the verdict, seconds from the thaw until the host kept
-    nothing of the run, what `down` said]."""
+    nothing of the run, what `down` said (the one right after the thaw, if any)]."""
     home = folder / "home"
     cluster = write_cluster(folder, lab, next(iter(runtimes.values())).name, host_timeout, mode == "spare")
     up = None
-    if mode == "spare":
+    if mode != "attached":
         started = tfctl(home, "-f", str(cluster), "up", "-d")
         if started.returncode:
             raise SystemExit(started.stderr)
@@ -110,6 +113,10 @@ def one_cycle(lab: TestHostLab, runtimes: dict[str, Lab], folder: Path, mode: st
             up.communicate(timeout=host_timeout + 60)
             if up.returncode != 1:
                 raise SystemExit(f"`up` ended with {up.returncode}, not 1")
+        elif mode == "detached":
+            record = home / "runs" / run_id / "run.json"
+            failed = lambda: json.loads(record.read_text())["state"] == "failed"  # noqa: E731
+            wait_until(failed, host_timeout + 60, "the run failed")
         else:
             moved = lambda: len(containers_of(runtimes, run_id, but=FROZEN).get("tfh2", [])) == 2  # noqa: E731
             wait_until(moved, 60, "the workers moved")
@@ -123,6 +130,12 @@ def one_cycle(lab: TestHostLab, runtimes: dict[str, Lab], folder: Path, mode: st
             up.kill()
             up.wait()
     thawed = time.monotonic()
+    said = ""  # what a `down` right after the thaw said
+    if mode == "detached":
+        down = tfctl(home, "-f", str(cluster), "down", "--run", run_id)
+        said = down.stderr.strip().splitlines()[-1]
+        if down.returncode or "2 containers stopped" not in said:
+            raise SystemExit(f"down after the thaw: {down.stderr}")
 
     def left_on_frozen() -> tuple[list[str], list[int]]:
         return containers_of(runtimes, run_id).get(FROZEN, []), sorted(
@@ -132,7 +145,7 @@ def one_cycle(lab: TestHostLab, runtimes: dict[str, Lab], folder: Path, mode: st
     wait_until(left_on_frozen, 60, f"{FROZEN} keeping nothing of the run", until=lambda left: left == ([], []))
     gone = time.monotonic() - thawed
     down = tfctl(home, "-f", str(cluster), "down", "--run", run_id)
-    proof = down.stderr.strip().splitlines()[-1] if down.stderr.strip() else ""
+    proof = said or down.stderr.strip().splitlines()[-1]
     if down.returncode or "0 remain" not in down.stderr or containers_of(runtimes, run_id) or run_processes(run_id):
         raise SystemExit(f"{run_id} left something: {down.stderr}")
     return [f"{verdict:.1f}", f"{gone:.1f}", proof]
@@ -141,7 +154,7 @@ def one_cycle(lab: TestHostLab, runtimes: dict[str, Lab], folder: Path, mode: st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", nargs="+", choices=["podman", "docker"], default=["podman", "docker"])
-    parser.add_argument("--mode", nargs="+", choices=["attached", "spare"], default=["attached", "spare"])
+    parser.add_argument("--mode", nargs="+", choices=MODES, default=MODES)
     parser.add_argument("--host-timeout", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=1)
     options = parser.parse_args()
