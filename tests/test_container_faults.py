@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -73,8 +74,8 @@ def on_ssh_hosts(
         pytest.skip(reason)
     runtimes: dict[str, Lab] = {h.name: kind(base / kind.name, h) for h in lab.hosts}
     try:
-        for runtime in runtimes.values():
-            runtime.start(rootfs)
+        with ThreadPoolExecutor() as pool:  # the hosts' runtimes start side by side
+            list(pool.map(lambda runtime: runtime.start(rootfs), runtimes.values()))
 
         def tfctl_pids(host: str) -> list[int]:
             return [p for p in lab.host(host).pids() if is_supervisor(proc_cmdline(p), ".tfctl/supervisor-")]
@@ -82,8 +83,8 @@ def on_ssh_hosts(
         ssh = f"ssh: {{config: {lab.ssh_config}, connect_timeout: 10, keepalive: 1}}\nhost_timeout: 10\n"
         yield Hosts("tfh0:2222", ["tfh1:2222", "tfh1:2223"], runtimes, tfctl_pids, ssh, kind.name, lab)
     finally:
-        for runtime in runtimes.values():
-            runtime.tear_down()
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(lambda runtime: runtime.tear_down(), runtimes.values()))
 
 
 @pytest.fixture(scope="module")
