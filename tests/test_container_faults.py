@@ -31,9 +31,10 @@ from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
-from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_stat
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
 
 ALONE_WITHIN = 40.0  # seconds from the fault until nothing of the run is left anywhere
+FROZEN_FOR = 5  # host_timeout of a run whose host freezes
 
 
 @dataclass
@@ -149,9 +150,10 @@ jobs:
     return path
 
 
-def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
+def left_containers(hosts: Hosts, run_id: str, but: str = "") -> dict[str, list[str]]:
+    """The run's containers on each host (but one: a frozen host's dockerd answers nothing)."""
     label = f"{containers.RUN_LABEL}={run_id}"
-    return {host: found for host, lab in hosts.runtimes.items() if (found := lab.containers(label))}
+    return {host: found for host, lab in hosts.runtimes.items() if host != but and (found := lab.containers(label))}
 
 
 def monitors(run_id: str) -> dict[str, int]:
@@ -302,31 +304,37 @@ def test_exec_reaches_the_tasks_container_on_an_ssh_host(ssh_hosts: Hosts, tmp_p
     assert down.returncode == 0 and "3 containers stopped on 2 hosts; 0 remain" in down.stderr, down.stderr
 
 
+@pytest.mark.parametrize("where", ["ssh_hosts", "ssh_docker"])
 def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
-    ssh_hosts: Hosts, tmp_path: Path, home: Path
+    where: str, request: pytest.FixtureRequest, tmp_path: Path, home: Path
 ) -> None:
-    """Every process of the workers' host SIGSTOPped (its supervisor, monitors, conmons and the
-    containers' processes): the run fails after host_timeout, the other host's container is
-    stopped meanwhile; thawed, the host's monitors find their lease run out and stop theirs."""
-    cluster = write_cluster(tmp_path, ssh_hosts, -1)
+    """Every process of the workers' host SIGSTOPped (its supervisor, monitors, conmons or
+    dockerd and shims, and the containers' processes): the run fails after host_timeout, the
+    other host's container is stopped meanwhile; thawed, the host's monitors find their lease run
+    out and stop theirs."""
+    hosts: Hosts = request.getfixturevalue(where)
+    assert hosts.lab is not None
+    cluster = write_cluster(tmp_path, hosts, -1)
+    cluster.write_text(cluster.read_text().replace("host_timeout: 10", f"host_timeout: {FROZEN_FOR}"))
     up, run_id = start(cluster, home, attached=True)
     assert up is not None and up.stderr is not None
-    host = ssh_hosts.workers[0].rsplit(":", 1)[0]
+    host = hosts.workers[0].rsplit(":", 1)[0]
     frozen: set[int] = set()
     try:
-        assert sum(len(c) for c in left_containers(ssh_hosts, run_id).values()) == 3
+        assert sum(len(c) for c in left_containers(hosts, run_id).values()) == 3
         tasks = monitors(run_id)
         froze = time.monotonic()
-        assert ssh_hosts.lab is not None
-        frozen = freeze(ssh_hosts.lab.host(host))
+        frozen = freeze(hosts.lab.host(host))
         assert {tasks["worker:0"], tasks["worker:1"]} <= frozen
         rest = wait_for_exit(up, 60)
         failed_after = time.monotonic() - froze
         assert up.returncode == 1, rest
-        assert re.search(rf"lost contact with {host} since \d\d:\d\d:\d\d \(10s, host_timeout\)", rest), rest
-        # The healthy host's container is stopped with the run; the frozen host's are left as they were.
-        left = left_containers(ssh_hosts, run_id)
-        assert list(left) == [host] and len(left[host]) == 2, left
+        assert re.search(rf"lost contact with {host} since \d\d:\d\d:\d\d \({FROZEN_FOR}s, host_timeout\)", rest), rest
+        # The healthy host's container is stopped with the run (a frozen dockerd answers nothing:
+        # not asked); the frozen host's tasks, conmons and shims are left as they were.
+        assert left_containers(hosts, run_id, but=host) == {}
+        kept = {p for p in run_processes(run_id) if p in frozen}
+        assert {p for p in kept if proc_env_markers(p)[0] == run_id}, kept  # its tasks and tethers
         # What still ran was stopped cleanly: SIGTERM reached the ps through its tether.
         rows = {
             line.split()[0]: line.split() for line in tfctl("status", "--run", run_id, home=home).stdout.splitlines()
@@ -340,12 +348,14 @@ def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
         up.wait()
     thawed = time.monotonic()
     wait_until(
-        lambda: (left_containers(ssh_hosts, run_id), run_processes(run_id)),
+        lambda: (left_containers(hosts, run_id), run_processes(run_id)),
         ALONE_WITHIN,
         f"the thawed {host} stopping every container and process of {run_id}",
         until=lambda left: left == ({}, []),
         interval=0.2,
     )
-    print(f"up failed {failed_after:.1f}s after the freeze; thawed, all gone in {time.monotonic() - thawed:.1f}s")
+    print(
+        f"{where}: up failed {failed_after:.1f}s after the freeze; thawed, all gone in {time.monotonic() - thawed:.1f}s"
+    )
     down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
     assert down.returncode == 0 and "0 remain" in down.stderr, down.stderr  # containers counted in it
