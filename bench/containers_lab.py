@@ -212,7 +212,8 @@ class DockerLab(Lab):
                 # dockerd waits up to 15 s for its containerd on SIGTERM: with no container left,
                 # both (one process group, started as its own session) are killed after a moment.
                 # The group, as the daemon may be `nsenter`'s child (HostDockerLab).
-                os.killpg(self.daemon.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.daemon.pid, signal.SIGTERM)
                 try:
                     self.daemon.wait(3)
                 except subprocess.TimeoutExpired:
@@ -243,8 +244,8 @@ class HostDockerLab(DockerLab):
 
     def remove_files(self, *more: Path) -> None:
         """What dockerd left mounted lives in the host's mount namespace: unmounted there."""
-        with open(f"/proc/{self.host.init_pid}/mounts") as f:
-            for point in below(self.base, f):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{self.host.init_pid}/mounts") as f:
+            for point in below(self.base, f):  # (none to see once the host is gone)
                 self.host.exec(["umount", point])
         super().remove_files(*more)
 
