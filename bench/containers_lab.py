@@ -5,11 +5,14 @@ podman is configured through CONTAINERS_CONF and CONTAINERS_STORAGE_CONF alone, 
 machine's files: runc (crun refuses these cgroup v1 machines: "cgroups in hybrid mode not
 supported"), cgroupfs, and ulimits within the hard limits (podman's default nofile is above them
 here). docker is a dockerd of the suite's, on its own socket (DOCKER_HOST) and data folder,
-stopped by its PID.
+stopped by its PID. On a simulated host (bench/netns_hosts.py) each runtime is the host's own:
+its podman's storage, or a dockerd started in the host's namespaces (`--network host` joins the
+dockerd's network namespace, so a host's containers need a dockerd of the host's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import resource
@@ -20,8 +23,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable
 
 from bench.netns_hosts import TestHost
+from tfctl.supervisor import containers
+from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
 
 IMAGE = "localhost/tfctl-test:py3"
 NEEDED = {
@@ -151,9 +157,7 @@ class HostPodmanLab(PodmanLab):
         self.argv = host.inside(self.argv)
 
     def start(self, tarball: Path) -> None:
-        """The machine's cgroup hierarchies mounted in the host first: `ip netns exec` gave it a
-        /sys of its own, without them, where runc finds no cgroup to put a container in."""
-        self.host.exec(["sh", "-c", "set -e; " + "; ".join(cgroup_mounts())], check=True)
+        mount_cgroups(self.host)
         super().start(tarball)
 
     @staticmethod
@@ -174,30 +178,28 @@ class DockerLab(Lab):
         """Start the lab's dockerd and import the image."""
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "dockerd.log", "wb")
-        self.daemon = subprocess.Popen(
-            [
-                "dockerd",
-                "--data-root",
-                str(self.base / "data"),
-                "--exec-root",
-                str(self.base / "exec"),
-                "--pidfile",
-                str(self.base / "dockerd.pid"),
-                "--host",
-                self.env["DOCKER_HOST"],
-                "--iptables=false",
-                "--bridge=none",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.daemon = subprocess.Popen(self.daemon_argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while subprocess.run(["docker", "info"], env={**os.environ, **self.env}, capture_output=True).returncode:
             if self.daemon.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"dockerd did not start: see {self.base / 'dockerd.log'}")
             time.sleep(0.2)
         self.cli("import", str(tarball), IMAGE)
+
+    def daemon_argv(self) -> list[str]:
+        return [
+            "dockerd",
+            "--data-root",
+            str(self.base / "data"),
+            "--exec-root",
+            str(self.base / "exec"),
+            "--pidfile",
+            str(self.base / "dockerd.pid"),
+            "--host",
+            self.env["DOCKER_HOST"],
+            "--iptables=false",
+            "--bridge=none",
+        ]
 
     def tear_down(self) -> None:
         """Remove every container of the lab, stop its dockerd (and so its containerd), then its files."""
@@ -209,7 +211,9 @@ class DockerLab(Lab):
             if self.daemon is not None:
                 # dockerd waits up to 15 s for its containerd on SIGTERM: with no container left,
                 # both (one process group, started as its own session) are killed after a moment.
-                self.daemon.send_signal(signal.SIGTERM)
+                # The group, as the daemon may be `nsenter`'s child (HostDockerLab).
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.daemon.pid, signal.SIGTERM)
                 try:
                     self.daemon.wait(3)
                 except subprocess.TimeoutExpired:
@@ -220,6 +224,35 @@ class DockerLab(Lab):
                     pass
                 self.daemon.wait()
             self.remove_files()
+
+
+class HostDockerLab(DockerLab):
+    """The dockerd of one simulated host, started in the host's namespaces (by `nsenter`, in
+    the daemon's process group), so `docker run --network host` runs on the host's network;
+    its socket reaches the host's SSH sessions through `session_env`."""
+
+    def __init__(self, base: Path, host: TestHost) -> None:
+        super().__init__(base / host.name)
+        self.host = host
+
+    def start(self, tarball: Path) -> None:
+        mount_cgroups(self.host)
+        super().start(tarball)
+
+    def daemon_argv(self) -> list[str]:
+        return self.host.inside(super().daemon_argv())
+
+    def remove_files(self, *more: Path) -> None:
+        """What dockerd left mounted lives in the host's mount namespace: unmounted there."""
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{self.host.init_pid}/mounts") as f:
+            for point in below(self.base, f):  # (none to see once the host is gone)
+                self.host.exec(["umount", point])
+        super().remove_files(*more)
+
+    @staticmethod
+    def session_env(base: Path) -> dict[str, str]:
+        """What every host's SSH sessions need to reach its own dockerd, for `TestHostLab`."""
+        return {"DOCKER_HOST": f"unix://{base}/{{host}}/docker.sock"}
 
 
 class Registry:
@@ -280,8 +313,63 @@ def cgroup_mounts() -> list[str]:
     return commands
 
 
+def mount_cgroups(host: TestHost) -> None:
+    """The machine's cgroup hierarchies mounted in the host, once: `ip netns exec` gave it a
+    /sys of its own, without them, where runc finds no cgroup to put a container in."""
+    commands = "; ".join(cgroup_mounts())
+    host.exec(["sh", "-c", f"set -e; mountpoint -q /sys/fs/cgroup || {{ {commands}; }}"], check=True)
+
+
+def host_tree(host: TestHost) -> list[int]:
+    """Root-namespace pids of the host's processes and of their descendants, its containers'
+    processes among them (each container has a PID namespace of its own, below the host's)."""
+    children: dict[int, list[int]] = {}
+    for pid in live_pids():
+        stat = proc_stat(pid)
+        if stat is not None:
+            children.setdefault(stat["ppid"], []).append(pid)
+    found = set(host.pids())
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return sorted(found)
+
+
+def freeze(host: TestHost) -> set[int]:
+    """SIGSTOP every process of the host, its containers' among them, as a paused VM would be
+    frozen (again until none was forked meanwhile); the pids stopped, for `thaw`."""
+    frozen: set[int] = set()
+    while not frozen.issuperset(now := host_tree(host)):
+        for pid in set(now) - frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= set(now)
+    return frozen
+
+
+def thaw(frozen: Iterable[int]) -> None:
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def run_processes(run_id: str) -> list[int]:
+    """Every live process of the run, whatever its namespace: its tasks and tethers (by their
+    markers), the runtime clients and conmons of its containers (by the containers' names)."""
+    name = containers.name_for(run_id, "")
+    return [p for p in live_pids() if proc_env_markers(p)[0] == run_id or name in proc_cmdline(p)]
+
+
 def mounts_under(base: Path) -> list[str]:
     """Mount points below `base`, deepest first."""
     with open("/proc/mounts") as f:
-        points = [line.split()[1] for line in f]
+        return below(base, f)
+
+
+def below(base: Path, mounts: Iterable[str]) -> list[str]:
+    """The mount points of a mount table's lines that lie below `base`, deepest first."""
+    points = [line.split()[1] for line in mounts]
     return sorted((p for p in points if p.startswith(f"{base}/")), key=len, reverse=True)

@@ -1,27 +1,31 @@
-"""The fault series with every task in a podman container (docker in one case): SIGKILL in turn the task's monitor,
-the host supervisor, every tfctl process of a host, the attached `up` and the watcher of `up -d`,
-on localhost and on simulated SSH hosts, each host with its own podman. After each, no container
-of the run is left (asked of each host's podman, by the run's label) and no process of it either
-(by PID: its tasks and tethers by their markers, its runtime clients and conmons by the
-containers' names), and `down` finds nothing to stop. A killed attached `up` has its containers
-stopped by the lease running out on the hosts.
+"""The fault series with every task in a podman container (docker in some cases): SIGKILL in
+turn the task's monitor, the host supervisor, every tfctl process of a host, the attached `up`
+and the watcher of `up -d`, on localhost and on simulated SSH hosts, each host with its own
+podman (and dockerd); and a host frozen, then thawed (bench/container_freeze.py has the longer
+series). After each, no container of the run is left (asked of each host's runtime, by the run's
+label) and no process of it either (by PID: its tasks and tethers by their markers, its runtime
+clients and conmons by the containers' names), and `down` finds nothing to stop. A killed
+attached `up` has its containers stopped by the lease running out on the hosts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-from bench.containers_lab import IMAGE, HostPodmanLab, Lab
+from bench.containers_lab import IMAGE, HostDockerLab, HostPodmanLab, Lab, freeze, run_processes, skip_reason, thaw
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
@@ -30,6 +34,7 @@ from tfctl.supervisor import containers
 from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
 
 ALONE_WITHIN = 40.0  # seconds from the fault until nothing of the run is left anywhere
+FROZEN_FOR = 5  # host_timeout of a run whose host freezes
 
 
 @dataclass
@@ -43,35 +48,54 @@ class Hosts:
     tfctl_pids: Callable[[str], list[int]]
     extra: str = ""  # more of the cluster file
     runtime: str = "podman"
+    lab: TestHostLab | None = None  # the simulated hosts, when not on localhost
 
 
 @pytest.fixture(scope="module")
-def ssh_hosts(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Iterator[Hosts]:
-    """Two simulated hosts, each with its own podman and the test image: the ps on one, both
-    workers on the other."""
+def cx_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestHostLab, Path]]:
+    """Two simulated hosts, whose SSH sessions reach the host's own podman and dockerd; the
+    folder of the runtimes' files."""
     require_netns()
     base = tmp_path_factory.mktemp("cx")
+    env = {**HostPodmanLab.session_env(base / "podman"), **HostDockerLab.session_env(base / "docker")}
     with TestHostLab(
-        2,
-        workdir=base / "lab",
-        prefix="tfctl-cx",
-        bridge="tfctlbr71",
-        subnet="10.77.71",
-        session_env=HostPodmanLab.session_env(base / "podman"),
+        2, workdir=base / "lab", prefix="tfctl-cx", bridge="tfctlbr71", subnet="10.77.71", session_env=env
     ) as lab:
-        podmans: dict[str, Lab] = {h.name: HostPodmanLab(base / "podman", h) for h in lab.hosts}
-        try:
-            for podman in podmans.values():
-                podman.start(rootfs)
+        yield lab, base
 
-            def tfctl_pids(host: str) -> list[int]:
-                return [p for p in lab.host(host).pids() if is_supervisor(proc_cmdline(p), ".tfctl/supervisor-")]
 
-            ssh = f"ssh: {{config: {lab.ssh_config}, connect_timeout: 10, keepalive: 1}}\nhost_timeout: 10\n"
-            yield Hosts("tfh0:2222", ["tfh1:2222", "tfh1:2223"], podmans, tfctl_pids, ssh)
-        finally:
-            for podman in podmans.values():
-                podman.tear_down()
+def on_ssh_hosts(
+    kind: type[HostPodmanLab] | type[HostDockerLab], cx_lab: tuple[TestHostLab, Path], rootfs: Path
+) -> Iterator[Hosts]:
+    """Each host's runtime of this kind, started with the test image: the ps on one host, both
+    workers on the other."""
+    lab, base = cx_lab
+    reason = skip_reason(kind.name)
+    if reason is not None:
+        pytest.skip(reason)
+    runtimes: dict[str, Lab] = {h.name: kind(base / kind.name, h) for h in lab.hosts}
+    try:
+        with ThreadPoolExecutor() as pool:  # the hosts' runtimes start side by side
+            list(pool.map(lambda runtime: runtime.start(rootfs), runtimes.values()))
+
+        def tfctl_pids(host: str) -> list[int]:
+            return [p for p in lab.host(host).pids() if is_supervisor(proc_cmdline(p), ".tfctl/supervisor-")]
+
+        ssh = f"ssh: {{config: {lab.ssh_config}, connect_timeout: 10, keepalive: 1}}\nhost_timeout: 10\n"
+        yield Hosts("tfh0:2222", ["tfh1:2222", "tfh1:2223"], runtimes, tfctl_pids, ssh, kind.name, lab)
+    finally:
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(lambda runtime: runtime.tear_down(), runtimes.values()))
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(cx_lab: tuple[TestHostLab, Path], rootfs: Path) -> Iterator[Hosts]:
+    yield from on_ssh_hosts(HostPodmanLab, cx_lab, rootfs)
+
+
+@pytest.fixture(scope="module")
+def ssh_docker(cx_lab: tuple[TestHostLab, Path], rootfs: Path) -> Iterator[Hosts]:
+    yield from on_ssh_hosts(HostDockerLab, cx_lab, rootfs)
 
 
 def on_localhost(lab: Lab, home: Path) -> Hosts:
@@ -126,16 +150,10 @@ jobs:
     return path
 
 
-def left_processes(run_id: str) -> list[int]:
-    """Every live process of the run, whatever its namespace: its tasks and tethers (by their
-    markers), the runtime clients and conmons of its containers (by the containers' names)."""
-    name = containers.name_for(run_id, "")
-    return [p for p in live_pids() if proc_env_markers(p)[0] == run_id or name in proc_cmdline(p)]
-
-
-def left_containers(hosts: Hosts, run_id: str) -> dict[str, list[str]]:
+def left_containers(hosts: Hosts, run_id: str, but: str = "") -> dict[str, list[str]]:
+    """The run's containers on each host (but one: a frozen host's dockerd answers nothing)."""
     label = f"{containers.RUN_LABEL}={run_id}"
-    return {host: found for host, lab in hosts.runtimes.items() if (found := lab.containers(label))}
+    return {host: found for host, lab in hosts.runtimes.items() if host != but and (found := lab.containers(label))}
 
 
 def monitors(run_id: str) -> dict[str, int]:
@@ -177,6 +195,19 @@ def start(cluster: Path, home: Path, attached: bool) -> tuple[subprocess.Popen |
     return proc, json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
 
 
+def wait_for_exit(proc: subprocess.Popen, timeout: float) -> str:
+    """The rest of an attached `up`'s errors, once it exited (killed after `timeout` seconds)."""
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        assert proc.stderr is not None
+        rest = proc.stderr.read()
+        proc.wait()
+    finally:
+        killer.cancel()
+    return rest
+
+
 def inject(fault: str, hosts: Hosts, home: Path, up: subprocess.Popen | None, run_id: str) -> list[int]:
     """SIGKILL what the fault names; the pids killed."""
     tasks = monitors(run_id)
@@ -202,8 +233,9 @@ def inject(fault: str, hosts: Hosts, home: Path, up: subprocess.Popen | None, ru
     return victims
 
 
-# Each fault on localhost and on SSH hosts with podman; docker once (its daemon owns the
-# container: a killed client's is left to the tether).
+# Each fault on localhost and on SSH hosts with podman; docker (its daemon owns the container: a
+# killed client's is left to the tether) for the monitor and every tfctl process, on SSH hosts
+# each with a dockerd of its own.
 CASES = [
     ("localhost_docker", "every tfctl process"),
     ("localhost", "monitor"),
@@ -216,6 +248,8 @@ CASES = [
     ("ssh", "every tfctl process"),
     ("ssh", "attached up"),
     ("ssh", "watcher"),
+    ("ssh_docker", "monitor"),
+    ("ssh_docker", "every tfctl process"),
 ]
 
 
@@ -223,7 +257,7 @@ CASES = [
 def test_no_fault_leaves_a_container_or_a_process(
     where: str, fault: str, request: pytest.FixtureRequest, tmp_path: Path, home: Path
 ) -> None:
-    hosts: Hosts = request.getfixturevalue(where if where != "ssh" else "ssh_hosts")
+    hosts: Hosts = request.getfixturevalue({"ssh": "ssh_hosts"}.get(where, where))
     attached = fault == "attached up"
     # Workers that never end unless stopped: only the lease can end the attached run.
     cluster = write_cluster(tmp_path, hosts, -1 if attached else 4)
@@ -233,7 +267,7 @@ def test_no_fault_leaves_a_container_or_a_process(
         killed_at = time.monotonic()
         inject(fault, hosts, home, up, run_id)
         wait_until(
-            lambda: (left_containers(hosts, run_id), left_processes(run_id)),
+            lambda: (left_containers(hosts, run_id), run_processes(run_id)),
             ALONE_WITHIN,
             f"{fault}: every container and process of {run_id} gone",
             until=lambda left: left == ({}, []),
@@ -268,3 +302,60 @@ def test_exec_reaches_the_tasks_container_on_an_ssh_host(ssh_hosts: Hosts, tmp_p
     finally:
         down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
     assert down.returncode == 0 and "3 containers stopped on 2 hosts; 0 remain" in down.stderr, down.stderr
+
+
+@pytest.mark.parametrize("where", ["ssh_hosts", "ssh_docker"])
+def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
+    where: str, request: pytest.FixtureRequest, tmp_path: Path, home: Path
+) -> None:
+    """Every process of the workers' host SIGSTOPped (its supervisor, monitors, conmons or
+    dockerd and shims, and the containers' processes): the run fails after host_timeout, the
+    other host's container is stopped meanwhile; thawed, the host's monitors find their lease run
+    out and stop theirs."""
+    hosts: Hosts = request.getfixturevalue(where)
+    assert hosts.lab is not None
+    cluster = write_cluster(tmp_path, hosts, -1)
+    cluster.write_text(cluster.read_text().replace("host_timeout: 10", f"host_timeout: {FROZEN_FOR}"))
+    up, run_id = start(cluster, home, attached=True)
+    assert up is not None and up.stderr is not None
+    host = hosts.workers[0].rsplit(":", 1)[0]
+    frozen: set[int] = set()
+    try:
+        assert sum(len(c) for c in left_containers(hosts, run_id).values()) == 3
+        tasks = monitors(run_id)
+        froze = time.monotonic()
+        frozen = freeze(hosts.lab.host(host))
+        assert {tasks["worker:0"], tasks["worker:1"]} <= frozen
+        rest = wait_for_exit(up, 60)
+        failed_after = time.monotonic() - froze
+        assert up.returncode == 1, rest
+        assert re.search(rf"lost contact with {host} since \d\d:\d\d:\d\d \({FROZEN_FOR}s, host_timeout\)", rest), rest
+        # The healthy host's container is stopped with the run (a frozen dockerd answers nothing:
+        # not asked); the frozen host's tasks, conmons and shims are left as they were.
+        assert left_containers(hosts, run_id, but=host) == {}
+        kept = {p for p in run_processes(run_id) if p in frozen}
+        assert {p for p in kept if proc_env_markers(p)[0] == run_id}, kept  # its tasks and tethers
+        # What still ran was stopped cleanly: SIGTERM reached the ps through its tether.
+        rows = {
+            line.split()[0]: line.split() for line in tfctl("status", "--run", run_id, home=home).stdout.splitlines()
+        }
+        assert rows["ps:0"][2] == "stopped" and rows["ps:0"][4] == "143", rows
+        assert rows["worker:0"][2] == rows["worker:1"][2] == "unreachable", rows
+    finally:
+        thaw(frozen)
+        if up.poll() is None:
+            up.kill()
+        up.wait()
+    thawed = time.monotonic()
+    wait_until(
+        lambda: (left_containers(hosts, run_id), run_processes(run_id)),
+        ALONE_WITHIN,
+        f"the thawed {host} stopping every container and process of {run_id}",
+        until=lambda left: left == ({}, []),
+        interval=0.2,
+    )
+    print(
+        f"{where}: up failed {failed_after:.1f}s after the freeze; thawed, all gone in {time.monotonic() - thawed:.1f}s"
+    )
+    down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
+    assert down.returncode == 0 and "0 remain" in down.stderr, down.stderr  # containers counted in it
