@@ -6,6 +6,7 @@ series). After each, no container of the run is left (asked of each host's runti
 label) and no process of it either (by PID: its tasks and tethers by their markers, its runtime
 clients and conmons by the containers' names), and `down` finds nothing to stop. A killed
 attached `up` has its containers stopped by the lease running out on the hosts.
+The parameter-server template trains in containers on the SSH hosts, for the real thing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from bench.containers_lab import IMAGE, HostDockerLab, HostPodmanLab, Lab, freez
 from bench.netns_hosts import TestHostLab, require_netns
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, free_ports, spawn_tfctl, tfctl, wait_for_line
+from tests.test_containers import boxed_tf
+from tests.test_templates import check_common, copy_template, run_up
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import containers
 from tfctl.supervisor.procfs import live_pids, proc_cmdline, proc_env_markers, proc_stat
@@ -359,3 +362,25 @@ def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
     )
     down = tfctl("-f", str(cluster), "down", "--run", run_id, home=home)
     assert down.returncode == 0 and "0 remain" in down.stderr, down.stderr  # containers counted in it
+
+
+@pytest.mark.tf
+def test_the_parameter_server_template_trains_in_containers_on_ssh_hosts(
+    ssh_hosts: Hosts, tmp_path: Path, home: Path
+) -> None:
+    """The parameter-server template across the two hosts, the ps and chief on one, the workers
+    on the other, each task in its host's podman with TensorFlow from the suite's venv: it
+    trains to its accuracy, and leaves no container or process on either host."""
+    cluster = copy_template("parameter-server", tmp_path, train_steps=200, extra=ssh_hosts.extra + boxed_tf())
+    ps_host, worker_host = ssh_hosts.ps.split(":")[0], ssh_hosts.workers[0].split(":")[0]
+    text = cluster.read_text()
+    jobs = f"jobs:\n  ps: [{ps_host}]\n  chief: [{ps_host}]\n  worker: [{worker_host}, {worker_host}]\n"
+    cluster.write_text(
+        text.replace("jobs:\n  ps: [localhost]\n  chief: [localhost]\n  worker: [localhost, localhost]\n", jobs)
+    )
+    assert jobs in cluster.read_text()
+    up = run_up(cluster, home)
+    check_common(up, "chief:0", 200)
+    assert f"in podman image {IMAGE}), tensorflow " in up.stderr  # each host's preflight asked its image
+    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    assert left_containers(ssh_hosts, run_id) == {} and run_processes(run_id) == []
