@@ -400,6 +400,35 @@ jobs:
     assert podman_lab.containers(label) == [] and conmons(run) == []
 
 
+def test_a_task_restarted_by_its_policy_runs_in_a_new_container_of_its_name(
+    tmp_path: Path, home: Path, lab: Lab, sweep_after: list
+) -> None:
+    """A restart in a container: the first run's container (its name the task's) is removed
+    before the second starts, whose exit status is the one recorded."""
+    cluster = tmp_path / "cluster.yaml"
+    first, again = fake("--name w --lines 1 --exit 3"), fake("--name w --lines 1 --sleep 0.5")
+    cluster.write_text(f"""name: boxed
+grace_period: 2
+startup_timeout: 30
+workdir: {tmp_path}
+container: {{image: {IMAGE}, runtime: {lab.name}, mounts: ["{FAKE_TASK.parent}:{FAKE_TASK.parent}:ro"]}}
+jobs:
+  worker:
+    hosts: [localhost:{free_ports(1)[0]}]
+    command: 'if [ -e restarted ]; then {again}; else touch restarted; {first}; fi'
+    restart: {{policy: on-failure, max_restarts: 1, backoff: 0}}
+""")
+    up = tfctl("-f", str(cluster), "up", home=home)
+    run = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    sweep_after.append((lab, run))
+    assert up.returncode == 0, up.stderr
+    assert "worker:0 exited with code 3; restart 1 of 1" in up.stdout + up.stderr
+    (task,) = json.loads(tfctl("status", "--json", "--run", run, home=home).stdout)["tasks"]
+    assert task["state"] == "succeeded" and task["restarts"] == 1 and task["exit_code"] == 0
+    assert (tmp_path / "restarted").exists()  # written from the first container, in the workdir
+    assert lab.containers(f"{containers.RUN_LABEL}={run}") == [] and conmons(run) == []
+
+
 def test_up_removes_the_containers_runs_that_are_not_active_left(
     tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
 ) -> None:
