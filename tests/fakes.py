@@ -128,7 +128,8 @@ class FakeHost:
 
     # the HostAgent surface the controller uses
 
-    def call(self, request: p.Request[Any], timeout: float | None = 120) -> Any:
+    def call(self, request: p.Request[Any], timeout: float | None = 120, on_note: Any = None) -> Any:
+        # on_note: the fake's requests send no notes before their answers
         detail = ",".join(self._names(request))
         self.journal.add(self.host, request.VERB, detail)
         try:

@@ -533,6 +533,8 @@ def test_preflight_pulls_a_missing_image_from_a_registry(tmp_path: Path, home: P
         up = tfctl("-f", str(cluster), "up", home=home, env=registry.env)
     assert up.returncode == 0, up.stderr
     assert re.search(rf"localhost +pulled {re.escape(image)} in [0-9.]+s", up.stderr), up.stderr
+    # podman's own lines, as it printed them: its first at once
+    assert re.search(rf"localhost +image: Trying to pull {re.escape(image)}\.\.\.", up.stderr), up.stderr
     podman_lab.cli("image", "exists", image)  # raises when it is not there
     podman_lab.cli("rmi", image)
 
@@ -555,6 +557,7 @@ def test_a_pull_that_hangs_fails_preflight_at_its_own_timeout(tmp_path: Path, ho
     assert up.returncode != 0
     assert f"pulling image {image} took more than 12s (container.pull_timeout)" in up.stderr, up.stderr
     assert "preparing the tasks' images on localhost (10s; pulls end at container.pull_timeout)" in up.stderr
+    assert re.search(rf"localhost +image: Trying to pull {re.escape(image)}\.\.\.", up.stderr), up.stderr
     assert time.monotonic() - began < 40
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, TypeVar, cast
 from tfctl import trace
 from tfctl.errors import HostError
 from tfctl.runs.record import HostSpec
-from tfctl.supervisor import bundle
+from tfctl.supervisor import bundle, notes
 from tfctl.supervisor.protocol import Envelope, Request, envelope
 from tfctl.supervisor.records import Wire
 from tfctl.supervisor.stream import FollowEvent, FollowRequest, follow_event_from_wire
@@ -36,6 +36,7 @@ from tfctl.transport.base import Result, Stream, Transport, shell_path
 
 A = TypeVar("A", bound=Wire)
 T = TypeVar("T")
+Heard = Callable[[str], None]  # who hears a request's notes (`supervisor.notes`) before its answer
 
 REMOTE_ROOT = "~/.tfctl"
 # A request that waited this long for its answer marks its host as not answering: requests behind
@@ -66,15 +67,22 @@ class _Conversation:
         finally:
             self._answers.put(None)
 
-    def ask(self, line: bytes, timeout: float | None) -> dict[str, Any]:
-        """Send one envelope line; its answer. queue.Empty on timeout, EOFError if the conversation ended."""
-        self._stream.send(line)
+    def ask(self, line: bytes, timeout: float | None, on_note: Heard | None = None) -> dict[str, Any]:
+        """Send one envelope line; its answer, its notes before it to `on_note`. queue.Empty on
+        timeout (with no line meanwhile), EOFError if the conversation ended."""
+        try:
+            self._stream.send(line)
+        except OSError:
+            pass  # it ended without reading (no supervisor there): what it printed is still read
         while True:
             text = self._answers.get(timeout=timeout)
             if text is None:
                 raise EOFError("the supervisor conversation ended")
-            if text.startswith("{"):  # anything else is noise from the host's shell start-up
+            if text.startswith("{"):  # anything else is a note, or noise from the host's shell start-up
                 return _parse(text)
+            said = notes.heard(text)
+            if said is not None and on_note is not None:
+                on_note(said)
 
     def close(self) -> None:
         self._stream.close()
@@ -172,8 +180,9 @@ class HostAgent:
 
     # -- requests
 
-    def call(self, request: Request[A], timeout: float | None = 120) -> A:
+    def call(self, request: Request[A], timeout: float | None = 120, on_note: Heard | None = None) -> A:
         """Send one request and return its typed answer; any failure becomes a HostError.
+        `on_note` hears what the request is doing meanwhile (a pull's lines), as it does it.
 
         Requests share one long-lived `serve` conversation per host. If it drops, the request
         is sent once more on its own (`serve` with the envelope as its whole input), which also
@@ -184,7 +193,7 @@ class HostAgent:
         line = (json.dumps(envelope(request_id, self.root, request).to_wire()) + "\n").encode()
         with trace.span("agent." + verb, host=self.host), self._turn(verb, timeout):
             try:
-                answer = self._ask(line, timeout)
+                answer = self._ask(line, timeout, on_note)
                 self._unanswered = False
             except queue.Empty:
                 self._unanswered = True
@@ -217,13 +226,13 @@ class HostAgent:
             self._busy_since = None
             self._lock.release()
 
-    def _ask(self, line: bytes, timeout: float | None) -> dict[str, Any]:
+    def _ask(self, line: bytes, timeout: float | None, on_note: Heard | None = None) -> dict[str, Any]:
         """Ask on the conversation, opening it when needed."""
 
         def ask() -> dict[str, Any]:
             if self._conversation is None:
                 self._conversation = _Conversation(self.transport.stream(self._serve_command()))
-            answer = self._conversation.ask(line, timeout)
+            answer = self._conversation.ask(line, timeout, on_note)
             if answer == MISSING:
                 self._drop_conversation()
             return answer

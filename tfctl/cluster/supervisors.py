@@ -335,11 +335,14 @@ class Cluster:
         return answer.results[address].ok
 
     def preflight(
-        self, progress: Progress = quiet, gpu_hosts: Collection[str] = (), boxes: Mapping[str, ContainerLaunch] = {}
+        self,
+        progress: Progress = quiet,
+        gpu_hosts: Collection[str] = (),
+        boxes: Mapping[str, ContainerLaunch] = {},
+        heard: Progress = quiet,
     ) -> list[HostInfo]:
-        """Reach every host (auth, host keys) and learn its Python, TensorFlow and cores, and the
-        GPUs of `gpu_hosts`, in parallel; on hosts whose tasks run in a container (`boxes`), the
-        image's Python and TensorFlow, and raise if the runtime or image is missing there."""
+        """Reach every host (auth, host keys); learn, in parallel, its Python, TensorFlow, cores and
+        (`gpu_hosts`) GPUs, or in a container (`boxes`) the image's, a pull's lines `heard` as they come."""
         hosts = sorted(self.agents)
         for host in hosts:
             progress(host, "connecting")
@@ -348,11 +351,11 @@ class Cluster:
             lambda a: a.call(
                 InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host)),
                 timeout=120 + (boxes[a.host].pull_timeout if a.host in boxes else 0),
+                on_note=lambda line: heard(a.host, line),
             ),
         )
         answers.raise_if_failed("connecting to hosts")
-        unfit = {h: a.container_error for h, a in sorted(answers.succeeded.items()) if a.container_error}
-        if unfit:
+        if unfit := {h: a.container_error for h, a in sorted(answers.succeeded.items()) if a.container_error}:
             lines = "\n".join(f"  {host}: {why}" for host, why in unfit.items())
             raise StartupError(f"the tasks' containers cannot run:\n{lines}", hint="see docs/guide/containers.md")
         infos = []
@@ -360,9 +363,8 @@ class Cluster:
             a = answers.succeeded[host]
             devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
             infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices, a.filesystem))
-            where = (
-                f" ({a.python_executable}{' in ' + a.container if a.container else ''})" if a.python_executable else ""
-            )
+            inside = f" in {a.container}" if a.container else ""
+            where = f" ({a.python_executable}{inside})" if a.python_executable else ""
             gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""
             tf = a.tensorflow or ("no tensorflow in the image" if a.container else "no tensorflow")
             if a.container_fetched:

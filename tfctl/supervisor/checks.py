@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence, Set
 
-from . import containers, devices
+from . import containers, devices, notes
 from .distinfo import dist_version
 from .ports import hold
 from .procfs import listening_sockets, proc_cmdline, socket_owners
@@ -180,7 +180,7 @@ def container_info(spec: ContainerLaunch, gpus: Sequence[str]) -> InfoAnswer:
     """Who we are and which Python and TensorFlow the tasks' image has, given the host's `gpus`,
     or why they cannot run in it."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
-    where, fetched, lines, error = containers.probe(spec, gpus)
+    where, fetched, lines, error = containers.probe(spec, gpus, notes.say)  # the pull's lines reach `up`
     if error is not None or len(lines) < 2:
         return InfoAnswer(hostname, own_version, container=where, container_error=error or "no answer from the image")
     tf = (lines[2] if len(lines) > 2 else "") or None

@@ -16,8 +16,9 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import procfs
 from .errors import AgentError
@@ -322,8 +323,45 @@ def run(argv: List[str], timeout: float = CALL_TIMEOUT) -> Tuple[bool, str, str]
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, "", str(e)
     lines = done.stderr.decode(errors="replace").strip().splitlines()
+    return done.returncode == 0, done.stdout.decode(errors="replace"), last_error(lines)
+
+
+def last_error(lines: Sequence[str]) -> str:
     errors = [line for line in lines if line.strip() and not HELP_FOOTER.match(line)]
-    return done.returncode == 0, done.stdout.decode(errors="replace"), errors[-1] if errors else ""
+    return errors[-1] if errors else ""
+
+
+def run_telling(argv: List[str], timeout: float, note: Callable[[str], None]) -> Tuple[bool, str, str]:
+    """`run`, with each line the command prints said as it comes (`note`): a pull's progress,
+    which podman prints on stderr and docker on stdout."""
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        return False, "", str(e)
+    said: Dict[str, List[str]] = {"out": [], "err": []}
+
+    def read(stream: IO[bytes], kept: List[str]) -> None:
+        for raw in iter(stream.readline, b""):
+            kept.append(raw.decode(errors="replace").rstrip("\r\n"))
+            note(kept[-1])
+
+    assert child.stdout is not None and child.stderr is not None
+    readers = [
+        threading.Thread(target=read, args=(child.stdout, said["out"]), daemon=True),
+        threading.Thread(target=read, args=(child.stderr, said["err"]), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return False, "", "timed out after %gs" % timeout
+    finally:
+        for reader in readers:
+            reader.join(CALL_TIMEOUT)
+    return child.returncode == 0, "".join(line + "\n" for line in said["out"]), last_error(said["err"])
 
 
 PROBE = """
@@ -339,13 +377,15 @@ except Exception as e:
 PROBE_TIMEOUT = 50.0  # a TensorFlow import in a cold container takes seconds
 
 
-def probe(spec: ContainerLaunch, gpus: Sequence[str] = ()) -> Tuple[str, str, List[str], Optional[str]]:
+def probe(
+    spec: ContainerLaunch, gpus: Sequence[str] = (), note: Callable[[str], None] = lambda _line: None
+) -> Tuple[str, str, List[str], Optional[str]]:
     """Preflight of a task's container, given `gpus` (the host's, where tasks ask for some):
     (what it ran in, how its image came, the image Python's version, executable and TensorFlow
-    version, why it cannot run there)."""
+    version, why it cannot run there). A pull's progress is said (`note`) as it comes."""
     try:
         rt = runtime(spec.runtime)
-        fetched = fetch(rt, spec)
+        fetched = fetch(rt, spec, note)
         where = "%s image %s" % (rt.name, spec.image)
         ok, out, error = run(rt.python(spec, PROBE, gpus), PROBE_TIMEOUT)
         if not ok and gpus and run(rt.python(spec, PROBE), PROBE_TIMEOUT)[0]:
@@ -358,9 +398,10 @@ def probe(spec: ContainerLaunch, gpus: Sequence[str] = ()) -> Tuple[str, str, Li
     return where, fetched, out.splitlines(), None
 
 
-def fetch(rt: Runtime, spec: ContainerLaunch) -> str:
-    """Have the image on this host: load its tarball, or pull it, within `spec.pull_timeout`;
-    what was done ('' when it was there). Raises AgentError when it cannot be had."""
+def fetch(rt: Runtime, spec: ContainerLaunch, note: Callable[[str], None] = lambda _line: None) -> str:
+    """Have the image on this host: load its tarball, or pull it, within `spec.pull_timeout`,
+    saying (`note`) each line the runtime prints meanwhile; what was done ('' when it was
+    there). Raises AgentError when it cannot be had."""
     image = spec.image
     if is_tarball(image) and not os.path.isfile(image):
         raise AgentError("image tarball %s is not on this host" % image)
@@ -370,7 +411,7 @@ def fetch(rt: Runtime, spec: ContainerLaunch) -> str:
     fetching = rt.load(image) if is_tarball(image) else None if image.startswith("/") else rt.pull(image)
     if fetching is None:
         raise AgentError("image %s is not on this host (%s pull it, or load its tarball)" % (image, rt.name))
-    ok, out, error = run(fetching, spec.pull_timeout)
+    ok, out, error = run_telling(fetching, spec.pull_timeout, note)
     took = time.monotonic() - began
     verb = "loading" if is_tarball(image) else "pulling"
     if not ok and took >= spec.pull_timeout:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
+from tfctl.cluster.supervisors import Cluster, HostInfo, Progress, quiet
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
@@ -44,17 +44,37 @@ CLAIM_PATIENCE = 60.0
 # at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
 PICKED_PORTS_HOLD = 900.0
 PREPARING_EVERY = 10.0  # seconds between lines while preflight pulls or loads images
+PULLED_LINE_EVERY = 2.0  # seconds between two of a host's pull lines shown (the latest is shown)
 
 
 @contextlib.contextmanager
-def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[None]:
-    """A line every PREPARING_EVERY seconds while preflight waits, where images may be pulled or
-    loaded from their tarballs first: a multi-GB pull takes minutes, and must not look hung."""
+def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[Progress]:
+    """While preflight waits, where images may be pulled or loaded from their tarballs first (a
+    multi-GB pull takes minutes, and must not look hung): yields who hears each host's pull
+    lines, shown as they come, a host's latest every PULLED_LINE_EVERY seconds at most; and a
+    line every PREPARING_EVERY seconds says how long it has been."""
     if not hosts:
-        yield
+        yield quiet
         return
     done = threading.Event()
+    lock = threading.Lock()
     began = time.monotonic()
+    unshown: dict[str, str] = {}  # host -> its latest pull line, not shown yet
+    shown_at: dict[str, float] = {}
+
+    def show(host: str) -> None:
+        with lock:
+            line = unshown.pop(host, None)
+            shown_at[host] = time.monotonic()
+        if line is not None:
+            progress(host, f"image: {line}")
+
+    def heard(host: str, line: str) -> None:
+        with lock:
+            unshown[host] = line
+            due = time.monotonic() - shown_at.get(host, -PULLED_LINE_EVERY) >= PULLED_LINE_EVERY
+        if due:
+            show(host)
 
     def tick() -> None:
         while not done.wait(PREPARING_EVERY):
@@ -63,11 +83,15 @@ def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[None]:
             progress(
                 "", f"preparing the tasks' images on {where} ({seconds:.0f}s; pulls end at container.pull_timeout)"
             )
+            with lock:
+                waiting = sorted(unshown)
+            for host in waiting:
+                show(host)
 
     ticker = threading.Thread(target=tick, name="preparing-images", daemon=True)
     ticker.start()
     try:
-        yield
+        yield heard
     finally:
         done.set()
         ticker.join()
@@ -287,8 +311,8 @@ def _start(
     try:
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
         boxes = containers_by_host(config)
-        with still_preparing(progress, sorted(boxes)):
-            infos = cluster.preflight(progress, gpus, boxes)
+        with still_preparing(progress, sorted(boxes)) as heard:
+            infos = cluster.preflight(progress, gpus, boxes, heard)
         remove_leftover_containers(store, cluster, sorted(boxes), config.grace_period, progress)
         for warning in version_warnings(infos):
             progress("warning", warning)
