@@ -131,7 +131,7 @@ def test_a_runtime_that_cannot_give_gpus_stops_up_in_preflight_saying_what_is_mi
     up = tfctl("-f", str(cluster), "up", home=home, env=with_gpus(tmp_path, HOST_GPUS))
     assert up.returncode == 1, up.stderr
     assert f"localhost: {runtime} cannot give a container the host's GPUs (" in up.stderr
-    assert said in up.stderr and fix in up.stderr  # docker took the --gpus value: its daemon refused
+    assert said in up.stderr and fix in up.stderr, up.stderr  # docker took the --gpus value: its daemon refused
     assert "starting on" not in up.stderr and "Traceback" not in up.stderr
 
 

@@ -155,6 +155,31 @@ def test_the_docker_command_line() -> None:
         box("docker", image="/srv/rootfs")
 
 
+@pytest.mark.parametrize(
+    "stderr, error",
+    [
+        (["docker: Error response from daemon: no such image.", "See 'docker run --help'."], None),  # docker 20.10
+        (["docker: Error response from daemon: no such image.", "Run 'docker run --help' for more information"], None),
+        # docker's client, at times, after a container that never started (a race of its own)
+        (
+            ["docker: Error response from daemon: no GPU.", "ERRO[0000] error waiting for container: context canceled"],
+            None,
+        ),
+        (
+            [
+                "docker: Error response from daemon: no GPU.",
+                'time="2026-11-28T10:41:58Z" level=error msg="error waiting for container: context canceled"',
+            ],
+            None,
+        ),
+        (["Error: short-name resolution enforced", ""], "Error: short-name resolution enforced"),
+        ([], ""),
+    ],
+)
+def test_the_runtimes_error_is_its_last_line_that_says_something(stderr: list[str], error: str | None) -> None:
+    assert containers.last_error(stderr) == (stderr[0] if error is None else error)
+
+
 def test_the_podman_command_line() -> None:
     argv = box("podman", {"CUDA_VISIBLE_DEVICES": "1"})
     assert after(argv, "--device") == ["nvidia.com/gpu=1"]

@@ -37,8 +37,12 @@ AUTO_ORDER = ("podman", "docker", "apptainer")
 CALL_TIMEOUT = 60.0  # a runtime command that takes longer than this is stuck
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
 TARBALL_IMAGES = "localhost/tfctl-tarball"  # the name a loaded tarball's image is tagged with
-# docker's last line after an error, which says nothing of it: the line before it is the error.
-HELP_FOOTER = re.compile(r"^Run '.*--help' for more information\.?$")
+# Lines docker prints after an error that say nothing of it: its help footers, and (at times,
+# a race in its client) that waiting for the container that never started was cancelled.
+NOT_THE_ERROR = re.compile(
+    r"^(Run '.*--help' for more information|See '.*--help')\.?$"
+    r"|^(ERRO\[\d+\] |time=\S+ level=error msg=\")[Ee]rror waiting for container: "
+)
 
 
 def is_tarball(image: str) -> bool:
@@ -327,7 +331,7 @@ def run(argv: List[str], timeout: float = CALL_TIMEOUT) -> Tuple[bool, str, str]
 
 
 def last_error(lines: Sequence[str]) -> str:
-    errors = [line for line in lines if line.strip() and not HELP_FOOTER.match(line)]
+    errors = [line for line in lines if line.strip() and not NOT_THE_ERROR.match(line)]
     return errors[-1] if errors else ""
 
 
