@@ -16,11 +16,9 @@ error, named before anything is asked of Slurm where it can be.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +27,7 @@ from types import MappingProxyType
 from typing import Callable, List, Mapping
 
 from tfctl.backends.slurm.allocation import Runner
+from tfctl.backends.slurm.transport import end_step
 from tfctl.config.model import ClusterConfig, ContainerSettings
 from tfctl.errors import UsageError
 from tfctl.supervisor.records import Wire, record
@@ -207,7 +206,7 @@ def import_images(
             codes = {node: proc.poll() for node, proc in procs.items()}
         finally:
             for proc in procs.values():
-                _end(proc)
+                end_step(proc, patience=5.0)
         failed = {}
         for node, code in codes.items():
             if code is None:
@@ -216,15 +215,3 @@ def import_images(
                 with open(os.path.join(errors, node), errors="replace") as err:
                     failed[node] = (err.read().strip().splitlines() or [f"srun exited {code}"])[-1]
     return failed
-
-
-def _end(proc: subprocess.Popen[bytes], patience: float = 5.0) -> None:
-    """End a step's srun if it still runs: SIGTERM (srun ends its step with it), then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=patience)
-    proc.wait()

@@ -147,15 +147,21 @@ class StepTunnel(Tunnel):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._in.close()
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
+        end_step(self._proc, patience=10)
         self._out.close()
+
+
+def end_step(proc: subprocess.Popen[bytes], patience: float) -> None:
+    """End a step's srun (started in a session of its own) if it still runs: SIGTERM to its group
+    (srun ends its step with it), then SIGKILL after `patience` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=patience)
+    proc.wait()
 
 
 @record
