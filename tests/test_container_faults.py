@@ -159,6 +159,17 @@ def left_containers(hosts: Hosts, run_id: str, but: str = "") -> dict[str, list[
     return {host: found for host, lab in hosts.runtimes.items() if host != but and (found := lab.containers(label))}
 
 
+def wait_all_gone(hosts: Hosts, run_id: str, what: str) -> None:
+    """Until no container of the run is left on any host, and no process of it, ALONE_WITHIN s."""
+    wait_until(
+        lambda: (left_containers(hosts, run_id), run_processes(run_id)),
+        ALONE_WITHIN,
+        what,
+        until=lambda left: left == ({}, []),
+        interval=0.2,
+    )
+
+
 def monitors(run_id: str) -> dict[str, int]:
     """Task -> root-namespace pid of its monitor: the parent of its container's `podman run`
     (or `docker run`)."""
@@ -269,13 +280,7 @@ def test_no_fault_leaves_a_container_or_a_process(
         assert sum(len(c) for c in left_containers(hosts, run_id).values()) == 3
         killed_at = time.monotonic()
         inject(fault, hosts, home, up, run_id)
-        wait_until(
-            lambda: (left_containers(hosts, run_id), run_processes(run_id)),
-            ALONE_WITHIN,
-            f"{fault}: every container and process of {run_id} gone",
-            until=lambda left: left == ({}, []),
-            interval=0.2,
-        )
+        wait_all_gone(hosts, run_id, f"{fault}: every container and process of {run_id} gone")
         took = time.monotonic() - killed_at
         print(f"{where}, {fault}: all gone {took:.1f}s after the SIGKILL")
         if attached:
@@ -350,13 +355,7 @@ def test_a_frozen_host_fails_the_run_and_thawed_leaves_no_container(
             up.kill()
         up.wait()
     thawed = time.monotonic()
-    wait_until(
-        lambda: (left_containers(hosts, run_id), run_processes(run_id)),
-        ALONE_WITHIN,
-        f"the thawed {host} stopping every container and process of {run_id}",
-        until=lambda left: left == ({}, []),
-        interval=0.2,
-    )
+    wait_all_gone(hosts, run_id, f"the thawed {host} stopping every container and process of {run_id}")
     print(
         f"{where}: up failed {failed_after:.1f}s after the freeze; thawed, all gone in {time.monotonic() - thawed:.1f}s"
     )
