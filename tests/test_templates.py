@@ -235,7 +235,10 @@ def down_then_resume(
     assert down.returncode == 0, down.stderr
     logs = tfctl("logs", "--run", run_id, home=home).stdout
     saved = re.search(rf"^\[{chief}\]\s+{saved_line} (\d+) in ", logs, re.M)
-    assert saved, logs[-3000:]
+    if not saved:  # what the chief said last, and how every task ended
+        ends = {task: (s["state"], s["exit_code"], s.get("signal")) for task, s in task_states(home).items()}
+        said = tfctl("logs", "--run", run_id, chief, home=home).stdout
+        pytest.fail(f"{chief} said no '{saved_line}'; tasks: {ends}\n{said[-4000:]}")
     step = int(saved.group(1))
     assert step + overshoot >= max(int(m.group(2)) for m in STEP.finditer(logs)) >= 200  # saved where it stopped
     states = task_states(home)

@@ -51,7 +51,7 @@ tf.disable_v2_behavior()
 # which TF 2.21 logs every 10 s, forever (there is no timeout), while a task it needs is missing.
 
 LOG_EVERY = 50  # local steps between progress lines
-CHIEF_SAVE_WAIT = 8.0  # seconds a stopped ps waits for the chief to save and exit (within grace_period 10)
+CHIEF_SAVE_WAIT = 25.0  # seconds a stopped ps waits for the chief to save and exit (within grace_period 30)
 POLL_SECS = 0.5  # how often a non-chief looks whether the chief has initialised the variables
 
 

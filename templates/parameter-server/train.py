@@ -40,13 +40,14 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 # Do NOT set TF_CPP_MIN_LOG_LEVEL: TF's INFO lines are how a hang is diagnosed.
 import numpy as np
 import tensorflow as tf
 
 LOG_EVERY = 100  # steps between progress lines (each one waits for the steps scheduled so far)
-CHIEF_SAVE_WAIT = 8.0  # seconds a stopped ps or worker waits for the chief to save and exit (within grace_period 10)
+CHIEF_SAVE_WAIT = 25.0  # seconds a stopped ps or worker waits for the chief to save and exit (within grace_period 30)
 
 
 def log(message: str) -> None:
@@ -197,14 +198,18 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
     result = None
     loss = float("nan")
     first = True
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `tfctl down`: save, then exit 143
+    stopped_at: list[float] = []  # when SIGTERM came (`tfctl down`): save, then exit 143
+    signal.signal(signal.SIGTERM, lambda *_: stopped_at.append(time.monotonic()))
     for n in range(start_step, args.train_steps):
-        if stopping.is_set():
-            coordinator.join()  # the steps in flight finish: none is lost
+        if stopped_at:
+            try:
+                coordinator.join()  # the steps in flight finish: none is lost
+            except Exception as error:  # a worker lost mid-step: its step is; the ps still hold the rest
+                log(f"chief: SIGTERM: a step in flight failed ({type(error).__name__}); saving what the ps hold")
             step = int(step_var.numpy())
             manager.save(checkpoint_number=step)
-            log(f"chief: SIGTERM: saved a checkpoint at global step {step} in {args.checkpoint_dir}; exiting 143")
+            log(f"chief: SIGTERM: saved a checkpoint at global step {step} in {args.checkpoint_dir}"
+                f" {time.monotonic() - stopped_at[0]:.1f}s after it; exiting 143")
             hard_exit(143)  # at once: returning would tear the coordinator down, which waits on the workers
         # Non-blocking: queues the step; a free worker runs it.
         result = coordinator.schedule(train_step, args=(per_worker_iterator,))
@@ -252,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Skip the interpreter's teardown of TF (seconds on a busy machine with remote eager contexts):
-    # the checkpoint is written, and tfctl stops the workers and the ps once the chief has exited.
-    hard_exit(main())
+    # Skip the interpreter's teardown of TF (seconds on a busy machine with remote eager contexts,
+    # or for ever after an error: the coordinator waits on its workers): the checkpoint is
+    # written, and tfctl stops the workers and the ps once the chief has exited.
+    try:
+        code = main()
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    hard_exit(code)
