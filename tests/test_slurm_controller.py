@@ -40,6 +40,8 @@ def test_the_batch_script_runs_up_of_the_file_by_this_interpreter(tmp_path):
     script = batch_script(config)
     assert script.startswith("#!/bin/sh\n") and 'export TFCTL_CONTROLLER_JOB="$SLURM_JOB_ID"\n' in script
     assert script.endswith(f"-m tfctl -f '{(tmp_path / 'c y').resolve()}' up\n")
+    resuming = batch_script(config, "r 1;x")  # `up --resume`: the run it continues, quoted
+    assert resuming.endswith(f"-m tfctl -f '{(tmp_path / 'c y').resolve()}' up --resume 'r 1;x'\n")
 
 
 def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
@@ -479,3 +481,30 @@ def test_down_leaves_no_queued_successor(slurm, tmp_path, home):  # noqa: F811
     wait_until(lambda: run_processes(slurm, run_id) == [], 10, "no process of the run left", interval=0.2)
     shown = json.loads(on_slurm(slurm, home, "-f", str(cluster), "status", "--json").stdout)
     assert (shown["run"]["state"], shown["run"]["reason"]) == ("stopped", "tfctl down"), shown["run"]
+
+
+@pytest.mark.netns
+def test_up_resume_runs_the_continued_runs_controller_in_an_allocation_of_its_own(slurm, tmp_path, home):  # noqa: F811
+    """`up --resume` with `controller: allocation`: the continued run's controller is in a batch
+    job too, and its tasks count on from the checkpoints of the run `down` stopped."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        TIMED.replace('time: "1", resubmit: 2,', 'time: "10",') % {"task": FAKE_TASK, "steps": 12, "ev": 0.5}
+    )
+    first = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert first.returncode == 0, first.stderr
+    saved = home / "work" / first.stdout.strip().splitlines()[-1] / "checkpoints" / "worker0"
+    wait_until(lambda: saved.exists() and int(saved.read_text() or 0) >= 3, 60, "worker0 at step 3", interval=0.2)
+    assert on_slurm(slurm, home, "-f", str(cluster), "down").returncode == 0
+    wait_until(lambda: slurm.jobs() == [], 30, "the first allocation released", interval=0.5)
+    stopped_at = int(saved.read_text())
+    resumed = on_slurm(slurm, home, "-f", str(cluster), "up", "--resume", "-d")
+    assert resumed.returncode == 0, resumed.stderr
+    (job,) = slurm.jobs()
+    assert f"the run's controller runs in job {job}" in resumed.stderr, resumed.stderr
+    run_id = resumed.stdout.strip().splitlines()[-1]
+    run = resubmitted_run(slurm, home, cluster, run_id, 120)
+    assert run["state"] == "succeeded" and run["slurm"]["inside"] is True, (run, batch_output(home))
+    assert run_id != saved.parent.parent.name and resumed_at(home, run_id) == stopped_at < 12
+    assert (home / "work" / run_id / "checkpoints" / "worker0").read_text() == "12"
+    assert saved.read_text() == str(stopped_at)  # the stopped run's own checkpoint stays as it was

@@ -114,7 +114,7 @@ class FakeBackend:
     def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
         return None  # the controller runs in `up`, not in the lease
 
-    def run_elsewhere(self, config, detach, out, err, abandoned) -> int | None:
+    def run_elsewhere(self, config, detach, out, err, abandoned, resume=None) -> int | None:
         return None  # the controller runs in `up`, as over ssh
 
     def report(self, record: RunRecord) -> BackendReport:

@@ -141,12 +141,13 @@ class Backend(Protocol):
         out: Callable[[str], None],
         err: Callable[[str], None],
         abandoned: Callable[[str], None],
+        resume: str | None = None,
     ) -> int | None:
         """When the run's controller runs elsewhere than this `up` (a scheduler's batch job):
-        start it there and relay its output (with `detach`, until its tasks run); `up`'s exit
-        code. None: the controller runs here, in this `up`. `abandoned(run_id)`: a Ctrl-C here
-        cancelled the run before any controller of its could record the end (its next
-        allocation still queued)."""
+        start it there (continuing run `resume`, if given) and relay its output (with `detach`,
+        until its tasks run); `up`'s exit code. None: the controller runs here, in this `up`.
+        `abandoned(run_id)`: a Ctrl-C here cancelled the run before any controller of its could
+        record the end (its next allocation still queued)."""
         ...
 
     def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:

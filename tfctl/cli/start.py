@@ -75,7 +75,8 @@ def up(
     backend = backend_for(config.backend)
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
-    if not dry_run and resume is None:  # a controller elsewhere (a batch job's) starts fresh runs only
+    resumes = None if resume is None else up.resumed_run(store, config, resume)
+    if not dry_run:
 
         def abandoned(run_id: str) -> None:  # its queued next allocation cancelled: nobody else ends it
             store.end_if_active(run_id, RunState.STOPPED, "interrupted while its next allocation was queued")
@@ -87,10 +88,10 @@ def up(
             lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
             lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
             abandoned,
+            resumes,
         )
         if elsewhere is not None:
             return elsewhere
-    resumes = None if resume is None else up.resumed_run(store, config, resume)
     if detach and not dry_run and backend.waiting_for is None:  # (else this process waits to acquire)
         cleared = up.ensure_no_live_run(store, config)
         return _up_detached(store, config, accept_new_host_keys, hint_file, cleared, resumes)

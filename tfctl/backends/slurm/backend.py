@@ -377,12 +377,14 @@ class SlurmBackend:
         why = "TIMEOUT" if reason == "TimeLimit" else state if state in CONTINUES else ""
         return allocation.replace(handed_over=why).to_wire()
 
-    def run_elsewhere(self, config: ClusterConfig, detach: bool, out: Say, err: Say, abandoned: Say) -> int | None:
+    def run_elsewhere(
+        self, config: ClusterConfig, detach: bool, out: Say, err: Say, abandoned: Say, resume: str | None = None
+    ) -> int | None:
         """With `slurm: {controller: allocation}`, outside any allocation: the run's controller
         runs in the batch script of its allocation; this `up` submits it and relays its output."""
         if settings_of(config).controller != "allocation" or current_job() is not None:
             return None
-        job = submit_controller(config, self.run)
+        job = submit_controller(config, resume, self.run)
         err(f"submitted slurm job {job.job_id}; the run's controller runs in it (its output: {job.err})")
         return follow(job, detach, out, err, self.run, abandoned=abandoned)
 

@@ -59,11 +59,13 @@ SUCCESSOR = re.compile(r"\bjob (\d+) takes the run up if job (\d+) ends under it
 Say = Callable[[str], None]
 
 
-def batch_script(config: ClusterConfig) -> str:
+def batch_script(config: ClusterConfig, resume: str | None = None) -> str:
     """`tfctl up` of the cluster file, attached, by this very interpreter (the nodes share its
-    files); every value quoted here, none read by a shell from the cluster file."""
+    files), continuing run `resume` if given; every value quoted here, none read by a shell from
+    the cluster file."""
     python, path = shlex.quote(sys.executable), shlex.quote(str(config.path.resolve()))
-    return f'#!/bin/sh\nexport {CONTROLLER_ENV}="$SLURM_JOB_ID"\nexec {python} -m tfctl -f {path} up\n'
+    resuming = "" if resume is None else f" --resume {shlex.quote(resume)}"
+    return f'#!/bin/sh\nexport {CONTROLLER_ENV}="$SLURM_JOB_ID"\nexec {python} -m tfctl -f {path} up{resuming}\n'
 
 
 def successor_script(run_id: str, allocation: int) -> str:
@@ -86,9 +88,10 @@ class BatchJob:
     err: Path  # its stderr: `up`'s progress and end
 
 
-def submit_controller(config: ClusterConfig, run: Runner = run_slurm) -> BatchJob:
-    """Submit the batch job that runs the controller; its output files, made 0600 beforehand."""
-    return _submit(config, batch_script(config), (), run)
+def submit_controller(config: ClusterConfig, resume: str | None = None, run: Runner = run_slurm) -> BatchJob:
+    """Submit the batch job that runs the controller (of a run continuing run `resume`, if given);
+    its output files, made 0600 beforehand."""
+    return _submit(config, batch_script(config, resume), (), run)
 
 
 def submit_successor(config: ClusterConfig, run_id: str, after: str, run: Runner = run_slurm) -> BatchJob:

@@ -93,6 +93,7 @@ class SSHBackend:
         out: Callable[[str], None],
         err: Callable[[str], None],
         abandoned: Callable[[str], None],
+        resume: str | None = None,
     ) -> int | None:
         return None  # the controller is always `up` itself, or its watcher
 
