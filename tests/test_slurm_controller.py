@@ -180,7 +180,10 @@ def inside_record(successor: str = "8", handed_over: str = "") -> RunRecord:
     ("record", "scontrol", "handed"),
     [
         (inside_record(), "JobId=7 JobState=COMPLETING Reason=TimeLimit", "TIMEOUT"),
-        (inside_record(), "JobId=7 JobState=COMPLETING Reason=None", ""),  # a preemption, or a cancel: asked later
+        (inside_record(), "JobId=7 JobState=COMPLETING Reason=None PreemptTime=None", ""),  # a cancel: asked later
+        # Preempted: said at once, so a successor queued past Slurm's MinJobAge needs no accounting.
+        (inside_record(), "JobId=7 JobState=COMPLETING Reason=None PreemptTime=2026-11-28T12:24:11", "PREEMPTED"),
+        (inside_record(), "JobId=7 JobState=RUNNING Reason=None PreemptTime=2026-11-28T12:24:11", "PREEMPTED"),
         (inside_record(), "JobId=7 JobState=RUNNING Reason=None", None),  # a `kill` of the controller by hand
         (inside_record(successor=""), "JobId=7 JobState=COMPLETING Reason=TimeLimit", None),  # no resubmit
     ],
@@ -325,7 +328,8 @@ def test_status_and_down_from_the_login_side_reach_the_controller_through_the_al
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip().splitlines()[-1]
     (job,) = slurm.jobs()
-    (door,) = home.glob(f"**/{run_id}/control.sock")
+    # `up -d` returns once the batch script's `up` said its tasks run; its door opens a moment later.
+    (door,) = wait_until(lambda: list(home.glob(f"**/{run_id}/control.sock")), 30, "the controller's door")
     seen = tmp_path / "status.trace"
     status = on_login_node(slurm, home, door, "--trace", str(seen), "-f", str(cluster), "status", "--json")
     assert status.returncode == 0, status.stderr
@@ -446,10 +450,20 @@ def test_a_preempted_allocation_hands_the_run_to_its_successor(slurm, tmp_path, 
         saved = found[0]
         wait_until(lambda: int(saved.read_text() or 0) >= 4, 60, "worker0 at step 4", interval=0.2)
         urgent = slurm.run(
-            ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 2", "--parsable"]
+            ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 4", "--parsable"]
         )
         assert urgent.returncode == 0, urgent.stderr
         began = time.monotonic()
+        # The dying controller records the preemption (Slurm's PreemptTime) while the node is taken:
+        # its successor needs neither scontrol, which forgets after MinJobAge, nor accounting.
+        record = home / "runs" / saved.parent.parent.name / "run.json"
+        handed = wait_until(
+            lambda: (json.loads(record.read_text()).get("backend_state") or {}).get("handed_over"),
+            30,
+            "the controller's hand-over",
+            interval=0.1,
+        )
+        assert handed == "PREEMPTED"
         out, err = up.communicate(timeout=180)
     finally:
         if up.poll() is None:

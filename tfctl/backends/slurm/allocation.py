@@ -140,11 +140,14 @@ def batch_host(job_id: str, run: Runner = run_slurm) -> str | None:
     return _said(job_fields(job_id, run).get("BatchHost", "")) or None
 
 
-def recorded_state(job_id: str, run: Runner = run_slurm) -> tuple[str, str]:
+def recorded_state(job_id: str, run: Runner = run_slurm) -> tuple[str, str, bool]:
     """The job's state and reason as slurmctld says them now; of a job being ended, `COMPLETING`
-    and, of a time limit, the reason `TimeLimit` ("" where Slurm says none)."""
+    and, of a time limit, the reason `TimeLimit` ("" where Slurm says none). Last, whether it is
+    being preempted: `PreemptTime` is set the moment preemption begins, while the state still
+    reads `COMPLETING` (seen on slurm-wlm 22.05 with `PreemptMode=CANCEL`)."""
     fields = job_fields(job_id, run)
-    return _said(fields.get("JobState", "")), _said(fields.get("Reason", ""))
+    preempted = bool(_said(fields.get("PreemptTime", "")))
+    return _said(fields.get("JobState", "")), _said(fields.get("Reason", "")), preempted
 
 
 def _ended_state(job_id: str, run: Runner) -> JobState:

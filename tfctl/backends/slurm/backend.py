@@ -366,15 +366,15 @@ class SlurmBackend:
         """The controller in the allocation, told to end (SIGTERM): while Slurm ends the
         allocation (its state `COMPLETING`), a queued successor takes the run up and decides
         whether it goes on: the backend state to record, with why the allocation ends where Slurm
-        says it yet (a time limit; a preemption reads as a cancel until the job is over).
+        says it yet (a time limit, a preemption; a cancel is left to the successor to read).
         None: no successor, or a SIGTERM not of Slurm's (a `kill`): stop the run as before."""
         allocation = allocation_of(record)
         if not (allocation.inside and allocation.successor and current_job() == allocation.job_id):
             return None
-        state, reason = recorded_state(allocation.job_id, self.run)
-        if state == "RUNNING":
+        state, reason, preempted = recorded_state(allocation.job_id, self.run)
+        if state == "RUNNING" and not preempted:
             return None
-        why = "TIMEOUT" if reason == "TimeLimit" else state if state in CONTINUES else ""
+        why = "TIMEOUT" if reason == "TimeLimit" else "PREEMPTED" if preempted else state if state in CONTINUES else ""
         return allocation.replace(handed_over=why).to_wire()
 
     def run_elsewhere(
