@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -60,6 +61,15 @@ def _pid_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state != "Z"
+
+
+def sleeper_pid(pids: list[int]) -> int | None:
+    """The one of `pids` running `sleep 600`."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00":
+                return pid
+    return None
 
 
 def _connect_error(address: str, port: int, timeout: float) -> str | None:
@@ -231,11 +241,13 @@ def test_closed_lab_leaves_nothing_behind(tmp_path):
         assert _link_exists("tfctlbr9")
         sleeper = lab.hosts[0].popen(["sleep", "600"])  # dies with its host
         wait_until(lambda: "sleep 600" in lab.hosts[0].exec(["ps", "-eo", "args"]).stdout, 5, "the sleep in tfh0's ps")
-        pids = [pid for h in lab.hosts for pid in h.pids()]
+        # Each host's processes now (not the `ps` just run there, which may be ending: CI saw it).
+        pids = [pid for h in lab.hosts for pid in h.pids() if _pid_alive(pid)]
+        assert sleeper_pid(pids) in pids
         unshares = [st.proc for st in lab._states]  # the unshare parents we started
+        assert len(unshares) == 2 and None not in unshares and all(_pid_alive(p.pid) for p in unshares)
         pids += [proc.pid for proc in unshares if proc is not None]
-        assert len(unshares) == 2 and None not in unshares
-        assert len(pids) >= 5 and all(_pid_alive(p) for p in pids)
+        assert len(pids) >= 5
     assert not set(netns) & set(_netns_names())
     assert not _link_exists("tfctlbr9")
     assert not any(_link_exists(v) for v in veths)
