@@ -245,7 +245,7 @@ def test_closed_lab_leaves_nothing_behind(tmp_path):
         pids = [pid for h in lab.hosts for pid in h.pids() if _pid_alive(pid)]
         assert sleeper_pid(pids) in pids
         unshares = [st.proc for st in lab._states]  # the unshare parents we started
-        assert len(unshares) == 2 and None not in unshares and all(_pid_alive(p.pid) for p in unshares)
+        assert len(unshares) == 2 and all(p is not None and _pid_alive(p.pid) for p in unshares)
         pids += [proc.pid for proc in unshares if proc is not None]
         assert len(pids) >= 5
     assert not set(netns) & set(_netns_names())
