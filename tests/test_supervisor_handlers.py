@@ -175,6 +175,38 @@ def test_task_state_from_its_files(tmp_path: Path) -> None:
     assert state.task_state(root, "r", "ps:0").state is p.TaskState.STOPPED
 
 
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ({"exit.json": {"exit_code": 0, "signal": None, "ended_at": 2.0}}, p.TaskState.SUCCEEDED),
+        ({"exit.json": {"exit_code": 3, "signal": None, "ended_at": 2.0}}, p.TaskState.FAILED),
+        ({"exit.json": {"exit_code": 143, "ended_at": 2.0}, "stop.json": {"requested_at": 1.0}}, p.TaskState.STOPPED),
+        ({}, p.TaskState.LOST),  # the monitor died without writing it: the code is lost
+    ],
+)
+def test_a_task_whose_monitor_wrote_its_end_and_left_while_it_was_read_is_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: dict, expected: p.TaskState
+) -> None:
+    """The task ends at once; between the read of exit.json and the look at its monitor, the
+    monitor writes the end and leaves (CI saw such a task, which exited 0, called lost)."""
+    root = str(tmp_path)
+    d = Path(task_dir(root, "r", "worker:0"))
+    d.mkdir(parents=True)
+    monitor = {"pid": 2, "starttime": 1}
+    write_json(str(d / "proc.json"), {"pid": 1, "pgid": 1, "starttime": 1, "started_at": 1.0, "monitor": monitor})
+
+    def is_same_process(record: dict) -> bool:
+        if record == monitor:  # the monitor, looked at: it wrote the end, then left
+            for name, data in written.items():
+                write_json(str(d / name), data)
+        return False
+
+    monkeypatch.setattr(state.procfs, "is_same_process", is_same_process)
+    info = state.task_state(root, "r", "worker:0")
+    assert info.state is expected
+    assert info.exit_code == written.get("exit.json", {}).get("exit_code")
+
+
 def test_ports_and_probe_see_a_listener(tmp_path: Path) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

@@ -24,20 +24,21 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
     if held is not None:
         ended, stop = held
     if ended:
-        if stop is not None and stop["requested_at"] <= ended["ended_at"]:
-            state = TaskState.STOPPED
-        else:
-            state = TaskState.SUCCEEDED if ended.get("exit_code") == 0 else TaskState.FAILED
+        state = _end_state(ended, stop)
     elif proc is None:
         state = TaskState.STARTING
     elif procfs.is_same_process(proc):
         state = TaskState.RUNNING
     elif restarts.get("pending") and proc.get("monitor") and procfs.is_same_process(proc["monitor"]):
         state = TaskState.RESTARTING
+    elif proc.get("monitor") and procfs.is_same_process(proc["monitor"]):
+        state = TaskState.RUNNING  # ended this moment: its monitor is writing exit.json
     else:
-        monitor = proc.get("monitor")
-        # The monitor writes exit.json right after the task ends; only its death loses the code.
-        state = TaskState.RUNNING if monitor and procfs.is_same_process(monitor) else TaskState.LOST
+        # The monitor writes exit.json as the task ends, then leaves: it may have done both since
+        # the read above (CI saw a task that exited 0 at once called lost). Gone without it: lost.
+        ended = read_json(os.path.join(d, "exit.json"))
+        stop = read_json(os.path.join(d, "stop.json"))
+        state = _end_state(ended, stop) if ended else TaskState.LOST
     ended = ended or {}
     proc = proc or {}
     return TaskInfo(
@@ -57,6 +58,13 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         attempts=[Attempt(a, b, end) for (a, b), end in zip(restarts.get("spans", []), restarts.get("ends", []))],
         unrecorded=held is not None,
     )
+
+
+def _end_state(ended: dict, stop: Optional[dict]) -> TaskState:
+    """A task with an exit record: stopped if asked to before it ended, else by its code."""
+    if stop is not None and stop["requested_at"] <= ended["ended_at"]:
+        return TaskState.STOPPED
+    return TaskState.SUCCEEDED if ended.get("exit_code") == 0 else TaskState.FAILED
 
 
 def _held_end(proc: Optional[dict], ended: Optional[dict]) -> Optional[Tuple[dict, Optional[dict]]]:
