@@ -29,10 +29,9 @@ def task_state(root: str, run_id: str, task: str) -> TaskInfo:
         state = TaskState.STARTING
     elif procfs.is_same_process(proc):
         state = TaskState.RUNNING
-    elif restarts.get("pending") and proc.get("monitor") and procfs.is_same_process(proc["monitor"]):
-        state = TaskState.RESTARTING
     elif proc.get("monitor") and procfs.is_same_process(proc["monitor"]):
-        state = TaskState.RUNNING  # ended this moment: its monitor is writing exit.json
+        # Between two attempts, or ended this moment (its monitor is writing exit.json).
+        state = TaskState.RESTARTING if restarts.get("pending") else TaskState.RUNNING
     else:
         # The monitor writes exit.json as the task ends, then leaves: it may have done both since
         # the read above (CI saw a task that exited 0 at once called lost). Gone without it: lost.
