@@ -7,6 +7,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -17,8 +18,10 @@ from tfctl.cli import main
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.verbs import up
-from tfctl.runs.record import Controller
+from tfctl.runs import transitions
+from tfctl.runs.record import Controller, RunRecord
 from tfctl.runs.store import RunStore
+from tfctl.supervisor.protocol import RunState
 
 # ps:0 and worker:0 on h1, worker:1 on h2; the ps runs until stopped, as a ps does.
 FAKE_FILE = """\
@@ -100,3 +103,19 @@ def sigterm_kept() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def amend(store: RunStore, run_id: str, **changes: Any) -> RunRecord:
+    """A test's own edit of a stored record (a dead controller, an older start): tfctl changes a
+    record only through `runs.transitions`, which has no transition for a test's make-believe."""
+    with store.lock():
+        changed = store.load(run_id).replace(**changes)
+        store.save(changed)
+    return changed
+
+
+def end(store: RunStore, run_id: str, state: RunState, why: str) -> RunRecord:
+    """The run ended as tfctl ends one (`transitions.end_if_active`)."""
+    ended = transitions.apply(store, run_id, transitions.end_if_active(state, why, time.time()))
+    assert ended is not None, f"run {run_id} had ended already"
+    return ended

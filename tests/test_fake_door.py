@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.fake_runs import in_thread, started, tfctl_here, write
+from tests.fake_runs import amend, in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import BackendReport
 from tfctl.controller.live import rpc as live
@@ -187,7 +187,7 @@ def test_the_first_status_after_the_controller_died_is_true_when_the_job_had_end
     cluster.close()
     run_id = cluster.record.run_id
     dead = controller_of_this_process(ControllerKind.UP).replace(starttime=-1)
-    store.update(run_id, watcher=dead)
+    amend(store, run_id, watcher=dead)
     for host in lab.hosts.values():  # the job went on and ended: worker:0 done, the rest stopped by their hosts
         for name, info in host.tasks.items():
             done = TaskState.SUCCEEDED if name == "worker:0" else TaskState.STOPPED
@@ -206,13 +206,13 @@ def test_status_of_a_run_whose_controller_died_starts_a_new_watcher_and_says_so(
     cluster.close()
     run_id = cluster.record.run_id
     dead = controller_of_this_process(ControllerKind.UP).replace(starttime=-1)  # that pid is another process now
-    store.update(run_id, watcher=dead)
+    amend(store, run_id, watcher=dead)
     fresh = Controller(ControllerKind.WATCHER, 4_000_000, 1, host_key())
     spawned: list[str] = []
 
     def spawn(store: RunStore, record: Any) -> Any:
         spawned.append(record.run_id)
-        return store.update(record.run_id, watcher=fresh)
+        return amend(store, record.run_id, watcher=fresh)
 
     monkeypatch.setattr(watcher, "spawn_watcher", spawn)
     ran = tfctl_here("status")

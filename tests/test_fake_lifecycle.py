@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_runs import FAKE_FILE, sigterm_kept, started, write
+from tests.fake_runs import FAKE_FILE, amend, sigterm_kept, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.supervisors import Cluster
 from tfctl.config.devices import DeviceError
@@ -174,15 +174,14 @@ def test_a_host_silent_past_host_timeout_fails_the_run_and_the_stop_says_it_was_
     store, cluster = started(write(tmp_path, extra="host_timeout: 0.05\n"), attached=True)
     run_id = cluster.record.run_id
     noted: list[dict[str, float]] = []
-    real_revise = store.revise
+    real_save = store.save
 
-    def revise(run: str, change: Any) -> Any:
-        stored = real_revise(run, change)
+    def save(stored: Any) -> None:
+        real_save(stored)
         if stored.unreachable and (not noted or noted[-1] != stored.unreachable):
             noted.append(dict(stored.unreachable))
-        return stored
 
-    monkeypatch.setattr(store, "revise", revise)
+    monkeypatch.setattr(store, "save", save)
 
     def h2_goes_down(request: p.Request[Any]) -> None:
         if request.VERB == "status" and fake_backend.journal.verbs("h2").count("status") > 2:
@@ -216,7 +215,7 @@ def test_a_second_up_is_refused_while_the_run_lives_or_starts_and_allowed_once_i
     run_id = cluster.record.run_id
     with pytest.raises(UsageError, match=rf"run {run_id} of cluster 'fake' is still running \(3 tasks: ps:0, wor"):
         up.ensure_no_live_run(store, config)
-    store.update(run_id, state=RunState.STARTING, watcher=controller_of_this_process(ControllerKind.UP))
+    amend(store, run_id, state=RunState.STARTING, watcher=controller_of_this_process(ControllerKind.UP))
     with pytest.raises(UsageError, match=r"is starting .*its `tfctl up` is pid") as caught:
         up.ensure_no_live_run(store, config)
     assert caught.value.hint and "Ctrl-C in its terminal" in caught.value.hint
@@ -225,7 +224,7 @@ def test_a_second_up_is_refused_while_the_run_lives_or_starts_and_allowed_once_i
     up.ensure_no_live_run(store, config)
     assert len(fake_backend.journal.entries) == asked
     fake_backend.ended.clear()
-    store.update(run_id, watcher=None)
+    amend(store, run_id, watcher=None)
     report, released = down.down(store, store.load(run_id), grace=0)
     assert report.clean and released is not None and released.line() == "fake pool: released"
     cluster.close()

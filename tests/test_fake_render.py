@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from tests.fake_runs import FAKE_FILE, started, write
+from tests.fake_runs import FAKE_FILE, amend, started, write
 from tests.fakes import TaskScript
 from tfctl import console
 from tfctl.cli import render
+from tfctl.cluster.answers import StopReport
 from tfctl.cluster.output import Prefixer
-from tfctl.cluster.supervisors import StopReport
 from tfctl.controller.views import status_table, status_view
 from tfctl.runs.record import RunRecord
 from tfctl.tf.doctor import FAILURE_HOLD, LiveNotes
@@ -76,7 +76,7 @@ def test_an_unreachable_host_is_a_state_with_its_duration_and_a_caption(tmp_path
     with cluster:
         run_id = cluster.record.run_id
         since = time.time() - 75
-        cluster.record = store.update(run_id, unreachable={"h2": since})
+        cluster.record = amend(store, run_id, unreachable={"h2": since})
         fake_backend.hosts["h2"].down = True
         shot = status_view.snapshot(cluster)
         lines = table(shot, store.load(run_id))

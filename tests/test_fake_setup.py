@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_runs import FAKE_FILE, write
+from tests.fake_runs import FAKE_FILE, end, write
 from tests.fakes import TaskScript
 from tfctl.config.loader import load_config
 from tfctl.controller.start.plan import remote_workdir
@@ -60,7 +60,7 @@ def test_a_remote_host_gets_the_workdir_synced_and_later_runs_send_only_what_cha
         assert cwd == {"worker:1": dest} and fake_backend.hosts["h1"].launches["worker:0"].cwd == str(project)
         assert fake_backend.journal.index("sync_apply") < fake_backend.journal.index("start")
         cluster.stop()
-        store.end(run_id, RunState.STOPPED, "test over")
+        end(store, run_id, RunState.STOPPED, "test over")
 
     (project / "train.py").write_text("print('training harder')\n")
     store, cluster, said = launch(path)

@@ -212,7 +212,7 @@ def test_a_stop_report_quoting_a_host_takes_no_markup_from_it(monkeypatch) -> No
     # `why` is what the connection to the host said: rich markup in it is text, not a style or a
     # link, and a stray closing tag is no error
     from tfctl.cli import render
-    from tfctl.cluster.supervisors import StopReport
+    from tfctl.cluster.answers import StopReport
 
     monkeypatch.setenv("NO_COLOR", "1")
     screen = Screen()

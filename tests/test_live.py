@@ -85,7 +85,7 @@ def test_a_streamed_answer_comes_in_typed_parts(tmp_path: Path) -> None:
 
 def test_a_down_answer_carries_the_stop_report_and_what_the_backend_released(tmp_path: Path) -> None:
     from tfctl.backends.base import BackendReport
-    from tfctl.cluster.supervisors import StopReport
+    from tfctl.cluster.answers import StopReport
 
     report = StopReport(5, {"h1": [42]}, {"h1:2222": [42]}, 2, [2222, 2223], {"h2": "timed out"})
     released = BackendReport("slurm job 7", "CANCELLED", True, {"job_id": "7", "state": "CANCELLED"})

@@ -11,9 +11,10 @@ import pytest
 
 from bench.waiting import wait_until
 from tests.conftest import fake, free_ports, marked_processes, spawn_tfctl, tfctl
+from tests.fake_runs import end
 from tests.fakes import record_of
-from tfctl.controller.verbs import up
 from tfctl.errors import UsageError
+from tfctl.runs import transitions
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
 
@@ -21,45 +22,15 @@ from tfctl.supervisor.protocol import RunState
 def test_of_two_claims_after_the_same_check_only_the_first_records_a_run(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "home")
     first, second = record_of({"worker:0": "h"}, run_id="a"), record_of({"worker:0": "h"}, run_id="b")
-    up.claim(store, first, cleared=None)
+    transitions.claim(store, first, cleared=None)
     with pytest.raises(UsageError) as refused:
-        up.claim(store, second, cleared=None)
+        transitions.claim(store, second, cleared=None)
     assert "run a of cluster 'fake' was started by another `tfctl up` at the same moment" in refused.value.message
     assert refused.value.hint is not None and "down --run a" in refused.value.hint
     assert [r.run_id for r in store.all()] == ["a"]
-    store.end("a", RunState.SUCCEEDED, "done")
-    up.claim(store, second, cleared=None)  # an ended run is no obstacle
+    end(store, "a", RunState.SUCCEEDED, "done")
+    transitions.claim(store, second, cleared=None)  # an ended run is no obstacle
     assert [r.run_id for r in store.all()] == ["a", "b"]
-
-
-# 0361dd1 step by step: the run's enders (a `down`, a start that fails, the watcher's verdict, a
-# resubmission that found the run ended) in the order they reach the store; the first end's words
-# stay, and nothing after it changes the run.
-STOPPED, FAILED, SUCCEEDED = RunState.STOPPED, RunState.FAILED, RunState.SUCCEEDED
-ENDERS = [
-    ([("end", STOPPED, "tfctl down"), ("end", FAILED, "ps:0 exited")], (STOPPED, "tfctl down")),
-    ([("end", FAILED, "ps:0 exited"), ("end", STOPPED, "tfctl down")], (FAILED, "ps:0 exited")),
-    ([("end", STOPPED, "tfctl down"), ("move", None, "allocation 2")], (STOPPED, "tfctl down")),
-    ([("move", None, "allocation 2"), ("end", SUCCEEDED, "job succeeded")], (SUCCEEDED, "job succeeded")),
-]
-
-
-@pytest.mark.parametrize("steps, last", ENDERS)
-def test_the_first_end_of_a_run_stays_whoever_comes_second(
-    tmp_path: Path, steps: list[tuple[str, RunState | None, str]], last: tuple[RunState, str]
-) -> None:
-    store = RunStore(tmp_path / "home")
-    up.claim(store, record_of({"worker:0": "h"}, run_id="a"), cleared=None)
-    ended = False
-    for kind, state, why in steps:
-        if kind == "end":
-            took = store.end_if_active("a", state, why) is not None  # type: ignore[arg-type]
-        else:  # a resubmission moving the run to its next allocation
-            took = store.update_if_active("a", reason=why) is not None
-        assert took is not ended  # once ended, nothing takes
-        ended = ended or kind == "end"
-    record = store.load("a")
-    assert (record.state, record.reason) == last and not record.active
 
 
 def cluster_file(tmp_path: Path) -> Path:

@@ -24,6 +24,7 @@ import pytest
 
 from bench.waiting import WaitTimeout, wait_until
 from tests.conftest import fake, free_ports, port_listening, spawn_tfctl, tfctl
+from tests.fake_runs import end
 from tfctl.cli.common import select_task
 from tfctl.cluster.reach import task_command
 from tfctl.config.loader import load_config, parse_config
@@ -55,7 +56,7 @@ def stored_run(tmp_path: Path, text: str | None = None) -> tuple[Path, RunRecord
     store = RunStore()
     record = up.plan_run(load_config(path), store).record
     store.create(record)
-    return path, store.end(record.run_id, RunState.SUCCEEDED, "test")
+    return path, end(store, record.run_id, RunState.SUCCEEDED, "test")
 
 
 # -- task names ---------------------------------------------------------------------------------

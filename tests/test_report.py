@@ -19,7 +19,7 @@ import pytest
 
 from bench.waiting import wait_until
 from tests.conftest import fake, free_ports, tfctl
-from tests.fake_runs import FAKE_FILE, tfctl_here, write
+from tests.fake_runs import FAKE_FILE, amend, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_cli_localhost import latest_run, write_cluster
 from tests.test_restart import agent, once_then, start, wait_state  # noqa: F401 (agent: a fixture)
@@ -309,7 +309,7 @@ def fifty_task_run(tmp_path: Path, fake_backend) -> str:
     assert tfctl_here("up").code == 0
     store = RunStore()
     (record,) = store.all()
-    store.update(record.run_id, created_at=record.created_at - 100)
+    amend(store, record.run_id, created_at=record.created_at - 100)
     for host in fake_backend.hosts.values():
         for name, info in host.tasks.items():
             host.tasks[name] = info.replace(started_at=(info.started_at or time.time()) - 99)

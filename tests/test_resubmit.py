@@ -14,7 +14,7 @@ import pytest
 from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, spawn_tfctl
-from tests.fake_runs import FAKE_FILE, started, tfctl_here, write
+from tests.fake_runs import FAKE_FILE, amend, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
@@ -356,7 +356,7 @@ def test_a_follower_goes_on_into_the_next_allocation_once_its_tasks_run(tmp_path
     store = RunStore(tmp_path)
     followed = RunRecord("r", "c", "/c.yaml", 1.0, (), (), 1.0, state=RunState.RUNNING, resubmits=resubmits)
     store.create(followed)
-    store.update("r", **stored)
+    amend(store, "r", **stored)
     goes_on = next_allocation(store, followed, poll=0)
     assert (goes_on is not None) == follows
     if goes_on is not None:

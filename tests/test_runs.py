@@ -6,6 +6,7 @@ locking tests (no TFCTL_RUN_ID marker, all joined before the test ends).
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_runs import amend, end
 from tfctl.backends.slurm.transport import SlurmStepSpec
 from tfctl.config.home import tfctl_home
 from tfctl.errors import EXIT_USAGE, UsageError
+from tfctl.runs import transitions
 from tfctl.runs.record import (
     Controller,
     ControllerKind,
@@ -30,6 +33,7 @@ from tfctl.runs.record import (
     TaskSpec,
 )
 from tfctl.runs.store import RunStore, new_run_id
+from tfctl.runs.transitions import Guard, Transition
 from tfctl.supervisor.protocol import RunState
 from tfctl.transport.specs import LocalSpec, SSHSpec
 
@@ -138,7 +142,7 @@ def test_restart_and_progress_come_back_as_typed_records(store: RunStore) -> Non
 
 def test_roundtrip_of_a_finished_record(store: RunStore) -> None:
     store.create(record())
-    done = store.end(record().run_id, RunState.FAILED, "worker:1 on gpu1 exited with code 3")
+    done = end(store, record().run_id, RunState.FAILED, "worker:1 on gpu1 exited with code 3")
     assert not done.active and done.ended_at is not None and done.state is RunState.FAILED
     assert store.load(done.run_id) == done
     assert json.loads((store.run_dir(done.run_id) / "run.json").read_text())["state"] == "failed"
@@ -233,7 +237,7 @@ def test_a_record_of_version_1_is_read_forever_with_its_values_migrated(store: R
     (store.runs_dir / r.run_id).mkdir(parents=True)
     (store.run_dir(r.run_id) / "run.json").write_bytes(V1_RECORD.read_bytes())
     assert store.load(r.run_id) == r and store.all() == [r]
-    updated = store.update(r.run_id, reason="read by a newer tfctl")
+    updated = amend(store, r.run_id, reason="read by a newer tfctl")
     data = json.loads((store.run_dir(r.run_id) / "run.json").read_text())
     assert data["schema_version"] == RunRecord.schema_version == 2
     assert data["watcher"] == {"kind": "up", "pid": 41234, "starttime": 987654, "host": "laptop-1f2e3d4c5b6a"}
@@ -480,7 +484,12 @@ def test_reader_never_sees_a_partial_file(store: RunStore) -> None:
 def _update_reason(home: str, run_id: str, me: int, count: int) -> None:
     store = RunStore(Path(home))
     for n in range(count):
-        store.update(run_id, reason=f"p{me}-{n}")
+        reason = functools.partial(_with_reason, f"p{me}-{n}")
+        transitions.apply(store, run_id, Transition("test", Guard.RECORDED, reason))
+
+
+def _with_reason(reason: str, record: RunRecord) -> RunRecord:
+    return record.replace(reason=reason)
 
 
 def _increment(home: str, counter: str, count: int) -> None:
@@ -534,25 +543,25 @@ def test_lock_serialises_read_modify_write_across_processes(store: RunStore, tmp
     assert counter.read_text() == "200"
 
 
-def test_update_returns_and_stores_the_new_record(store: RunStore) -> None:
+def test_a_transition_returns_and_stores_the_new_record(store: RunStore) -> None:
     r = record()
     store.save(r)
-    new = store.update(r.run_id, state=RunState.SUCCEEDED, reason="worker:0 finished successfully", ended_at=5.0)
-    assert (new.state, new.reason, new.ended_at) == ("succeeded", "worker:0 finished successfully", 5.0)
+    new = transitions.apply(store, r.run_id, transitions.end_if_active(RunState.SUCCEEDED, "worker:0 finished", 5.0))
+    assert new is not None and (new.state, new.reason, new.ended_at) == ("succeeded", "worker:0 finished", 5.0)
     assert store.load(r.run_id) == new
     assert new.tasks == r.tasks
 
 
-def test_update_of_an_unknown_run_is_a_usage_error(store: RunStore) -> None:
-    with pytest.raises(UsageError):
-        store.update("nope-20260101-000000-0000", state=RunState.STOPPED)
+def test_a_transition_of_an_unknown_run_changes_nothing(store: RunStore) -> None:
+    assert transitions.apply(store, "nope-20260101-000000-0000", transitions.mark_running()) is None
+    assert store.all() == []
 
 
-def test_update_of_an_unknown_field_changes_nothing(store: RunStore) -> None:
+def test_a_transition_that_raises_changes_nothing(store: RunStore) -> None:
     r = record()
     store.save(r)
     with pytest.raises(TypeError):
-        store.update(r.run_id, no_such_field=1)
+        transitions.apply(store, r.run_id, Transition("bad", Guard.RECORDED, lambda x: x.replace(no_such_field=1)))
     assert store.load(r.run_id) == r
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfctl.cli.render import stop_summary
-from tfctl.cluster.supervisors import StopReport
+from tfctl.cluster.answers import StopReport
 
 
 def test_a_clean_stop_says_so_for_every_host() -> None:

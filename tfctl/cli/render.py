@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 
 from tfctl import console
+from tfctl.cluster.answers import StopReport
 from tfctl.cluster.output import Prefixer
-from tfctl.cluster.supervisors import StopReport
 from tfctl.controller.views.status_table import finding_text, number_ranges
 from tfctl.tf.doctor import LiveNotes
 from tfctl.tf.noise import NoiseFolder

@@ -68,6 +68,7 @@ def up(
     from tfctl.config.loader import load_config
     from tfctl.controller.live import watcher
     from tfctl.controller.verbs import up
+    from tfctl.runs import transitions
     from tfctl.supervisor.protocol import RunState
 
     path = cluster_file_path(ctx, cluster_file)
@@ -79,7 +80,10 @@ def up(
     if not dry_run:
 
         def abandoned(run_id: str) -> None:  # its queued next allocation cancelled: nobody else ends it
-            store.end_if_active(run_id, RunState.STOPPED, "interrupted while its next allocation was queued")
+            ended = transitions.end_if_active(
+                RunState.STOPPED, "interrupted while its next allocation was queued", time.time()
+            )
+            transitions.apply(store, run_id, ended)
 
         out, err_console = console.out(), console.err()
         elsewhere = backend.run_elsewhere(
@@ -190,10 +194,11 @@ def _up_detached(
     from tfctl import console
     from tfctl.controller.live import supervise, watcher
     from tfctl.controller.verbs import up
+    from tfctl.runs import transitions
     from tfctl.runs.record import ControllerKind
 
     run = up.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
-    up.claim(store, run.record, cleared)
+    transitions.claim(store, run.record, cleared)
     start = time.monotonic()
 
     def start_then_watch(report: watcher.Report) -> None:
@@ -206,7 +211,9 @@ def _up_detached(
         _log_ending(supervise.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
     child, messages = watcher.fork_starter(start_then_watch)
-    store.update_if_active(run.record.run_id, watcher=watcher.controller_of(child, ControllerKind.WATCHER))
+    transitions.apply(
+        store, run.record.run_id, transitions.take_control(watcher.controller_of(child, ControllerKind.WATCHER))
+    )
     err = console.err()
     progress = _progress_printer(start)
     _print_warnings(config)

@@ -7,22 +7,22 @@ Deciding what to do with those answers is `control.py`'s job; TensorFlow is `tf/
 
 from __future__ import annotations
 
-import posixpath
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from tfctl import trace
 from tfctl.cluster.agent import HostAgent, open_agent
+from tfctl.cluster.answers import HostInfo, ProbeFailure, StopReport, bin_dir, cut_line, error_text
 from tfctl.cluster.group import GroupResult, fan_out
 from tfctl.config.devices import HostDevices
 from tfctl.engine.observed import TaskStatus
 from tfctl.errors import HostError, StartupError
+from tfctl.runs import transitions
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
-from tfctl.supervisor import records
+from tfctl.runs.transitions import Transition
 from tfctl.supervisor.protocol import (
     ContainerLaunch,
     IdleRule,
@@ -32,7 +32,6 @@ from tfctl.supervisor.protocol import (
     PortInfo,
     PortsRequest,
     ProbeRequest,
-    ProbeResult,
     ProgressRule,
     StartRequest,
     StatusAnswer,
@@ -44,7 +43,6 @@ from tfctl.supervisor.protocol import (
     TaskLaunch,
     TaskState,
 )
-from tfctl.supervisor.records import Wire, record
 
 Progress = Callable[[str, str], None]  # (task or host, message)
 STATUS_TIMEOUT = 30.0  # a status request's own timeout on its host's conversation
@@ -73,78 +71,6 @@ def quiet(_who: str, _msg: str) -> None:
     """Progress sink for callers that render nothing."""
 
 
-def bin_dir(python: str) -> str | None:
-    """The directory of the host's interpreter, when it is given as a path (a virtualenv's
-    bin/python): first on the tasks' PATH, as activating the virtualenv would put it."""
-    return posixpath.dirname(python) if "/" in python else None
-
-
-PROBE_CAUSES = {
-    "refused": "connection refused: nothing listens there as seen from this host "
-    "(wrong address, or the name leads to another machine)",
-    "timeout": "timed out: a firewall drops the traffic, or the host is down",
-    "unresolvable": "the name does not resolve on this host: add it to DNS or /etc/hosts there, or use an IP",
-    "unreachable": "no route to that address from this host",
-}
-
-
-@dataclass(frozen=True)
-class ProbeFailure:
-    """One connection that failed in a reachability check, with the likely cause in words."""
-
-    source: str
-    target: str
-    result: ProbeResult
-
-    def __str__(self) -> str:
-        r = self.result
-        why = PROBE_CAUSES.get(r.error or "", r.error or "failed")
-        if r.local and r.error == "refused":
-            why = (
-                f"the name resolves to {r.address}, an address of {self.source} itself, "
-                f"where nothing listens on that port"
-            )
-        extra = f" ({r.detail})" if r.detail else ""
-        return f"{self.source} -> {self.target}: {why}{extra}"
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    host: str
-    hostname: str
-    python: str | None
-    tensorflow: str | None
-    error: str | None = None
-    devices: HostDevices = field(default_factory=HostDevices)
-    filesystem: str = ""  # the same on hosts that share a home (`supervisor.sync.filesystem_token`)
-
-
-@record
-class StopReport(Wire):
-    """What `stop` did on every host, and what it could not prove gone. A live controller sends it
-    to the `down` that asked it (`controller/live/rpc_messages.py`)."""
-
-    processes: int = 0
-    remaining: dict[str, list[int]] = records.field(default_factory=dict)  # host -> pids
-    busy_ports: dict[str, list[int]] = records.field(default_factory=dict)  # host:port -> pids
-    hosts: int = 0
-    ports: list[int] = records.field(default_factory=list)
-    unreachable: dict[str, str] = records.field(default_factory=dict)  # host -> why
-    # Hosts the run left when their tasks moved to a spare, still silent: nothing of the run runs
-    # there unless they come back, so they do not make the stop unclean (`render_stop` says so).
-    lost_silent: dict[str, str] = records.field(default_factory=dict)  # host -> why
-    containers: int = 0  # the run's containers when the stop began
-    containers_left: dict[str, list[str]] = records.field(default_factory=dict)  # host -> names
-
-    @property
-    def clean(self) -> bool:
-        return not self.remaining and not self.busy_ports and not self.unreachable and not self.containers_left
-
-
-def error_text(error: Exception) -> str:
-    return str(getattr(error, "message", error))
-
-
 class Cluster:
     """One run's tasks and the supervisors on its hosts. Constructing it does no I/O."""
 
@@ -170,7 +96,7 @@ class Cluster:
         self.holds_lease = holds_lease and record.lease_timeout > 0
         self._lease_hosts: set[str] = set()
         self._lease_lock = threading.Lock()
-        self._record_lock = threading.Lock()  # one change of the record at a time (`revise`)
+        self._record_lock = threading.Lock()  # one change of the record at a time (`apply`)
         self._closed = threading.Event()
         self._keeper: threading.Thread | None = None
 
@@ -180,20 +106,20 @@ class Cluster:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def revise(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord:
-        """The one way a running run's record changes once the cluster holds it: `change` applied
-        to the stored record under the store's lock, which this copy then is, so the two never
-        diverge whichever thread or process writes (a move, a retired host, the silent hosts)."""
+    def apply(self, store: RunStore, transition: Transition) -> RunRecord | None:
+        """`transition` carried out on the stored record (`transitions.apply`), which this copy
+        then is, so the two never diverge whichever thread or process writes: the new record, or
+        None where it was refused (this copy then the stored one as it stands) or the run is no
+        longer recorded (a start that failed before it put anything on a host: this copy alone
+        changes)."""
         with self._record_lock:
-            self.record = stored = store.revise(self.record.run_id, change)
-        return stored
-
-    def revise_if_recorded(self, store: RunStore, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
-        """`revise`; for a run forgotten meanwhile (a start that failed before it put anything on
-        a host), this copy alone, and None."""
-        with self._record_lock:
-            stored = store.revise_if_exists(self.record.run_id, change)
-            self.record = change(self.record)
+            stored = transitions.apply(store, self.record.run_id, transition)
+            if stored is not None:
+                self.record = stored
+            elif store.exists(self.record.run_id):
+                self.record = store.load(self.record.run_id)
+            else:
+                self.record = transition.on(self.record) or self.record
         return stored
 
     def rehost(self, record: RunRecord, launcher: MonitorLauncher | None) -> None:
@@ -323,7 +249,7 @@ class Cluster:
 
     def last_lines_text(self, task: str, count: int = 10) -> str:
         """`\\nlast N lines of TASK:` and the lines, for an error message; empty if none."""
-        lines = [_cut(line) for line in self.tails([task], count).get(task, [])]
+        lines = [cut_line(line) for line in self.tails([task], count).get(task, [])]
         return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
 
     def reachable(self, source: str, address: str) -> bool | None:
@@ -591,10 +517,3 @@ class Cluster:
             containers=sum(answer.containers for answer in answers.succeeded.values()),
             containers_left={h: a.containers_left for h, a in answers.succeeded.items() if a.containers_left},
         )
-
-
-LINE_SHOWN = 500  # characters of each line an error message quotes: a 4 MiB line would fill screens
-
-
-def _cut(line: str) -> str:
-    return line if len(line) <= LINE_SHOWN else f"{line[:LINE_SHOWN]}… ({len(line) - LINE_SHOWN} more characters)"

@@ -18,14 +18,13 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 from tfctl.config.home import tfctl_home
 from tfctl.errors import TfctlError, UsageError
 from tfctl.runs.record import SCHEMA_VERSION, NewerRecordError, RunRecord
-from tfctl.supervisor.protocol import RunState
 
-CLUSTER_FILE = "cluster.yaml"  # the cluster file as the run started from it (`keep_cluster_file`)
+CLUSTER_FILE = "cluster.yaml"  # the cluster file as the run started from it (`transitions.keep_cluster_file`)
 
 
 def new_run_id(cluster_name: str, now: float | None = None) -> str:
@@ -62,7 +61,8 @@ class RunStore:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def create(self, record: RunRecord) -> None:
-        """Store a new run; two runs can never share an id (and so a record)."""
+        """Store a new run; two runs can never share an id (and so a record). Like `save` and
+        `forget`, for `runs.transitions` alone (and tests seeding records): nothing else writes."""
         self._ensure()
         try:
             (self.runs_dir / record.run_id).mkdir(mode=0o700)
@@ -85,52 +85,6 @@ class RunStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-
-    def update(self, run_id: str, **changes: Any) -> RunRecord:
-        """Change fields of a stored record under the lock; returns the new record."""
-        with self.lock():
-            record = self.load(run_id).replace(**changes)
-            self.save(record)
-            return record
-
-    def revise(self, run_id: str, change: Callable[[RunRecord], RunRecord]) -> RunRecord:
-        """`update` by a function of the stored record, for a change that depends on it."""
-        with self.lock():
-            record = change(self.load(run_id))
-            self.save(record)
-            return record
-
-    def update_if_active(self, run_id: str, **changes: Any) -> RunRecord | None:
-        """`update` a run that is still active; None, changing nothing, once it has ended (a
-        `down` typed while it started, say) or is no longer recorded."""
-        return self._revise_when(run_id, lambda record: record.active, lambda record: record.replace(**changes))
-
-    def end_if_active(self, run_id: str, state: RunState, reason: str) -> RunRecord | None:
-        """`end` a run nobody has ended yet, in one step under the lock: of two that end it at
-        once (a `down` and a start that fails), the first one's words stay."""
-        return self.update_if_active(run_id, state=state, reason=reason, ended_at=time.time())
-
-    def revise_if_exists(self, run_id: str, change: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
-        """`revise` a run still recorded; None for one forgotten meanwhile (a start that failed
-        before it put anything on a host)."""
-        return self._revise_when(run_id, lambda _record: True, change)
-
-    def _revise_when(
-        self, run_id: str, wanted: Callable[[RunRecord], bool], change: Callable[[RunRecord], RunRecord]
-    ) -> RunRecord | None:
-        with self.lock():
-            if not self.exists(run_id):
-                return None
-            record = self.load(run_id)
-            if not wanted(record):
-                return None
-            record = change(record)
-            self.save(record)
-            return record
-
-    def end(self, run_id: str, state: RunState, reason: str) -> RunRecord:
-        """Record how a run ended, and when."""
-        return self.update(run_id, state=state, reason=reason, ended_at=time.time())
 
     def load(self, run_id: str) -> RunRecord:
         path = self.runs_dir / run_id / "run.json"
@@ -175,16 +129,8 @@ class RunStore:
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
 
-    def keep_cluster_file(self, run_id: str, text: str) -> None:
-        """The cluster file as the run started from it, kept once, for whatever re-plans the run
-        later (a resubmission): an edited file must not change a running run."""
-        kept = self.run_dir(run_id) / CLUSTER_FILE
-        if text and not kept.exists():
-            kept.write_text(text, encoding="utf-8")
-            kept.chmod(0o600)
-
     def kept_cluster_file(self, run_id: str) -> str | None:
-        """The text `keep_cluster_file` kept; None for a run recorded by a tfctl that kept none."""
+        """The text `transitions.keep_cluster_file` kept; None for a run recorded by a tfctl that kept none."""
         try:
             return (self.run_dir(run_id) / CLUSTER_FILE).read_text(encoding="utf-8")
         except FileNotFoundError:

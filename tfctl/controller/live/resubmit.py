@@ -29,6 +29,7 @@ from tfctl.engine import resubmission
 from tfctl.engine.resubmission import Finish, Resubmit, Seen
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
+from tfctl.runs import transitions
 from tfctl.runs.record import AllocationEnd, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
@@ -85,9 +86,8 @@ def take_up(store: RunStore, run_id: str, progress: Progress) -> Cluster | Outco
         dataclasses.replace(seen, over=backend.why_over(record, progress))
     )
     if isinstance(decision, Finish):
-        ended = (
-            None if decision.recorded else store.end_if_active(run_id, decision.outcome.state, decision.outcome.reason)
-        )
+        end = transitions.end_if_active(decision.outcome.state, decision.outcome.reason, time.time())
+        ended = None if decision.recorded else transitions.apply(store, run_id, end)
         if ended is not None:
             with Notifier.of(ended) as notifier:
                 notifier.send(RunEvent.of(ended, EventKind.of_end(ended.state), decision.outcome.reason))
@@ -101,7 +101,7 @@ def take_up(store: RunStore, run_id: str, progress: Progress) -> Cluster | Outco
     mine = run.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     cluster = Cluster(mine, holds_lease=True, launcher=backend.monitor_launcher(mine))
     try:
-        cluster.revise(store, lambda r: r.replace(watcher=mine.watcher))
+        cluster.apply(store, transitions.take_control(mine.watcher))
         start_again(store, cluster, run, progress)
     except BaseException:
         cluster.close()
@@ -116,7 +116,7 @@ def hand_over(store: RunStore, cluster: Cluster) -> str | None:
     nothing; None: stop the run as for any SIGTERM."""
     record = store.load(cluster.record.run_id)
     state = backend_for(record.backend).hand_over(record) if record.active else None
-    if state is None or store.update_if_active(record.run_id, backend_state=dict(state)) is None:
+    if state is None or transitions.apply(store, record.run_id, transitions.note_hand_over(state)) is None:
         return None
     return "the allocation ends under the run; the controller of the next one takes it up"
 
@@ -155,12 +155,8 @@ def _into_new_allocation(
     progress(backend.name, "asking for a new allocation for the run")
     acquired = backend.acquire(config, record.run_id, progress)
     run = drafted(acquired.config, store, record.run_id, acquired.state)
-    moved = store.update_if_active(
-        record.run_id,
-        hosts=run.record.hosts,
-        backend_state=run.record.backend_state,
-        allocations=(*record.allocations, end),
-        state=RunState.STARTING,
+    moved = transitions.apply(
+        store, record.run_id, transitions.record_allocation(run.record.hosts, run.record.backend_state, end)
     )
     done = resubmission.once_acquired(outcome, still_active=moved is not None)
     if done is not None:  # a `down` ended it while the new allocation was asked for

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.cluster.answers import StopReport
+from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.live.rpc import ControllerDoor, socket_path
 from tfctl.controller.live.rpc_messages import DownAsk, DownReply, LogNote, LogsAsk, LogsPart, StatusAsk, StatusReply
 from tfctl.runs.store import RunStore

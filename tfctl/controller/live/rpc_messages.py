@@ -13,7 +13,7 @@ from tfctl.supervisor.records import Wire, field, record
 
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
-    from tfctl.cluster.supervisors import StopReport
+    from tfctl.cluster.answers import StopReport
 
 A = TypeVar("A", bound=Wire)
 
@@ -60,7 +60,7 @@ class DownReply(Wire):
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> DownReply:
         from tfctl.backends.base import BackendReport
-        from tfctl.cluster.supervisors import StopReport  # here: `status` need not import the cluster
+        from tfctl.cluster.answers import StopReport  # here: `status` need not import the cluster
 
         if not isinstance(data, Mapping) or "stop" not in data:
             raise ValueError(f"DownReply: expected an object with `stop`, got {data!r}")

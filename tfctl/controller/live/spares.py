@@ -21,6 +21,7 @@ from tfctl.config.model import host_port
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.errors import HostError, TfctlError
+from tfctl.runs import transitions
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import StatusRequest
@@ -147,17 +148,7 @@ class Mover:
         if plan.restarted:
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
         moves = plan.record_moves(time.time())
-
-        def with_move(before: RunRecord) -> RunRecord:
-            return before.replace(
-                tasks=plan.tasks,
-                hosts=tuple(h for h in before.hosts if h.name != plan.lost),
-                lost_hosts=before.lost_hosts + tuple(h for h in before.hosts if h.name == plan.lost),
-                spares=tuple(h for h in before.spares if h != plan.spare),
-                moves=before.moves + moves,
-            )
-
-        cluster.revise(self.store, with_move)
+        cluster.apply(self.store, transitions.record_move(plan.lost, plan.spare, plan.tasks, moves))
         self.retire(plan.lost)
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
@@ -192,7 +183,7 @@ class Mover:
                     self.notifier.say(f"{host} answers again, but processes of the run survive SIGKILL there: {pids}")
                     said = True
                 continue
-            cluster.revise(self.store, lambda r: r.replace(lost_hosts=tuple(h for h in r.lost_hosts if h.name != host)))
+            cluster.apply(self.store, transitions.retire_host(host))
             self.notifier.say(
                 f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had"
             )

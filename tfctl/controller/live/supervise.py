@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.cluster.answers import StopReport
+from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.live import watcher
 from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.live.restarting import Restarting
@@ -25,6 +26,7 @@ from tfctl.controller.verbs.up import launch
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
 from tfctl.errors import TfctlError
+from tfctl.runs import transitions
 from tfctl.runs.record import ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RunState
@@ -60,14 +62,9 @@ def finish(
     else waiting for them here). A run ended already keeps the words of its first end (a `down`
     answered, then the SIGTERM of the allocation it released), and nobody is told twice."""
     report, backend = stop_run(store, cluster, grace, outcome.silent)
-    ended_at = time.time()
-
-    def ended(r: RunRecord) -> RunRecord:
-        return r.replace(state=outcome.state, reason=outcome.reason, ended_at=ended_at) if r.active else r
-
-    record = cluster.revise(store, ended)
-    if record.ended_at != ended_at:
-        return Ending(outcome, report, record, backend)
+    record = cluster.apply(store, transitions.end_if_active(outcome.state, outcome.reason, time.time()))
+    if record is None:
+        return Ending(outcome, report, cluster.record, backend)
     event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
         notifier.send(event)
@@ -240,7 +237,7 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
     controller's own answers through its door included)."""
 
     def note(since: dict[str, float]) -> None:
-        cluster.revise(store, lambda r: r.replace(unreachable=since))
+        cluster.apply(store, transitions.note_unreachable(since))
 
     return note
 

@@ -18,6 +18,7 @@ import time
 import traceback
 from typing import IO, Any, Callable
 
+from tfctl.runs import transitions
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.files import host_key
@@ -43,7 +44,10 @@ def spawn_watcher(store: RunStore, record: RunRecord) -> RunRecord:
             start_new_session=True,
             env={**os.environ, "TFCTL_HOME": str(store.home)},
         )
-    return store.update(record.run_id, watcher=controller_of(proc.pid, ControllerKind.WATCHER))
+    controller = controller_of(proc.pid, ControllerKind.WATCHER)
+    return transitions.apply(store, record.run_id, transitions.take_control(controller)) or record.replace(
+        watcher=controller
+    )
 
 
 def fork_starter(body: Callable[[Report], None]) -> tuple[int, IO[str]]:

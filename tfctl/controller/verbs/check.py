@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tfctl.cluster.supervisors import Cluster, HostInfo, Progress
+from tfctl.cluster.answers import HostInfo
+from tfctl.cluster.supervisors import Cluster, Progress
 from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
 from tfctl.controller.start.plan import Plan

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, Collection
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
+from tfctl.cluster.answers import StopReport
 from tfctl.cluster.group import fan_out
-from tfctl.cluster.supervisors import Cluster, StopReport
+from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.live.watcher import controller_elsewhere, stop_watcher, wait_gone
 from tfctl.errors import TfctlError
+from tfctl.runs import transitions
 from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
@@ -42,13 +44,11 @@ def stop_run(
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent
     cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
-    cluster.revise_if_recorded(
-        store, lambda r: r.replace(left_nothing=left_nothing, lost_hosts=still_lost, accounting=cost)
-    )
+    cluster.apply(store, transitions.record_stop(left_nothing, still_lost, cost))
     released = release(cluster.record)
     if released is not None and "accounting" in released.fields:  # the scheduler's own figures, beside tfctl's
         figures = {**(cost or {}), cluster.record.backend: released.fields["accounting"]}
-        cluster.revise_if_recorded(store, lambda r: r.replace(accounting=figures))
+        cluster.apply(store, transitions.record_accounting(figures))
     return report, released
 
 
@@ -89,7 +89,7 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)
-    store.end_if_active(record.run_id, RunState.STOPPED, "tfctl down")
+    transitions.apply(store, record.run_id, transitions.end_if_active(RunState.STOPPED, "tfctl down", time.time()))
     return report, released
 
 

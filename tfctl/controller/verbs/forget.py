@@ -17,6 +17,7 @@ from typing import Iterable
 from tfctl.backends.base import PruneTarget, backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.group import fan_out
+from tfctl.runs import transitions
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import PruneAnswer, PruneRequest
@@ -123,7 +124,7 @@ def prune(store: RunStore, records: list[RunRecord], dry_run: bool = False) -> P
             label = labels[_key(target)]
             _note(run, label, answers.succeeded.get(label))
         if run.complete and not dry_run:
-            store.forget(run.record.run_id)  # and what it kept beside it (the watcher's log)
+            transitions.forget(store, run.record.run_id)  # and what it kept beside it (the watcher's log)
     return PruneReport(result, unreachable, dry_run)
 
 

@@ -12,12 +12,12 @@ import dataclasses
 import threading
 import time
 from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster, HostInfo, Progress, quiet
+from tfctl.cluster.answers import HostInfo
+from tfctl.cluster.supervisors import Cluster, Progress, quiet
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
@@ -27,8 +27,10 @@ from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.controller.verbs.down import release
 from tfctl.errors import StartupError, TfctlError, UsageError
+from tfctl.runs import transitions
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore, new_run_id
+from tfctl.runs.transitions import take_control
 from tfctl.supervisor.protocol import ResumeRequest, RunState, SweepRequest
 from tfctl.tf.tasks import containers_by_host, exposed_addresses
 from tfctl.trace import traced
@@ -120,7 +122,7 @@ def remove_leftover_containers(
 @traced("lifecycle.ensure_no_live_run")
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide. The
-    id of the newest run it found over, for `claim` to know (None: there was none)."""
+    id of the newest run it found over, for `transitions.claim` to know (None: there was none)."""
     record = store.latest(config.path)
     if record is None:
         return None
@@ -166,22 +168,6 @@ def busy_ports_hint(store: RunStore, starting: str, busy: Mapping[str, object]) 
         "stop what holds them (what a crashed run left: `tfctl down --all`), or write these hosts "
         "without a port (`localhost`, not `localhost:2222`): each run then gets free ones"
     )
-
-
-def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
-    """Record the run as its cluster file's live run, deciding atomically (under the store's
-    lock) against a concurrent `up` of the same file: whichever records first starts, the other
-    is refused. `cleared`: the run `ensure_no_live_run` found over, which may still say running."""
-    with store.lock():
-        latest = store.latest(Path(record.cluster_file))
-        if latest is not None and latest.active and latest.run_id not in (record.run_id, cleared):
-            raise UsageError(
-                f"run {latest.run_id} of cluster {record.cluster_name!r} was started by another `tfctl up` "
-                "at the same moment",
-                hint=f"stop it first: tfctl -f {record.cluster_file} down --run {latest.run_id}",
-            )
-        store.create(record)  # first: whatever follows leaves files on the hosts, for `prune`
-    return record
 
 
 def plan_run(
@@ -252,7 +238,7 @@ def launch(
     watcher: Controller | None = None,
     cleared: str | None = None,
 ) -> Cluster:
-    """Record the run (`claim`, unless `up -d` did before it forked), preflight every host, place
+    """Record the run (`transitions.claim`, unless `up -d` did before it forked), preflight every host, place
     the tasks on its GPUs and cores, check ports, sync code, run `setup`, and start the tasks
     phase by phase.
 
@@ -267,10 +253,10 @@ def launch(
     else:
         record = run.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     if not store.exists(record.run_id):
-        claim(store, record, cleared)
-    elif store.update_if_active(record.run_id, watcher=record.watcher, lease_timeout=record.lease_timeout) is None:
+        transitions.claim(store, record, cleared)
+    elif transitions.apply(store, record.run_id, take_control(record.watcher, record.lease_timeout)) is None:
         raise StartupError(f"run {record.run_id} was stopped (tfctl down) before it started")
-    store.keep_cluster_file(record.run_id, run.config.source)
+    transitions.keep_cluster_file(store, record.run_id, run.config.source)
     backend = backend_for(record.backend)
     launcher = backend.monitor_launcher(record)
     cluster = Cluster(record, accept_new_host_keys=accept_new_host_keys, holds_lease=not detach, launcher=launcher)
@@ -281,7 +267,7 @@ def launch(
         release(record)
         _tell_failed_start(store, record, e)
         raise
-    cluster.revise(store, lambda r: r.replace(state=RunState.RUNNING))
+    cluster.apply(store, transitions.mark_running())
     return cluster
 
 
@@ -294,7 +280,7 @@ def start_again(store: RunStore, cluster: Cluster, run: Draft, progress: Progres
     record = run.record.replace(resumes=None)
     cluster.rehost(record, backend.monitor_launcher(record))
     _start(store, cluster, run.config, progress, touched=True, again=f"allocation{len(record.allocations)}")
-    cluster.revise(store, lambda r: r.replace(state=RunState.RUNNING))
+    cluster.apply(store, transitions.mark_running())
 
 
 def _start(
@@ -326,9 +312,7 @@ def _start(
             "tfctl": metadata.version("tfctl"),
             **{i.host: f"python {i.python or '?'}, {i.tensorflow or 'no tensorflow'}" for i in infos},
         }
-        cluster.revise(
-            store, lambda r: r.replace(tasks=plan.record.tasks, essential=plan.record.essential, versions=versions)
-        )
+        cluster.apply(store, transitions.record_plan(plan.record.tasks, plan.record.essential, versions))
         record = cluster.record
         busy = cluster.busy_ports([t for t in record.tasks if t.port not in picked.get(t.host, ())])
         if busy:
@@ -383,9 +367,9 @@ def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> d
 
 def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
     if not touched:
-        store.forget(run_id)
+        transitions.forget(store, run_id)
     else:  # a `down` ending it meanwhile keeps its own reason
-        store.end_if_active(run_id, state, reason)
+        transitions.apply(store, run_id, transitions.end_if_active(state, reason, time.time()))
 
 
 def _tell_failed_start(store: RunStore, record: RunRecord, error: BaseException) -> None:

@@ -26,6 +26,7 @@ from tfctl.controller.views.report import Event, Resources, RunReport, Span, Tas
 from tfctl.controller.views.status_view import silent_tasks
 from tfctl.engine.observed import TaskStatus, describe_end
 from tfctl.errors import TfctlError
+from tfctl.runs import transitions
 from tfctl.runs.accounting import scheduler_text, unsettled
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
@@ -137,12 +138,11 @@ def settle_scheduler_figures(store: RunStore, record: RunRecord) -> RunRecord:
         return record
     fresh = scheduler_figures(record)
 
-    def with_fresh(r: RunRecord) -> RunRecord:
-        return r.replace(accounting={**(r.accounting or {}), r.backend: fresh})
-
+    settled = transitions.settle_scheduler_figures(record.backend, fresh)
+    shown = settled.change(record)
     if unsettled(fresh):
-        return with_fresh(record)  # shown, not kept: asked again next time
-    return store.revise_if_exists(record.run_id, with_fresh) or with_fresh(record)
+        return shown  # shown, not kept: asked again next time
+    return transitions.apply(store, record.run_id, settled) or shown
 
 
 def first_of_each_job(tasks: Sequence[TaskSpec]) -> list[TaskSpec]:

@@ -1,0 +1,190 @@
+"""The run record's named transitions (`tfctl/runs/transitions.py`) as tables: which records each
+changes, what the races among them leave, and that nothing else in tfctl writes a record."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import record_of
+from tfctl.cluster.supervisors import Cluster
+from tfctl.runs import transitions
+from tfctl.runs.record import AllocationEnd, HostSpec, Move, RunRecord
+from tfctl.runs.store import RunStore
+from tfctl.runs.transitions import Transition
+from tfctl.supervisor.protocol import RunState
+from tfctl.transport.specs import SSHSpec
+
+TFCTL = Path(__file__).resolve().parent.parent / "tfctl"
+STOPPED, FAILED, SUCCEEDED = RunState.STOPPED, RunState.FAILED, RunState.SUCCEEDED
+NEW_HOST = HostSpec("n1", None, "~/.tfctl", SSHSpec())
+LOST = HostSpec("h2", None, "~/.tfctl", SSHSpec())
+
+
+def running() -> RunRecord:
+    return record_of({"ps:0": "h1", "worker:0": "h1", "worker:1": "h2"}, run_id="a").replace(
+        state=RunState.RUNNING, spares=("h3",), lost_hosts=(LOST,), created_at=1.0
+    )
+
+
+def ended() -> RunRecord:
+    return running().replace(state=STOPPED, reason="tfctl down", ended_at=10.0)
+
+
+# Each transition: what it changes on a running run, and whether an ended run takes it too.
+TABLE = [
+    (transitions.mark_running(), lambda r: r.state is RunState.RUNNING, False),
+    (transitions.take_control(None, 5.0), lambda r: r.watcher is None and r.lease_timeout == 5.0, False),
+    (transitions.note_hand_over({"job_id": "7"}), lambda r: r.backend_state == {"job_id": "7"}, False),
+    (
+        transitions.record_allocation((NEW_HOST,), {"job_id": "8"}, AllocationEnd("job 7", 5.0, "TIMEOUT")),
+        lambda r: r.hosts == (NEW_HOST,) and r.state is RunState.STARTING and r.allocations[-1].why == "TIMEOUT",
+        False,
+    ),
+    (transitions.end_if_active(FAILED, "ps:0 exited", 20.0), lambda r: r.reason == "ps:0 exited", False),
+    (transitions.record_plan((), ("ps:0",), {"tfctl": "1"}), lambda r: r.versions == {"tfctl": "1"}, True),
+    (transitions.note_unreachable({"h2": 3.0}), lambda r: r.unreachable == {"h2": 3.0}, True),
+    (
+        transitions.record_move("h1", "h3", (), (Move(1.0, "worker:0", "h1", "h3", "lost"),)),
+        lambda r: [h.name for h in r.hosts] == ["h2"] and r.spares == () and "h1" in [h.name for h in r.lost_hosts],
+        True,
+    ),
+    (transitions.retire_host("h2"), lambda r: r.lost_hosts == (), True),
+    (transitions.record_stop(True, (), {"wall": 1}), lambda r: r.left_nothing and r.accounting == {"wall": 1}, True),
+    (transitions.record_accounting({"wall": 2}), lambda r: r.accounting == {"wall": 2}, True),
+    (transitions.settle_scheduler_figures("slurm", {"cpu": 1}), lambda r: r.accounting == {"slurm": {"cpu": 1}}, True),
+]
+
+
+@pytest.mark.parametrize("transition, made, ended_too", TABLE, ids=[t.name for t, _m, _e in TABLE])
+def test_each_transition_changes_what_it_names_and_only_the_runs_its_guard_admits(
+    transition: Transition, made: object, ended_too: bool
+) -> None:
+    after = transition.on(running())
+    assert after is not None and made(after)  # type: ignore[operator]
+    assert after.run_id == "a" and after.created_at == running().created_at
+    on_ended = transition.on(ended())
+    if ended_too:
+        assert on_ended is not None and made(on_ended) and on_ended.reason == "tfctl down"  # type: ignore[operator]
+    else:
+        assert on_ended is None  # an ended run keeps what its end said
+
+
+def test_every_transition_is_in_the_table() -> None:
+    made = {t.name for t, _m, _e in TABLE}
+    named = {
+        node.args[0].value
+        for node in ast.walk(ast.parse((TFCTL / "runs" / "transitions.py").read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Transition"
+        if isinstance(node.args[0], ast.Constant)
+    }
+    assert named == made
+
+
+DOWN = transitions.end_if_active(STOPPED, "tfctl down", 30.0)
+OWN_END = transitions.end_if_active(SUCCEEDED, "job succeeded", 31.0)
+START_FAILED = transitions.end_if_active(FAILED, "ps:0 exited before listening", 32.0)
+NEW_ALLOCATION = transitions.record_allocation((NEW_HOST,), {"job_id": "8"}, AllocationEnd("job 7", 5.0, "PREEMPTED"))
+RUNNING = transitions.mark_running()
+
+# The interleavings, in the order they reach the store's lock: which steps take, and how the run
+# stands after them.
+RACES = [
+    ("two downs", [DOWN, DOWN], [True, False], (STOPPED, "tfctl down")),
+    ("down, then the run's own end", [DOWN, OWN_END], [True, False], (STOPPED, "tfctl down")),
+    ("the run's own end, then a down", [OWN_END, DOWN], [True, False], (SUCCEEDED, "job succeeded")),
+    (
+        "a start that fails against a down",
+        [START_FAILED, DOWN],
+        [True, False],
+        (FAILED, "ps:0 exited before listening"),
+    ),
+    ("down while the new allocation is asked for", [DOWN, NEW_ALLOCATION], [True, False], (STOPPED, "tfctl down")),
+    ("a new allocation, then a down", [NEW_ALLOCATION, DOWN], [True, True], (STOPPED, "tfctl down")),
+    ("a down before the tasks are marked running", [DOWN, RUNNING], [True, False], (STOPPED, "tfctl down")),
+    (
+        "a resubmission, its start, its end",
+        [NEW_ALLOCATION, RUNNING, OWN_END],
+        [True, True, True],
+        (SUCCEEDED, "job succeeded"),
+    ),
+]
+
+
+@pytest.mark.parametrize("steps, took, last", [r[1:] for r in RACES], ids=[r[0] for r in RACES])
+def test_the_first_end_stays_whoever_comes_second(
+    tmp_path: Path, steps: list[Transition], took: list[bool], last: tuple[RunState, str]
+) -> None:
+    store = RunStore(tmp_path / "home")
+    store.create(running())
+    assert [transitions.apply(store, "a", step) is not None for step in steps] == took
+    record = store.load("a")
+    assert (record.state, record.reason) == last and not record.active
+
+
+def test_a_forgotten_run_takes_no_transition(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "home")
+    store.create(running())
+    transitions.forget(store, "a")
+    assert transitions.apply(store, "a", transitions.record_accounting({"wall": 1})) is None
+    assert store.all() == []
+
+
+def test_a_clusters_copy_is_the_stored_record_after_every_transition(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "home")
+    store.create(running())
+    with Cluster(running()) as cluster:
+        assert cluster.apply(store, transitions.note_unreachable({"h2": 1.0})) == cluster.record == store.load("a")
+        transitions.apply(store, "a", DOWN)  # another process: a `down`
+        assert cluster.apply(store, RUNNING) is None  # refused, and the copy learns the run ended
+        assert cluster.record == store.load("a") and cluster.record.reason == "tfctl down"
+        transitions.forget(store, "a")  # a start that failed before it put anything on a host
+        assert cluster.apply(store, transitions.record_stop(True, (), None)) is None
+        assert cluster.record.left_nothing  # this copy alone
+
+
+def test_the_cluster_file_is_kept_once(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "home")
+    store.create(running())
+    transitions.keep_cluster_file(store, "a", "name: first\n")
+    transitions.keep_cluster_file(store, "a", "name: edited\n")
+    assert store.kept_cluster_file("a") == "name: first\n"
+
+
+STORE_WRITES = {"create", "save", "forget"}
+
+
+def _writes_elsewhere() -> list[str]:
+    """Calls of the store's own writes, and Transitions made, outside the transitions module."""
+    found = []
+    for path in sorted(TFCTL.rglob("*.py")):
+        rel = path.relative_to(TFCTL.parent).as_posix()
+        if rel in ("tfctl/runs/transitions.py", "tfctl/runs/store.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in STORE_WRITES and "store" in ast.unparse(func.value):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(func)}")
+            if ast.unparse(func).split(".")[-1] == "Transition":
+                found.append(f"{rel}:{node.lineno}: a Transition of its own")
+            if isinstance(func, ast.Attribute) and func.attr in ("write_text", "write_bytes", "replace"):
+                if "run_dir" in ast.unparse(func.value) or "run.json" in ast.unparse(node):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_nothing_but_the_transitions_writes_a_record() -> None:
+    assert _writes_elsewhere() == []
+
+
+def test_the_write_check_finds_a_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: a module that saves a record itself is found."""
+    fake = tmp_path / "tfctl"
+    (fake / "controller").mkdir(parents=True)
+    (fake / "controller" / "sneaky.py").write_text("def f(store, r):\n    store.save(r.replace(reason='x'))\n")
+    monkeypatch.setitem(globals(), "TFCTL", fake)
+    assert _writes_elsewhere() == ["tfctl/controller/sneaky.py:2: store.save"]
