@@ -33,7 +33,7 @@ from bench.netns_hosts import TestHost
 from bench.report import Say, median
 
 PY = sys.executable
-CONTROLLER_IMPORTS = "import tfctl.cli, tfctl.controller.live.supervise, tfctl.transport.ssh, rich.console"
+CONTROLLER_IMPORTS = "import tfctl.cli, tfctl.controller.live.driver, tfctl.transport.ssh, rich.console"
 # a tree's supervisor as a file, built in that tree's own interpreter environment (its PYTHONPATH)
 BUILD_PYZ = "import sys; from tfctl.supervisor import bundle; sys.stdout.buffer.write(bundle.artifact()[1])"
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 from click.testing import CliRunner
 
 from tfctl.cli import main
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.verbs import up
 from tfctl.runs import transitions

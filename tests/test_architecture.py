@@ -26,6 +26,7 @@ FLOORS = [
     ("cluster",),
     ("backends.*",),
     ("tf",),
+    ("kube",),  # exports to Kubernetes: the cluster file and TF's task layout, as manifests
     ("controller",),
     ("cli", "__main__", ""),
 ]
@@ -110,8 +111,10 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_top_level_is_small() -> None:
+    """16: the Kubernetes exports left `tf/` for a package of their own (`kube/`), since they are
+    no TensorFlow knowledge but a way out of tfctl; each entry still says one concern."""
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 15, entries
+    assert len(entries) <= 16, entries
 
 
 def test_generic_code_never_names_a_backend() -> None:
@@ -134,7 +137,7 @@ def test_generic_code_never_names_a_backend() -> None:
 def test_the_live_controller_renders_nothing() -> None:
     """A run's live controller (the detached watcher and its door) gathers what `status` shows as
     plain data; the terminal that asked renders it. So it loads no renderer, and no rich."""
-    live = ["watcher", "rpc_handlers", "supervise", "spares", "resubmit", "notify"]
+    live = ["watcher", "rpc_handlers", "driver", "spares", "resubmit", "notify"]
     code = (
         "import sys, importlib\n"
         f"for name in {live!r}: importlib.import_module('tfctl.controller.live.' + name)\n"

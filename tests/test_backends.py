@@ -11,7 +11,7 @@ from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import Backend, backend_for
 from tfctl.config.loader import load_config
-from tfctl.controller.live import supervise
+from tfctl.controller.live import driver
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, forget, up
 from tfctl.engine.clock import Cancel
@@ -62,7 +62,7 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
     cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
     assert store.load(plan.record.run_id).state is RunState.RUNNING
     with cluster:
-        ending = supervise._watch(store, cluster, Cancel())
+        ending = driver._watch(store, cluster, Cancel())
     assert ending is not None and ending.outcome.state is RunState.SUCCEEDED, ending
     assert ending.stop.clean and fake_backend.released == [plan.record.run_id]
     assert fake_backend.hosts["h1"].tasks["ps:0"].state is TaskState.STOPPED  # the ps stopped with the run
@@ -78,7 +78,7 @@ def test_the_backend_ending_a_run_fails_it_and_down_releases_once(tmp_path, fake
     cluster = up.launch(store, plan, lambda *_: None, detach=True)
     fake_backend.end_run(plan.record.run_id)
     with cluster:
-        ending = supervise._watch(store, cluster, Cancel())
+        ending = driver._watch(store, cluster, Cancel())
     assert ending is not None and ending.outcome.reason == f"the fake pool ended run {plan.record.run_id}"
     assert store.load(plan.record.run_id).state is RunState.FAILED
     report, released = down.down(store, store.load(plan.record.run_id), grace=0)

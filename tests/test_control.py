@@ -15,9 +15,9 @@ import pytest
 
 from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
+from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.control import Phase
-from tfctl.cluster.supervisors import Cluster
-from tfctl.controller.live import supervise
+from tfctl.controller.live import driver
 from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import Outcome
@@ -322,7 +322,7 @@ def test_finish_stops_everything_and_records_the_outcomes_state(store: RunStore)
         cluster, hosts, _journal = make(run_id=f"run-{state.value}")
         stored(store, cluster.record)
         running(cluster)
-        ending = supervise.finish(store, cluster, Outcome(state, f"because {state.value}"))
+        ending = driver.finish(store, cluster, Outcome(state, f"because {state.value}"))
         assert ending.record.state is state and ending.record.reason == f"because {state.value}"
         assert ending.record.ended_at is not None and not ending.record.active
         assert ending.stop.processes == 3 and ending.stop.clean
@@ -335,14 +335,14 @@ def test_finish_reports_a_host_it_could_not_check(store: RunStore) -> None:
     stored(store, cluster.record)
     running(cluster)
     hosts["h1"].down = True
-    ending = supervise.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    ending = driver.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
     assert not ending.stop.clean and ending.stop.unreachable == {"h1": "h1: connection refused"}
     assert ending.stop.processes == 2
 
 
 def with_fakes(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, FakeHost]) -> None:
     """Make the controller's own Cluster(...) calls use these fake hosts."""
-    for module in (up, supervise, down):
+    for module in (up, driver, down):
         monkeypatch.setattr(module, "Cluster", functools.partial(Cluster, agents=hosts))  # type: ignore[arg-type]
 
 
@@ -377,7 +377,7 @@ def finished_run(
     with_fakes(monkeypatch, hosts)
     for name in unreachable:
         hosts[name].down = True
-    supervise.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
+    driver.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
     config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
     return store.load(cluster.record.run_id), hosts, config
 

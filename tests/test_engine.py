@@ -15,10 +15,10 @@ import pytest
 
 from tests.fakes import record_of
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.engine.clock import Cancel, FakeClock
+from tfctl.engine.live_run import End, Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.supervision import End, Look, Move, Supervision
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import RunRecord

@@ -21,7 +21,7 @@ import pytest
 from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
-from tfctl.controller.live import supervise, watcher
+from tfctl.controller.live import driver, watcher
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -153,7 +153,7 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
     assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
 
     lab.hosts.clear()
-    monkeypatch.setattr(supervise, "interrupt", ctrl_c)  # Ctrl-C again, while it stops
+    monkeypatch.setattr(driver, "interrupt", ctrl_c)  # Ctrl-C again, while it stops
     ran = tfctl_here("up")
     assert ran.code == 130
     run_id = RunStore().all()[-1].run_id

@@ -17,8 +17,8 @@ import pytest
 from tests.fake_runs import amend, in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import BackendReport
+from tfctl.controller.live import driver, watcher
 from tfctl.controller.live import rpc as live
-from tfctl.controller.live import supervise, watcher
 from tfctl.controller.live.rpc_messages import DoorRequest, DownAsk, DownReply, StatusAsk
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.views.status_view import Snapshot
@@ -82,7 +82,7 @@ def test_status_logs_and_down_from_another_terminal_go_through_the_attached_up(l
     run_id = cluster.record.run_id
     lines: list[tuple[str, str]] = []
     closed = {h: host.closed for h, host in lab.hosts.items()}
-    with cluster, in_thread(lambda: supervise.attach(store, cluster, lines.extend)) as ended:
+    with cluster, in_thread(lambda: driver.attach(store, cluster, lines.extend)) as ended:
         door_open(store, run_id)
         status = tfctl_here("status")
         assert status.code == 0 and status.out.startswith(f"{run_id}  (running)  fake pool: leased\n")
@@ -102,7 +102,7 @@ def test_status_logs_and_down_from_another_terminal_go_through_the_attached_up(l
         assert {h: host.closed for h, host in lab.hosts.items()} == closed  # no terminal connected on its own
     assert asked == [("status", True), ("status", True), ("logs", True), ("down", True)]
     (ending,) = ended
-    assert ending.outcome == supervise.STOPPED_BY_DOWN  # the attached `up` stopped the run for the door's down
+    assert ending.outcome == driver.STOPPED_BY_DOWN  # the attached `up` stopped the run for the door's down
     assert (store.load(run_id).state, store.load(run_id).reason) == (RunState.STOPPED, "tfctl down")
     assert lab.released == [run_id]  # once
     assert lab.journal.verbs().count("stop") == 2  # once per host, by the attached `up`'s own thread
@@ -116,7 +116,7 @@ def test_logs_f_through_the_attached_up_ends_when_the_run_does(lab, tmp_path, as
         until(lambda: lab.journal.verbs("h1").count("follow") == 2)  # the attached `up`'s, then `logs -f`'s
         lab.scripts["worker:0"].end_after = 1
 
-    with cluster, in_thread(lambda: supervise.attach(store, cluster, lambda batch: None)) as ended:
+    with cluster, in_thread(lambda: driver.attach(store, cluster, lambda batch: None)) as ended:
         with in_thread(worker_0_ends_once_logs_follows):
             door_open(store, cluster.record.run_id)
             logs = tfctl_here("logs", "-f")
@@ -134,7 +134,7 @@ def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_its
     store, cluster = started(tmp_path / "cluster.yaml", watcher=controller_of_this_process(ControllerKind.WATCHER))
     run_id, run_dir = cluster.record.run_id, store.run_dir(cluster.record.run_id)
     stopping = Cancel()
-    with cluster, in_thread(lambda: supervise._watch(store, cluster, stopping)) as ended:
+    with cluster, in_thread(lambda: driver._watch(store, cluster, stopping)) as ended:
         door_open(store, run_id)
         record = store.load(run_id)
         status = live.ask(run_dir, record, StatusAsk(), 5)
@@ -171,7 +171,7 @@ def test_a_down_that_reaches_the_watcher_while_it_ends_the_run_hears_what_it_sto
 
     lab.hosts["h1"].before = down_arrives_during_the_stop
     with cluster:
-        ending = supervise._watch(store, cluster, stopping)
+        ending = driver._watch(store, cluster, stopping)
     answers[0].join(5)
     assert ending is not None and ending.outcome.reason == "worker:0 finished successfully"
     assert answers[1] == DownReply(ending.stop, ending.backend)  # stopped once, by the watcher

@@ -13,10 +13,10 @@ import pytest
 
 from tests.fake_runs import FAKE_FILE, amend, sigterm_kept, started, write
 from tests.fakes import TaskScript
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
-from tfctl.controller.live import supervise
+from tfctl.controller.live import driver
 from tfctl.controller.live.resubmit import recorded_config
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, up
@@ -31,10 +31,10 @@ from tfctl.tf import judges
 WAITING = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:0"
 
 
-def attach(cluster: Cluster, store: RunStore) -> tuple[supervise.Ending, list[tuple[str, str]]]:
+def attach(cluster: Cluster, store: RunStore) -> tuple[driver.Ending, list[tuple[str, str]]]:
     lines: list[tuple[str, str]] = []
     with cluster:
-        ending = supervise.attach(store, cluster, lines.extend)
+        ending = driver.attach(store, cluster, lines.extend)
     assert cluster.record == store.load(cluster.record.run_id)  # one writer: memory and store stay one
     return ending, lines
 
@@ -142,10 +142,10 @@ def test_ctrl_c_while_attached_leaves_the_run_up_until_interrupt_stops_it(tmp_pa
 
     with cluster:
         with pytest.raises(KeyboardInterrupt):
-            supervise.attach(store, cluster, ctrl_c)
+            driver.attach(store, cluster, ctrl_c)
         assert store.load(run_id).active and fake_backend.hosts["h2"].tasks["worker:1"].state is TaskState.RUNNING
         assert not (store.run_dir(run_id) / "control.sock").exists()
-        report = supervise.interrupt(store, cluster)
+        report = driver.interrupt(store, cluster)
     assert report.processes == 3 and report.clean
     record = store.load(run_id)
     assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
@@ -169,7 +169,7 @@ def test_a_task_stuck_on_a_peer_past_hang_timeout_fails_the_run_explained(tmp_pa
 def test_a_host_silent_past_host_timeout_fails_the_run_and_the_stop_says_it_was_unchecked(
     tmp_path, fake_backend, monkeypatch
 ):
-    monkeypatch.setattr(supervise, "LOG_DRAIN_SECONDS", 0.0)  # h2's stream will never end: drain no longer
+    monkeypatch.setattr(driver, "LOG_DRAIN_SECONDS", 0.0)  # h2's stream will never end: drain no longer
     fake_backend.scripts["worker:0"] = TaskScript(lines=["step 1"])
     store, cluster = started(write(tmp_path, extra="host_timeout: 0.05\n"), attached=True)
     run_id = cluster.record.run_id
@@ -318,7 +318,7 @@ def test_hosts_that_differ_are_warned_of_and_tasks_are_placed_on_what_each_host_
         placed = {t.name: (t.gpus, t.env.get("CUDA_VISIBLE_DEVICES")) for t in cluster.record.tasks}
         assert placed == {"ps:0": ((), ""), "worker:0": ((0,), "0"), "worker:1": ((0,), "0")}
         assert fake_backend.hosts["h1"].launches["worker:0"].env["CUDA_VISIBLE_DEVICES"] == "0"
-        supervise.interrupt(store, cluster)
+        driver.interrupt(store, cluster)
 
     fake_backend.hosts.clear()
     fake_backend.released.clear()
@@ -337,7 +337,7 @@ def test_the_watcher_that_up_d_forks_starts_the_run_reports_and_watches_it_to_it
     plan = up.acquire(store, load_config(write(tmp_path)), lambda *_: None)
     reports: list[dict[str, Any]] = []
     with sigterm_kept():
-        ending = supervise.launch_and_watch(store, plan, False, reports.append)
+        ending = driver.launch_and_watch(store, plan, False, reports.append)
     assert ending is not None and ending.outcome.reason == "worker:0 finished successfully"
     assert reports[0] == {"progress": ["h1", "connecting"]} and reports[-1] == {"running": True}
     said = [tuple(r["progress"]) for r in reports if "progress" in r]
@@ -353,7 +353,7 @@ def test_the_forked_watcher_reports_a_failed_start_as_its_last_word(tmp_path, fa
     plan = up.acquire(store, load_config(write(tmp_path)), lambda *_: None)
     reports: list[dict[str, Any]] = []
     with sigterm_kept():
-        assert supervise.launch_and_watch(store, plan, False, reports.append) is None
+        assert driver.launch_and_watch(store, plan, False, reports.append) is None
     assert reports[-1] == {
         "error": "ps:0 could not start: No such file or directory",
         "hint": None,
@@ -366,9 +366,9 @@ def test_a_new_watcher_supervises_a_running_run_to_its_end_and_ignores_an_ended_
     store, cluster = started(write(tmp_path))
     cluster.close()
     with sigterm_kept():
-        ending = supervise.watch(store, cluster.record.run_id)
+        ending = driver.watch(store, cluster.record.run_id)
         assert ending is not None and ending.outcome.state is RunState.SUCCEEDED
-        assert supervise.watch(store, cluster.record.run_id) is None  # over: nothing to watch
+        assert driver.watch(store, cluster.record.run_id) is None  # over: nothing to watch
 
 
 def test_a_watcher_told_to_end_by_sigterm_stops_nothing(tmp_path, fake_backend):
@@ -376,7 +376,7 @@ def test_a_watcher_told_to_end_by_sigterm_stops_nothing(tmp_path, fake_backend):
     stopping = Cancel()
     stopping.set()
     with cluster:
-        assert supervise._watch(store, cluster, stopping) is None
+        assert driver._watch(store, cluster, stopping) is None
     assert store.load(cluster.record.run_id).active
     assert "stop" not in fake_backend.journal.verbs()
     down.down(store, store.load(cluster.record.run_id), grace=0)
@@ -434,7 +434,7 @@ def test_a_run_keeps_its_cluster_file_and_a_resubmission_reads_that_not_the_edit
     started = path.read_text()
     plan = up.acquire(store, load_config(path), lambda *_: None)
     with sigterm_kept():
-        supervise.launch_and_watch(store, plan, False, lambda _report: None)
+        driver.launch_and_watch(store, plan, False, lambda _report: None)
     path.write_text(started + "grace_period: 7\n")
     record = store.load(plan.record.run_id)
     assert load_config(path).grace_period == 7  # the file as it is now

@@ -16,10 +16,10 @@ import pytest
 
 from tests.fakes import FakeHost, Journal, fake_hosts, record_of
 from tfctl.cluster import agent as agent_module
-from tfctl.cluster import supervisors
+from tfctl.cluster import cluster as run_cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.control import supervise
 from tfctl.cluster.group import fan_out
-from tfctl.cluster.supervisors import Cluster
 from tfctl.errors import HostError
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState
@@ -105,7 +105,7 @@ def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once(monkeypa
 
 
 def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervisors, "STATUS_DEADLINE", 0.1)
+    monkeypatch.setattr(run_cluster, "STATUS_DEADLINE", 0.1)
     with frozen_h3() as (cluster, _hosts, _journal):
         began = time.monotonic()
         outcome = supervise(cluster, poll=0.05, host_patience=0.5)
@@ -123,7 +123,7 @@ def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypa
 
 
 def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervisors, "STOP_DEADLINE", 0.2)
+    monkeypatch.setattr(run_cluster, "STOP_DEADLINE", 0.2)
     with frozen_h3() as (cluster, hosts, _journal):
         began = time.monotonic()
         report = cluster.stop(grace=0)
@@ -136,7 +136,7 @@ def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypa
 def test_the_final_stop_asks_a_host_judged_lost_but_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run failed because h3 froze: its end is not held for the grace period and STOP_DEADLINE
     (32 s) by h3, but only SILENT_STOP_PATIENCE; the answering hosts are stopped as ever."""
-    monkeypatch.setattr(supervisors, "SILENT_STOP_PATIENCE", 0.2)
+    monkeypatch.setattr(run_cluster, "SILENT_STOP_PATIENCE", 0.2)
     with frozen_h3() as (cluster, _hosts, journal):
         began = time.monotonic()
         report = cluster.stop(grace=2, silent=("h3",))

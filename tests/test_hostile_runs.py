@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import fake, free_ports, tfctl, wait_until
 from tests.fake_runs import FAKE_FILE, in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
+from tfctl.controller.live import driver
 from tfctl.controller.live import rpc as live
-from tfctl.controller.live import supervise
 from tfctl.supervisor.protocol import Usage
 
 
@@ -63,7 +63,7 @@ def test_top_and_status_json_of_100_tasks_with_two_minutes_of_history_come_throu
 
     monkeypatch.setattr(live, "ask", ask)
     store, cluster = started(tmp_path / "cluster.yaml", attached=True)
-    with cluster, in_thread(lambda: supervise.attach(store, cluster, lambda _lines: None)) as ended:
+    with cluster, in_thread(lambda: driver.attach(store, cluster, lambda _lines: None)) as ended:
         wait_until(live.socket_path(store.run_dir(cluster.record.run_id)).exists, 10, "the door to open")
         top = tfctl_here("top", "--once")
         assert top.code == 0, top.err
@@ -82,7 +82,7 @@ def test_logs_of_long_lines_through_the_door_come_in_parts_below_the_answer_boun
     lines = [f"{i} " + "x" * 100_000 for i in range(200)]  # 20 MB, in lines longer than logs shows whole
     fake_backend.scripts.update({"ps:0": TaskScript(), "worker:0": TaskScript(lines=lines), "worker:1": TaskScript()})
     store, cluster = started(tmp_path / "cluster.yaml", attached=True)
-    with cluster, in_thread(lambda: supervise.attach(store, cluster, lambda _lines: None)):
+    with cluster, in_thread(lambda: driver.attach(store, cluster, lambda _lines: None)):
         wait_until(live.socket_path(store.run_dir(cluster.record.run_id)).exists, 10, "the door to open")
         shown = tfctl_here("logs", "worker:0")
         assert tfctl_here("down", "--grace", "0").code == 0

@@ -36,7 +36,7 @@ from tests.test_tfjob import kubernetes_expand, run_tfctl
 from tfctl.config.loader import parse_config
 from tfctl.config.model import Address, ClusterConfig
 from tfctl.errors import ConfigError
-from tfctl.tf.jobset import indexed_job_manifests, indexed_job_yaml, jobset_manifest, jobset_yaml
+from tfctl.kube.jobset import indexed_job_manifests, indexed_job_yaml, jobset_manifest, jobset_yaml
 from tfctl.tf.tasks import DEFAULT_ENV, placeholder_values, render_command, tf_config
 
 ROOT = Path(__file__).resolve().parent.parent

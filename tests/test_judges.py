@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence, cast
 import pytest
 
 from tests.fakes import record_of
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.record import ProgressSpec, TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState

@@ -15,8 +15,8 @@ import pytest
 
 from bench.waiting import wait_until
 from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.output import LINE_BOUND, LogFollower, Prefixer, split_block
-from tfctl.cluster.supervisors import Cluster
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import timeline
 from tfctl.supervisor.files import state_root

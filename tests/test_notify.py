@@ -17,8 +17,8 @@ import pytest
 
 from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
-from tfctl.cluster.supervisors import Cluster
-from tfctl.controller.live import notify, supervise
+from tfctl.cluster.cluster import Cluster
+from tfctl.controller.live import driver, notify
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
@@ -36,9 +36,9 @@ def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(judges, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
 
 
-def attach(cluster: Cluster, store: RunStore) -> supervise.Ending:
+def attach(cluster: Cluster, store: RunStore) -> driver.Ending:
     with cluster:
-        return supervise.attach(store, cluster, lambda _batch: None)
+        return driver.attach(store, cluster, lambda _batch: None)
 
 
 def events(folder: Path) -> list[dict]:
@@ -83,8 +83,8 @@ def test_a_second_end_keeps_the_first_ends_words_and_tells_nobody_twice(tmp_path
     releases reaches the controller, which ends the run again: the first words stay."""
     store, cluster = started(write(tmp_path, extra=APPEND), attached=True)
     with cluster:
-        first = supervise.finish(store, cluster, STOPPED_BY_DOWN)
-        second = supervise.finish(store, cluster, Outcome(RunState.STOPPED, "terminated (SIGTERM)"))
+        first = driver.finish(store, cluster, STOPPED_BY_DOWN)
+        second = driver.finish(store, cluster, Outcome(RunState.STOPPED, "terminated (SIGTERM)"))
     assert first.record.reason == second.record.reason == "tfctl down"
     assert cluster.record == store.load(cluster.record.run_id) == second.record
     assert [(e["kind"], e["reason"]) for e in events(tmp_path)] == [("stopped", "tfctl down")]
@@ -185,7 +185,7 @@ def test_a_failing_or_hanging_notify_command_is_reported_and_the_run_is_unaffect
 def test_ctrl_c_sends_a_stopped_event(tmp_path, fake_backend):
     store, cluster = started(write(tmp_path, extra=APPEND), attached=True)  # runs until stopped
     with cluster:
-        supervise.interrupt(store, cluster)
+        driver.interrupt(store, cluster)
     (stopped,) = events(tmp_path)
     assert stopped["kind"] == "stopped" and stopped["reason"] == "interrupted (Ctrl-C)"
 

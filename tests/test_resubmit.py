@@ -19,9 +19,9 @@ from tests.fakes import TaskScript
 from tests.test_slurm import fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.allocation import sbatch_argv, time_left
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import parse_config
-from tfctl.controller.live import supervise
+from tfctl.controller.live import driver
 from tfctl.controller.live.resubmit import next_allocation
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.runs.record import AllocationEnd, RunRecord
@@ -34,9 +34,9 @@ from tfctl.supervisor.protocol import RunState
 RESUBMITTING = FAKE_FILE.replace("fake: {pool: gpus}", "fake: {pool: gpus, resubmit: %d}")
 
 
-def watch(cluster: Cluster, store: RunStore) -> supervise.Ending:
+def watch(cluster: Cluster, store: RunStore) -> driver.Ending:
     with cluster:
-        ending = supervise.attach(store, cluster, lambda _lines: None)
+        ending = driver.attach(store, cluster, lambda _lines: None)
     return ending
 
 
@@ -97,7 +97,7 @@ def test_an_attached_up_streams_every_allocations_tasks_and_ends_with_the_last(t
     fake_backend.agent("h1").before = say_which
     lines: list[tuple[str, str]] = []
     with cluster:
-        ending = supervise.attach(store, cluster, lines.extend)
+        ending = driver.attach(store, cluster, lines.extend)
     assert ending.outcome.state is RunState.SUCCEEDED, ending.outcome
     assert agains == ["allocation1", "allocation2"]
     said = [line for task, line in lines if task == "worker:1"]  # (the 2nd allocation ends as it starts)

@@ -13,9 +13,9 @@ from tests.fake_runs import started, write
 from tests.fakes import TaskScript
 from tfctl.cli.render import render_stop, stop_summary
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
-from tfctl.controller.live import spares, supervise
+from tfctl.controller.live import driver, spares
 from tfctl.controller.verbs.down import stop_run
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
@@ -45,7 +45,7 @@ def run(
 ) -> Any:
     """Start the run attached, take the `goes_down` hosts down one after the other once each has
     answered a few looks, and supervise it to its end."""
-    monkeypatch.setattr(supervise, "LOG_DRAIN_SECONDS", 0.0)
+    monkeypatch.setattr(driver, "LOG_DRAIN_SECONDS", 0.0)
     monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)
     store, cluster = started(write(tmp_path, header + jobs), attached=True)
 
@@ -63,7 +63,7 @@ def run(
         first = goes_down.pop(0)
         fake_backend.hosts[first].before = down_after_three(first)
     with cluster:
-        ending = supervise.attach(store, cluster, on_lines)
+        ending = driver.attach(store, cluster, on_lines)
     assert cluster.record == store.load(cluster.record.run_id)  # moves, retired hosts: memory and store stay one
     return store, ending
 

@@ -23,8 +23,8 @@ import yaml
 from tfctl.config.loader import parse_config
 from tfctl.config.model import ClusterConfig
 from tfctl.errors import ConfigError
+from tfctl.kube.tfjob import REPLICA_TYPES, manifest, to_yaml
 from tfctl.tf.tasks import DEFAULT_ENV, render_command
-from tfctl.tf.tfjob import REPLICA_TYPES, manifest, to_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = yaml.safe_load((ROOT / "tests" / "data" / "tfjob-crd.yaml").read_text())

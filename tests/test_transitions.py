@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import record_of
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.runs import transitions
 from tfctl.runs.record import AllocationEnd, HostSpec, Move, RunRecord
 from tfctl.runs.store import RunStore

@@ -110,7 +110,7 @@ def test_with_its_watcher_killed_a_detached_run_trains_on_and_its_ps_stops_alone
 
 def statuses_quiet(store: RunStore, run_id: str) -> list[str]:
     """Task states without a CLI command, which would start a new watcher."""
-    from tfctl.cluster.supervisors import Cluster
+    from tfctl.cluster.cluster import Cluster
 
     with Cluster(store.load(run_id)) as cluster:
         return [s.state.value for s in cluster.status()[0]]

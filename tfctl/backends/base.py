@@ -23,7 +23,7 @@ from tfctl.supervisor.records import Wire, record
 from tfctl.supervisor.records import field as wire_field
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import MonitorLauncher
+    from tfctl.cluster.cluster import MonitorLauncher
     from tfctl.config.model import ClusterConfig
     from tfctl.engine.resubmission import AllocationOver
     from tfctl.engine.verdicts import Judge

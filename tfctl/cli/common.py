@@ -92,13 +92,13 @@ def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resum
     """The run the command is about. With `resume`, a live run whose controller died gets a new
     watcher first, and the user hears of it."""
     from tfctl import console
-    from tfctl.controller.live import supervise
+    from tfctl.controller.live import driver
     from tfctl.runs.store import resolve_run
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()
     record = resolve_run(store, path or Path("."), run_id)
-    note = supervise.resume(store, record) if resume else None
+    note = driver.resume(store, record) if resume else None
     if note:
         from rich.text import Text
 

@@ -42,7 +42,7 @@ def _export(
     ctx: click.Context, cluster_file: Path | None, output: Path | None, render: Callable[[ClusterConfig], str]
 ) -> int:
     from tfctl.config.loader import load_config
-    from tfctl.tf import pods
+    from tfctl.kube import pods
 
     text = render(load_config(cluster_file_path(ctx, cluster_file)))
     if output is None:
@@ -69,7 +69,7 @@ def tfjob(ctx: click.Context, cluster_file: Path | None, output: Path | None) ->
 
     Needs `kubernetes: {image: ...}` in the cluster file. Placeholders that differ per pod
     ({job_name}, {task_index}, the host lists) are filled in the pod from the operator's TF_CONFIG."""
-    from tfctl.tf import tfjob as export_tfjob
+    from tfctl.kube import tfjob as export_tfjob
 
     return _export(ctx, cluster_file, output, export_tfjob.to_yaml)
 
@@ -91,7 +91,7 @@ def jobset(ctx: click.Context, cluster_file: Path | None, output: Path | None) -
     Needs `kubernetes: {image: ...}` and the JobSet controller in the cluster. Each pod builds
     its TF_CONFIG from its job index, with the pods' DNS names; the run succeeds when the chief
     (else worker 0) does, and the ps are then stopped."""
-    from tfctl.tf import jobset as export_jobset
+    from tfctl.kube import jobset as export_jobset
 
     return _export(ctx, cluster_file, output, export_jobset.jobset_yaml)
 
@@ -113,6 +113,6 @@ def indexed_job(ctx: click.Context, cluster_file: Path | None, output: Path | No
 
     For clusters without an operator (Kubernetes 1.31 or later, for the Job's success policy).
     Needs `kubernetes: {image: ...}`. Each pod builds its TF_CONFIG from JOB_COMPLETION_INDEX."""
-    from tfctl.tf import jobset as export_jobset
+    from tfctl.kube import jobset as export_jobset
 
     return _export(ctx, cluster_file, output, export_jobset.indexed_job_yaml)

@@ -77,7 +77,7 @@ def status_asker(record: RunRecord) -> Iterator[Callable[[int], tuple[Snapshot, 
     from tfctl.controller.views.status_view import Snapshot
 
     if TYPE_CHECKING:
-        from tfctl.cluster.supervisors import Cluster
+        from tfctl.cluster.cluster import Cluster
     store = run_store()
     run_dir = store.run_dir(record.run_id)
     with contextlib.ExitStack() as stack:
@@ -87,7 +87,7 @@ def status_asker(record: RunRecord) -> Iterator[Callable[[int], tuple[Snapshot, 
             answer = live.ask(run_dir, record, StatusAsk(usage_history), STATUS_PATIENCE)
             if answer is not None:
                 return Snapshot.from_plain(answer.snapshot), store.load(record.run_id)
-            from tfctl.cluster.supervisors import Cluster
+            from tfctl.cluster.cluster import Cluster
             from tfctl.controller.views import status_view  # paramiko: only when this process asks the hosts
 
             if not clusters:
@@ -174,7 +174,7 @@ def _logs_of(store: RunStore, record: RunRecord, ask: LogsAsk) -> int:
     parts = live.stream(store.run_dir(record.run_id), record, ask)
     if parts is not None:
         return _print_parts(parts)
-    from tfctl.cluster.supervisors import Cluster
+    from tfctl.cluster.cluster import Cluster
     from tfctl.controller.live.rpc_handlers import logs_parts
 
     with Cluster(record) as cluster:
@@ -229,7 +229,7 @@ def report(ctx: click.Context, cluster_file: Path | None, run_id: str | None, ou
     listening, first step, restarts, end and how), steps/s over time, and the diagnosis. It
     fetches nothing, so it opens offline and can be mailed."""
     from tfctl import console
-    from tfctl.cluster.supervisors import Cluster
+    from tfctl.cluster.cluster import Cluster
     from tfctl.controller.views.report import render
     from tfctl.controller.views.report_gather import gather
     from tfctl.errors import TfctlError

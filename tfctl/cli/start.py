@@ -18,9 +18,9 @@ from tfctl.cli.common import DEFAULT_FILE, accept_new_option, cluster_file_path,
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import Cluster
+    from tfctl.cluster.cluster import Cluster
     from tfctl.config.model import ClusterConfig
-    from tfctl.controller.live.supervise import Ending
+    from tfctl.controller.live.driver import Ending
     from tfctl.controller.start.plan import Draft, Plan
     from tfctl.runs.store import RunStore
 
@@ -192,7 +192,7 @@ def _up_detached(
     import os
 
     from tfctl import console
-    from tfctl.controller.live import supervise, watcher
+    from tfctl.controller.live import driver, watcher
     from tfctl.controller.verbs import up
     from tfctl.runs import transitions
     from tfctl.runs.record import ControllerKind
@@ -208,7 +208,7 @@ def _up_detached(
                 watcher.log_to_run_dir(store, run.record.run_id)
                 os.nice(10)  # from here it mostly waits
 
-        _log_ending(supervise.launch_and_watch(store, run, accept_new_host_keys, relayed))
+        _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
     child, messages = watcher.fork_starter(start_then_watch)
     transitions.apply(
@@ -228,7 +228,7 @@ def _up_detached(
     if final.get("gone") and store.exists(run.record.run_id):  # killed before it said how the start went
         with contextlib.suppress(ChildProcessError):  # (reaped already)
             os.waitpid(child, 0)  # reaped: it no longer counts as running
-        final["error"] = supervise.resume(store, store.load(run.record.run_id)) or final["error"]
+        final["error"] = driver.resume(store, store.load(run.record.run_id)) or final["error"]
     if "error" in final:
         error = TfctlError(final["error"], hint=final.get("hint"))
         error.exit_code = final.get("exit_code", error.exit_code)
@@ -304,7 +304,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl import console
     from tfctl.cli import render
     from tfctl.cluster.output import Prefixer
-    from tfctl.controller.live import resubmit, supervise
+    from tfctl.controller.live import driver, resubmit
     from tfctl.controller.views import status_table, status_view
     from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
@@ -323,7 +323,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
         render.print_lines(batch, prefix, notes, folder)
 
     try:
-        ending = supervise.attach(store, cluster, on_lines, notes.forget)
+        ending = driver.attach(store, cluster, on_lines, notes.forget)
     except KeyboardInterrupt as e:
         handed = resubmit.hand_over(store, cluster) if isinstance(e, Terminated) else None
         if handed is not None:
@@ -336,7 +336,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
             err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
             why = "interrupted (Ctrl-C)"
         try:
-            render.render_stop(supervise.interrupt(store, cluster, why))
+            render.render_stop(driver.interrupt(store, cluster, why))
         except KeyboardInterrupt:
             lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
             err.print(
@@ -409,10 +409,10 @@ def watch_command(run_id: str) -> int:
     ends the run when the job is done."""
     import os
 
-    from tfctl.controller.live import supervise
+    from tfctl.controller.live import driver
 
     os.nice(10)  # it mostly waits; the tasks starting beside it on this machine come first
-    _log_ending(supervise.watch(run_store(), run_id))
+    _log_ending(driver.watch(run_store(), run_id))
     return 0
 
 

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tfctl.cluster.supervisors import Cluster, Progress, quiet
+from tfctl.cluster.cluster import Cluster, Progress, quiet
 from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
 from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
+from tfctl.engine.live_run import Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.probing import after_refusal
-from tfctl.engine.supervision import Look, Move, Supervision
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import TaskSpec
@@ -187,7 +187,7 @@ def supervise(
     clock: Clock = REAL_CLOCK,
 ) -> Outcome:
     """Watch the run until it is decided: look at every host, let the engine decide
-    (`engine.supervision`), carry out what it says. `judge` sees what states cannot (a task hung
+    (`engine.live_run`), carry out what it says. `judge` sees what states cannot (a task hung
     for good); `on_lost` moves a lost host's tasks elsewhere (True once they run there);
     `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds);
     `cancel` ends it between two looks, as stopped. `poll`: seconds between two looks

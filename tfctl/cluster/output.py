@@ -21,7 +21,7 @@ from tfctl.supervisor.timeline import dated
 from tfctl.transport.base import Stream
 
 if TYPE_CHECKING:
-    from tfctl.cluster.supervisors import Cluster
+    from tfctl.cluster.cluster import Cluster
 
 RECONNECT_DELAY = 1.0
 # A line longer than this is shown (and held in memory) in pieces of at most this many bytes,

@@ -1,7 +1,7 @@
-"""The cluster file's keys, one validator each (those of `ssh` and `hosts` in `config_hosts.py`).
+"""The cluster file's keys, one validator each (those of `ssh` and `hosts` in `ssh_hosts.py`).
 
 A validator takes (doc, key path, value) and returns the converted value, or INVALID after
-recording a problem in `doc` (`config_base.py`); `config.py` reads the YAML and runs `TOP_KEYS`
+recording a problem in `doc` (`base.py`); `loader.py` reads the YAML and runs `TOP_KEYS`
 over it.
 """
 

@@ -2,7 +2,7 @@
 
 Everything a run needs is derived from one `ClusterConfig` (see `model.py`); nothing downstream
 re-reads YAML. `load_config`/`parse_config` report every problem at once, each with file, line,
-column, key path and a fix, as one `ConfigError`. The per-key validators are in `config_fields.py`.
+column, key path and a fix, as one `ConfigError`. The per-key validators are in `fields.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The cluster model: the frozen dataclasses every part of tfctl reads, and the names they allow.
 
-`config.py` builds a `ClusterConfig` from a cluster file; nothing downstream re-reads YAML, so
+`loader.py` builds a `ClusterConfig` from a cluster file; nothing downstream re-reads YAML, so
 these classes are all a run needs to know about the cluster.
 """
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.engine.observed import TaskStatus
 from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.runs.record import TaskSpec

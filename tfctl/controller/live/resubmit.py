@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tfctl.backends.base import backend_for
-from tfctl.cluster.supervisors import Cluster, Progress
+from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent

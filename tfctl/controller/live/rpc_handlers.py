@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tfctl.cluster.answers import StopReport
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live.rpc import ControllerDoor, socket_path
 from tfctl.controller.live.rpc_messages import DownAsk, DownReply, LogNote, LogsAsk, LogsPart, StatusAsk, StatusReply
 from tfctl.runs.store import RunStore

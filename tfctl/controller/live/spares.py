@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from tfctl.cluster import control
-from tfctl.cluster.supervisors import LOST_HOST_PATIENCE, Cluster
+from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
+from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.cluster.control import stop_after_failure
 from tfctl.cluster.output import LogFollower
-from tfctl.cluster.supervisors import Cluster, Progress
 from tfctl.engine.observed import TaskStatus
 from tfctl.errors import StartupError
 from tfctl.runs.record import HostSpec, TaskSpec

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tfctl.cluster.answers import HostInfo
-from tfctl.cluster.supervisors import Cluster, Progress
+from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
 from tfctl.controller.start.plan import Plan

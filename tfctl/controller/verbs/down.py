@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Collection
 from tfctl.backends.base import backend_for
 from tfctl.cluster.agent import open_agent
 from tfctl.cluster.answers import StopReport
+from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.group import fan_out
-from tfctl.cluster.supervisors import Cluster
 from tfctl.controller.live.watcher import controller_elsewhere, stop_watcher, wait_gone
 from tfctl.errors import TfctlError
 from tfctl.runs import transitions

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.answers import HostInfo
-from tfctl.cluster.supervisors import Cluster, Progress, quiet
+from tfctl.cluster.cluster import Cluster, Progress, quiet
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent

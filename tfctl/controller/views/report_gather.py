@@ -20,7 +20,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from tfctl.backends.base import backend_for
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.views.report import Event, Resources, RunReport, Span, TaskReport
 from tfctl.controller.views.status_view import silent_tasks

@@ -9,7 +9,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from tfctl.backends.base import BackendReport, backend_for
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.controller.views.plain import from_plain, to_plain
 from tfctl.engine.observed import TaskStatus
 from tfctl.runs.accounting import cost_json, unsettled

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from tfctl.backends.base import backend_for
 from tfctl.config.model import Address, ClusterConfig, RestartPolicy
-from tfctl.tf import pods
+from tfctl.kube import pods
 from tfctl.tf.tasks import cluster_spec, decisive_tasks, placeholder_values
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfctl.backends.base import backend_for
 from tfctl.config.model import ClusterConfig
-from tfctl.tf import pods
+from tfctl.kube import pods
 
 API_VERSION = "kubeflow.org/v1"
 REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.answers import StopReport
-from tfctl.cluster.supervisors import Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import watcher
 from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.live.restarting import Restarting
