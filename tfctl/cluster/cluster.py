@@ -17,6 +17,7 @@ from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.answers import HostInfo, ProbeFailure, StopReport, bin_dir, cut_line, error_text
 from tfctl.cluster.group import GroupResult, fan_out
 from tfctl.config.devices import HostDevices
+from tfctl.engine.clock import Cancel
 from tfctl.engine.observed import TaskStatus
 from tfctl.errors import HostError, StartupError
 from tfctl.runs import transitions
@@ -97,7 +98,7 @@ class Cluster:
         self._lease_hosts: set[str] = set()
         self._lease_lock = threading.Lock()
         self._record_lock = threading.Lock()  # one change of the record at a time (`apply`)
-        self._closed = threading.Event()
+        self._closed = Cancel()  # its background threads (lease renewal, a lost host's retirement) end on it
         self._keeper: threading.Thread | None = None
 
     def __enter__(self) -> Cluster:
@@ -134,7 +135,7 @@ class Cluster:
             agent.close()
 
     def close(self) -> None:
-        self._closed.set()
+        self._closed.set("cluster closed")
         if self._keeper is not None:
             self._keeper.join(2)  # a renewal under way would reopen a connection closed below
         # In parallel: closing an SSH connection waits for its reader thread to end (~25 ms each
@@ -394,8 +395,8 @@ class Cluster:
         return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
 
     @property
-    def closing(self) -> threading.Event:
-        """Set once the cluster is closed: what its background threads end on."""
+    def closing(self) -> Cancel:
+        """Set once the cluster is closed: the token its background threads end on."""
         return self._closed
 
     def leave(self, host: str) -> None:
