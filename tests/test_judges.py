@@ -10,10 +10,22 @@ import pytest
 from tests.fakes import record_of
 from tfctl.cluster.cluster import Cluster
 from tfctl.engine.observed import TaskStatus
-from tfctl.runs.record import ProgressSpec, TaskSpec
+from tfctl.engine.verdicts import Outcome
+from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.explain import PeerInfo
-from tfctl.tf.judges import HangJudge, Judging, Sight, SilenceJudge, StallJudge
+from tfctl.tf.judges import (
+    Action,
+    HangJudge,
+    Judging,
+    RestartTasks,
+    Ruling,
+    Say,
+    Sight,
+    SilenceJudge,
+    StallJudge,
+    TellStalled,
+)
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import Silence
 
@@ -58,7 +70,9 @@ def test_a_wait_fails_the_run_once_it_lasted_hang_timeout(
     looks: list[tuple[float, bool]], fails_at: int | None
 ) -> None:
     judge = HangJudge(10.0)
-    verdicts = [judge(sight({"worker:1": ["starting", WAITING] if waits else ["step 1"]}), now) for now, waits in looks]
+    rulings = [judge(sight({"worker:1": ["starting", WAITING] if waits else ["step 1"]}), now) for now, waits in looks]
+    assert all(r.actions == () for r in rulings)  # a hang is an end, never an errand
+    verdicts = [r.outcome for r in rulings]
     failed = [i for i, v in enumerate(verdicts) if v is not None]
     assert failed[:1] == ([] if fails_at is None else [fails_at])
     if fails_at is not None:
@@ -71,49 +85,44 @@ def test_a_hang_after_a_silence_is_blamed_on_the_silence() -> None:
     silence = Silence("worker:1", 40.0, "starting", "worker:0", "reached step 900", "it never joined", "check it")
     judge = HangJudge(10.0, silent={"worker:1": silence})
     waiting = sight({"worker:1": [WAITING]})
-    assert judge(waiting, 100.0) is None
-    verdict = judge(waiting, 110.0)
+    assert judge(waiting, 100.0) == Ruling()
+    verdict = judge(waiting, 110.0).outcome
     assert verdict is not None and "printed nothing for 40 s" in verdict.reason and "(fix: check it)" in verdict.reason
 
 
 # --------------------------------------------------------------------------- progress.on_stall
 
 
-def stall_judge(action: str) -> tuple[StallJudge, list[tuple[str, str]], list[list[str]]]:
-    told: list[tuple[str, str]] = []
-    asked: list[list[str]] = []
-
-    def restart(tasks: list[TaskSpec], why: str) -> list[str]:
-        asked.append([t.name for t in tasks])
-        return [t.name for t in tasks]
-
-    progress = RunProgress(ProgressSpec(stall_timeout=60.0, on_stall=action))
-    judge = StallJudge(RECORD.tasks, progress, action, lambda task, reason, done: told.append((task, done)), restart)
-    return judge, told, asked
+def stall_judge(action: str) -> StallJudge:
+    return StallJudge(RECORD.tasks, RunProgress(ProgressSpec(stall_timeout=60.0, on_stall=action)), action)
 
 
 def test_a_stall_is_told_once_while_it_lasts_and_again_when_it_comes_back() -> None:
-    judge, told, _ = stall_judge("warn")
+    judge = stall_judge("warn")
     stalled, stepping = sight(flags={"worker:1": ("stalled",)}), sight()
-    for now, seen in [(0, stalled), (5, stalled), (10, stepping), (15, stalled)]:
-        assert judge(seen, now) is None
+    rulings = [judge(seen, now) for now, seen in [(0, stalled), (5, stalled), (10, stepping), (15, stalled)]]
+    assert [r.outcome for r in rulings] == [None] * 4
+    told = [(a.task, a.done) for r in rulings for a in r.actions if isinstance(a, TellStalled)]
     assert told == [("worker:1", "the run goes on (progress.on_stall: warn)")] * 2
+    assert [len(r.actions) for r in rulings] == [1, 0, 0, 1]  # and nothing else is asked for
 
 
 def test_on_stall_fail_ends_the_run_naming_the_task() -> None:
-    judge, told, _ = stall_judge("fail")
-    verdict = judge(sight(flags={"worker:1": ("stalled",)}), 0.0)
-    assert verdict is not None and verdict.culprit == "worker:1" and verdict.reason.endswith("; on_stall: fail")
-    assert told == []
+    verdict = stall_judge("fail")(sight(flags={"worker:1": ("stalled",)}), 0.0)
+    assert verdict.outcome is not None and verdict.outcome.culprit == "worker:1"
+    assert verdict.outcome.reason.endswith("; on_stall: fail") and verdict.actions == ()
 
 
-def test_on_stall_restart_restarts_the_jobs_running_tasks_once_for_all_of_them() -> None:
-    judge, told, asked = stall_judge("restart")
+def test_on_stall_restart_asks_to_restart_the_jobs_running_tasks_once_for_all_of_them() -> None:
+    judge = stall_judge("restart")
     both = sight(flags={"worker:0": ("stalled",), "worker:1": ("stalled",)})
-    assert judge(both, 0.0) is None and judge(both, 5.0) is None
-    assert asked == [["worker:0", "worker:1"]]  # the ps is in another job; worker:1 is not told apart
-    assert [task for task, _ in told] == ["worker:0"]
-    assert told[0][1] == "restarting worker:0, worker:1 (progress.on_stall: restart)"
+    first, second = judge(both, 0.0), judge(both, 5.0)
+    assert first.outcome is None and second == Ruling()
+    restart, told = first.actions  # the restart first, then the words that say it is under way
+    assert isinstance(restart, RestartTasks) and [t.name for t in restart.tasks] == ["worker:0", "worker:1"]
+    assert restart.why.startswith("stalled: no step for 100s")  # the ps is in another job; worker:1 not told apart
+    assert isinstance(told, TellStalled) and told.task == "worker:0"
+    assert told.done == "restarting worker:0, worker:1 (progress.on_stall: restart)"
 
 
 # --------------------------------------------------------------------------- silence
@@ -141,10 +150,12 @@ def test_a_silent_task_is_noted_once_and_its_lines_counted_only_when_it_is_news(
         return statuses()
 
     progress = RunProgress(ProgressSpec())
-    judge = SilenceJudge(progress, 30.0, said.append)
+    judge = SilenceJudge(progress, 30.0)
     for now in (0.0, 5.0, 10.0):
         looked = statuses()
-        assert judge(Sight(looked, progress.assess(looked), counted, lambda: {}), now) is None
+        ruling = judge(Sight(looked, progress.assess(looked), counted, lambda: {}), now)
+        assert ruling.outcome is None
+        said += [a.text for a in ruling.actions if isinstance(a, Say)]
     assert len(said) == 1 and said[0].startswith("note: worker:1 printed nothing for 50 s")
     assert len(counts) == 1 and set(judge.seen) == {"worker:1"}
 
@@ -170,12 +181,29 @@ class ScriptedCluster:
 def test_the_judges_share_one_look_every_period_of_the_clock_passed_in() -> None:
     cluster = ScriptedCluster()
     seen: list[tuple[float, int]] = []
-    judging = Judging(
-        cast(Cluster, cluster), [lambda s, now: seen.append((now, len(s.statuses))), lambda s, now: None], every=5.0
-    )
+    done: list[Action] = []
+
+    def looked(s: Sight, now: float) -> Ruling:
+        seen.append((now, len(s.statuses)))
+        return Ruling()
+
+    judging = Judging(cast(Cluster, cluster), [looked, lambda s, now: Ruling()], done.append, every=5.0)
     running = [status(n) for n in TASKS]
     for now in (0.0, 1.0, 4.9, 5.0, 9.0, 10.5):
         assert judging(running, now) is None
     assert seen == [(0.0, 3), (5.0, 3), (10.5, 3)]
     assert len(cluster.asked) == 3 and all(ask.get("tail") for ask in cluster.asked)  # one ask a look, tails in it
     assert judging([status(n, "succeeded") for n in TASKS], 100.0) is None and len(cluster.asked) == 3
+
+
+def test_the_actions_of_each_ruling_are_carried_out_in_order_and_the_first_verdict_wins() -> None:
+    done: list[Action] = []
+    ended = Outcome(RunState.FAILED, "worker:1 hung", "worker:1")
+    judges = [
+        lambda s, now: Ruling(actions=(Say("one"), Say("two"))),
+        lambda s, now: Ruling(ended, (Say("three"),)),
+        lambda s, now: Ruling(actions=(Say("never"),)),  # after the verdict: not asked
+    ]
+    judging = Judging(cast(Cluster, ScriptedCluster()), judges, done.append, every=5.0)
+    assert judging([status(n) for n in TASKS], 0.0) == ended
+    assert done == [Say("one"), Say("two"), Say("three")]

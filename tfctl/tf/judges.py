@@ -4,17 +4,22 @@ a task hung for good on a wait TF never gives up, a task stalled.
 The judges decide on what one shared look at the hosts saw (`Sight`) and on the time the driver
 passes in, so each is a table on a fake clock; `Judging` takes that look every `JUDGE_EVERY`
 seconds, once for all of them (each used to ask the hosts on its own, on the real clock).
+
+A judge acts on nothing: it returns a `Ruling`, the run's end or None, and the actions it asks
+for (a line to say, a stall to tell of, tasks to restart). `Judging` hands those actions to the
+one `carry_out` the live controller gives it, so what a judge wants done is data, tested as such.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence, Union
 
 from tfctl.cluster.cluster import Cluster
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.runs.record import TaskSpec
-from tfctl.supervisor.protocol import RestartRequest, RunState, TaskState
+from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, Kind, diagnose
 from tfctl.tf.doctor import HANGS, TAIL_LINES, known_peers
 from tfctl.tf.explain import PeerInfo, explain
@@ -56,7 +61,42 @@ class Sight:
         return self._memo[key]
 
 
-SightJudge = Callable[[Sight, float], "Outcome | None"]
+@dataclass(frozen=True)
+class Say:
+    """A line for whoever watches the run (the attached terminal, the watcher's log)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class TellStalled:
+    """A stalled task, told as a warning line and a `stalled` event to the `notify:` commands."""
+
+    task: str
+    reason: str
+    done: str  # what was done about it, in words
+
+
+@dataclass(frozen=True)
+class RestartTasks:
+    """Have the tasks' monitors start them again (within their restart policy)."""
+
+    tasks: tuple[TaskSpec, ...]
+    why: str
+
+
+Action = Union[Say, TellStalled, RestartTasks]
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """What a judge says of one look: how the run ends (None: it goes on), and what to do."""
+
+    outcome: Outcome | None = None
+    actions: tuple[Action, ...] = ()
+
+
+SightJudge = Callable[[Sight, float], Ruling]
 
 
 class SilenceJudge:
@@ -65,14 +105,13 @@ class SilenceJudge:
     of `silence.AT_END` seconds or more for `HangJudge`: a task that later hangs waiting for a
     peer that finished (a retry of its session) hangs because of it. Never ends a run itself."""
 
-    def __init__(self, progress: RunProgress, limit: float, say: Callable[[str], None]) -> None:
+    def __init__(self, progress: RunProgress, limit: float) -> None:
         self.progress = progress
         self.limit = limit
-        self.say = say
         self.seen: dict[str, Silence] = {}  # task -> its silence, until it logs a step
         self._told: set[str] = set()
 
-    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+    def __call__(self, sight: Sight, now: float) -> Ruling:
         quiet = self._silences(sight.statuses, sight.progress)
         due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
         if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
@@ -81,11 +120,12 @@ class SilenceJudge:
             self.seen.update(quiet)
         for task in [t for t in self.seen if t in sight.progress and sight.progress[t].step is not None]:
             del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
+        said = []
         for task, silence in quiet.items():
             if silence.quiet >= self.limit and task not in self._told:
                 self._told.add(task)
-                self.say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}")
-        return None
+                said.append(Say(f"note: {silence.text(ended=False)}; {silence.cause}\n  fix: {silence.fix}"))
+        return Ruling(actions=tuple(said))
 
     @staticmethod
     def _silences(looked: Sequence[TaskStatus], progress: Mapping[str, TaskProgress]) -> dict[str, Silence]:
@@ -108,7 +148,7 @@ class HangJudge:
         self.silent = silent if silent is not None else {}
         self._first_seen: dict[tuple[str, Kind], float] = {}
 
-    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+    def __call__(self, sight: Sight, now: float) -> Ruling:
         waiting: dict[tuple[str, Kind], Finding] = {}
         for s in sight.running():
             for finding in diagnose(s.task, list(s.tail or ())):
@@ -123,35 +163,26 @@ class HangJudge:
                 else:
                     finding = explain(waiting[key], dict(sight.peers()), sight.reachable)
                     cause, fix = finding.cause, finding.fix
-                return Outcome(
-                    RunState.FAILED, f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})", key[0]
-                )
-        return None
+                why = f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})"
+                return Ruling(Outcome(RunState.FAILED, why, key[0]))
+        return Ruling()
 
 
 class StallJudge:
-    """Acts on tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
-    naming the first; `warn` and `restart` tell `on_stall(task, reason, what was done)` once per
-    stall (a task that steps again and stalls later is told again) and let the run go on, and
-    `restart` has `restart(tasks, why)` (the monitors of the stalled task's job) restart its
-    running tasks, within their restart policy; it returns the tasks asked. A run nobody watches
-    is where this matters: the controller looks, not a user."""
+    """Judges tasks `status` would flag `stalled` (`progress.on_stall`): `fail` ends the run
+    naming the first; `warn` and `restart` tell of it once per stall (a task that steps again and
+    stalls later is told again) and let the run go on, and `restart` asks to restart the running
+    tasks of the stalled task's job, within their restart policy. A run nobody watches is where
+    this matters: the controller looks, not a user."""
 
-    def __init__(
-        self,
-        tasks: Sequence[TaskSpec],
-        progress: RunProgress,
-        action: str,
-        on_stall: Callable[[str, str, str], None],
-        restart: Callable[[list[TaskSpec], str], list[str]],
-    ) -> None:
+    def __init__(self, tasks: Sequence[TaskSpec], progress: RunProgress, action: str) -> None:
         self.tasks, self.progress, self.action = list(tasks), progress, action
-        self.on_stall, self.restart = on_stall, restart
         self._told: set[str] = set()
 
-    def __call__(self, sight: Sight, now: float) -> Outcome | None:
+    def __call__(self, sight: Sight, now: float) -> Ruling:
         stalled = [s for s in sight.running() if "stalled" in sight.progress[s.task].flags]
         self._told &= {s.task for s in stalled}
+        actions: list[Action] = []
         for s in stalled:
             if s.task in self._told:
                 continue
@@ -159,25 +190,33 @@ class StallJudge:
             why = f"stalled: no step for {quiet:.0f}s (progress.stall_timeout {self.progress.stall_timeout:g}s)"
             reason = f"{s.task} on {s.host} {why}"
             if self.action == "fail":
-                return Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task)
+                return Ruling(Outcome(RunState.FAILED, f"{reason}; on_stall: fail", s.task), tuple(actions))
             self._told.add(s.task)
             if self.action == "restart":
                 running = {r.task for r in sight.running()}
-                asked = self.restart([t for t in self.tasks if t.job == s.job and t.name in running], why)
-                self._told.update(asked)  # its job's other stalled tasks are restarted already
-                done = f"restarting {', '.join(asked) or 'nothing: none still runs'} (progress.on_stall: restart)"
+                again = tuple(t for t in self.tasks if t.job == s.job and t.name in running)
+                self._told.update(t.name for t in again)  # its job's other stalled tasks restart with it
+                actions.append(RestartTasks(again, why))
+                done = f"restarting {', '.join(t.name for t in again)} (progress.on_stall: restart)"
             else:
                 done = "the run goes on (progress.on_stall: warn)"
-            self.on_stall(s.task, reason, done)
-        return None
+            actions.append(TellStalled(s.task, reason, done))
+        return Ruling(actions=tuple(actions))
 
 
 class Judging:
     """The judges of one run on one look every `every` seconds (by the `now` passed in), taken
-    only while a task runs; the first verdict wins."""
+    only while a task runs; each ruling's actions go to `carry_out` in order, and the first
+    verdict wins."""
 
-    def __init__(self, cluster: Cluster, judges: Sequence[SightJudge], every: float | None = None) -> None:
-        self.cluster, self.judges = cluster, list(judges)
+    def __init__(
+        self,
+        cluster: Cluster,
+        judges: Sequence[SightJudge],
+        carry_out: Callable[[Action], None],
+        every: float | None = None,
+    ) -> None:
+        self.cluster, self.judges, self.carry_out = cluster, list(judges), carry_out
         self.every = JUDGE_EVERY if every is None else every
         self.progress = RunProgress(cluster.record.progress)
         self._last: float | None = None
@@ -189,7 +228,13 @@ class Judging:
             return None
         self._last = now
         sight = self.look()
-        return next((o for o in (judge(sight, now) for judge in self.judges) if o is not None), None)
+        for judge in self.judges:
+            ruling = judge(sight, now)
+            for action in ruling.actions:
+                self.carry_out(action)
+            if ruling.outcome is not None:
+                return ruling.outcome
+        return None
 
     def look(self) -> Sight:
         rule = self.progress.rule()
@@ -201,20 +246,6 @@ class Judging:
             peers=lambda: known_peers(self.cluster, looked),
             reachable=self.cluster.reachable,
         )
-
-
-def restart_tasks(cluster: Cluster) -> Callable[[list[TaskSpec], str], list[str]]:
-    """Have the tasks' monitors restart them; the tasks asked (those running on a host that answered)."""
-
-    def restart(tasks: list[TaskSpec], why: str) -> list[str]:
-        grouped = cluster.by_host(tasks)
-        run_id = cluster.record.run_id
-        answers = cluster.fan_out(
-            grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], why))
-        )
-        return sorted(name for answer in answers.succeeded.values() for name in answer.asked)
-
-    return restart
 
 
 def first_verdict(judges: Sequence[Judge]) -> Judge:

@@ -34,6 +34,7 @@ from tfctl.supervisor.protocol import RunState
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
     from tfctl.cluster.output import LogFollower
+    from tfctl.tf.judges import Action
 
 LOG_DRAIN_SECONDS = 10.0
 UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
@@ -245,24 +246,43 @@ def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, f
 def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
     """What ends a run beyond its tasks' states: its backend's own end (a scheduler ending the
     allocation), a task hung for good, a stalled task (`on_stall: fail`; with `warn`, a line and
-    a `stalled` event for `notifier`). The TF judges share one look (`tf.judges.Judging`)."""
-    from tfctl.tf.judges import HangJudge, Judging, SightJudge, SilenceJudge, StallJudge, first_verdict, restart_tasks
+    a `stalled` event for `notifier`). The TF judges share one look (`tf.judges.Judging`), and
+    what they ask for is carried out here (`carry_out_judges`)."""
+    from tfctl.tf.judges import HangJudge, Judging, SightJudge, SilenceJudge, StallJudge, first_verdict
     from tfctl.tf.progress import RunProgress
 
     record = cluster.record
-
-    def stalled(task: str, reason: str, done: str) -> None:
-        notifier.say(f"warning: {reason}; {done}")
-        notifier.send(RunEvent.of(record, EventKind.STALLED, reason, task))
-
     progress = RunProgress(record.progress)
     judges: list[SightJudge] = []
     if record.hang_timeout:
-        silence = SilenceJudge(progress, record.hang_timeout, notifier.say)
+        silence = SilenceJudge(progress, record.hang_timeout)
         judges += [silence, HangJudge(record.hang_timeout, silent=silence.seen)]
-    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall, stalled, restart_tasks(cluster)))
+    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall))
     backend_judge = backend_for(record.backend).judge(record)
-    return first_verdict([j for j in (backend_judge, Judging(cluster, judges)) if j is not None])
+    judging = Judging(cluster, judges, carry_out_judges(cluster, notifier))
+    return first_verdict([j for j in (backend_judge, judging) if j is not None])
+
+
+def carry_out_judges(cluster: Cluster, notifier: Notifier) -> Callable[[Action], None]:
+    """The judges' actions, done: lines said, stalls told to the `notify:` commands, tasks restarted
+    by their monitors (on the hosts that answer; a silent host's are judged as it is)."""
+    from tfctl.supervisor.protocol import RestartRequest
+    from tfctl.tf.judges import RestartTasks, Say, TellStalled
+
+    def carry_out(action: Action) -> None:
+        if isinstance(action, Say):
+            notifier.say(action.text)
+        elif isinstance(action, TellStalled):
+            notifier.say(f"warning: {action.reason}; {action.done}")
+            notifier.send(RunEvent.of(cluster.record, EventKind.STALLED, action.reason, action.task))
+        elif isinstance(action, RestartTasks):
+            grouped = cluster.by_host(action.tasks)
+            run_id = cluster.record.run_id
+            cluster.fan_out(
+                grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], action.why))
+            )
+
+    return carry_out
 
 
 def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
