@@ -7,7 +7,6 @@ the hang judge) and renders nothing (progress goes to a callback).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -17,18 +16,12 @@ from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
 from tfctl.engine.live_run import Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.probing import after_refusal
+from tfctl.engine.starting import ListenWait
 from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import TaskState
 
-# Waiting for a port, each host waits on its own ports (StatusRequest.wait_listening) for at most
-# LISTEN_WAIT seconds per request, so Ctrl-C and a lost host are noticed within that. A host that
-# answers sooner without its ports listening (it could not be asked) is asked again after a pause:
-# 0.05 s at first, then a tenth of the time waited so far (at most 0.5 s).
-LISTEN_WAIT = 1.0
-LISTEN_POLL = 0.05
-LISTEN_POLL_MAX = 0.5
 # A refused probe of a task that had listened: how long to look for its end before calling the
 # network at fault (a task that exits as the probe reaches it is not yet recorded as ended).
 PROBE_SETTLE = 3.0
@@ -60,7 +53,12 @@ LostHost = Callable[[str, str, tuple[str, ...]], bool]
 
 
 def start(
-    cluster: Cluster, phases: Sequence[Phase], timeout: float, progress: Progress = quiet, again: str = ""
+    cluster: Cluster,
+    phases: Sequence[Phase],
+    timeout: float,
+    progress: Progress = quiet,
+    again: str = "",
+    clock: Clock = REAL_CLOCK,
 ) -> None:
     """Start phase by phase; on any failure (Ctrl-C included) stop everything started, then raise.
     `again`: tasks that ended on their hosts start afresh (tasks moved, or restarted for a move)."""
@@ -85,10 +83,11 @@ def start(
                     phase.wait_limit or timeout,
                     progress,
                     required=phase.wait_limit is None,
+                    clock=clock,
                 )
             if phase.probe:
                 later = [t for p in phases[number:] for t in p.tasks]
-                probe_listening(cluster, sorted({t.host for t in later}), listening, progress)
+                probe_listening(cluster, sorted({t.host for t in later}), listening, progress, clock)
     except BaseException:
         stop_after_failure(cluster, progress)
         raise
@@ -136,43 +135,41 @@ def stop_after_failure(cluster: Cluster, progress: Progress) -> None:
 
 
 def wait_listening(
-    cluster: Cluster, names: Sequence[str], timeout: float, progress: Progress = quiet, required: bool = True
+    cluster: Cluster,
+    names: Sequence[str],
+    timeout: float,
+    progress: Progress = quiet,
+    required: bool = True,
+    clock: Clock = REAL_CLOCK,
 ) -> list[str]:
-    """Wait until the tasks listen; returns those that do. A task that already finished with
-    exit 0 needs no waiting for; one that failed, or (if `required`) never listens, is fatal."""
-    tasks = [cluster.record.task(n) for n in names]
-    waiting = {t.name for t in tasks}
-    listening: list[str] = []
-    began = time.monotonic()
-    deadline = began + timeout
-    while waiting:
-        asked = time.monotonic()
-        wait = max(0.0, min(LISTEN_WAIT, deadline - asked))
-        statuses, _unreachable = cluster.status([t for t in tasks if t.name in waiting], wait_listening=wait)
-        for s in statuses:
-            if s.listening:
-                waiting.discard(s.task)
-                listening.append(s.task)
-                progress(s.task, f"listening on {host_port(s.host, s.port)} ({time.monotonic() - began:.1f}s)")
-            elif s.state is TaskState.SUCCEEDED:
-                waiting.discard(s.task)  # done before it was needed: nothing to wait for
-            elif s.final:
-                raise StartupError(
-                    f"{s.task} {s.describe_end()} before listening on port {s.port}" + cluster.last_lines_text(s.task)
-                )
-        if waiting and time.monotonic() > deadline:
-            if not required:
-                progress(", ".join(sorted(waiting)), f"not listening after {timeout:g}s; starting the rest anyway")
-                return listening
-            name = sorted(waiting)[0]
+    """Wait until the tasks listen, as `engine.starting.ListenWait` decides from each answer;
+    returns those that do. One that failed, or (if `required`) never listens, fails the start."""
+    tasks = {n: cluster.record.task(n) for n in names}
+    wait = ListenWait(names, timeout, required, clock.monotonic())
+    while True:
+        asked = clock.monotonic()
+        looked = [tasks[n] for n in names if n in wait.waiting]
+        statuses, _unreachable = cluster.status(looked, wait_listening=wait.patience(asked))
+        heard = wait.heard(statuses, asked, clock.monotonic())
+        for name, after in heard.listened:
+            progress(name, f"listening on {host_port(tasks[name].host, tasks[name].port)} ({after:.1f}s)")
+        if heard.failed is not None:
+            s = heard.failed
             raise StartupError(
-                f"{name} did not listen on {cluster.record.task(name).address} within {timeout:g}s"
-                + cluster.last_lines_text(name),
+                f"{s.task} {s.describe_end()} before listening on port {s.port}" + cluster.last_lines_text(s.task)
+            )
+        if heard.late and heard.go_on:
+            progress(", ".join(heard.late), f"not listening after {timeout:g}s; starting the rest anyway")
+            return wait.listening
+        if heard.late:
+            name = heard.late[0]
+            raise StartupError(
+                f"{name} did not listen on {tasks[name].address} within {timeout:g}s" + cluster.last_lines_text(name),
                 hint="raise startup_timeout in the cluster file if the task is just slow to start",
             )
-        if waiting and time.monotonic() - asked < wait:
-            time.sleep(min(LISTEN_POLL_MAX, max(LISTEN_POLL, (time.monotonic() - began) / 10)))
-    return listening
+        if heard.done:
+            return wait.listening
+        clock.sleep(heard.pause)
 
 
 def supervise(
