@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from tfctl.cli import main
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
+from tfctl.controller.live import launch
 from tfctl.controller.verbs import up
 from tfctl.runs import transitions
 from tfctl.runs.record import Controller, RunRecord
@@ -46,7 +47,7 @@ def started(path: Path, attached: bool = False, watcher: Controller | None = Non
     `attached` (this process holds it) or `watcher` (who the record says supervises it)."""
     store = RunStore()
     plan = up.acquire(store, load_config(path), lambda *_: None)
-    return store, up.launch(store, plan, lambda *_: None, detach=not attached, watcher=watcher)
+    return store, launch.launch(store, plan, lambda *_: None, detach=not attached, watcher=watcher)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from tests.fake_runs import FAKE_FILE, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import Backend, backend_for
 from tfctl.config.loader import load_config
-from tfctl.controller.live import driver
+from tfctl.controller.live import driver, launch
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, forget, up
 from tfctl.engine.clock import Cancel
@@ -59,7 +59,7 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
     assert ("fake", "leased pool gpus") in said and fake_backend.leases == {plan.record.run_id: "gpus"}
     assert plan.record.backend == "fake" and plan.record.backend_state == {"pool": "gpus"}
     watcher = controller_of_this_process(ControllerKind.WATCHER)
-    cluster = up.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
+    cluster = launch.launch(store, plan, lambda *_: None, detach=True, watcher=watcher)
     assert store.load(plan.record.run_id).state is RunState.RUNNING
     with cluster:
         ending = driver._watch(store, cluster, Cancel())
@@ -75,7 +75,7 @@ def test_detached_lifecycle_acquires_runs_watches_stops_releases_and_prunes(tmp_
 def test_the_backend_ending_a_run_fails_it_and_down_releases_once(tmp_path, fake_backend):
     store = RunStore()
     plan = up.acquire(store, load_config(write(tmp_path)), lambda *_: None)
-    cluster = up.launch(store, plan, lambda *_: None, detach=True)
+    cluster = launch.launch(store, plan, lambda *_: None, detach=True)
     fake_backend.end_run(plan.record.run_id)
     with cluster:
         ending = driver._watch(store, cluster, Cancel())

@@ -17,7 +17,7 @@ from tests.fakes import FakeHost, Journal, TaskScript, fake_hosts, record_of
 from tfctl.cluster import control
 from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.control import Phase
-from tfctl.controller.live import driver
+from tfctl.controller.live import driver, launch
 from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel, FakeClock
 from tfctl.engine.verdicts import Outcome
@@ -340,7 +340,7 @@ def test_finish_reports_a_host_it_could_not_check(store: RunStore) -> None:
 
 def with_fakes(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, FakeHost]) -> None:
     """Make the controller's own Cluster(...) calls use these fake hosts."""
-    for module in (up, driver, down):
+    for module in (up, launch, driver, down):
         monkeypatch.setattr(module, "Cluster", functools.partial(Cluster, agents=hosts))  # type: ignore[arg-type]
 
 

@@ -16,7 +16,7 @@ from tests.fakes import TaskScript
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.devices import DeviceError
 from tfctl.config.loader import load_config
-from tfctl.controller.live import driver
+from tfctl.controller.live import driver, launch
 from tfctl.controller.live.resubmit import recorded_config
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, up
@@ -267,7 +267,7 @@ def test_a_task_that_cannot_start_fails_the_run_stops_the_rest_and_releases(tmp_
     store = RunStore()
     plan = up.acquire(store, load_config(write(tmp_path)), lambda *_: None)
     with pytest.raises(StartupError) as caught:
-        up.launch(store, plan, lambda who, what: said.append((who, what)))
+        launch.launch(store, plan, lambda who, what: said.append((who, what)))
     assert caught.value.message.splitlines() == [
         "worker:1 could not start: No such file or directory",
         "last 1 lines of worker:1:",
@@ -289,7 +289,7 @@ def test_ctrl_c_during_the_start_records_the_run_stopped(tmp_path, fake_backend)
     store = RunStore()
     plan = up.acquire(store, load_config(write(tmp_path)), lambda *_: None)
     with pytest.raises(KeyboardInterrupt):
-        up.launch(store, plan, lambda *_: None)
+        launch.launch(store, plan, lambda *_: None)
     record = store.load(plan.record.run_id)
     assert (record.state, record.reason) == (RunState.STOPPED, "interrupted during start")
     assert fake_backend.hosts["h2"].tasks["worker:1"].state is TaskState.STOPPED
@@ -307,7 +307,7 @@ def test_hosts_that_differ_are_warned_of_and_tasks_are_placed_on_what_each_host_
     said: list[tuple[str, str]] = []
     store = RunStore()
     plan = up.acquire(store, load_config(write(tmp_path, text)), lambda *_: None)
-    with up.launch(store, plan, lambda who, what: said.append((who, what)), detach=True) as cluster:
+    with launch.launch(store, plan, lambda who, what: said.append((who, what)), detach=True) as cluster:
         warnings = [what for who, what in said if who == "warning"]
         assert warnings == [
             "python differs across hosts (h1: 3.11.7, h2: 3.12.1)",

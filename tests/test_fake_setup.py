@@ -11,7 +11,9 @@ import pytest
 
 from tests.fake_runs import FAKE_FILE, end, write
 from tests.fakes import TaskScript
+from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
+from tfctl.controller.live import launch as live_launch
 from tfctl.controller.start.plan import remote_workdir
 from tfctl.controller.verbs import up
 from tfctl.errors import HostError, StartupError, TfctlError
@@ -33,11 +35,11 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def launch(path: Path) -> tuple[RunStore, up.Cluster, list[tuple[str, str]]]:
+def launch(path: Path) -> tuple[RunStore, Cluster, list[tuple[str, str]]]:
     said: list[tuple[str, str]] = []
     store = RunStore()
     plan = up.acquire(store, load_config(path), lambda *_: None)
-    cluster = up.launch(store, plan, lambda who, what: said.append((who, what)), detach=True)
+    cluster = live_launch.launch(store, plan, lambda who, what: said.append((who, what)), detach=True)
     return store, cluster, said
 
 

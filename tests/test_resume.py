@@ -14,6 +14,7 @@ from tests.conftest import fake, free_ports, tfctl
 from tests.fake_runs import started, tfctl_here, write
 from tests.test_ssh_cluster import OWN, SHARED, distinct_roots, run_pids, write_cluster
 from tfctl.config.loader import load_config
+from tfctl.controller.live import launch
 from tfctl.controller.verbs import down, up
 from tfctl.errors import UsageError
 from tfctl.runs.store import RunStore
@@ -69,7 +70,7 @@ def test_resume_continues_the_files_newest_run_once_per_filesystem_and_records_i
     said: list[tuple[str, str]] = []
     config = load_config(path)
     run = up.acquire(store, config, lambda *_: None, up.resumed_run(store, config, ""))
-    cluster = up.launch(store, run, lambda who, what: said.append((who, what)), detach=True)
+    cluster = launch.launch(store, run, lambda who, what: said.append((who, what)), detach=True)
     second = cluster.record.run_id
     assert store.load(second).resumes == first
     assert ("h1", f"resumes run {first}: 4 files of it now in ~/.tfctl/work/{second}") in said
@@ -96,7 +97,7 @@ def test_hosts_sharing_a_home_resume_once(tmp_path, fake_backend):
     said: list[tuple[str, str]] = []
     config = load_config(path)
     run = up.acquire(store, config, lambda *_: None, up.resumed_run(store, config, first))
-    cluster = up.launch(store, run, lambda who, what: said.append((who, what)), detach=True)
+    cluster = launch.launch(store, run, lambda who, what: said.append((who, what)), detach=True)
     assert [h for h, verb, _ in fake_backend.journal.entries if verb == "resume"] == ["h1"]
     assert ("h2", "shares its home directory with h1: resumed there, once") in said
     down.down(store, store.load(cluster.record.run_id), None)

@@ -16,7 +16,7 @@ from tfctl.cluster import control
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.live import driver, spares
-from tfctl.controller.verbs.down import stop_run
+from tfctl.controller.live.stopping import stop_run
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore

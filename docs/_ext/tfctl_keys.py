@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tfctl import backends
 from tfctl.config import container, fields, key_docs, kubernetes, ssh_hosts
 from tfctl.config.base import Section
 from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
+from tfctl.registry import backends
 
 # `<job>` and `<host>` stand for any job or host name in key paths.
 JOB = "jobs.<job>"

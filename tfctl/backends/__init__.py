@@ -1,28 +1,4 @@
-"""Every way of running tasks, by the name a cluster file's `backend:` gives it.
-
-The one place that names the backends. Each is a package `tfctl.backends.<name>` (or any module
-path given here) with two modules: `settings` (its cluster-file keys, read by `tfctl.config`) and
-`backend` (its `BACKEND`, a `base.Backend`, which `base.backend_for` loads: the interface sits
-above this registry, so naming its type here would loop back up). Both load on first use only, so
-`tfctl --help` and runs of one backend never import another. A new backend is one package and one line here.
+"""The backends: each a package that runs a run's tasks its own way (`ssh`: the hosts a cluster
+file lists; `slurm`: an allocation's nodes), behind the one interface in `base.py`. They are
+named in `tfctl.registry.backends` alone; generic code reaches them through `base.backend_for`.
 """
-
-from __future__ import annotations
-
-import importlib
-from types import ModuleType
-
-DEFAULT = "ssh"
-PACKAGES: dict[str, str] = {
-    "ssh": "tfctl.backends.ssh",
-    "slurm": "tfctl.backends.slurm",
-}
-
-
-def names() -> tuple[str, ...]:
-    return tuple(PACKAGES)
-
-
-def settings(name: str) -> ModuleType:
-    """The backend's cluster-file keys: `SECTIONS`, `JOB_KEYS`, `DESCRIPTION` and `check`."""
-    return importlib.import_module(f"{PACKAGES[name]}.settings")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Protocol
 
-from tfctl import backends
+from tfctl.registry import backends
 from tfctl.supervisor.records import Wire, record
 from tfctl.supervisor.records import field as wire_field
 

@@ -66,7 +66,7 @@ def up(
     from tfctl import console
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
-    from tfctl.controller.live import watcher
+    from tfctl.controller.live import launch, watcher
     from tfctl.controller.verbs import up
     from tfctl.runs import transitions
     from tfctl.supervisor.protocol import RunState
@@ -121,7 +121,7 @@ def up(
     _print_run(run, backend.host_word)
     try:
         with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-            cluster = up.launch(store, run, progress, accept_new_host_keys, detach, cleared=cleared)
+            cluster = launch.launch(store, run, progress, accept_new_host_keys, detach, cleared=cleared)
     except KeyboardInterrupt:
         err.print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED

@@ -14,7 +14,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from tfctl import backends
 from tfctl.config.base import (
     INVALID,
     Doc,
@@ -59,6 +58,7 @@ from tfctl.config.model import (
     frozen_env,
 )
 from tfctl.config.ssh_hosts import _hosts, _ssh
+from tfctl.registry import backends
 
 RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK", "TFCTL_RUN_DIR")
 

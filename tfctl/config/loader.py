@@ -14,11 +14,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from tfctl import backends
 from tfctl.config import bounded
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.errors import ConfigError, ConfigProblem
+from tfctl.registry import backends
 
 # --- Parsing ----------------------------------------------------------------------------------
 #

@@ -208,7 +208,7 @@ class ClusterConfig:
     setup: tuple[str, ...] = ()
     # Shell commands run on this machine on the run's events (`controller/live/notify.py`).
     notify: tuple[str, ...] = ()
-    backend: str = "ssh"  # which backend runs the tasks (`tfctl.backends`)
+    backend: str = "ssh"  # which backend runs the tasks (`tfctl.registry.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     container: ContainerSettings | None = None  # every task's image, unless its job names its own

@@ -197,7 +197,7 @@ class RunRecord(Wire):
     watcher: Controller | None = None  # who controls the run while it is active
     progress: ProgressSpec = ProgressSpec()
     logdir: str | None = None  # the cluster file's `logdir`, {run_id} filled in; relative to a task's cwd
-    backend: str = "ssh"  # the cluster file's `backend:`, which runs the tasks (`tfctl.backends`)
+    backend: str = "ssh"  # the cluster file's `backend:`, which runs the tasks (`tfctl.registry.backends`)
     backend_state: dict[str, Any] | None = None  # what the backend holds for the run, in its wire form
     left_nothing: bool = False  # a stop proved no process of the run left and its ports free on every host
     resumes: str | None = None  # the earlier run whose files (checkpoints) this one continues from

@@ -79,7 +79,7 @@ def read_spec(data: Mapping[str, Any]) -> TransportSpec:
     kind = fields.pop("kind", "local")
     cls = BUILT_IN.get(kind)
     if cls is None:
-        from tfctl import backends
+        from tfctl.registry import backends
 
         if kind not in backends.PACKAGES:
             raise ValueError(f"unknown transport {kind!r}")

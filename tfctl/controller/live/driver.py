@@ -15,14 +15,14 @@ from tfctl.cluster import control
 from tfctl.cluster.answers import StopReport
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import watcher
+from tfctl.controller.live.launch import launch
 from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.resubmit import carry_on
 from tfctl.controller.live.spares import Mover
+from tfctl.controller.live.stopping import stop_run
 from tfctl.controller.live.watcher import Report, controller_of_this_process
 from tfctl.controller.start.plan import Draft
-from tfctl.controller.verbs.down import stop_run
-from tfctl.controller.verbs.up import launch
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
 from tfctl.errors import TfctlError

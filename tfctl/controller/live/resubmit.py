@@ -19,12 +19,12 @@ from tfctl.backends.base import backend_for
 from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
+from tfctl.controller.live.launch import start_again
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
+from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
-from tfctl.controller.start.plan import Draft
-from tfctl.controller.verbs.down import release
-from tfctl.controller.verbs.up import drafted, start_again
+from tfctl.controller.start.plan import Draft, drafted
 from tfctl.engine import resubmission
 from tfctl.engine.resubmission import Finish, Resubmit, Seen
 from tfctl.engine.verdicts import Outcome

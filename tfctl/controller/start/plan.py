@@ -8,7 +8,7 @@ real run, or on just what the tasks ask for to show a plan (`up --dry-run`, `che
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -19,6 +19,7 @@ from tfctl.config.devices import HostDevices
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.start.setup_commands import Setup, plan_setup
 from tfctl.runs.record import HostSpec, ProgressSpec, RunRecord
+from tfctl.runs.store import RunStore
 from tfctl.tf import tasks as tf_cluster
 
 
@@ -124,3 +125,9 @@ def make_plan(draft: Draft, devices: Mapping[str, HostDevices] | None = None) ->
         config.exclude,
         setup,
     )
+
+
+def drafted(config: ClusterConfig, store: RunStore, run_id: str, state: Mapping[str, Any] | None) -> Draft:
+    """`draft`, the record naming the store it is kept in (`down --all` sweeps only its own)."""
+    run = draft(config, run_id, state)
+    return replace(run, record=run.record.replace(store=store.store_id))

@@ -9,8 +9,8 @@ from tfctl.cluster.answers import HostInfo
 from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
+from tfctl.controller.live.launch import version_warnings
 from tfctl.controller.start.plan import Plan
-from tfctl.controller.verbs.up import version_warnings
 from tfctl.supervisor.protocol import PortInfo
 
 if TYPE_CHECKING:
