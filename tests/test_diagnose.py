@@ -16,20 +16,10 @@ import pytest
 from tfctl.engine.observed import TaskStatus, describe_end
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import TaskState
-from tfctl.tf.diagnose import (
-    NOISE,
-    PATTERNS,
-    Finding,
-    Kind,
-    diagnose,
-    is_noise,
-    last_meaningful,
-    match_line,
-    moved_on,
-    tf_task_name,
-)
+from tfctl.tf.diagnose import PATTERNS, Finding, Kind, diagnose, match_line, moved_on
 from tfctl.tf.doctor import diagnose_run, finding_json
 from tfctl.tf.explain import PeerInfo, explain, is_news
+from tfctl.tf.log_lines import NOISE, is_noise, last_meaningful, tf_task_name
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 DEVICE_FILTERS = 'device_filters=["/job:ps", "/job:worker/task:%d"'

@@ -1,8 +1,8 @@
 """Diagnosis of a live run: each task's TF log findings, explained with what tfctl knows.
 
-`diagnose.py` reads lines; this module fetches them from the hosts, asks the cluster about peers
-and reachability, fails runs that hang for good, and produces the live notes `up` and `logs -f`
-print when a known pattern appears.
+`diagnose.py` reads lines (`log_lines.py` one at a time); this module fetches them from the
+hosts, asks the cluster about peers and reachability, fails runs that hang for good, and
+produces the live notes `up` and `logs -f` print when a known pattern appears.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from tfctl.tf.diagnose import (
     Finding,
     Kind,
     diagnose,
-    last_meaningful,
     match_line,
     moved_on,
     session_state,
 )
 from tfctl.tf.explain import PeerInfo, explain, is_news
+from tfctl.tf.log_lines import last_meaningful
 from tfctl.tf.progress import RunProgress
 from tfctl.tf.silence import Output, Silence, silences
 
