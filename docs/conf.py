@@ -24,6 +24,9 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nitpicky = True
 suppress_warnings: list[str] = []
+# Docutils' smart quotes turn `--` into an en dash and `'` into a curly quote in running text,
+# which sphinx-click's command examples and the errors' hints are: copied, they would not run.
+smartquotes = False
 
 html_theme = "furo"
 html_title = f"tfctl {release}"

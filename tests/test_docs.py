@@ -73,11 +73,11 @@ def test_every_command_and_option_has_help() -> None:
     assert missing == [], "sphinx-click's reference shows these with no text: give them help="
 
 
-def test_the_built_reference_lists_every_key_and_option(tmp_path: Path) -> None:
-    """Built as CI builds it (warnings are errors), the reference pages name every key and option."""
-    pytest.importorskip("sphinx")
-    pytest.importorskip("sphinx_click")
-    out = tmp_path / "html"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once for the module as CI builds it (warnings are errors). Sphinx is in the
+    `test` extra, so this never skips where the README's test command ran."""
+    out = tmp_path_factory.mktemp("docs") / "html"
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
         capture_output=True,
@@ -85,6 +85,11 @@ def test_the_built_reference_lists_every_key_and_option(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_the_built_reference_lists_every_key_and_option(built: Path) -> None:
+    out = built
     keys_page = (out / "reference" / "cluster-file.html").read_text()
     assert [
         r.path
@@ -102,6 +107,19 @@ def test_the_built_reference_lists_every_key_and_option(tmp_path: Path) -> None:
     ]
     assert absent == []
     assert [words for words, _ in commands(cli) if f">{words.split()[-1]}<" not in cli_page] == []
+
+
+# A dash a typesetter made of `--` (or `-`), before an option name: copied, the command fails.
+TYPESET_OPTION_RE = re.compile(r"[\u2010-\u2015\u2212]+[a-z][a-z-]*")
+
+
+def test_the_built_pages_keep_every_option_dash(built: Path) -> None:
+    typeset = [
+        f"{page.relative_to(built)}: {match[0]}"
+        for page in sorted(built.rglob("*.html"))
+        for match in TYPESET_OPTION_RE.finditer(page.read_text())
+    ]
+    assert typeset == [], "an en or em dash where `--` belongs"
 
 
 RUNNABLE = [
