@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
+import tfctl_errors  # noqa: E402
 import tfctl_keys  # noqa: E402
 
 PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
@@ -120,6 +121,21 @@ def test_the_built_pages_keep_every_option_dash(built: Path) -> None:
         for match in TYPESET_OPTION_RE.finditer(page.read_text())
     ]
     assert typeset == [], "an en or em dash where `--` belongs"
+
+
+# What the source says where the message has a value: `<FIX>`, `<', '.join(...)>`, `<self.host>`.
+SOURCE_HOLE_RE = re.compile(r"&lt;(?:[A-Z_][A-Z0-9_]*|['\"(]|[a-z_]+\.[a-z_])")
+
+
+def test_the_errors_page_shows_messages_by_what_the_user_did(built: Path) -> None:
+    page = (built / "troubleshooting.html").read_text()
+    assert SOURCE_HOLE_RE.findall(page) == [], "a constant's value or a named hole (‹host›) where the source is"
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    assert "‹host›: unknown host key for ‹host name›" in text
+    assert "ProxyJump chain longer than 8 hops" in text
+    assert "tfctl.transport" not in page, "errors grouped by module, not by what the user was doing"
+    other = [f"{e.module}:{e.line}" for e in tfctl_errors.raised_errors() if e.topic == tfctl_errors.OTHER]
+    assert other == [], "add the module to a topic in docs/_ext/tfctl_errors.py's TOPICS"
 
 
 RUNNABLE = [
