@@ -1,6 +1,7 @@
-"""Sphinx configuration of tfctl's documentation: MyST Markdown, the Furo theme, sphinx-click for
-the verbs, and two extensions of our own (`_ext/`) that generate the cluster-file key reference
-and the list of errors from the code. Nothing here fetches anything over the network."""
+"""Sphinx configuration of tfctl's documentation: MyST Markdown and the Furo theme. The command-line
+and key references and the list of errors are plain Markdown generated from the code by `_ext/`
+and committed, so they read on GitHub too; the build warns when one is stale. Nothing here fetches
+anything over the network."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ author = "the tfctl authors"
 copyright = "the tfctl authors, Apache-2.0"
 release = version = __version__
 
-extensions = ["myst_parser", "sphinx_click", "tfctl_keys", "tfctl_errors"]
+extensions = ["myst_parser", "tfctl_reference"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -25,7 +26,7 @@ myst_heading_anchors = 3
 nitpicky = True
 suppress_warnings: list[str] = []
 # Docutils' smart quotes turn `--` into an en dash and `'` into a curly quote in running text,
-# which sphinx-click's command examples and the errors' hints are: copied, they would not run.
+# which command examples and the errors' hints are: copied, they would not run.
 smartquotes = False
 
 html_theme = "furo"

@@ -23,6 +23,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 import tfctl_errors  # noqa: E402
 import tfctl_keys  # noqa: E402
+import tfctl_reference  # noqa: E402
 
 PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
 PAGES = [page for page in PAGES if "_build" not in page.parts]
@@ -71,7 +72,7 @@ def test_every_command_and_option_has_help() -> None:
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip():
                 missing.append(f"{words} {param.opts[0]}")
-    assert missing == [], "sphinx-click's reference shows these with no text: give them help="
+    assert missing == [], "the command-line reference shows these with no text: give them help="
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,16 @@ def test_the_built_reference_lists_every_key_and_option(built: Path) -> None:
     ]
     assert absent == []
     assert [words for words, _ in commands(cli) if f">{words.split()[-1]}<" not in cli_page] == []
+
+
+def test_the_shipped_references_are_current() -> None:
+    """They are committed so that GitHub shows them too; a key, option or error added since makes
+    them stale until regenerated."""
+    assert tfctl_reference.stale() == [], f"run {tfctl_reference.COMMAND}"
+    for page in tfctl_reference.PAGES:
+        assert tfctl_reference.MARKER in (DOCS / page).read_text(), page
+    assert "| `jobs.<job>.command` |" in (DOCS / "reference" / "cluster-file.md").read_text()
+    assert "tfctl up [OPTIONS]" in (DOCS / "reference" / "cli.md").read_text()
 
 
 # A dash a typesetter made of `--` (or `-`), before an option name: copied, the command fails.

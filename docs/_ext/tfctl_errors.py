@@ -7,7 +7,8 @@ hole (`‹host›`), filled in when the error is printed.
 Errors whose whole text is made at run time (relayed from a host's
 supervisor or a run's controller, where they are listed) are left out. Mistakes in a cluster
 file are not here either: each is reported with its file, line, key and fix, all at
-once (see the guide). `{tfctl-errors}` renders one table per topic (`TOPICS`).
+once (see the guide). `tfctl_reference` writes one table per topic (`TOPICS`) into
+`docs/troubleshooting.md`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tfctl"
 
@@ -239,28 +239,3 @@ def raised_errors() -> list[RaisedError]:
             hint = _text(hints[0] if hints else (args[1] if len(args) > 1 else None), constants[module])
             found.append(RaisedError(module, node.lineno, kind, message, hint))
     return sorted(found, key=lambda e: (e.module, e.line))
-
-
-def setup(app: Any) -> dict[str, Any]:
-    """Register `{tfctl-errors}`: one table per topic."""
-    from docutils import nodes
-    from sphinx.util.docutils import SphinxDirective
-    from tfctl_keys import inline, table
-
-    class ErrorsDirective(SphinxDirective):
-        def run(self) -> list[nodes.Node]:
-            errors = raised_errors()
-            return [
-                table(
-                    title,
-                    [55, 45],
-                    ["what tfctl prints", "hint: the fix"],
-                    [[[nodes.literal(text=e.message)], inline(e.hint or "–")] for e in errors if e.topic == title],
-                    "tfctl-errors",
-                )
-                for title in [*(title for title, _, _ in TOPICS), OTHER]
-                if any(e.topic == title for e in errors)
-            ]
-
-    app.add_directive("tfctl-errors", ErrorsDirective)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -2,15 +2,13 @@
 
 Every key comes from the validators `tfctl.config` runs (`fields.top_keys()`, `fields.job_keys()`,
 and the keys of each `Section`); its type and default from the dataclass field it fills; its
-meaning from the `KEY_DOCS` next to it. `{tfctl-keys}` renders them as one table per section, so a
-key added in the code shows up here, and a key without a doc string fails the build (and
-`tests/test_docs.py`).
+meaning from the `KEY_DOCS` next to it. `tfctl_reference` writes them as one table per section into
+`docs/reference/cluster-file.md`; `tests/test_docs.py` fails on a key without a doc string.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -123,73 +121,3 @@ def _shown(value: Any, words: str) -> str:
     if dataclasses.is_dataclass(value):
         return "–"
     return f"`{value}`"
-
-
-def inline(markdown: str) -> list[Any]:
-    """Docutils nodes of a doc string: its `code` as literals, the rest as text."""
-    from docutils import nodes
-
-    parts = re.split(r"`([^`]+)`", markdown)
-    return [nodes.literal(text=part) if i % 2 else nodes.Text(part) for i, part in enumerate(parts) if part]
-
-
-def table(title: str, widths: list[int], header: list[str], rows: list[list[list[Any]]], kind: str) -> Any:
-    """A docutils table of CSS class `kind`: `rows` of cells, each cell a list of inline nodes."""
-    from docutils import nodes
-
-    node = nodes.table(classes=[kind, "colwidths-given"])
-    node += nodes.title(text=title)
-    group = nodes.tgroup(cols=len(widths))
-    node += group
-    group += [nodes.colspec(colwidth=width) for width in widths]
-    head = nodes.thead()
-    head += _row([[nodes.Text(text)] for text in header])
-    group += head
-    body = nodes.tbody()
-    body += [_row(cells) for cells in rows]
-    group += body
-    return node
-
-
-def _row(cells: list[list[Any]]) -> Any:
-    from docutils import nodes
-
-    row = nodes.row()
-    for cell in cells:
-        entry = nodes.entry()
-        entry += nodes.paragraph("", "", *cell)
-        row += entry
-    return row
-
-
-def setup(app: Any) -> dict[str, Any]:
-    """Register `{tfctl-keys}`: no arguments, one table per section."""
-    from docutils import nodes
-    from sphinx.util import logging
-    from sphinx.util.docutils import SphinxDirective
-
-    logger = logging.getLogger(__name__)
-
-    class KeysDirective(SphinxDirective):
-        def run(self) -> list[nodes.Node]:
-            rows = key_rows()
-            for row in rows:
-                if not row.doc.strip():
-                    logger.warning(
-                        "cluster-file key %s has no doc string (KEY_DOCS)", row.path, location=self.get_location()
-                    )
-            tables = []
-            for section in dict.fromkeys(row.section for row in rows):
-                cells = [
-                    [[nodes.literal(text=row.path)], [nodes.Text(row.type)], inline(row.default), inline(row.doc)]
-                    for row in rows
-                    if row.section == section
-                ]
-                title = section or "Top-level keys"
-                tables.append(
-                    table(title, [26, 13, 16, 45], ["key", "type", "default", "meaning"], cells, "tfctl-keys")
-                )
-            return tables
-
-    app.add_directive("tfctl-keys", KeysDirective)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
