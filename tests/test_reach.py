@@ -241,11 +241,30 @@ def test_tensorboard_without_logdir_names_the_file_the_key_and_the_fix(tmp_path,
     ), done.stderr
 
 
+def test_tensorboard_of_a_run_that_wrote_no_summaries_says_where_it_looked_and_why(tmp_path, home):
+    path, record = stored_run(tmp_path)  # ended: no event file will ever come
+    logdir = cwd_of(record.task("worker:0")) / "logs" / record.run_id
+    said = (
+        f"error: run {record.run_id} has nothing for TensorBoard: the logdir localhost:{logdir} (the run's "
+        "`logdir`, from worker:0's workdir) {}: its program wrote no summaries there\n"
+        "hint: write them with tf.summary (a tf.summary.create_file_writer, or TF1's FileWriter) to the path "
+        "`{{logdir}}` gives the command, as the templates of `tfctl init` do with --logdir={{logdir}}\n"
+    )
+    done = tfctl("-f", str(path), "tensorboard", home=home, timeout=60)  # not served: nothing to wait for
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", said.format("does not exist")), done.stderr
+    (logdir / "worker_0").mkdir(parents=True)
+    (logdir / "worker_0" / "notes.txt").write_text("no summaries\n")
+    done = tfctl("-f", str(path), "tensorboard", home=home, timeout=60)
+    assert done.stderr == said.format("holds no TensorBoard event file (events.out.tfevents.*)"), done.stderr
+
+
 def test_tensorboard_on_a_python_without_it_names_the_host_the_python_and_the_fix(tmp_path, home):
     python = tmp_path / "bare-python"  # this interpreter without site-packages: no tensorboard
     python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     python.chmod(0o755)
     path, _ = stored_run(tmp_path, BASE + f"command: run\nlogdir: logs\npython: {python}\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "events.out.tfevents.1.localhost").write_bytes(b"")  # summaries to serve
     done = tfctl("-f", str(path), "tensorboard", home=home)
     assert done.returncode == 1
     assert done.stderr == (
@@ -294,6 +313,12 @@ def test_tensorboard_is_served_through_a_forwarded_port_and_stops_with_its_run(t
         finally:
             board.kill()
     assert board.proc.returncode == 0, rest
+    assert (
+        rest.startswith(  # the task writes no summaries: served all the same, since the run was live
+            f"warning: the logdir localhost:{work}/logs/board-"
+        )
+        and "does not exist: its program wrote no summaries there yet; TensorBoard shows them once it does" in rest
+    )
     assert f"port {busy} is in use here; forwarding port {url.split(':')[2][:-1]} instead" in rest
     ended = r"run board-\S+ ended: TensorBoard stopped on localhost \(\d processes; 0 remain; its port is closed\)"
     assert re.search(ended, rest), rest

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,50 @@ def check_common(up, chief: str, steps: int, min_accuracy: float = 0.8, overshoo
     return final
 
 
+def summaries(logdir: Path) -> dict[str, dict[str, dict[int, float]]]:
+    """{task folder: {tag: {step: value}}} of the TensorBoard event files under a run's logdir,
+    read as TensorBoard reads them (TFRecords of Event protos: a length, its CRC, the record, its CRC)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.util.tensor_util import make_ndarray
+
+    found: dict[str, dict[str, dict[int, float]]] = {}
+    for path in sorted(logdir.rglob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        tags = found.setdefault(str(path.parent.relative_to(logdir)), {})
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event.FromString(data[at + 12 : at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                number = value.simple_value if value.HasField("simple_value") else make_ndarray(value.tensor).item()
+                tags.setdefault(value.tag, {})[event.step] = number
+    return found
+
+
+def check_summaries(cluster: Path, home: Path, final: re.Match, writers: list[str], every_step: bool = True) -> None:
+    """The run left TensorBoard scalars in its logdir (`logs/RUN_ID` beside its cluster file): in
+    a folder per task of `writers`, loss and accuracy by step up to the final one (at each step,
+    or with `every_step` False at 20 or more); the chief, the test accuracy it printed."""
+    (run_dir,) = (cluster.parent / "logs").iterdir()
+    assert run_dir.name == json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
+    found = summaries(run_dir)
+    assert sorted(found) == sorted(writers), found.keys()
+    last = int(final.group(2))
+    for folder, tags in found.items():
+        assert {"loss", "accuracy"} <= set(tags), (folder, tags.keys())
+        steps = sorted(tags["loss"])
+        assert steps == sorted(tags["accuracy"]) and steps[-1] <= last and len(steps) >= (last if every_step else 20)
+        assert all(0 <= a <= 1 for a in tags["accuracy"].values()) and all(loss >= 0 for loss in tags["loss"].values())
+    chief = found[writers[0]]
+    assert chief["test_accuracy"] == {last: pytest.approx(float(final.group(4)), abs=5e-5)}
+
+
 def test_between_graph_async(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("between-graph-async", tmp_path, train_steps=400)
     up = run_up(cluster, home)
     # Async: the other worker's step in flight when the chief stops still counts (CI saw 402).
     final = check_common(up, "worker:0", 400, overshoot=4)
+    check_summaries(cluster, home, final, ["worker_0", "worker_1"], every_step=False)  # each its own steps
     assert "Started server with target: grpc://" in up.stdout  # TF's INFO lines are kept
     states = task_states(home)
     assert states["worker:0"]["step"] == int(final.group(2))  # `status` read it from the real log
@@ -125,6 +165,7 @@ def test_between_graph_sync_all_workers_exit_by_themselves(tmp_path: Path, home:
     cluster = copy_template("between-graph-sync", tmp_path, train_steps=150)
     up = run_up(cluster, home)
     final = check_common(up, "worker:0", 150)
+    check_summaries(cluster, home, final, ["worker_0", "worker_1"], every_step=False)  # tokens: either may step
     # Lock step: both workers trained (a global step needs a gradient from each).
     assert re.search(r"^\[worker:1\]\s+worker 1: done after \d+ local steps", up.stdout, re.M), up.stdout[-3000:]
     assert not re.search(r"Exception in thread QueueRunnerThread", up.stdout)
@@ -187,6 +228,7 @@ def test_parameter_server(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("parameter-server", tmp_path, train_steps=200)
     up = run_up(cluster, home)
     final = check_common(up, "chief:0", 200)
+    check_summaries(cluster, home, final, ["chief_0"], every_step=False)  # every 10th: 20 points
     for task in ("ps:0", "worker:0", "worker:1"):
         assert re.search(rf"^\[{task}\]\s+\w+ \d: serving", up.stdout, re.M), task
     states = task_states(home)
@@ -199,6 +241,7 @@ def test_multi_worker_mirrored(tmp_path: Path, home: Path) -> None:
     cluster = copy_template("multi-worker-mirrored", tmp_path, train_steps=200)
     up = run_up(cluster, home)
     final = check_common(up, "worker:0", 200)
+    check_summaries(cluster, home, final, ["worker_0"])  # all-reduced: the same on worker 1, which writes none
     # All-reduce: both workers computed the same loss at the same step, and the same accuracy.
     steps = {(m.group(1), m.group(2)): m.group(3) for m in STEP.finditer(up.stdout)}
     assert steps[("worker:0", "200")] == steps[("worker:1", "200")]

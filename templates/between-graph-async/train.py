@@ -74,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint_dir", default=None,
                    help="where the chief saves (and resumes from) checkpoints; default "
                         "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
+    p.add_argument("--logdir", default=None,
+                   help="write TensorBoard summaries (loss, accuracy per step) under LOGDIR/worker_<index>; "
+                        "cluster.yaml passes the run's `logdir` (default: none written)")
     p.add_argument("--ready_timeout", type=float, default=120.0,
                    help="seconds a non-chief waits for the chief to initialise the variables")
     args = p.parse_args(argv)
@@ -153,6 +156,25 @@ def build_model(n_inputs: int, n_classes: int, learning_rate: float) -> dict:
     return {"x": x, "y": y, "global_step": global_step, "loss": loss, "accuracy": accuracy, "train_op": train_op}
 
 
+class Summaries:
+    """This worker's TensorBoard scalars, in LOGDIR/worker_<index> (each worker a run of its own in
+    TensorBoard: asynchronous workers see different losses); nothing without --logdir."""
+
+    def __init__(self, logdir: str | None, index: int) -> None:
+        path = os.path.join(logdir, f"worker_{index}") if logdir else None
+        self.writer = tf.summary.FileWriter(path, flush_secs=5) if path else None
+
+    def scalars(self, step: int, **values: float) -> None:
+        if self.writer is not None:
+            summary = tf.Summary(value=[tf.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+            self.writer.add_summary(summary, step)
+
+    def close(self) -> None:
+        """Flushed: the process leaves through os._exit, which would lose what is still queued."""
+        if self.writer is not None:
+            self.writer.close()
+
+
 def wait_for_chief(target: str, config, global_step, timeout: float) -> int | None:
     """Block until the chief has initialised the variables; return the global step (None: timeout).
 
@@ -205,6 +227,7 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
 
     local_step = 0
     loss = float("nan")
+    summaries = Summaries(args.logdir, i)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `tfctl down`: leave the loop, save
     with tf.train.MonitoredTrainingSession(
@@ -229,6 +252,7 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
                 [model["train_op"], model["loss"], model["accuracy"], model["global_step"]],
                 {model["x"]: xb, model["y"]: yb})
             local_step += 1
+            summaries.scalars(step, loss=loss, accuracy=acc)
             if local_step % LOG_EVERY == 0:
                 now = time.monotonic()
                 rate = (step - last_step) / max(now - last_time, 1e-9)
@@ -236,6 +260,7 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
                 last_step, last_time = step, now
     elapsed = time.monotonic() - start
     if stopping.is_set():
+        summaries.close()
         saved = f"saved a checkpoint at global step {checkpoint_step(args.checkpoint_dir)} in {args.checkpoint_dir}"
         log(f"worker {i}: SIGTERM: {saved if is_chief else 'left training'}; exiting 143")
         return 143
@@ -245,8 +270,10 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
         with tf.Session(server.target, config=config) as s:
             test_acc, step = s.run([model["accuracy"], model["global_step"]],
                                    {model["x"]: x_test, model["y"]: y_test})
+        summaries.scalars(step, test_accuracy=test_acc)
         log(f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
             f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
+    summaries.close()
     return 0
 
 

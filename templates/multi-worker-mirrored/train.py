@@ -70,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint_dir", default=None,
                    help="where worker 0 saves (and every worker resumes from) checkpoints; default "
                         "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
+    p.add_argument("--logdir", default=None,
+                   help="where worker 0 writes TensorBoard summaries (loss, accuracy per step: the same on every "
+                        "worker), under LOGDIR/worker_0; cluster.yaml passes the run's `logdir` (default: none written)")
     args = p.parse_args(argv)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
         run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
@@ -155,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     checkpoint = tf.train.Checkpoint(model=model, global_step=step_var)
+    # All-reduced, the loss and accuracy are the same on every worker: worker 0 writes them.
+    writer = tf.summary.create_file_writer(os.path.join(args.logdir, "worker_0")) if args.logdir and is_chief else None
 
     def preempted() -> None:
+        if writer is not None:
+            writer.flush()  # before os._exit
         saved = args.checkpoint_dir if is_chief else "a temporary directory"
         log(f"worker {index}: SIGTERM: saved a checkpoint at step {int(step_var.numpy())} in {saved}; exiting 143")
         hard_exit(143)
@@ -183,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             for v, g in zip(model.trainable_variables, grads):
                 v.assign_sub(lr * g)
             step_var.assign_add(1)
-            return loss
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
+            return loss, correct / args.global_batch_size
 
-        per_replica_loss = strategy.run(step_fn, args=next(it))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+        loss, accuracy = strategy.run(step_fn, args=next(it))
+        return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                strategy.reduce(tf.distribute.ReduceOp.SUM, accuracy, axis=None))
 
     @tf.function
     def evaluate(x, y):
@@ -204,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     loss = float("nan")
     first = True
     for _ in range(start_step, args.train_steps):
-        loss = float(handler.run(train_step, iterator))
+        loss, batch_accuracy = (float(v) for v in handler.run(train_step, iterator))
         step = int(step_var.numpy())
+        if writer is not None:
+            with writer.as_default(step=step):
+                tf.summary.scalar("loss", loss)
+                tf.summary.scalar("accuracy", batch_accuracy)
         if first:  # time from the end of the first step, which traces the function
             first = False
             start = last_time = time.monotonic()
@@ -229,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
 
     rate = (step - start_step) / max(elapsed, 1e-9)
+    if writer is not None:
+        with writer.as_default(step=step):
+            tf.summary.scalar("test_accuracy", accuracy)
+        writer.flush()  # the process leaves through os._exit
     if is_chief:
         log(f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
             f" steps/s {rate:.1f} checkpoint {args.checkpoint_dir}")

@@ -14,9 +14,12 @@ import click
 from tfctl.cli.app import cli
 from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
 from tfctl.cli.complete import run_option, task_names
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tfctl.controller.live.rpc_messages import LogsAsk, LogsPart
     from tfctl.controller.views.status_view import Snapshot
     from tfctl.runs.record import RunRecord
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
 STATUS_PATIENCE = 15.0
+WATCH_EVERY = 1.0  # seconds between two tables of `status --watch`
+WATCH_CLOCK: Clock = REAL_CLOCK  # what `status --watch` waits on between tables (a test's is fake)
 
 
 @cli.command(
@@ -31,13 +36,19 @@ STATUS_PATIENCE = 15.0
     epilog="""\b
 Examples:
   tfctl status                  the newest run of ./cluster.yaml
-  tfctl status --watch          refresh every second
+  tfctl status --watch          refresh every second until the run ends
+  tfctl status --watch >s.log   a plain table a second, each under its time
   tfctl status --run ID --json  the run and its tasks, as one JSON object""",
 )
 @file_option()
 @run_option
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"run": {...}, "tasks": [...]}.')
-@click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Refresh every second until the run ends (its last table stays) or Ctrl-C; not on a terminal, "
+    "print each table in turn under a line saying when.",
+)
 @click.pass_context
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
@@ -54,17 +65,42 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
         if as_json:
             shot, latest = ask(0)
             console.out().print_json(json.dumps(shot.to_json(latest)))
-            return 0
-        if not watch:
+        elif not watch:
             sys.stdout.write(table())
-            return 0
-        from rich.live import Live
-        from rich.text import Text
+        else:
+            store = run_store()
 
-        with Live(Text.from_ansi(table()), console=console.out(), auto_refresh=False) as screen:
-            while True:
-                time.sleep(1)
-                screen.update(Text.from_ansi(table()), refresh=True)
+            def frame() -> tuple[str, bool]:
+                over = not store.load(record.run_id).active  # asked first: this table then shows the end
+                return table(), over
+
+            watch_frames(frame, console.out(), WATCH_CLOCK)
+    return 0
+
+
+def watch_frames(frame: Callable[[], tuple[str, bool]], screen: Console, clock: Clock) -> None:
+    """`status --watch`: `frame()` (the table, whether the run had ended before it was asked)
+    every WATCH_EVERY seconds of `clock` until the run has ended, its last table shown. A
+    terminal sees one table redrawn in place; a pipe or a file (read by a script or later) gets
+    every table in turn, flushed at once, each under a line saying when, and no cursor moves."""
+    text, over = frame()
+    if not screen.is_terminal:
+        while True:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(clock.time()))
+            sys.stdout.write(f"--- {stamp} ---\n{text}" + ("" if over else "\n"))
+            sys.stdout.flush()
+            if over:
+                return
+            clock.sleep(WATCH_EVERY)
+            text, over = frame()
+    from rich.live import Live
+    from rich.text import Text
+
+    with Live(Text.from_ansi(text), console=screen, auto_refresh=False) as live:
+        while not over:
+            clock.sleep(WATCH_EVERY)
+            text, over = frame()
+            live.update(Text.from_ansi(text), refresh=True)
 
 
 @contextlib.contextmanager
@@ -92,7 +128,7 @@ def status_asker(record: RunRecord) -> Iterator[Callable[[int], tuple[Snapshot, 
 
             if not clusters:
                 clusters.append(stack.enter_context(Cluster(record)))
-            return status_view.snapshot(clusters[0], usage_history), record
+            return status_view.snapshot(clusters[0], usage_history), store.load(record.run_id)  # as it is now
 
         yield ask
 

@@ -16,6 +16,7 @@ import contextlib
 import queue
 import re
 import secrets
+import shlex
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ RUN_POLL = 2.0  # how often a live run is checked for its end
 _URL = re.compile(r"http://127\.0\.0\.1:(\d+)/")
 _PID = re.compile(r"^tfctl-pid (\d+)$")
 _NO_MODULE = re.compile(r"No module named '?tensorboard")
+EVENTS = "events.out.tfevents.*"  # the files tf.summary writes
 
 
 def board_task(record: RunRecord) -> TaskSpec:
@@ -122,6 +124,11 @@ def serve(
     task = board_task(record)
     spec = next(h for h in record.hosts if h.name == task.host)
     agent = open_agent(spec)
+    try:
+        _check_summaries(agent, record, task, record.logdir, say)
+    except BaseException:
+        agent.close()
+        raise
     marker = f"{record.run_id}.tensorboard.{secrets.token_hex(3)}"
     env = {k: v for k, v in task.env.items() if k != "TF_CONFIG"}  # not a member of the TF cluster
     env[RUN_ENV] = marker
@@ -159,6 +166,32 @@ def serve(
         if stream is not None:
             stream.close()
         agent.close()
+
+
+def _check_summaries(
+    agent: HostAgent, record: RunRecord, task: TaskSpec, logdir: str, say: Callable[[str], None]
+) -> None:
+    """Say plainly when the logdir holds no event file (TensorBoard would show an empty page
+    without a word): a run that has ended never will, so that is an error; a live one may yet."""
+    where = shell_path(logdir)
+    found_one = f"find {where} -name {shlex.quote(EVENTS)} -type f | head -n 1 | wc -l"
+    look = f"if [ -d {where} ]; then {found_one}; else echo missing; fi"
+    found = agent.transport.run(in_context(task.cwd, {}, look), timeout=60).stdout.strip()
+    if found not in ("0", "missing"):
+        return
+    path = logdir if logdir.startswith(("/", "~")) or not task.cwd else f"{task.cwd.rstrip('/')}/{logdir}"
+    what = "does not exist" if found == "missing" else f"holds no TensorBoard event file ({EVENTS})"
+    why = (
+        f"the logdir {task.host}:{path} (the run's `logdir`, from {task.name}'s workdir) {what}: "
+        "its program wrote no summaries there"
+    )
+    fix = (
+        "write them with tf.summary (a tf.summary.create_file_writer, or TF1's FileWriter) to the path "
+        "`{logdir}` gives the command, as the templates of `tfctl init` do with --logdir={logdir}"
+    )
+    if not record.active:
+        raise UsageError(f"run {record.run_id} has nothing for TensorBoard: {why}", hint=fix)
+    say(f"{why} yet; TensorBoard shows them once it does ({fix})")
 
 
 def _wait_until_serving(output: _Output, host: str, python: str) -> tuple[int, int]:
