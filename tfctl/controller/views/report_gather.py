@@ -32,7 +32,8 @@ from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics, never_stepped
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, never_stepped
+from tfctl.tf.results import metrics
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
