@@ -442,6 +442,18 @@ ERRORS = {
         with_jobs("  worker: [h1, localhost]\n") + "hosts:\n  zz: {}\n",
         ["hosts.zz: unknown host `zz`", "allowed hosts (those used in `jobs`): h1, localhost"],
     ),
+    "metric regex that does not compile": (
+        with_jobs("  worker: [a:1]\n") + "metrics: {accuracy: 'acc ([0-9.]+'}\n",
+        ["cluster.yaml:5", "metrics.accuracy: is not a valid regular expression", "fix: e.g. `metrics: {accuracy:"],
+    ),
+    "metric regex without a value group": (
+        with_jobs("  worker: [a:1]\n") + "metrics: {loss: 'loss \\S+ at (?P<step>\\d+)'}\n",
+        ["metrics.loss: has no group for the value: write `(?P<loss>...)`", "fix: e.g."],
+    ),
+    "metrics not a mapping": (
+        with_jobs("  worker: [a:1]\n") + "metrics: [accuracy]\n",
+        ["metrics: expected a mapping of metric names to regexes", "fix: e.g. `metrics: {accuracy:"],
+    ),
 }
 
 
@@ -584,6 +596,12 @@ def test_setup_commands_are_kept_as_written() -> None:
     config = valid(SMALLEST + "setup:\n  - . .venv/bin/activate\n  - 'pip install -r req.txt && echo ${HOME}'\n")
     assert config.setup == (". .venv/bin/activate", "pip install -r req.txt && echo ${HOME}")
     assert valid(SMALLEST).setup == ()
+
+
+def test_metrics_are_kept_as_name_to_regex_and_default_to_none() -> None:
+    assert dict(valid(SMALLEST).metrics) == {}
+    config = valid(SMALLEST + "metrics:\n  accuracy: 'test acc (?P<accuracy>[0-9.]+) @(?P<step>\\d+)'\n")
+    assert dict(config.metrics) == {"accuracy": r"test acc (?P<accuracy>[0-9.]+) @(?P<step>\d+)"}
 
 
 def test_notify_and_on_stall_are_read_with_their_defaults() -> None:

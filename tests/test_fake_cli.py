@@ -567,6 +567,18 @@ def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):
     assert json.loads(tfctl_here("status", "--json").out)["run"]["accounting"] == cost
 
 
+def test_the_runs_result_is_its_final_evaluation_line_in_status_and_runs_json(lab):
+    final = "final test accuracy 0.9721 after 600 global steps (2.0s, 303.2 steps/s)"
+    lab.scripts["worker:0"].lines = ["step 599 worker 0 loss 0.0100 accuracy 1.0000", final]
+    lab.scripts["worker:1"].lines = ["step 598 worker 1 loss 0.0200 accuracy 1.0000"]
+    assert tfctl_here("up").code == 0
+    want = {"accuracy": {"value": 0.9721, "step": 600, "task": "worker:0"}}
+    (run,) = json.loads(tfctl_here("runs", "--json").out)
+    assert run["result"] == want  # kept in the record when the run stopped
+    assert json.loads(tfctl_here("status", "--json").out)["run"]["result"] == want
+    assert "result: accuracy 0.9721 (step 600, worker:0)" in tfctl_here("status").out
+
+
 SCANNING = "I0000 master.cc:243] Scanning workers for devices: 3 total workers"
 
 

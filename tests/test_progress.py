@@ -15,7 +15,8 @@ from tests.conftest import fake, free_ports, tfctl
 from tfctl.supervisor.marks import recent_marks
 from tfctl.supervisor.protocol import Mark, TaskState
 from tfctl.supervisor.timeline import Timeline, TimeNotes, times_path
-from tfctl.tf.progress import Progress, ProgressReader, flags, metrics
+from tfctl.tf.progress import Progress, ProgressReader, flags
+from tfctl.tf.results import metrics
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_logs"
 NOW = 1_800_000_000.0

@@ -30,6 +30,7 @@ from tfctl.runs.accounting import TaskCost
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import Mark, RestartRule, TaskState
 from tfctl.tf.progress import ProgressReader
+from tfctl.tf.results import Metric
 
 T0 = 1_790_000_000.0
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -130,6 +131,64 @@ def test_a_one_point_series_is_drawn_as_a_point_and_50_tasks_get_50_colours() ->
     many = render(run_of(*(task_of(f"worker:{i}", rates=((T0, 1.0), (T0 + 9, 2.0))) for i in range(50))))
     strokes = re.findall(r'<polyline points="[^"]+" fill="none" stroke="([^"]+)"', many)
     assert len(strokes) == 50 and len(set(strokes)) == 50
+
+
+def test_the_header_gives_the_runs_result_from_its_final_evaluation_and_says_localhost() -> None:
+    result = {"accuracy": Metric(0.9721, 600, "worker:0")}
+    facts = render(run_of(task_of(), result=result, local=True)).split("<h2>", 1)[0]
+    assert "<th>result</th><td>accuracy 0.9721 (step 600, worker:0)</td>" in facts
+    assert "<th>backend</th><td>localhost (every task on this machine; backend ssh)</td>" in facts
+    facts = render(run_of(task_of())).split("<h2>", 1)[0]
+    assert "<th>result</th><td>no final evaluation line found" in facts and "<td>ssh</td>" in facts
+
+
+def test_a_short_runs_steps_are_charted_as_steps_over_time_with_each_tasks_average_rate() -> None:
+    """22 s of steps, one step/s line a second: steps/s over 10 s spans would be two dots."""
+    steps = tuple((T0 + t, 10.0 * t) for t in range(23))
+    short = render(run_of(task_of(rates=((T0 + 10, 10.0), (T0 + 20, 10.0)), steps=steps), ended_at=T0 + 22))
+    chart = short.split("<h2>Steps per second</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "Too short a run for steps/s over time" in chart and "Average steps/s: worker:0 10." in chart
+    (points,) = re.findall(r'<polyline points="([^"]+)"', chart)
+    assert len(points.split()) == 23
+    long = render(run_of(task_of(rates=tuple((T0 + 10 * i, 10.0) for i in range(1, 9)), steps=steps)))
+    assert "Too short" not in long and 'aria-label="steps/s"' in long
+
+
+def test_a_failed_run_without_a_known_error_says_what_failed_first_and_its_last_error_line() -> None:
+    first = task_of(
+        "worker:1",
+        state="failed",
+        end="exited with code 1",
+        spans=(Span(T0, T0 + 12, "failed", "exited with code 1"),),
+        tail=("step 40", "Traceback (most recent call last):", "ValueError: shapes (3,) and (4,) differ", "bye"),
+    )
+    then = task_of(
+        "worker:0",
+        state="failed",
+        end="was killed by signal 9 (SIGKILL)",
+        spans=(Span(T0, T0 + 15, "failed", "was killed by signal 9"),),
+        last_line="step 41",
+    )
+    page = render(run_of(then, first, state="failed"))
+    told = page.split("<h2>Diagnosis</h2>", 1)[1]
+    assert "found nothing wrong" not in told
+    assert (
+        "<li><b>worker:1</b> failed first, at +12s: exited with code 1; its last error line: "
+        "<code>ValueError: shapes (3,) and (4,) differ</code></li>"
+    ) in told
+    assert "<li><b>worker:0</b> failed at +15s: was killed by signal 9 (SIGKILL); its last error line: " in told
+    assert "found nothing wrong" in render(run_of(task_of()))
+
+
+def test_the_timeline_says_whole_how_each_task_ended() -> None:
+    ps = task_of(
+        "ps:0",
+        state="stopped",
+        end="was stopped (by tfctl once the job succeeded)",
+        brief="stopped once the job succeeded",
+    )
+    page = render(run_of(ps))
+    assert ">stopped once the job succeeded<title>was stopped (by tfctl once the job succeeded)</title>" in page
 
 
 def test_fifty_tasks_are_counted_by_how_they_ended_not_listed() -> None:
@@ -238,6 +297,26 @@ def test_tasks_stopped_because_the_job_succeeded_are_not_said_to_be_stopped_by_d
         "was stopped (by tfctl once the job succeeded)" in page and "succeeded: worker:0 finished successfully" in page
     )
     assert "tfctl down" not in page
+    assert ">stopped once the job succeeded<title>" in page  # whole in the timeline's narrow column
+
+
+def test_a_failed_run_whose_logs_hold_no_known_error_says_what_failed(
+    fake_backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    fake_backend.scripts.update(
+        {
+            "ps:0": TaskScript(lines=["ps: listening"]),
+            "worker:0": TaskScript(end_after=2, exit_code=3, lines=["step 1", "RuntimeError: my own check failed"]),
+            "worker:1": TaskScript(lines=["step 1"]),
+        }
+    )
+    assert tfctl_here("up").code == 1
+    told = tfctl_here("report", "-o", "-").out.split("<h2>Diagnosis</h2>", 1)[1]
+    assert "found nothing wrong" not in told
+    assert "<li><b>worker:0</b> failed at +" in told and ": exited with code 3; its last error line: " in told
+    assert "<code>RuntimeError: my own check failed</code>" in told
 
 
 def restarted_run(tmp_path: Path, home: Path) -> str:
@@ -274,6 +353,7 @@ def test_the_report_of_a_run_with_a_restart_shows_every_task_in_a_real_browser(t
     assert html.count('class="restart"') == 2 and html.count('class="listen"') == 1  # the ps's TF line
     assert html.count('class="step"') == 2  # each worker's first step after its restart
     assert "was killed by signal 9" in html and "exited with code 0 after 1 restart" in html
+    assert "<th>backend</th><td>localhost (every task on this machine; backend ssh)</td>" in html
     assert re.search(r'<polyline points="[\d.]+,[\d.]+ [\d.]+,[\d.]+', html)  # steps/s drawn over time
     panel = html[html.index('id="resources"') :]  # CPU and memory, as each task's monitor sampled them
     assert all(f">{task}<" in panel for task in ("ps:0", "worker:0", "worker:1")), panel[:2000]

@@ -40,8 +40,16 @@ jobs:
     assert any(line.startswith("[worker:1] data: ") for line in up.stdout.splitlines())
     # TF's own server line proves the ps ran a real gRPC server on its port.
     assert "[ps:0]" in up.stdout and "Started server with target: grpc://" in up.stdout
-    run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-    states = {t["task"]: t for t in json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)["tasks"]}
+    run = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]
+    run_id = run["run_id"]
+    # The result is the program's final evaluation, not the last training batch's accuracy.
+    result = {"accuracy": {"value": accuracy, "step": run["result"]["accuracy"]["step"], "task": "worker:0"}}
+    assert run["result"] == result and result["accuracy"]["step"] >= 6000
+    shot = json.loads(tfctl("status", "--json", "--run", run_id, home=home).stdout)
+    assert shot["run"]["result"] == result
+    page = tfctl("report", "--run", run_id, "-o", "-", home=home).stdout
+    assert f"<th>result</th><td>accuracy {accuracy:.4g} (step " in page
+    states = {t["task"]: t for t in shot["tasks"]}
     assert states["ps:0"]["state"] == "stopped"  # it never exits by itself; tfctl stopped it
     assert states["worker:0"]["state"] == "succeeded" and states["worker:0"]["exit_code"] == 0
     assert states["worker:1"]["state"] in ("succeeded", "stopped")

@@ -100,6 +100,7 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "reason": r.reason,
         "resumes": r.resumes,
         "accounting": r.accounting,  # what it cost, as its hosts counted when it was stopped
+        "result": r.result,  # its final evaluation's numbers, read when it was stopped (null: not yet)
     }
 
 

@@ -32,6 +32,7 @@ from tfctl.config.base import (
 )
 from tfctl.config.container import _container
 from tfctl.config.kubernetes import _kubernetes
+from tfctl.config.metrics import _metrics
 from tfctl.config.model import (
     CHOSEN_AT_START,
     DEFAULT_BACKOFF,
@@ -520,6 +521,7 @@ TOP_KEYS: dict[str, Validator] = {
     "idle_ps_timeout": _seconds(DEFAULT_IDLE_PS_TIMEOUT, "to never stop an idle ps on its own"),
     "host_timeout": _seconds(DEFAULT_HOST_TIMEOUT),
     "progress": _progress,
+    "metrics": _metrics,
     "start_order": _choice(
         START_ORDERS, "`together` starts every task at once (as by hand); `ordered` starts the ps first, then worker 0"
     ),

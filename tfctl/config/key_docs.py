@@ -43,6 +43,7 @@ KEY_DOCS: dict[str, str] = {
     "progress.stall_timeout": "No step for this long: the task is `stalled`.",
     "progress.window": "Seconds over which steps/s is measured.",
     "progress.on_stall": "What the run's controller does with a stalled task: `warn`, `fail` or `restart`.",
+    "metrics": "The run's result: name to a regex with the value (a group of its name, `value` or the first), `step`.",
     "start_order": "`together` starts every task at once; `ordered` starts the ps, then worker 0, then the rest.",
     "logdir": "Where the tasks write TensorBoard summaries, relative to each task's workdir; may use `{run_id}`.",
     "kubernetes": "The pods of `tfctl export tfjob`; `up` ignores this section.",

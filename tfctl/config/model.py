@@ -201,6 +201,8 @@ class ClusterConfig:
     # A host that answers nothing for this long fails the run.
     host_timeout: float = DEFAULT_HOST_TIMEOUT
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    # What a run's result is read from: metric name -> regex (`tf/results.py`); empty: the built-in lines.
+    metrics: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None

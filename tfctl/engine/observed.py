@@ -35,13 +35,13 @@ def describe_end(
         return f"was stopped by its host{at}: {stop_reason}" if stop_reason else f"was stopped ({stopped_by}){at}"
     if signal:
         why = ", maybe by the kernel's out-of-memory killer" if signal == 9 else ""
-        return f"was killed by signal {signal} ({_signal_name(signal)}{why}){at}"
+        return f"was killed by signal {signal} ({signal_name(signal)}{why}){at}"
     if error:
         return f"{error}{at}"
     return f"exited with code {exit_code}{at}"
 
 
-def _signal_name(number: int) -> str:
+def signal_name(number: int) -> str:
     try:
         return signal_module.Signals(number).name
     except ValueError:

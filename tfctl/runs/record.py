@@ -75,6 +75,7 @@ class ProgressSpec(Wire):
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # no step for this long: `stalled`
     window: float = DEFAULT_PROGRESS_WINDOW  # steps/s is measured over this many seconds
     on_stall: str = "warn"  # what the run's controller does with a stalled task (`model.STALL_ACTIONS`)
+    metrics: dict[str, str] = field(default_factory=dict)  # the cluster file's `metrics:` (`tf/results.py`)
 
 
 @record
@@ -209,6 +210,7 @@ class RunRecord(Wire):
     allocations: tuple[AllocationEnd, ...] = ()  # those that ended under it, oldest first
     versions: dict[str, str] = field(default_factory=dict)  # "tfctl", then per host its python and TF
     accounting: dict[str, Any] | None = None  # wall time, CPU- and GPU-hours, once stopped (`runs.accounting`)
+    result: dict[str, Any] | None = None  # its final evaluation's numbers, read once stopped (`tf/results.py`)
 
     def allocation_text(self) -> str | None:
         """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""

@@ -170,12 +170,16 @@ def end_if_active(state: RunState, reason: str, at: float) -> Transition:
     return Transition("end", Guard.ACTIVE, lambda r: r.replace(state=state, reason=reason, ended_at=at))
 
 
-def record_stop(left_nothing: bool, lost_hosts: tuple[HostSpec, ...], accounting: Any) -> Transition:
-    """What a stop proved (nothing left, or the lost hosts still silent) and what the run cost."""
+def record_stop(
+    left_nothing: bool, lost_hosts: tuple[HostSpec, ...], accounting: Any, result: Mapping[str, Any] | None = None
+) -> Transition:
+    """What a stop proved (nothing left, or the lost hosts still silent), what the run cost and
+    its result (None: no host could say)."""
+    kept = None if result is None else dict(result)
     return Transition(
         "record the stop",
         Guard.RECORDED,
-        lambda r: r.replace(left_nothing=left_nothing, lost_hosts=lost_hosts, accounting=accounting),
+        lambda r: r.replace(left_nothing=left_nothing, lost_hosts=lost_hosts, accounting=accounting, result=kept),
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
+from tfctl.tf.results import ResultReader
 
 if TYPE_CHECKING:
     from tfctl.engine.observed import TaskStatus
@@ -159,29 +160,6 @@ class ProgressReader:
         return (last[1] - first[1]) / (end - first[0])
 
 
-# `name value`, `name: value`, `name = value` in a progress line: the model's own numbers (loss,
-# accuracy, ...). Not a number glued to a unit (`12.3s`), nor a name that counts steps or time;
-# after a bare space only a fraction (`loss 0.3`), as `using 4 GPUs` is no metric.
-METRIC = re.compile(
-    r"(?<![\w/.])(?P<name>[A-Za-z][A-Za-z0-9_]*(?:[/.][A-Za-z][A-Za-z0-9_]*)*)(?P<sep>\s*[:=]\s*|\s+)"
-    r"(?P<value>nan|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![\w.%/])"
-)
-NOT_METRICS = ("step", "epoch", "sec", "time", "eta", "index", "task", "pid", "port", "of", "batch")
-
-
-def metrics(line: str) -> dict[str, float]:
-    """The model's named numbers in one progress line, e.g. `step 120 loss 0.31 accuracy 0.9`
-    -> {"loss": 0.31, "accuracy": 0.9}; Keras' `- loss: 0.31 - accuracy: 0.9` alike."""
-    found = {}
-    for m in METRIC.finditer(line):
-        name, value = m.group("name"), m.group("value")
-        if m.group("sep").isspace() and value.lstrip("+-").isdigit():
-            continue
-        if not any(word in name.lower() for word in NOT_METRICS) and len(name) > 1:
-            found[name] = float(m.group("value"))
-    return found
-
-
 def flags(
     tasks: Sequence[tuple[str, str, TaskState]], progress: dict[str, Progress], stall_timeout: float
 ) -> dict[str, list[str]]:
@@ -236,10 +214,12 @@ class RunProgress:
 
     def __init__(self, settings: ProgressSpec) -> None:
         self.reader = ProgressReader(settings.regex, settings.window)
+        self.results = ResultReader(settings.metrics)
         self.stall_timeout = settings.stall_timeout
 
     def rule(self) -> ProgressRule:
-        return self.reader.rule()
+        """The progress lines and the result lines (`tf/results.py`), each their own kind of mark."""
+        return ProgressRule(f"{self.results.pattern}|{self.reader.pattern}", self.reader.window)
 
     def assess(self, statuses: Sequence[TaskStatus]) -> dict[str, TaskProgress]:
         now = time.time()

@@ -17,6 +17,8 @@ from tfctl.runs.accounting import cost_json
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import TaskState
+from tfctl.tf.progress import RunProgress
+from tfctl.tf.results import result_json
 
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
@@ -38,8 +40,8 @@ def stop_run(
     still_lost = tuple(h for h in cluster.record.lost_hosts if h.name in report.lost_silent)
     # A lost host still silent may come back with what it ran: the next `up` must ask the hosts.
     left_nothing = report.clean and not report.lost_silent
-    cost = final_cost(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
-    cluster.apply(store, transitions.record_stop(left_nothing, still_lost, cost))
+    cost, result = final_figures(cluster, {*report.unreachable, *report.lost_silent})  # before the backend lets go
+    cluster.apply(store, transitions.record_stop(left_nothing, still_lost, cost, result))
     released = release(cluster.record)
     if released is not None and "accounting" in released.fields:  # the scheduler's own figures, beside tfctl's
         figures = {**(cost or {}), cluster.record.backend: released.fields["accounting"]}
@@ -47,16 +49,18 @@ def stop_run(
     return report, released
 
 
-def final_cost(cluster: Cluster, silent: set[str]) -> dict[str, Any] | None:
-    """What the stopped run cost, asked of the hosts that just answered the stop (a silent one
-    is not waited for again); None when none of them could say."""
+def final_figures(cluster: Cluster, silent: set[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What the stopped run cost and its result (`tf.results`), asked of the hosts that just
+    answered the stop (a silent one is not waited for again); None when none of them could say."""
     record = cluster.record
     tasks = [t for t in record.tasks if t.host not in silent]
     if not tasks:
-        return None
+        return None, None
+    progress = RunProgress(record.progress)
     try:
-        statuses, _ = cluster.status(tasks)
+        statuses, _ = cluster.status(tasks, progress=progress.rule())
     except TfctlError:
-        return None
+        return None, None
     now = time.time()
-    return cost_json([s.cost(now) for s in statuses if s.state is not TaskState.UNREACHABLE], now - record.created_at)
+    cost = cost_json([s.cost(now) for s in statuses if s.state is not TaskState.UNREACHABLE], now - record.created_at)
+    return cost, result_json(progress.results.read(statuses))

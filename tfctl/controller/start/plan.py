@@ -89,7 +89,11 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         idle_timeout=config.idle_ps_timeout,
         host_timeout=config.host_timeout,
         progress=ProgressSpec(
-            config.progress.regex, config.progress.stall_timeout, config.progress.window, config.progress.on_stall
+            config.progress.regex,
+            config.progress.stall_timeout,
+            config.progress.window,
+            config.progress.on_stall,
+            dict(config.metrics),
         ),
         logdir=config.logdir_for(run_id),
         backend=config.backend,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,12 +19,15 @@ from typing import Sequence
 
 from tfctl import console
 from tfctl.runs.accounting import TaskCost, cost_json, hours_text
+from tfctl.tf.results import Metric, result_text
 
 WIDTH = 1100  # of every chart, in CSS pixels
 LABEL = 190  # the task names' column of the timeline
 ROW = 34  # one task's row of the timeline
 BAR = 18  # the height of a run's bar in its row
 CHART_HEIGHT = 220
+FEW_RATES = 5  # fewer steps/s points than this in every series: the step itself is charted
+TIMELINE_CHARS = 36  # of how a task ended, under its name in the timeline's column
 # How a run of a task ended -> its bar's colour. Charts' lines use `PALETTE`, never these.
 OUTCOME_COLOURS = {
     "succeeded": "#2ca02c",
@@ -81,6 +85,8 @@ class TaskReport:
     note: str = ""  # what its peers' progress says of it: "never logged a training step, while ..."
     tail: tuple[str, ...] = ()  # its last lines, for a task that failed or may not have trained
     cost: TaskCost | None = None
+    steps: tuple[tuple[float, float], ...] = ()  # (epoch seconds, step): each step line it logged
+    brief: str = ""  # how it ended in a few words, for the timeline ("" : `end`)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,8 @@ class RunReport:
     env: tuple[tuple[str, str], ...] = ()  # the first task's, secrets masked, TF_CONFIG apart
     versions: tuple[tuple[str, str], ...] = ()  # ("tfctl", "0.1.0"), (host, "python 3.11, tensorflow 2.16")
     scheduler_cost: str = ""  # what the backend's scheduler recorded (its accounting), beside `cost`
+    result: dict[str, Metric] = field(default_factory=dict)  # its final evaluation's numbers (`tf.results`)
+    local: bool = False  # every host is this machine, reached without the backend's transport
 
 
 def text(value: object) -> str:
@@ -166,9 +174,7 @@ def render(run: RunReport) -> str:
         timeline(run, scale),
         events_table(run),
         "<h2>Steps per second</h2>",
-        line_chart([(t.name, t.rates) for t in run.tasks], scale, "steps/s", run.started_at)
-        if any(t.rates for t in run.tasks)
-        else '<p class="none">No task logged steps tfctl could read (see progress.regex in the README).</p>',
+        steps_chart(run, scale),
         model_curves(run, scale),
     ]
     if any(t.resources is not None for t in run.tasks):
@@ -181,8 +187,9 @@ def facts(run: RunReport) -> str:
     rows = [
         ("run", run.run_id),
         ("cluster", f"{run.cluster_name} ({run.cluster_file})"),
-        ("backend", run.backend),
+        ("backend", f"localhost (every task on this machine; backend {run.backend})" if run.local else run.backend),
         ("state", run.state + (f": {run.reason}" if run.reason else "")),
+        ("result", result_text(run.result) or "no final evaluation line found (see metrics: in the README)"),
         ("started", clock(run.started_at)),
         ("ended", clock(run.ended_at) if run.ended_at else "not yet"),
         ("duration", offset((run.ended_at or run.generated_at) - run.started_at).lstrip("+")),
@@ -260,6 +267,30 @@ def metric_names(tasks: Sequence[TaskReport], most: int = 4) -> list[str]:
     return [name for name, _ in counts.most_common(most)]
 
 
+def steps_chart(run: RunReport, scale: Scale) -> str:
+    """Steps/s over time; for a run too short for that (a few points per task: each spans
+    `RATE_SPAN` seconds), the step each task logged over time, whose slope is its rate, with the
+    average rate of each task said under it."""
+    if any(len(t.rates) >= FEW_RATES for t in run.tasks) or not any(len(t.steps) >= 2 for t in run.tasks):
+        if not any(t.rates for t in run.tasks):
+            return '<p class="none">No task logged steps tfctl could read (see progress.regex in the README).</p>'
+        return line_chart([(t.name, t.rates) for t in run.tasks], scale, "steps/s", run.started_at)
+    averages = [f"{t.name} {rate:.3g}" for t in run.tasks if (rate := average_rate(t.steps)) is not None]
+    return (
+        '<p class="note">Too short a run for steps/s over time: the step each task logged instead (its slope '
+        f"is the rate). Average steps/s: {text(', '.join(averages))}.</p>"
+        + line_chart([(t.name, t.steps) for t in run.tasks], scale, "step", run.started_at)
+    )
+
+
+def average_rate(steps: Sequence[tuple[float, float]]) -> float | None:
+    """Steps/s from the first to the last step line since the counter last went back (a restart)."""
+    start = max((i for i in range(1, len(steps)) if steps[i][1] < steps[i - 1][1]), default=0)
+    if len(steps) - start < 2 or steps[-1][0] <= steps[start][0]:
+        return None
+    return (steps[-1][1] - steps[start][1]) / (steps[-1][0] - steps[start][0])
+
+
 def model_curves(run: RunReport, scale: Scale) -> str:
     """One chart per number the model logs with its steps (loss, accuracy), a line per task."""
     charts = []
@@ -293,7 +324,9 @@ def timeline(run: RunReport, scale: Scale) -> str:
         top = 24 + i * ROW
         middle = top + ROW / 2
         out.append(f'<text x="4" y="{middle - 2}" class="name">{text(task.name)}</text>')
-        out.append(f'<text x="4" y="{middle + 11}" class="small">{text(task.end[:40])}</text>')
+        brief = task.brief or task.end
+        shown = brief if len(brief) <= TIMELINE_CHARS else brief[: TIMELINE_CHARS - 1] + "\u2026"
+        out.append(f'<text x="4" y="{middle + 11}" class="small">{text(shown)}<title>{text(task.end)}</title></text>')
         for span in task.spans:
             x1, x2 = scale.x(span.start), scale.x(span.end if span.end is not None else run.generated_at)
             colour = OUTCOME_COLOURS.get(span.outcome, OTHER_OUTCOME)
@@ -408,13 +441,46 @@ def resources(run: RunReport, scale: Scale) -> str:
 
 
 def diagnosis(run: RunReport) -> str:
+    """What tfctl recognised in the logs; first, for tasks that failed, what failed, in order."""
     found = [(t.name, t.diagnosis) for t in run.tasks if t.diagnosis is not None]
-    if not found:
+    failed = what_failed(run)
+    if not found and not failed:
         return "<h2>Diagnosis</h2><p class=none>tfctl found nothing wrong in the tasks' logs.</p>"
     items = "".join(
         f"<li><b>{text(name)}</b>: {text(cause)}<br><i>fix:</i> {text(fix)}</li>" for name, (cause, fix) in found
     )
-    return f"<h2>Diagnosis</h2><ul class=diagnosis>{items}</ul>"
+    known = f"<ul class=diagnosis>{items}</ul>" if found else "<p class=none>No known TensorFlow error in the logs.</p>"
+    return f"<h2>Diagnosis</h2>{failed}{known}"
+
+
+def what_failed(run: RunReport) -> str:
+    """Every task that failed (or was lost), the first first: how it ended and its last error line."""
+    ends = sorted(
+        (moment, t.name, t) for t in run.tasks if (moment := failed_at(t, run.ended_at or run.generated_at)) is not None
+    )
+    items = []
+    for i, (moment, name, t) in enumerate(ends):
+        line = last_error(t.tail) or t.last_line
+        said = f"; its last error line: <code>{text(line)}</code>" if line else ""
+        first = " failed first," if i == 0 and len(ends) > 1 else " failed"
+        items.append(f"<li><b>{text(name)}</b>{first} at {offset(moment - run.started_at)}: {text(t.end)}{said}</li>")
+    return f"<p>What failed:</p><ul class=failed>{''.join(items)}</ul>" if items else ""
+
+
+def failed_at(task: TaskReport, otherwise: float) -> float | None:
+    """When the task first failed (a run of it that ended badly), None if it never did."""
+    bad = [s.end for s in task.spans if s.outcome in ("failed", "lost") and s.end is not None]
+    if bad:
+        return min(bad)
+    return otherwise if task.state in ("failed", "lost") else None
+
+
+ERROR_LINE = re.compile(r"(?i)error|exception|fatal|abort|killed|failed")
+
+
+def last_error(lines: Sequence[str]) -> str:
+    """The last line of a task's tail that reads as an error (not the `Traceback` heading)."""
+    return next((ln for ln in reversed(lines) if ERROR_LINE.search(ln) and not ln.startswith("Traceback")), "")
 
 
 LEGEND = (

@@ -24,7 +24,7 @@ from tfctl.cluster.cluster import Cluster
 from tfctl.config.model import host_port
 from tfctl.controller.views.report import Event, Resources, RunReport, Span, TaskReport
 from tfctl.controller.views.status_view import silent_tasks
-from tfctl.engine.observed import TaskStatus, describe_end
+from tfctl.engine.observed import TaskStatus, describe_end, signal_name
 from tfctl.errors import TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.accounting import scheduler_text, unsettled
@@ -32,7 +32,9 @@ from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
-from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, metrics, never_stepped
+from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, never_stepped
+from tfctl.tf.results import ResultReader, kept_result, metrics
+from tfctl.transport.specs import LocalSpec
 
 LISTENING = "listening"  # the kind of mark of a task's `Started server` line
 MARGIN = 60.0  # seconds of output before the run's record was made that still count (clocks differ)
@@ -46,14 +48,15 @@ def gather(cluster: Cluster) -> RunReport:
     """Every task's story, from one `status` per host."""
     record = cluster.record
     now = time.time()
-    reader = ProgressReader(record.progress.regex, record.progress.window)
+    progress = RunProgress(record.progress)
+    reader = progress.reader
     # Back from now to the run's start, in buckets so fine that the run itself spans `POINTS`.
     window = now - record.created_at + MARGIN
     buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
-    rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{reader.pattern}", window, buckets)
+    rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{progress.rule().pattern}", window, buckets)
     statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS, count_lines=True)
     found = diagnose_run(cluster, statuses)
-    assessed = RunProgress(record.progress).assess(statuses)
+    assessed = progress.assess(statuses)
     quiet = silent_tasks(record, statuses, assessed, found)
     silent = {
         **{
@@ -75,6 +78,7 @@ def gather(cluster: Cluster) -> RunReport:
                     s,
                     reader,
                     now,
+                    results=progress.results,
                     diagnosis=diagnosis,
                     last_line=found.last_lines.get(s.task) or s.last_line,
                     stopped_by=stopped_by(record),
@@ -95,6 +99,7 @@ def gather(cluster: Cluster) -> RunReport:
         cluster_name=record.cluster_name,
         cluster_file=record.cluster_file,
         backend=record.backend,
+        local=all(h.transport.KIND == LocalSpec.KIND for h in record.hosts),
         state=record.state.value,
         reason=record.reason,
         started_at=record.created_at,
@@ -108,6 +113,7 @@ def gather(cluster: Cluster) -> RunReport:
         unreachable=tuple((host, str(getattr(e, "message", e))) for host, e in sorted(unreachable.items())),
         notes=notes,
         scheduler_cost=scheduler_cost(record),
+        result=progress.results.read(statuses) or kept_result(record.result),
     )
 
 
@@ -180,13 +186,17 @@ def task_report(
     diagnosis: tuple[str, str] | None,
     last_line: str,
     stopped_by: str = "tfctl down",
+    results: ResultReader | None = None,
 ) -> TaskReport:
-    """One task's runs and moments from its host's answer (`s.marks` over the whole run)."""
+    """One task's runs and moments from its host's answer (`s.marks` over the whole run); the
+    model's curves leave out its final evaluation (`results`), which is the run's result."""
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
     curves: dict[str, list[tuple[float, float]]] = {}
     for mark in steps:
+        if results is not None and results.line(mark.text):
+            continue
         for name, value in metrics(mark.text).items():
             curves.setdefault(name, []).append((mark.time, value))
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
@@ -220,6 +230,8 @@ def task_report(
         spans=tuple(spans),
         events=tuple(events),
         rates=tuple(reader.history(steps, min_span=RATE_SPAN)),
+        steps=tuple((t, float(step)) for t, step in samples),
+        brief=brief_end(s, stopped_by),
         metrics=tuple((name, tuple(points)) for name, points in curves.items()),
         step=samples[-1][1] if samples else None,
         restarts=s.restarts,
@@ -227,6 +239,25 @@ def task_report(
         diagnosis=diagnosis,
         last_line=last_line,
     )
+
+
+def brief_end(s: TaskStatus, stopped_by: str) -> str:
+    """How a task ended in a few words, for the timeline's narrow column (the table says it whole):
+    `stopped once the job succeeded`, `killed by SIGKILL`, `exited with code 1 after 2 restarts`."""
+    if not s.final:
+        return s.state.value
+    if s.state is TaskState.STOPPED:
+        why = stopped_by.removeprefix("by tfctl ") if stopped_by.startswith("by tfctl ") else f"by {stopped_by}"
+        words = "stopped by its host" if s.stop_reason else f"stopped {why}"
+    elif s.signal:
+        words = f"killed by {signal_name(s.signal)}"
+    elif s.state is TaskState.LOST:
+        words = "lost"
+    elif s.exit_code is not None and s.state is not TaskState.SUCCEEDED:
+        words = f"exited with code {s.exit_code}"
+    else:
+        words = s.state.value
+    return words + (f" after {s.restarts} restart{'s' if s.restarts != 1 else ''}" if s.restarts else "")
 
 
 def resources(s: TaskStatus) -> Resources | None:

@@ -18,6 +18,7 @@ from tfctl.supervisor.protocol import TaskState
 from tfctl.tf.diagnose import Finding
 from tfctl.tf.doctor import RunDiagnosis
 from tfctl.tf.progress import TaskProgress, never_stepped, unread_progress
+from tfctl.tf.results import result_text
 from tfctl.tf.silence import Silence
 
 
@@ -159,7 +160,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
     captions += [f"{s.task} {s.describe_end()}" for s in statuses if s.state is TaskState.LOST and s.error]
     if captions:
         table.caption = "\n".join(captions)
-    notes = [finding_text(task, f) for task, f in found.findings.items()]
+    notes = [Text("result: ", style="bold") + Text(console.inert(result_text(shot.result)))] if shot.result else []
+    notes += [finding_text(task, f) for task, f in found.findings.items()]
     notes += never_ready_notes(found)
     notes += untrained_notes(shot.statuses, shot.progress, shot.silent, ended=not record.active)
     notes += unread_progress_notes(shot.statuses, shot.progress)

@@ -17,6 +17,7 @@ from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
 from tfctl.tf.progress import RunProgress, TaskProgress
+from tfctl.tf.results import Metric, kept_result, result_json
 from tfctl.tf.silence import AT_END, Silence, outputs, silences
 
 
@@ -30,6 +31,7 @@ class Snapshot:
     progress: dict[str, TaskProgress]
     backend: BackendReport | None = None  # what the run's backend says of its own state
     silent: dict[str, Silence] = dataclasses.field(default_factory=dict)  # `tf.silence`
+    result: dict[str, Metric] = dataclasses.field(default_factory=dict)  # its final evaluation (`tf.results`)
 
     def cost(self, record: RunRecord) -> dict[str, Any]:
         """Wall time, CPU- and GPU-hours so far; for a stopped run, as counted when it stopped
@@ -65,6 +67,7 @@ class Snapshot:
             "moves": [m.to_wire() for m in record.moves],
             "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
             "accounting": self.cost(record),
+            "result": result_json(self.result),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
@@ -108,7 +111,9 @@ def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     held = backend_for(cluster.record.backend).report(cluster.record)
     assessed = progress.assess(statuses)
     why = {host: str(getattr(e, "message", e)) for host, e in unreachable.items()}
-    return Snapshot(statuses, why, found, assessed, held, silent_tasks(cluster.record, statuses, assessed, found))
+    silent = silent_tasks(cluster.record, statuses, assessed, found)
+    result = progress.results.read(statuses) or kept_result(cluster.record.result)
+    return Snapshot(statuses, why, found, assessed, held, silent, result)
 
 
 def silent_tasks(
