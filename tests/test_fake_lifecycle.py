@@ -270,7 +270,7 @@ def test_a_task_that_cannot_start_fails_the_run_stops_the_rest_and_releases(tmp_
         launch.launch(store, plan, lambda who, what: said.append((who, what)))
     assert caught.value.message.splitlines() == [
         "worker:1 could not start: No such file or directory",
-        "last 1 lines of worker:1:",
+        "last line of worker:1:",  # one line: not "last 1 lines"
         "  train: not found",
     ]
     record = store.load(plan.record.run_id)

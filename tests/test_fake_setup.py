@@ -160,3 +160,11 @@ def test_setups_failing_on_several_hosts_are_reported_together(project, fake_bac
         "h2: `make` exited with code 2 (no output)",
     ]
     assert fake_backend.hosts["h2"].tasks["setup:1"].state is TaskState.FAILED
+
+
+def test_a_failed_setup_with_one_line_of_output_says_last_line_not_last_1_lines(project, fake_backend):
+    fake_backend.scripts["setup:0"] = TaskScript(end_after=0)
+    fake_backend.scripts["setup:1"] = TaskScript(end_after=0, exit_code=1, lines=["make: *** No rule"])
+    with pytest.raises(StartupError) as caught:
+        launch(write(project, FAKE_FILE + "setup: [make]\n"))
+    assert caught.value.message == "setup failed on h2: `make` exited with code 1\n  last line:\n    make: *** No rule"

@@ -215,6 +215,12 @@ def test_the_models_numbers_are_charted_and_a_quiet_tasks_lines_shown_beside_its
     assert "wall 1m40s, CPU 46 s, GPU 30 s" in page
 
 
+def test_a_task_with_one_last_line_shows_its_last_line_not_its_last_1_lines() -> None:
+    page = render(run_of(task_of("worker:1", state="failed", end="exited with code 1", tail=("boom",))))
+    assert "worker:1: its last line</summary>" in page and "last 1 lines" not in page
+    assert "worker:1: its last 2 lines</summary>" in render(run_of(task_of("worker:1", tail=("a", "b"))))
+
+
 def test_the_page_says_how_the_run_was_started_with_secrets_masked() -> None:
     env = masked({"TF_CONFIG": '{"cluster": {}}', "WANDB_API_KEY": "abc123", "DB_PASSWORD": "pw", "LANG": "C"})
     page = render(

@@ -249,9 +249,10 @@ class Cluster:
         return {task: lines for answer in answers.succeeded.values() for task, lines in answer.tails.items()}
 
     def last_lines_text(self, task: str, count: int = 10) -> str:
-        """`\\nlast N lines of TASK:` and the lines, for an error message; empty if none."""
+        """`\\nlast N lines of TASK:` (`last line` for one) and the lines, for an error message; empty if none."""
         lines = [cut_line(line) for line in self.tails([task], count).get(task, [])]
-        return (f"\nlast {len(lines)} lines of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
+        head = f"last {len(lines)} lines" if len(lines) > 1 else "last line"
+        return (f"\n{head} of {task}:\n" + "\n".join(f"  {line}" for line in lines)) if lines else ""
 
     def reachable(self, source: str, address: str) -> bool | None:
         """Can a task on `source` open a TCP connection to `address`? None when unknown."""

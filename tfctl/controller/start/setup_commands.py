@@ -147,4 +147,7 @@ def _what(status: TaskStatus, step: int | None, commands: Sequence[str]) -> str:
 
 
 def _tail(lines: Sequence[str]) -> str:
-    return f"\n  last {len(lines)} lines:" + "".join(f"\n    {line}" for line in lines) if lines else " (no output)"
+    if not lines:
+        return " (no output)"
+    head = f"last {len(lines)} lines" if len(lines) > 1 else "last line"
+    return f"\n  {head}:" + "".join(f"\n    {line}" for line in lines)

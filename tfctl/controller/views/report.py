@@ -251,9 +251,10 @@ def tasks_table(run: RunReport) -> str:
         rows.append("<tr>" + "".join(f'<td class="{k}">{c}</td>' for k, c in zip(kinds, cells)) + "</tr>")
         if t.tail:
             lines = text("\n".join(t.tail))
+            quoted = f"last {len(t.tail)} lines" if len(t.tail) > 1 else "last line"
             rows.append(
                 f'<tr><td colspan="{len(cells)}" class="wrap"><details{" open" if told else ""}><summary>'
-                f"{text(t.name)}: its last {len(t.tail)} lines</summary><pre>{lines}</pre></details></td></tr>"
+                f"{text(t.name)}: its {quoted}</summary><pre>{lines}</pre></details></td></tr>"
             )
     return f"<h2>Tasks</h2><table class=tasks><tr>{head}</tr>{''.join(rows)}</table>"
 
