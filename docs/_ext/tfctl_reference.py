@@ -59,12 +59,19 @@ def keys_text() -> str:
     return "\n\n".join(sections)
 
 
+def _settings(command: click.Command) -> dict[str, Any]:
+    """A context as `tfctl VERB --help` makes it (the command's own settings: `-h` as well as
+    `--help`), at the page's width. Without them the help differed with whether the CLI had run
+    in this process before: click keeps each command's help option once made."""
+    return {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+
+
 def _commands(group: click.Group, ctx: click.Context) -> list[click.Context]:
     found = [ctx]
     for name, command in sorted(group.commands.items()):
         if command.hidden:
             continue
-        sub = click.Context(command, info_name=name, parent=ctx, terminal_width=WIDTH, max_content_width=WIDTH)
+        sub = click.Context(command, info_name=name, parent=ctx, **_settings(command))
         found += _commands(command, sub) if isinstance(command, click.Group) else [sub]
     return found
 
@@ -73,7 +80,7 @@ def cli_text() -> str:
     """Every verb's `--help`, as `tfctl VERB --help` prints it."""
     from tfctl.cli import cli
 
-    root = click.Context(cli, info_name="tfctl", terminal_width=WIDTH, max_content_width=WIDTH)
+    root = click.Context(cli, info_name="tfctl", **_settings(cli))
     return "\n\n".join(
         f"## {_code(ctx.command_path)}\n\n```text\n{ctx.command.get_help(ctx)}\n```" for ctx in _commands(cli, root)
     )
