@@ -67,7 +67,7 @@ def test_up_follows_the_run_printing_its_lines_its_end_and_what_was_stopped(lab)
     assert "all 3 tasks running" in said and "following all task logs; Ctrl-C stops the cluster" in said
     assert said[-2:] == [
         "job succeeded: worker:0 finished successfully",
-        "1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free",
+        "2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free",
     ]
     assert record.state is RunState.SUCCEEDED and lab.released == [record.run_id]
 
@@ -133,7 +133,10 @@ def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab,
     with sigterm_kept():
         ran = tfctl_here("_watch", "--run", cluster.record.run_id)
     assert ran.code == 0
-    assert ran.out == "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+    assert ran.out == (
+        "worker:0 finished successfully; 2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; "
+        "ports 2222-2223 free\n"
+    )
     assert only_run().state is RunState.SUCCEEDED
 
 
@@ -246,7 +249,8 @@ def test_up_d_of_a_backend_that_never_waits_relays_its_forked_watchers_progress(
     assert said[0] == f"run {record.run_id}: 3 tasks on 2 hosts"
     assert "h1           connecting" in said and "all 3 tasks running" in said
     assert watch_log.getvalue() == (
-        "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+        "worker:0 finished successfully; 2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; "
+        "ports 2222-2223 free\n"
     )
     assert record.state is RunState.SUCCEEDED
 
