@@ -22,6 +22,7 @@ from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
 from tfctl.controller.live import driver, watcher
+from tfctl.errors import HostError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -81,6 +82,20 @@ def test_up_of_a_failing_job_exits_1_with_the_culprits_diagnosis_and_who_never_t
     assert "job failed: worker:0 on h1 exited with code 1\n" in ran.err
     assert "worker:0: " in ran.err and "out of memory" in ran.err.lower() and "  fix: " in ran.err
     assert only_run().state is RunState.FAILED
+
+
+def test_a_run_that_fails_preflight_says_its_id_is_not_kept_as_runs_never_shows_it(lab, monkeypatch):
+    lab.agent("h2").fail_verbs["info"] = HostError("h2", "python3: command not found")
+    ran = tfctl_here("up")
+    (run_id,) = re.findall(r"^run (\S+): 3 tasks", ran.err, re.M)
+    assert ran.code == 1 and ran.err.endswith(
+        f"error: h2: python3: command not found\nrun {run_id} not kept: nothing was started\n"
+    ), ran.err
+    fork_in_process(monkeypatch, io.StringIO())  # `up -d`: the forked watcher's start fails the same way
+    ran = tfctl_here("up", "-d")
+    (run_id,) = re.findall(r"^run (\S+): 3 tasks", ran.err, re.M)
+    assert ran.code == 1 and ran.err.endswith(f"run {run_id} not kept: nothing was started\n"), ran.err
+    assert RunStore().all() == [] and tfctl_here("runs").code == 0
 
 
 def test_ctrl_c_while_acquiring_or_starting_leaves_nothing_behind(lab, monkeypatch):
