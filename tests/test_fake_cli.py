@@ -569,6 +569,19 @@ def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(
     assert tfctl_here("down").code == 0
 
 
+def test_statuss_last_line_leaves_out_the_start_up_noise_that_logs_folds(lab, tmp_path):
+    recorded = (Path(__file__).parent / "data" / "tf_logs" / "healthy_worker1.log").read_text().splitlines()
+    start_up = [line for line in recorded if not line.startswith("#")]
+    start_up = start_up[: next(i for i, line in enumerate(start_up) if "CoordinationService" in line) + 1]
+    lab.scripts["worker:1"] = TaskScript(lines=start_up)  # its session just began: TF's MLIR, coordination lines
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    (row,) = [line for line in tfctl_here("status").out.splitlines() if line.startswith("worker:1 ")]
+    assert "CoordinationService" not in row and "master.cc:243] Scanning workers for devices" in row, row
+    tasks = {t["task"]: t for t in json.loads(tfctl_here("status", "--json").out)["tasks"]}
+    assert tasks["worker:1"]["last_line"].endswith("Scanning workers for devices: 2 total workers")
+
+
 def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):
     lab.scripts["ps:0"].cpu_seconds = 36.0
     lab.scripts["worker:0"].cpu_seconds = 7200.0
