@@ -315,16 +315,18 @@ class FakeHost:
         return [p.Mark(now - script.quiet_for - len(found) + 1 + i, line) for i, line in enumerate(found)]
 
     def _stop(self, request: p.StopRequest) -> p.StopAnswer:
-        stopped = 0
+        stopped = ended = 0
         for name, info in self.tasks.items():
             if request.tasks is not None and name not in request.tasks:
                 continue
-            if info.state in (p.TaskState.RUNNING, p.TaskState.RESTARTING):
+            if info.state.is_final:
+                ended += 1
+            elif info.state in (p.TaskState.RUNNING, p.TaskState.RESTARTING):
                 self.tasks[name] = info.replace(state=p.TaskState.STOPPED, listening=False, ended_at=time.time())
                 stopped += 1
         ports = {str(port): p.PortInfo(False) for port in request.ports}
         self.held = []
-        return p.StopAnswer(stopped, 0, list(self.survivors), ports, dict(self.tasks))
+        return p.StopAnswer(stopped, 0, list(self.survivors), ports, dict(self.tasks), ended=ended)
 
     def _restart(self, request: p.RestartRequest) -> p.RestartAnswer:
         """As a monitor asked to restart its running task: within its restart policy it restarts

@@ -153,7 +153,8 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     assert talked == {watcher["pid"]}, spans
     assert [d["event"] for d in spans if d["event"] == "agent.info"] == ["agent.info"]
     assert {"agent.start", "agent.stop"} <= {d["event"] for d in spans}
-    assert "worker:0 finished successfully; 1 process stopped" in (home / "runs" / run_id / "watch.log").read_text()
+    said = (home / "runs" / run_id / "watch.log").read_text()
+    assert "worker:0 finished successfully; 2 tasks had ended; 1 process stopped" in said
 
 
 def test_attached_up_ends_when_the_chief_worker_finishes(tmp_path: Path, home: Path) -> None:

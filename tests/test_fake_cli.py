@@ -22,6 +22,7 @@ from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
 from tfctl.controller.live import driver, watcher
+from tfctl.errors import HostError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -67,7 +68,7 @@ def test_up_follows_the_run_printing_its_lines_its_end_and_what_was_stopped(lab)
     assert "all 3 tasks running" in said and "following all task logs; Ctrl-C stops the cluster" in said
     assert said[-2:] == [
         "job succeeded: worker:0 finished successfully",
-        "1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free",
+        "2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free",
     ]
     assert record.state is RunState.SUCCEEDED and lab.released == [record.run_id]
 
@@ -81,6 +82,20 @@ def test_up_of_a_failing_job_exits_1_with_the_culprits_diagnosis_and_who_never_t
     assert "job failed: worker:0 on h1 exited with code 1\n" in ran.err
     assert "worker:0: " in ran.err and "out of memory" in ran.err.lower() and "  fix: " in ran.err
     assert only_run().state is RunState.FAILED
+
+
+def test_a_run_that_fails_preflight_says_its_id_is_not_kept_as_runs_never_shows_it(lab, monkeypatch):
+    lab.agent("h2").fail_verbs["info"] = HostError("h2", "python3: command not found")
+    ran = tfctl_here("up")
+    (run_id,) = re.findall(r"^run (\S+): 3 tasks", ran.err, re.M)
+    assert ran.code == 1 and ran.err.endswith(
+        f"error: h2: python3: command not found\nrun {run_id} not kept: nothing was started\n"
+    ), ran.err
+    fork_in_process(monkeypatch, io.StringIO())  # `up -d`: the forked watcher's start fails the same way
+    ran = tfctl_here("up", "-d")
+    (run_id,) = re.findall(r"^run (\S+): 3 tasks", ran.err, re.M)
+    assert ran.code == 1 and ran.err.endswith(f"run {run_id} not kept: nothing was started\n"), ran.err
+    assert RunStore().all() == [] and tfctl_here("runs").code == 0
 
 
 def test_ctrl_c_while_acquiring_or_starting_leaves_nothing_behind(lab, monkeypatch):
@@ -133,7 +148,10 @@ def test_the_watcher_command_supervises_a_running_run_and_logs_how_it_ended(lab,
     with sigterm_kept():
         ran = tfctl_here("_watch", "--run", cluster.record.run_id)
     assert ran.code == 0
-    assert ran.out == "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+    assert ran.out == (
+        "worker:0 finished successfully; 2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; "
+        "ports 2222-2223 free\n"
+    )
     assert only_run().state is RunState.SUCCEEDED
 
 
@@ -246,7 +264,8 @@ def test_up_d_of_a_backend_that_never_waits_relays_its_forked_watchers_progress(
     assert said[0] == f"run {record.run_id}: 3 tasks on 2 hosts"
     assert "h1           connecting" in said and "all 3 tasks running" in said
     assert watch_log.getvalue() == (
-        "worker:0 finished successfully; 1 process stopped on 2 hosts; 0 remain; ports 2222-2223 free\n"
+        "worker:0 finished successfully; 2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; "
+        "ports 2222-2223 free\n"
     )
     assert record.state is RunState.SUCCEEDED
 
@@ -548,6 +567,19 @@ def test_completion_offers_this_runs_tasks_the_stores_run_ids_and_the_templates(
     assert completed(monkeypatch, "tfctl logs --file other.yaml ") == []  # no run of that file
     monkeypatch.delenv("_TFCTL_COMPLETE")
     assert tfctl_here("down").code == 0
+
+
+def test_statuss_last_line_leaves_out_the_start_up_noise_that_logs_folds(lab, tmp_path):
+    recorded = (Path(__file__).parent / "data" / "tf_logs" / "healthy_worker1.log").read_text().splitlines()
+    start_up = [line for line in recorded if not line.startswith("#")]
+    start_up = start_up[: next(i for i, line in enumerate(start_up) if "CoordinationService" in line) + 1]
+    lab.scripts["worker:1"] = TaskScript(lines=start_up)  # its session just began: TF's MLIR, coordination lines
+    _store, cluster = started(tmp_path / "cluster.yaml")
+    cluster.close()
+    (row,) = [line for line in tfctl_here("status").out.splitlines() if line.startswith("worker:1 ")]
+    assert "CoordinationService" not in row and "master.cc:243] Scanning workers for devices" in row, row
+    tasks = {t["task"]: t for t in json.loads(tfctl_here("status", "--json").out)["tasks"]}
+    assert tasks["worker:1"]["last_line"].endswith("Scanning workers for devices: 2 total workers")
 
 
 def test_status_and_runs_json_say_what_the_run_cost_as_its_hosts_counted(lab):

@@ -30,6 +30,8 @@ def stop_summary(report: StopReport) -> str:
     if report.containers:
         stopped += f" and {report.containers} container{'s' if report.containers != 1 else ''}"
     text = f"{stopped} stopped on {hosts}; {remain} remain{there}"
+    if report.ended:  # else `1 process stopped` after a 3-task run reads as if two were missed
+        text = f"{report.ended} task{'s' if report.ended != 1 else ''} had ended; {text}"
     if report.ports:
         word = "port" if len(report.ports) == 1 else "ports"
         text += f"; {word} {number_ranges(report.ports)} " + ("free" if not report.busy_ports else "NOT free") + there

@@ -74,6 +74,7 @@ class StopReport(Wire):
     lost_silent: dict[str, str] = records.field(default_factory=dict)  # host -> why
     containers: int = 0  # the run's containers when the stop began
     containers_left: dict[str, list[str]] = records.field(default_factory=dict)  # host -> names
+    ended: int = 0  # the run's tasks that had already ended when the stop began
 
     @property
     def clean(self) -> bool:

@@ -518,4 +518,5 @@ class Cluster:
             lost_silent=lost_silent,
             containers=sum(answer.containers for answer in answers.succeeded.values()),
             containers_left={h: a.containers_left for h, a in answers.succeeded.items() if a.containers_left},
+            ended=sum(answer.ended for answer in answers.succeeded.values()),
         )

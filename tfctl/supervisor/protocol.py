@@ -137,6 +137,7 @@ class StopAnswer(Wire):
     tasks: Dict[str, TaskInfo] = field(default_factory=dict)
     containers: int = 0  # the run's containers here when the stop began
     containers_left: List[str] = field(default_factory=list)  # the names of those still there after it
+    ended: int = 0  # the run's tasks here that had already ended when the stop began
 
 
 @record

@@ -230,6 +230,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         # Tasks only: not the state of earlier starts (`_set_aside`).
         tasks = [n.replace("-", ":", 1) for n in names if os.path.exists(os.path.join(base, n, "spec.json"))]
     procs: Dict[str, Optional[dict]] = {}
+    ended = 0  # tasks that had exited before this stop: their processes are not in its count
     boxed: Set[str] = set()  # the names of the containers of the tasks that run in one
     for task in tasks:
         d = task_dir(root, run_id, task)
@@ -238,7 +239,9 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         procs[task] = read_json(os.path.join(d, "proc.json"))
         if (read_json(os.path.join(d, "spec.json")) or {}).get("container"):
             boxed.add(containers.name_for(run_id, task))
-        if not os.path.exists(os.path.join(d, "exit.json")) and not os.path.exists(os.path.join(d, "stop.json")):
+        if os.path.exists(os.path.join(d, "exit.json")):
+            ended += 1
+        elif not os.path.exists(os.path.join(d, "stop.json")):
             _ask_stop(d, procs[task])
 
     def find() -> List[int]:
@@ -267,7 +270,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         while not task_state(root, run_id, task).state.is_final and time.monotonic() < deadline:
             time.sleep(procfs.POLL)
     final: Dict[str, TaskInfo] = {t: task_state(root, run_id, t) for t in procs}
-    return StopAnswer(done.processes, done.killed, done.remaining, port_state, final, len(had), left)
+    return StopAnswer(done.processes, done.killed, done.remaining, port_state, final, len(had), left, ended)
 
 
 def _ask_stop(d: str, proc: Optional[dict]) -> None:

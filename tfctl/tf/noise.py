@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from tfctl.tf.log_lines import last_meaningful
+
 _GLOG = r"[IWE]\d{4} [\d:.]+ +\d+ "  # TF's C++ log line head (never F: a fatal is news)
 NOISE = re.compile(
     "|".join(
@@ -79,3 +81,9 @@ class NoiseFolder:
             self._deprecation[task] = "warned"
             return True
         return NOISE.match(line) is not None
+
+
+def last_shown(lines: Iterable[str]) -> str | None:
+    """The last line worth showing that `logs` does not fold either: `status`'s LAST LINE. The
+    diagnosis reads `last_meaningful` alone (a CoordinationService line says a session is up)."""
+    return last_meaningful(NoiseFolder().fold("", lines))

@@ -242,6 +242,8 @@ def _start(
         raise
     except TfctlError as e:
         _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
+        if not touched:  # its id was printed as the start began, but `runs` will never show it
+            e.message += f"\nrun {record.run_id} not kept: nothing was started"
         raise
     finally:
         if picked:  # the start failed before its tasks could take them

@@ -16,6 +16,7 @@ from tfctl.runs.accounting import cost_json, unsettled
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, RunDiagnosis, diagnose_run, finding_json
+from tfctl.tf.noise import last_shown
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.results import Metric, kept_result, result_json
 from tfctl.tf.silence import AT_END, Silence, outputs, silences
@@ -112,6 +113,8 @@ def snapshot(cluster: Cluster, usage_history: int = 0) -> Snapshot:
     assessed = progress.assess(statuses)
     why = {host: str(getattr(e, "message", e)) for host, e in unreachable.items()}
     silent = silent_tasks(cluster.record, statuses, assessed, found)
+    # Shown as `logs` shows the task: without the start-up lines it folds (the silence above reads them).
+    statuses = [dataclasses.replace(s, last_line=last_shown(s.tail) or s.last_line) if s.tail else s for s in statuses]
     result = progress.results.read(statuses) or kept_result(cluster.record.result)
     return Snapshot(statuses, why, found, assessed, held, silent, result)
 
