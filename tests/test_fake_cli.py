@@ -510,8 +510,7 @@ def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
     ran = tfctl_here("status")
     assert ran.code == 2 and ran.err.splitlines() == [
         "error: no cluster.yaml in the current directory",
-        "hint: pass -f FILE, create one with `tfctl init`, or try the localhost example: tfctl -f "
-        "cluster.yaml.example up",
+        "hint: pass -f FILE, or start a project with `tfctl init` (`tfctl init .` writes it here)",
     ]
     ran = tfctl_here("status", "--nonsense")
     assert ran.code == 2 and "Error: No such option '--nonsense'." in ran.err
