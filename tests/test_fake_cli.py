@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.conftest import add_run
 from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
@@ -388,7 +389,8 @@ def test_runs_lists_this_files_runs_and_prune_forgets_the_old_ones_here_and_on_t
     assert tfctl_here("up").code == 0
     assert tfctl_here("up").code == 0
     first, second = RunStore().all()
-    listed = tfctl_here("runs").out.splitlines()
+    head, *listed = tfctl_here("runs").out.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "REASON"]
     assert [line.split()[0] for line in listed] == [first.run_id, second.run_id]
     assert listed[0].split()[3:] == ["succeeded", "worker:0", "finished", "successfully"]
     assert [r["run_id"] for r in json.loads(tfctl_here("runs", "--all", "--json").out)] == [first.run_id, second.run_id]
@@ -501,6 +503,20 @@ def test_init_writes_a_template_that_loads_and_refuses_a_cluster_file(lab, tmp_p
     assert ran.code == 2 and "`init` writes cluster.yaml into a directory; it takes no cluster file" in ran.err
     assert "hint: tfctl init proj" in ran.err
     assert tfctl_here("init", "-t", "parameter-server", "proj").code != 0  # it would overwrite
+
+
+def test_the_runs_table_has_a_header_and_columns_as_wide_as_its_longest_id(home, tmp_path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: x\n")
+    long_id = "a-much-longer-cluster-name-20260101-100000-0001"  # 47 characters: wider than 40
+    for n, run_id in enumerate(["x-20260101-100000-0001", long_id]):
+        add_run(home, run_id, cluster, 1_700_000_000 + n, {"worker": 1})
+    ran = tfctl_here("runs", "-f", str(cluster))
+    assert ran.code == 0, ran.err
+    head, *lines = ran.out.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "REASON"]
+    starts = {line.index("succeeded") for line in lines} | {head.index("STATE")}
+    assert len(starts) == 1 and lines[1].startswith(long_id + "  ")  # one column, whatever the id's length
 
 
 def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
