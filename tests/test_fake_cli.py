@@ -505,6 +505,28 @@ def test_init_writes_a_template_that_loads_and_refuses_a_cluster_file(lab, tmp_p
     assert tfctl_here("init", "-t", "parameter-server", "proj").code != 0  # it would overwrite
 
 
+def test_init_writes_a_new_directory_named_after_its_template_and_refuses_a_full_one(home, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ran = tfctl_here("init")
+    assert ran.code == 0, ran.err
+    assert [p.name for p in tmp_path.iterdir()] == ["between-graph-async"]  # nothing lands here
+    assert (tmp_path / "between-graph-async" / "train.py").is_file()
+    assert ran.err.endswith("next: cd between-graph-async && tfctl up        (edit cluster.yaml to add your hosts)\n")
+    (tmp_path / "parameter-server").mkdir()
+    (tmp_path / "parameter-server" / "notes.txt").write_text("mine\n")
+    ran = tfctl_here("init", "-t", "parameter-server")
+    assert ran.code == 2 and ran.err.splitlines() == [
+        "error: parameter-server already exists, and `init` writes a new directory named after the template",
+        "hint: name another: tfctl init -t parameter-server DIRECTORY (`.` for this one), or pass --force to "
+        "write into it",
+    ]
+    assert [p.name for p in (tmp_path / "parameter-server").iterdir()] == ["notes.txt"]
+    (tmp_path / "multi-worker-mirrored").mkdir()  # an empty one is as good as new
+    assert tfctl_here("init", "-t", "multi-worker-mirrored").code == 0
+    assert tfctl_here("init", "-t", "parameter-server", ".").code == 0  # a directory named is written into
+    assert (tmp_path / "cluster.yaml").is_file()
+
+
 def test_the_runs_table_has_a_header_and_columns_as_wide_as_its_longest_id(home, tmp_path) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("name: x\n")
