@@ -521,6 +521,9 @@ def test_init_writes_a_new_directory_named_after_its_template_and_refuses_a_full
         "write into it",
     ]
     assert [p.name for p in (tmp_path / "parameter-server").iterdir()] == ["notes.txt"]
+    (tmp_path / "between-graph-sync").write_text("mine\n")
+    ran = tfctl_here("init", "-t", "between-graph-sync")
+    assert ran.code == 2 and ran.err.startswith("error: between-graph-sync is a file, and `init` writes")
     (tmp_path / "multi-worker-mirrored").mkdir()  # an empty one is as good as new
     assert tfctl_here("init", "-t", "multi-worker-mirrored").code == 0
     assert tfctl_here("init", "-t", "parameter-server", ".").code == 0  # a directory named is written into

@@ -45,11 +45,16 @@ def install(name: str, dest: Path | None, force: bool = False) -> tuple[Path, li
         raise UsageError(f"no template {name!r}", hint=f"choose one of: {', '.join(names)}")
     if dest is None:
         dest = Path(name)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir()) and not force):
-            into = ", or pass --force to write into it" if dest.is_dir() else ""
+        if dest.exists() and not dest.is_dir():
+            raise UsageError(
+                f"{dest} is a file, and `init` writes a new directory named after the template",
+                hint=f"name a directory: tfctl init -t {name} DIRECTORY (`.` for this one)",
+            )
+        if dest.is_dir() and any(dest.iterdir()) and not force:
             raise UsageError(
                 f"{dest} already exists, and `init` writes a new directory named after the template",
-                hint=f"name another: tfctl init -t {name} DIRECTORY (`.` for this one){into}",
+                hint=f"name another: tfctl init -t {name} DIRECTORY (`.` for this one), "
+                "or pass --force to write into it",
             )
     source = templates_dir() / name
     files = [p for p in sorted(source.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
