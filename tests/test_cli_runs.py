@@ -59,8 +59,9 @@ def test_a_file_without_runs_says_so(runs, home: Path, tmp_path: Path) -> None:
     result = tfctl("runs", "-f", str(other), home=home)
     assert result.returncode == 0 and result.stdout == ""
     assert f"no runs of {other}" in result.stderr and "--all" in result.stderr
-    table = tfctl("runs", "-f", str(tmp_path / "b.yaml"), home=home)
-    assert table.stdout.split()[:4] == [runs["b1"].run_id, *table.stdout.split()[1:3], "succeeded"]
+    table = tfctl("runs", "-f", str(tmp_path / "b.yaml"), home=home).stdout.splitlines()
+    assert table[0].split() == ["RUN", "STARTED", "STATE", "REASON"]
+    assert table[1].split()[:4] == [runs["b1"].run_id, *table[1].split()[1:3], "succeeded"]
 
 
 # --- prune -----------------------------------------------------------------------------------

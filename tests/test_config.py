@@ -87,7 +87,15 @@ ERRORS = {
         "comand: x\nname: x\njobs: {worker: [a:1]}\n",
         [
             "cluster.yaml:1:1: comand: unknown key `comand`",
-            "fix: did you mean `command`? allowed keys: name, command, python, workdir, env,",
+            "fix: did you mean `command`? every one is listed in docs/reference/cluster-file.md",
+        ],
+    ),
+    "timeout alone": (
+        "timeout: 30\n",
+        [
+            "cluster.yaml:1:1: timeout: unknown key `timeout`",
+            "fix: did you mean `host_timeout`? also near: hang_timeout, lease_timeout, startup_timeout; "
+            "every one is listed in docs/reference/cluster-file.md",
         ],
     ),
     "job for jobs": ("job: {}\n", ["cluster.yaml:1:1: job: unknown key `job`", "did you mean `jobs`?"]),
@@ -97,7 +105,7 @@ ERRORS = {
     ),
     "unrelated top-level key": (
         "colour: red\n",
-        ["unknown key `colour`", "fix: remove or rename it; allowed keys: name,"],
+        ["unknown key `colour`", "fix: remove or rename it; every one is listed in docs/reference/cluster-file.md"],
     ),
     "job at top level": (
         "worker: [a:1]\n",
@@ -278,7 +286,7 @@ ERRORS = {
         with_jobs("  worker:\n    hosts: [a:1]\n    host: b\n"),
         [
             "cluster.yaml:6:5: jobs.worker.host: unknown key `host`",
-            "did you mean `hosts`? allowed keys: hosts, command, env",
+            "fix: did you mean `hosts`? every one is listed in docs/reference/cluster-file.md",
         ],
     ),
     "two chiefs": (
@@ -465,6 +473,15 @@ def test_error_names_place_and_fix(text: str, expected: list[str]) -> None:
         assert part in message
     assert error.exit_code == 2
     assert all(p.line is not None and p.column is not None and p.fix for p in error.problems)
+
+
+def test_an_unknown_key_names_the_near_keys_not_all_of_them() -> None:
+    reference = "docs/reference/cluster-file.md"
+    error = invalid("comand: x\ncolour: red\n" + with_jobs("  worker: {hosts: [a:1], gpu: 1}\n"))
+    fixes = [p.fix or "" for p in error.problems]
+    unknown = [fix for fix in fixes if reference in fix]
+    assert len(unknown) == 3 and not any("workdir" in fix or "startup_timeout" in fix for fix in unknown)
+    assert (Path(__file__).resolve().parents[1] / reference).is_file()
 
 
 def test_all_problems_are_reported_in_file_order() -> None:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.conftest import add_run
 from tests.fake_runs import FAKE_FILE, sigterm_kept, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import render
@@ -407,7 +408,8 @@ def test_runs_lists_this_files_runs_and_prune_forgets_the_old_ones_here_and_on_t
     assert tfctl_here("up").code == 0
     assert tfctl_here("up").code == 0
     first, second = RunStore().all()
-    listed = tfctl_here("runs").out.splitlines()
+    head, *listed = tfctl_here("runs").out.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "REASON"]
     assert [line.split()[0] for line in listed] == [first.run_id, second.run_id]
     assert listed[0].split()[3:] == ["succeeded", "worker:0", "finished", "successfully"]
     assert [r["run_id"] for r in json.loads(tfctl_here("runs", "--all", "--json").out)] == [first.run_id, second.run_id]
@@ -522,6 +524,45 @@ def test_init_writes_a_template_that_loads_and_refuses_a_cluster_file(lab, tmp_p
     assert tfctl_here("init", "-t", "parameter-server", "proj").code != 0  # it would overwrite
 
 
+def test_init_writes_a_new_directory_named_after_its_template_and_refuses_a_full_one(home, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ran = tfctl_here("init")
+    assert ran.code == 0, ran.err
+    assert [p.name for p in tmp_path.iterdir()] == ["between-graph-async"]  # nothing lands here
+    assert (tmp_path / "between-graph-async" / "train.py").is_file()
+    assert ran.err.endswith("next: cd between-graph-async && tfctl up        (edit cluster.yaml to add your hosts)\n")
+    (tmp_path / "parameter-server").mkdir()
+    (tmp_path / "parameter-server" / "notes.txt").write_text("mine\n")
+    ran = tfctl_here("init", "-t", "parameter-server")
+    assert ran.code == 2 and ran.err.splitlines() == [
+        "error: parameter-server already exists, and `init` writes a new directory named after the template",
+        "hint: name another: tfctl init -t parameter-server DIRECTORY (`.` for this one), or pass --force to "
+        "write into it",
+    ]
+    assert [p.name for p in (tmp_path / "parameter-server").iterdir()] == ["notes.txt"]
+    (tmp_path / "between-graph-sync").write_text("mine\n")
+    ran = tfctl_here("init", "-t", "between-graph-sync")
+    assert ran.code == 2 and ran.err.startswith("error: between-graph-sync is a file, and `init` writes")
+    (tmp_path / "multi-worker-mirrored").mkdir()  # an empty one is as good as new
+    assert tfctl_here("init", "-t", "multi-worker-mirrored").code == 0
+    assert tfctl_here("init", "-t", "parameter-server", ".").code == 0  # a directory named is written into
+    assert (tmp_path / "cluster.yaml").is_file()
+
+
+def test_the_runs_table_has_a_header_and_columns_as_wide_as_its_longest_id(home, tmp_path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: x\n")
+    long_id = "a-much-longer-cluster-name-20260101-100000-0001"  # 47 characters: wider than 40
+    for n, run_id in enumerate(["x-20260101-100000-0001", long_id]):
+        add_run(home, run_id, cluster, 1_700_000_000 + n, {"worker": 1})
+    ran = tfctl_here("runs", "-f", str(cluster))
+    assert ran.code == 0, ran.err
+    head, *lines = ran.out.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "REASON"]
+    starts = {line.index("succeeded") for line in lines} | {head.index("STATE")}
+    assert len(starts) == 1 and lines[1].startswith(long_id + "  ")  # one column, whatever the id's length
+
+
 def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
     ran = tfctl_here("status")
     assert (ran.code, ran.err.splitlines()[0]) == (2, "error: no run of cluster.yaml yet")
@@ -529,8 +570,7 @@ def test_errors_are_a_sentence_a_hint_and_an_exit_code(lab, tmp_path):
     ran = tfctl_here("status")
     assert ran.code == 2 and ran.err.splitlines() == [
         "error: no cluster.yaml in the current directory",
-        "hint: pass -f FILE, create one with `tfctl init`, or try the localhost example: tfctl -f "
-        "cluster.yaml.example up",
+        "hint: pass -f FILE, or start a project with `tfctl init` (`tfctl init .` writes it here)",
     ]
     ran = tfctl_here("status", "--nonsense")
     assert ran.code == 2 and "Error: No such option '--nonsense'." in ran.err

@@ -22,11 +22,11 @@ from tfctl.errors import EXIT_INTERRUPTED, TfctlError, UsageError
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="""\b
 Examples:
-  tfctl init && tfctl up        write a localhost cluster and run it
-  tfctl -f gpu.yaml up -d       start detached; prints the run id
-  tfctl -f gpu.yaml logs -f     follow every task's output
-  tfctl -f gpu.yaml down        stop it and prove nothing remains
-  tfctl export tfjob            the same cluster as a Kubeflow TFJob
+  tfctl init demo && cd demo && tfctl up  write a localhost cluster and run it
+  tfctl -f gpu.yaml up -d                 start detached; prints the run id
+  tfctl -f gpu.yaml logs -f               follow every task's output
+  tfctl -f gpu.yaml down                  stop it and prove nothing remains
+  tfctl export tfjob                      the same cluster as a Kubeflow TFJob
 
 Shell completion (bash): eval "$(_TFCTL_COMPLETE=bash_source tfctl)"; see the docs for zsh
 and fish.""",

@@ -76,8 +76,7 @@ def cluster_file_path(ctx: click.Context, given: Path | None) -> Path:
     if not DEFAULT_FILE.exists():
         raise UsageError(
             "no cluster.yaml in the current directory",
-            hint="pass -f FILE, create one with `tfctl init`, "
-            "or try the localhost example: tfctl -f cluster.yaml.example up",
+            hint="pass -f FILE, or start a project with `tfctl init` (`tfctl init .` writes it here)",
         )
     return DEFAULT_FILE
 

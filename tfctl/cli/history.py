@@ -81,12 +81,18 @@ def runs_command(
         return 0
     if not records and path is not None:
         console.err().print(f"no runs of {path} (tfctl runs --all lists every run)", markup=False)
-    for r in records:
-        resumes = f" (resumes {r.resumes})" if r.resumes else ""
-        console.out().print(
-            f"{r.run_id:<40} {_when(r.created_at)}  {r.state.value:<10} {r.reason or ''}{resumes}", markup=False
-        )
+    rows = [(r.run_id, _when(r.created_at), r.state.value, _how_it_ended(r)) for r in records]
+    if rows:
+        rows.insert(0, ("RUN", "STARTED", "STATE", "REASON"))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]  # sized to this listing's longest id
+        for row in rows:
+            line = "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]])
+            console.out().print(line.rstrip(), markup=False)
     return 0
+
+
+def _how_it_ended(r: RunRecord) -> str:
+    return (r.reason or "") + (f" (resumes {r.resumes})" if r.resumes else "")
 
 
 def _record_json(r: RunRecord) -> dict[str, object]:

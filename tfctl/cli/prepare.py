@@ -96,11 +96,11 @@ def check(
     short_help="Write a cluster file and a training script from a template.",
     epilog="""\b
 Examples:
-  tfctl init                           between-graph-async, in this directory
+  tfctl init                           a new ./between-graph-async
   tfctl init -t parameter-server psj   that template, in ./psj
   tfctl init --list                    the templates""",
 )
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), required=False)
 @click.option(
     "-t",
     "--template",
@@ -111,10 +111,11 @@ Examples:
 @click.option("--list", "list_only", is_flag=True, help="List the templates and exit.")
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
 @click.pass_context
-def init(ctx: click.Context, directory: Path, template: str | None, list_only: bool, force: bool) -> int:
+def init(ctx: click.Context, directory: Path | None, template: str | None, list_only: bool, force: bool) -> int:
     """Write a cluster file and a training script that run as generated on this machine.
 
-    DIRECTORY (default: the current one) receives cluster.yaml, train.py and a README."""
+    DIRECTORY (default: a new one named after the template) receives cluster.yaml, train.py and a
+    README."""
     from tfctl import console
     from tfctl.tf import templates
 
@@ -129,7 +130,7 @@ def init(ctx: click.Context, directory: Path, template: str | None, list_only: b
         for name, title in templates.available().items():
             console.out().print(f"{name:<24} {title}", markup=False)
         return 0
-    written = templates.install(template or templates.DEFAULT_TEMPLATE, directory, force)
+    directory, written = templates.install(template or templates.DEFAULT_TEMPLATE, directory, force)
     for path in written:
         console.err().print(f"wrote {path}", markup=False)
     where = "" if directory == Path(".") else f"cd {directory} && "

@@ -92,6 +92,12 @@ def _suggest(word: str, choices: tuple[str, ...], aliases: Mapping[str, str] | N
     return prefixed[0] if len(prefixed) == 1 else None
 
 
+# A list of allowed names this short is shown whole; a longer one only by its names near the
+# mistake, and where it is written out in full.
+SHOWN_WHOLE = 6
+KEY_REFERENCE = "docs/reference/cluster-file.md"
+
+
 def unknown_key(
     doc: Doc,
     path: str,
@@ -100,10 +106,17 @@ def unknown_key(
     allowed: tuple[str, ...],
     aliases: Mapping[str, str] | None = None,
     allowed_kind: str | None = None,
+    full_list: str = f"every one is listed in {KEY_REFERENCE}",
 ) -> Any:
-    """`allowed_kind`: how the listing names what is allowed, when that is not `kind` + "s"."""
+    """`allowed_kind`: how the listing names what is allowed, when that is not `kind` + "s";
+    `full_list`: where every allowed name is written out, for a list too long to repeat."""
     hint = _suggest(key, allowed, aliases)
-    listing = f"allowed {allowed_kind or kind + 's'}: {', '.join(allowed)}"
+    kinds = allowed_kind or kind + "s"
+    if len(allowed) <= SHOWN_WHOLE:
+        listing = f"allowed {kinds}: {', '.join(allowed)}"
+    else:
+        near = [c for c in difflib.get_close_matches(key.lower(), allowed, n=4, cutoff=0.6) if c != hint][:3]
+        listing = (f"{'also near' if hint else 'near'}: {', '.join(near)}; " if near else "") + full_list
     fix = f"did you mean `{hint}`? {listing}" if hint else f"remove or rename it; {listing}"
     return doc.problem(path, f"unknown {kind} `{key}`", fix, at=doc.key_nodes.get(path))
 

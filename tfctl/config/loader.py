@@ -332,4 +332,12 @@ def _check_host_names(doc: Doc, values: dict[str, Any], root: Mapping[str, Any])
     used = tuple(sorted({a.host for job in jobs.values() for a in job.addresses} | {str(s) for s in spares}))
     for name in hosts:
         if name not in used:
-            unknown_key(doc, f"hosts.{name}", name, "host", used, allowed_kind="hosts (those used in `jobs`)")
+            unknown_key(
+                doc,
+                f"hosts.{name}",
+                name,
+                "host",
+                used,
+                allowed_kind="hosts (those used in `jobs`)",
+                full_list="the allowed ones are those `jobs` and `spares` name",
+            )

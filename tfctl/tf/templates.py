@@ -36,11 +36,26 @@ def available() -> dict[str, str]:
     return found
 
 
-def install(name: str, dest: Path, force: bool = False) -> list[Path]:
-    """Copy template `name` into `dest`; refuses to overwrite anything unless `force`."""
+def install(name: str, dest: Path | None, force: bool = False) -> tuple[Path, list[Path]]:
+    """Copy template `name` into `dest`, else into a new directory named after it (as `cargo new`
+    does, so the files never land among others by surprise); refuses to overwrite anything unless
+    `force`. Returns the directory and the files written."""
     names = available()
     if name not in names:
         raise UsageError(f"no template {name!r}", hint=f"choose one of: {', '.join(names)}")
+    if dest is None:
+        dest = Path(name)
+        if dest.exists() and not dest.is_dir():
+            raise UsageError(
+                f"{dest} is a file, and `init` writes a new directory named after the template",
+                hint=f"name a directory: tfctl init -t {name} DIRECTORY (`.` for this one)",
+            )
+        if dest.is_dir() and any(dest.iterdir()) and not force:
+            raise UsageError(
+                f"{dest} already exists, and `init` writes a new directory named after the template",
+                hint=f"name another: tfctl init -t {name} DIRECTORY (`.` for this one), "
+                "or pass --force to write into it",
+            )
     source = templates_dir() / name
     files = [p for p in sorted(source.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
     targets = [dest / p.relative_to(source) for p in files]
@@ -53,4 +68,4 @@ def install(name: str, dest: Path, force: bool = False) -> list[Path]:
     for src, target in zip(files, targets):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)
-    return targets
+    return dest, targets
