@@ -3,6 +3,8 @@ examples' own lines, a recorded TF log searched as a host searches it, and `metr
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,13 @@ def test_metrics_regexes_replace_the_built_in_lines_with_the_value_and_step_grou
     progress = RunProgress(ProgressSpec(metrics={"a": r"a (?P<step>\d+) (\d+)", "b": r"b (?P<step>\d+) (\d+)"}))
     assert progress.results.pattern == r"(?P<result>(?:a (\d+) (\d+))|(?:b (\d+) (\d+)))"
     assert progress.rule().pattern.startswith(progress.results.pattern + "|")
+
+
+def test_the_hosts_pattern_is_linear_in_a_lines_length() -> None:
+    """A task's 200 000-character line (the hostile-output test prints one) once held each host's
+    supervisor for hours: a leading `.*?` under `search` tried every start, quadratic in the
+    line. The search runs in a child (a regex holds the GIL), killed if it outlasts 20 s."""
+    pattern = RunProgress(ProgressSpec()).rule().pattern
+    code = f"import re; re.compile({pattern!r}.encode()).search(b'y' * 200_000)"
+    subprocess.run([sys.executable, "-c", code], timeout=20, check=True)
+    assert ResultReader().line("INFO:tensorflow:Saving dict for global step 600: loss = 0.1") == {"loss": (0.1, 600)}

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 RESULT = "result"  # the kind of mark of a result line
 BUILT_IN = (
     r"^(?i:final)\b(?P<numbers>.*)",
-    r".*?\bSaving dict for global step (?P<step>\d+): (?P<numbers>.*)",
+    r"\bSaving dict for global step (?P<step>\d+): (?P<numbers>.*)",
 )
 STEP = re.compile(r"\b(?:global[ _])?step[ :=#]*(?P<at>\d+)|\b(?P<of>\d+) (?:global )?steps\b", re.IGNORECASE)
 JOB_ORDER = ("chief", "worker", "evaluator", "ps")  # whose figure stands where two tasks print one
@@ -106,7 +106,7 @@ class ResultReader:
                 found[name] = (value, int(step) if step and step.isdigit() else None)
             return found
         for regex in self._built_in:
-            m = regex.match(text)
+            m = regex.search(text)
             if m is None:
                 continue
             step = m.groupdict().get("step") or step_in(m.group("numbers"))
