@@ -141,8 +141,9 @@ def test_since_and_timestamps_use_when_each_line_was_written(tmp_path: Path) -> 
         with LogFollower(cluster, cluster.record.tasks, follow=False, timestamps=True) as follower:
             everything = collect(follower)
         assert [line.split(" ", 1)[1] for line in everything[:5]] == [f"early {i}" for i in range(5)]
-        assert all(started - 1 <= written_at(line) <= started + 2 for line in everything[:5]), (started, everything)
-        assert min(map(written_at, everything[5:])) - max(map(written_at, everything[:5])) >= 2
+        # When the task started depends on the machine's load; the pause between the two fives does not.
+        assert all(started - 1 <= written_at(line) for line in everything[:5]), (started, everything)
+        assert min(map(written_at, everything[5:])) - max(map(written_at, everything[:5])) >= 3, everything
     finally:
         cluster.stop(grace=1)
         cluster.close()  # its supervisor ends with the link

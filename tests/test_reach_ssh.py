@@ -116,6 +116,9 @@ def test_tensorboard_on_the_chiefs_host_answers_through_the_forwarded_port_and_i
     if finished.tensorboard is None:
         pytest.skip(NO_TENSORBOARD)
     tfh1 = lab.host("tfh1")
+    events = f"logs/{finished.run_id}/worker_0/events.out.tfevents.1.tfh1"  # the fake task writes none
+    made = finished.tfctl("exec", "worker:0", "--", "sh", "-c", 'mkdir -p "${0%/*}" && : > "$0"', events)
+    assert made.returncode == 0, made.stderr
     (port,) = free_ports(1)
     board = start_tensorboard(["-f", str(finished.cluster), "tensorboard", "--port", str(port)], finished.home)
     try:

@@ -131,6 +131,7 @@ def test_restart_and_progress_come_back_as_typed_records(store: RunStore) -> Non
         "stall_timeout": 300.0,
         "window": 30.0,
         "on_stall": "warn",
+        "metrics": {},
     }
     assert data["tasks"][2]["restart"] == {"policy": "on-failure", "max_restarts": 3, "backoff": 10.0}
     loaded = store.load(original.run_id)

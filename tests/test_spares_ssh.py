@@ -96,6 +96,8 @@ def run_template_and_freeze(
     command = re.search(r"command: >-\n((?:  .*\n)+)", template.read_text())
     assert command is not None
     line = " ".join(command.group(1).split())
+    if "{logdir}" in line:  # the template's summaries, as its own file has them
+        extra += "\nlogdir: logs/{run_id}"
     cluster = write_cluster(tmp_path, lab, jobs, line, extra=extra, workdir=template.parent, name=name)
     if grace is not None:  # the template's own
         cluster.write_text(cluster.read_text().replace("grace_period: 2", f"grace_period: {grace}"))

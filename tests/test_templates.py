@@ -133,7 +133,9 @@ def check_summaries(cluster: Path, home: Path, final: re.Match, writers: list[st
     """The run left TensorBoard scalars in its logdir (`logs/RUN_ID` beside its cluster file): in
     a folder per task of `writers`, loss and accuracy by step up to the final one (at each step,
     or with `every_step` False at 20 or more); the chief, the test accuracy it printed."""
-    (run_dir,) = (cluster.parent / "logs").iterdir()
+    runs = list((cluster.parent / "logs").iterdir())
+    assert len(runs) == 1, sorted(str(p.relative_to(cluster.parent)) for p in (cluster.parent / "logs").rglob("*"))
+    (run_dir,) = runs
     assert run_dir.name == json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
     found = summaries(run_dir)
     assert sorted(found) == sorted(writers), found.keys()
