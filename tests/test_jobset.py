@@ -529,6 +529,9 @@ def test_the_parameter_server_template_trains_on_the_tf_configs_its_pods_build(t
     template = ROOT / "templates" / "parameter-server"
     text = (template / "cluster.yaml").read_text().replace("--train_steps=400", f"--train_steps={STEPS}")
     assert f"--train_steps={STEPS}" in text
+    # The pods run in the template's folder: its summaries go to the test's, not into the repository.
+    text = text.replace("logdir: logs/{run_id}", f"logdir: {tmp_path}/logs/{{run_id}}")
+    assert f"logdir: {tmp_path}/logs/" in text
     kubernetes = f"\nkubernetes: {{image: {IMAGE}, workdir: {template}}}\n"
     pods = [pod for _, pod in jobset_pods(jobset_manifest(parse_config(text + kubernetes, template / "cluster.yaml")))]
     lab = TestHostLab(len(pods), workdir=tmp_path / "lab", prefix="tfctl-k8", bridge="tfctlbr41", subnet="10.77.41")
@@ -572,6 +575,8 @@ def test_the_parameter_server_template_trains_on_the_tf_configs_its_pods_build(t
                 assert f"Started server with target: grpc://{hostname}:" in logs[hostname.split(".")[0]]
             for pod in ("parameter-server-ps-0-0", "parameter-server-worker-0-0", "parameter-server-worker-1-0"):
                 assert running[pod].poll() is None  # servers: they end when the JobSet is done
+            assert list((tmp_path / "logs" / "parameter-server" / "chief_0").glob("events.out.tfevents.*"))
+            assert not (template / "logs").exists()
         finally:
             stop(running.values())
             for etc in made:
