@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tfctl.cluster.agent import HostAgent
-from tfctl.controller.live.launch import still_preparing
+from tfctl.controller.start.preflight import still_preparing
 from tfctl.supervisor import notes
 from tfctl.supervisor.protocol import ContainerLaunch, InfoRequest
 from tfctl.transport.local import LocalTransport

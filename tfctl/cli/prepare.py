@@ -15,7 +15,7 @@ from tfctl.errors import UsageError
 
 
 @cli.command(
-    short_help="Check hosts, versions, ports and network; start nothing.",
+    short_help="Check hosts, images, scripts, ports and network; start nothing.",
     epilog="""\b
 Examples:
   tfctl check                          everything `up` checks before starting
@@ -34,7 +34,8 @@ Examples:
 def check(
     ctx: click.Context, cluster_file: Path | None, network: bool, as_json: bool, accept_new_host_keys: bool
 ) -> int:
-    """Check every host as `up` would (SSH, versions, free ports, network) and start nothing."""
+    """Check every host as `up` would (SSH, versions, the tasks' images and scripts, free ports,
+    network) and start nothing."""
     from rich.table import Table
 
     from tfctl import console

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tfctl.controller.live.driver import Ending
     from tfctl.controller.start.plan import Draft, Plan
     from tfctl.runs.store import RunStore
+    from tfctl.supervisor.task_records import ContainerLaunch
 
 
 @cli.command(
@@ -168,10 +169,10 @@ def _print_warnings(config: ClusterConfig) -> None:
 def _print_run(run: Draft, place: str) -> None:
     from tfctl import console
 
+    tasks, hosts = len(run.config.tasks()), len(run.record.hosts)
     console.err().print(
-        f"run [bold]{run.record.run_id}[/bold]: {len(run.config.tasks())} tasks on {len(run.record.hosts)} "
-        f"{place}{'s' if len(run.record.hosts) != 1 else ''}"
-        + (f", resuming run {run.record.resumes}" if run.record.resumes else "")
+        f"run [bold]{run.record.run_id}[/bold]: {tasks} task{'s' if tasks != 1 else ''} on {hosts} "
+        f"{place}{'s' if hosts != 1 else ''}" + (f", resuming run {run.record.resumes}" if run.record.resumes else "")
     )
 
 
@@ -291,10 +292,23 @@ def _print_plan(plan: Plan) -> None:
             out.print(f"  gpus:      CUDA_VISIBLE_DEVICES={task.env['CUDA_VISIBLE_DEVICES']!r}", markup=False)
         if task.cpus is not None:
             out.print(f"  cpus:      cores {number_ranges(task.cpus, ',')}", markup=False)
+        if task.container is not None:
+            out.print(f"  container: {_container_line(task.container)}", markup=False)
     if plan.record.notify:
         out.print("[bold]notify[/bold]  on this machine, on each of the run's events, with the event on stdin")
         for command in plan.record.notify:
             out.print(f"  $ {command}", markup=False)
+
+
+def _container_line(box: ContainerLaunch) -> str:
+    """A task's container as `--dry-run` shows it: the image, and what of the host it sees."""
+    runtime = "the first of podman, docker, apptainer the host has" if box.runtime == "auto" else box.runtime
+    parts = [f"image {box.image} in {runtime}", f"python {box.python}", "the workdir and run folder at their paths"]
+    if box.mounts:
+        parts.append(f"mounts {', '.join(box.mounts)}")
+    if box.options:
+        parts.append(f"options {' '.join(box.options)}")
+    return "; ".join(parts)
 
 
 def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:

@@ -56,6 +56,9 @@ class HostInfo:
     error: str | None = None
     devices: HostDevices = field(default_factory=HostDevices)
     filesystem: str = ""  # the same on hosts that share a home (`supervisor.sync.filesystem_token`)
+    python_executable: str = ""  # the interpreter the tasks' `python` resolved to
+    container: str = ""  # the runtime and image it is in; "": bare on the host
+    missing_modules: tuple[str, ...] = ()  # of those the tasks' scripts import, what it lacks
 
 
 @record

@@ -268,16 +268,18 @@ class Cluster:
         gpu_hosts: Collection[str] = (),
         boxes: Mapping[str, ContainerLaunch] = {},
         heard: Progress = quiet,
+        modules: Mapping[str, list[str]] = {},
     ) -> list[HostInfo]:
-        """Reach every host (auth, host keys); learn, in parallel, its Python, TensorFlow, cores and
-        (`gpu_hosts`) GPUs, or in a container (`boxes`) the image's, a pull's lines `heard` as they come."""
+        """Reach every host (auth, host keys); learn, in parallel, its Python, TensorFlow, cores,
+        (`gpu_hosts`) GPUs and which of its `modules` the Python lacks, or in a container (`boxes`)
+        the image's, a pull's lines `heard` as they come."""
         hosts = sorted(self.agents)
         for host in hosts:
             progress(host, "connecting")
         answers = self.fan_out(
             hosts,
             lambda a: a.call(
-                InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host)),
+                InfoRequest(a.python, a.host in gpu_hosts, boxes.get(a.host), modules.get(a.host, [])),
                 timeout=120 + (boxes[a.host].pull_timeout if a.host in boxes else 0),
                 on_note=lambda line: heard(a.host, line),
             ),
@@ -290,7 +292,20 @@ class Cluster:
         for host in hosts:
             a = answers.succeeded[host]
             devices = HostDevices(tuple(g.index for g in a.gpus), tuple(a.cpus), a.gpu_error)
-            infos.append(HostInfo(host, a.hostname, a.python, a.tensorflow, a.python_error, devices, a.filesystem))
+            infos.append(
+                HostInfo(
+                    host,
+                    a.hostname,
+                    a.python,
+                    a.tensorflow,
+                    a.python_error,
+                    devices,
+                    a.filesystem,
+                    a.python_executable or "",
+                    a.container,
+                    tuple(a.missing_modules),
+                )
+            )
             inside = f" in {a.container}" if a.container else ""
             where = f" ({a.python_executable}{inside})" if a.python_executable else ""
             gpus = f", {len(a.gpus)} GPU{'s' if len(a.gpus) != 1 else ''}" if host in gpu_hosts else ""

@@ -32,19 +32,23 @@ from .sync import filesystem_token
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
 
 # Run by the tasks' interpreter when it is not the supervisor's own: with `site`, as a task runs.
-# argv: this supervisor's directory (or zip), then the distributions to look for.
+# argv: this supervisor's directory (or zip), the distributions to look for (comma-separated),
+# then the modules to look for; prints the modules it lacks last.
 VERSION_PROBE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 found = ""
 try:
     from tfctl_supervisor.distinfo import dist_version
-    found = dist_version(sys.argv[2:], sys.path[1:]) or ""
+    found = dist_version(sys.argv[2].split(","), sys.path[1:]) or ""
 except Exception:
     pass
 print(sys.version.split()[0])
 print(sys.executable)
 print(found)
+del sys.path[0]
+import importlib.util
+print(",".join(m for m in sys.argv[3:] if importlib.util.find_spec(m) is None))
 """
 SUPERVISOR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # at import, before a cwd change
 
@@ -145,26 +149,31 @@ def info(root: str, request: InfoRequest) -> InfoAnswer:
     TensorFlow run tasks, the cores and (when asked) the GPUs, and which hosts share our home."""
     found, error = devices.gpus() if request.gpus else ([], None)
     if request.container is None:
-        asked = python_info(request.python)
+        asked = python_info(request.python, request.modules)
     else:
-        asked = container_info(request.container, [str(g.index) for g in found])
+        asked = container_info(request.container, [str(g.index) for g in found], request.modules)
     return asked.replace(cpus=devices.cpu_cores(), gpus=found, gpu_error=error, filesystem=filesystem_token(root))
 
 
-def python_info(asked: Optional[str]) -> InfoAnswer:
-    """Who we are and which Python and TensorFlow the interpreter `asked` (default: ours) has."""
+def python_info(asked: Optional[str], modules: Sequence[str] = ()) -> InfoAnswer:
+    """Who we are, which Python and TensorFlow the interpreter `asked` (default: ours) has, and
+    which of `modules` it lacks."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
     asked = asked or sys.executable
     python = shutil.which(asked) or asked
     if same_interpreter(python, sys.executable):
         return InfoAnswer(
-            hostname, own_version, own_version, package_version(TF_DISTRIBUTIONS), python_executable=sys.executable
+            hostname,
+            own_version,
+            own_version,
+            package_version(TF_DISTRIBUTIONS),
+            python_executable=sys.executable,
+            missing_modules=own_missing(modules),
         )
     # The tasks' interpreter, with its site-packages, is asked in a process of its own.
+    argv = [python, "-c", VERSION_PROBE, SUPERVISOR, ",".join(TF_DISTRIBUTIONS), *modules]
     try:
-        done = subprocess.run(
-            [python, "-c", VERSION_PROBE, SUPERVISOR, *TF_DISTRIBUTIONS], capture_output=True, timeout=30
-        )
+        done = subprocess.run(argv, capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return InfoAnswer(hostname, own_version, python_error=str(e))
     lines = done.stdout.decode(errors="replace").splitlines()
@@ -172,20 +181,46 @@ def python_info(asked: Optional[str]) -> InfoAnswer:
         error = (done.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
         return InfoAnswer(hostname, own_version, python_error=error)
     return InfoAnswer(
-        hostname, own_version, lines[0], (lines[2] if len(lines) > 2 else "") or None, python_executable=lines[1]
+        hostname,
+        own_version,
+        lines[0],
+        (lines[2] if len(lines) > 2 else "") or None,
+        python_executable=lines[1],
+        missing_modules=missing_line(lines, 3),
     )
 
 
-def container_info(spec: ContainerLaunch, gpus: Sequence[str]) -> InfoAnswer:
-    """Who we are and which Python and TensorFlow the tasks' image has, given the host's `gpus`,
-    or why they cannot run in it."""
+def own_missing(modules: Sequence[str]) -> List[str]:
+    """Of `modules`, those this interpreter's tasks cannot import: looked for where they look
+    (the supervisor runs with `-S`, so its own sys.path lacks site-packages)."""
+    from importlib.machinery import PathFinder
+
+    path = list(sys.path) + with_pth_paths(site_packages())
+    return [m for m in modules if m not in sys.builtin_module_names and PathFinder.find_spec(m, path) is None]
+
+
+def missing_line(lines: Sequence[str], at: int) -> List[str]:
+    """A probe's comma-separated line of the modules it lacks."""
+    return [m for m in lines[at].split(",") if m] if len(lines) > at else []
+
+
+def container_info(spec: ContainerLaunch, gpus: Sequence[str], modules: Sequence[str] = ()) -> InfoAnswer:
+    """Who we are, which Python and TensorFlow the tasks' image has (given the host's `gpus`) and
+    which of `modules` it lacks, or why they cannot run in it."""
     hostname, own_version = socket.gethostname(), sys.version.split()[0]
-    where, fetched, lines, error = containers.probe(spec, gpus, notes.say)  # the pull's lines reach `up`
+    where, fetched, lines, error = containers.probe(spec, gpus, notes.say, modules)  # a pull's lines reach `up`
     if error is not None or len(lines) < 2:
         return InfoAnswer(hostname, own_version, container=where, container_error=error or "no answer from the image")
     tf = (lines[2] if len(lines) > 2 else "") or None
     return InfoAnswer(
-        hostname, own_version, lines[0], tf, python_executable=lines[1], container=where, container_fetched=fetched
+        hostname,
+        own_version,
+        lines[0],
+        tf,
+        python_executable=lines[1],
+        container=where,
+        container_fetched=fetched,
+        missing_modules=missing_line(lines, 3),
     )
 
 

@@ -368,6 +368,7 @@ def run_telling(argv: List[str], timeout: float, note: Callable[[str], None]) ->
     return child.returncode == 0, "".join(line + "\n" for line in said["out"]), last_error(said["err"])
 
 
+# argv: the modules to look for; prints those the image lacks last.
 PROBE = """
 import sys
 print(sys.version.split()[0])
@@ -377,29 +378,56 @@ try:
     print("tensorflow " + tensorflow.__version__)  # as a bare host's answer says it
 except Exception as e:
     print("")
+import importlib.util
+print(",".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
 """
 PROBE_TIMEOUT = 50.0  # a TensorFlow import in a cold container takes seconds
 
 
 def probe(
-    spec: ContainerLaunch, gpus: Sequence[str] = (), note: Callable[[str], None] = lambda _line: None
+    spec: ContainerLaunch,
+    gpus: Sequence[str] = (),
+    note: Callable[[str], None] = lambda _line: None,
+    modules: Sequence[str] = (),
 ) -> Tuple[str, str, List[str], Optional[str]]:
     """Preflight of a task's container, given `gpus` (the host's, where tasks ask for some):
-    (what it ran in, how its image came, the image Python's version, executable and TensorFlow
-    version, why it cannot run there). A pull's progress is said (`note`) as it comes."""
+    (what it ran in, how its image came, the image Python's version, executable, TensorFlow
+    version and which of `modules` it lacks, why it cannot run there). A pull's progress is
+    said (`note`) as it comes."""
+    absent = [m.split(":")[0] for m in spec.mounts if not os.path.exists(m.split(":")[0])]
+    if absent:
+        return "", "", [], "container.mounts: %s does not exist on this host (podman and docker refuse it)" % absent[0]
     try:
         rt = runtime(spec.runtime)
         fetched = fetch(rt, spec, note)
         where = "%s image %s" % (rt.name, spec.image)
-        ok, out, error = run(rt.python(spec, PROBE, gpus), PROBE_TIMEOUT)
-        if not ok and gpus and run(rt.python(spec, PROBE), PROBE_TIMEOUT)[0]:
+        ok, out, error = run(rt.python(spec, PROBE, gpus) + list(modules), PROBE_TIMEOUT)
+        if not ok and gpus and run(rt.python(spec, PROBE) + list(modules), PROBE_TIMEOUT)[0]:
             why = "%s cannot give a container the host's GPUs (%s); %s" % (rt.name, error or "failed", rt.gpu_fix)
             return where, fetched, [], why
     except (AgentError, OSError) as e:
         return "", "", [], str(e)
     if not ok:
-        return where, fetched, [], "the image's %s does not run: %s" % (spec.python, error or "failed")
+        why = "the image's %s does not run: %s%s" % (spec.python, error or "failed", unmounted(spec))
+        return where, fetched, [], why
     return where, fetched, out.splitlines(), None
+
+
+def unmounted(spec: ContainerLaunch) -> str:
+    """Why an image's Python may not run: it names one of this host's (a virtualenv) that no
+    mount brings into the container."""
+    python = spec.python
+    if not python.startswith("/") or not os.path.exists(python):
+        return ""
+    inside = [m.split(":")[1] for m in spec.mounts]
+    if any(python == d or python.startswith(d.rstrip("/") + "/") for d in inside):
+        return ""
+    folder = os.path.dirname(os.path.dirname(python))
+    return "; %s is this host's, not the image's: mount its folder (container.mounts: [%s:%s:ro])" % (
+        python,
+        folder,
+        folder,
+    )
 
 
 def fetch(rt: Runtime, spec: ContainerLaunch, note: Callable[[str], None] = lambda _line: None) -> str:

@@ -238,6 +238,7 @@ class InfoAnswer(Wire):
     container: str = ""  # the runtime and image the tasks' Python was asked in; "": none
     container_error: Optional[str] = None  # why the tasks cannot run in their container here
     container_fetched: str = ""  # how the image came here in preflight (pulled, loaded); "": it was here
+    missing_modules: List[str] = field(default_factory=list)  # of the request's `modules`, those its Python lacks
 
 
 @record
@@ -252,6 +253,7 @@ class InfoRequest(Request[InfoAnswer]):
     python: Optional[str] = None
     gpus: bool = False
     container: Optional[ContainerLaunch] = None  # the tasks' Python is the image's
+    modules: List[str] = field(default_factory=list)  # what the tasks' scripts import: does their Python have them?
 
 
 @record

@@ -8,22 +8,21 @@ allocation start runs through here, and `tfctl up` (`verbs/up.py`) plans them fi
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from importlib import metadata
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.answers import HostInfo
-from tfctl.cluster.cluster import Cluster, Progress, quiet
+from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.start.plan import Draft, Plan, make_plan, remote_workdir
+from tfctl.controller.start.preflight import preflight
 from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.errors import StartupError, TfctlError
@@ -37,58 +36,6 @@ from tfctl.tf.tasks import containers_by_host
 # How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
 # at once: the holders carry the run's marker); a sync and setup longer than this lose the hold.
 PICKED_PORTS_HOLD = 900.0
-PREPARING_EVERY = 10.0  # seconds between lines while preflight pulls or loads images
-PULLED_LINE_EVERY = 2.0  # seconds between two of a host's pull lines shown (the latest is shown)
-
-
-@contextlib.contextmanager
-def still_preparing(progress: Progress, hosts: list[str]) -> Iterator[Progress]:
-    """While preflight waits, where images may be pulled or loaded from their tarballs first (a
-    multi-GB pull takes minutes, and must not look hung): yields who hears each host's pull
-    lines, shown as they come, a host's latest every PULLED_LINE_EVERY seconds at most; and a
-    line every PREPARING_EVERY seconds says how long it has been."""
-    if not hosts:
-        yield quiet
-        return
-    done = threading.Event()
-    lock = threading.Lock()
-    began = time.monotonic()
-    unshown: dict[str, str] = {}  # host -> its latest pull line, not shown yet
-    shown_at: dict[str, float] = {}
-
-    def show(host: str) -> None:
-        with lock:
-            line = unshown.pop(host, None)
-            shown_at[host] = time.monotonic()
-        if line is not None:
-            progress(host, f"image: {line}")
-
-    def heard(host: str, line: str) -> None:
-        with lock:
-            unshown[host] = line
-            due = time.monotonic() - shown_at.get(host, -PULLED_LINE_EVERY) >= PULLED_LINE_EVERY
-        if due:
-            show(host)
-
-    def tick() -> None:
-        while not done.wait(PREPARING_EVERY):
-            seconds = time.monotonic() - began
-            where = ", ".join(hosts)
-            progress(
-                "", f"preparing the tasks' images on {where} ({seconds:.0f}s; pulls end at container.pull_timeout)"
-            )
-            with lock:
-                waiting = sorted(unshown)
-            for host in waiting:
-                show(host)
-
-    ticker = threading.Thread(target=tick, name="preparing-images", daemon=True)
-    ticker.start()
-    try:
-        yield heard
-    finally:
-        done.set()
-        ticker.join()
 
 
 def remove_leftover_containers(
@@ -193,10 +140,8 @@ def _start(
     picked: dict[str, list[int]] = {}  # ports picked for tasks written without one, held until they start
     try:
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
-        boxes = containers_by_host(config)
-        with still_preparing(progress, sorted(boxes)) as heard:
-            infos = cluster.preflight(progress, gpus, boxes, heard)
-        remove_leftover_containers(store, cluster, sorted(boxes), config.grace_period, progress)
+        infos = preflight(cluster, config, progress, gpus)
+        remove_leftover_containers(store, cluster, sorted(containers_by_host(config)), config.grace_period, progress)
         for warning in version_warnings(infos):
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)

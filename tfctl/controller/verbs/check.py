@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tfctl.cluster.answers import HostInfo
 from tfctl.cluster.cluster import Cluster, Progress
@@ -11,10 +10,8 @@ from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
 from tfctl.controller.live.launch import version_warnings
 from tfctl.controller.start.plan import Plan
+from tfctl.controller.start.preflight import preflight
 from tfctl.supervisor.protocol import PortInfo
-
-if TYPE_CHECKING:
-    pass
 
 LOG_DRAIN_SECONDS = 10.0
 
@@ -35,7 +32,7 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
     """
     with Cluster(plan.record, accept_new_host_keys=accept_new_host_keys) as cluster:
         asks = plan.config.device_asks()
-        infos = cluster.preflight(progress, gpu_hosts(asks))
+        infos = preflight(cluster, plan.config, progress, gpu_hosts(asks))
         place(asks, {i.host: i.devices for i in infos})  # raises if tasks ask a host for more than it has
         busy = cluster.busy_ports([t for t in plan.record.tasks if t.port != CHOSEN_AT_START])
         summary = None
