@@ -17,6 +17,7 @@ from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.live import driver, spares
 from tfctl.controller.live.stopping import stop_run
+from tfctl.engine import retiring
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore
@@ -127,7 +128,7 @@ def test_an_attached_up_streams_the_moved_task_and_those_restarted_with_it_from_
 def test_a_lost_host_that_comes_back_is_made_to_stop_the_tasks_it_still_ran(tmp_path, fake_backend, monkeypatch):
     """A frozen host thaws with its tasks running, their moved selves already training: the
     controller stops them there (it renews no lease there any more), and strikes the host off."""
-    monkeypatch.setattr(spares, "RETIRE_POLL", 0.01)
+    monkeypatch.setattr(retiring, "RETIRE_POLL", 0.01)
     fake_backend.scripts["worker:0"] = TaskScript(end_after=200)
     h2 = fake_backend.agent("h2")
 
@@ -172,7 +173,7 @@ def test_down_of_a_run_whose_lost_host_is_still_silent_is_clean_and_says_so(
 def test_a_returning_host_whose_processes_survive_the_stop_stays_lost_until_they_are_gone(
     tmp_path, fake_backend, monkeypatch
 ):
-    monkeypatch.setattr(spares, "RETIRE_POLL", 0.01)
+    monkeypatch.setattr(retiring, "RETIRE_POLL", 0.01)
     fake_backend.scripts["worker:0"] = TaskScript(end_after=300)
     h2 = fake_backend.agent("h2")
     h2.survivors = [4242]  # in D state on a hung NFS mount, say
@@ -197,7 +198,7 @@ def test_a_returning_host_whose_processes_survive_the_stop_stays_lost_until_they
 def test_a_host_struck_off_while_another_moves_stays_off(tmp_path, fake_backend, monkeypatch):
     """h2 is lost, comes back and is struck off; then h3, the spare running its task, is lost in
     turn: the second move must not bring h2 back from the controller's older copy of the record."""
-    monkeypatch.setattr(spares, "RETIRE_POLL", 0.01)
+    monkeypatch.setattr(retiring, "RETIRE_POLL", 0.01)
     fake_backend.scripts["worker:0"] = TaskScript(end_after=400)
     h2, h3 = fake_backend.agent("h2"), fake_backend.agent("h3")
     looks_after_h2_stopped: list[int] = []

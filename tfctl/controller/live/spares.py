@@ -19,7 +19,9 @@ from tfctl.cluster import control
 from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster
 from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
+from tfctl.engine import retiring
 from tfctl.engine.moving import MovePlan, after_failed_move, plan_move
+from tfctl.engine.retiring import LeftBehind, Retiring, after_stop_asked
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.store import RunStore
@@ -28,7 +30,6 @@ from tfctl.tf import moves as tf_moves
 from tfctl.tf.tasks import start_phases
 
 SPARE_PATIENCE = 10.0  # seconds a spare whose move failed has to answer, before the next spare is tried
-RETIRE_POLL = 5.0  # seconds between two requests that a host the run left stop what it ran
 
 
 class Mover:
@@ -112,22 +113,19 @@ class Mover:
         threading.Thread(target=self._retire, args=(host,), daemon=True, name=f"retire {host}").start()
 
     def _retire(self, host: str) -> None:
-        """Ask `host` to stop what the run left there until it answers (or the controller closes),
-        then strike it off the record's lost hosts."""
-        cluster, said = self.cluster, False
-        while not cluster.closing.wait(RETIRE_POLL):
+        """Ask `host` to stop what the run left there until `engine.retiring` says it is done
+        (or the controller closes), striking it off the record's lost hosts when it says so."""
+        cluster, state = self.cluster, Retiring(host)
+        wait: float | None = retiring.RETIRE_POLL
+        while wait is not None and not cluster.closing.wait(wait):
             try:
                 answer = cluster.stop_left_behind(host, LOST_HOST_PATIENCE)
+                look: LeftBehind | None = LeftBehind(answer.processes, tuple(answer.remaining))
             except TfctlError:
-                continue  # still silent
-            if answer.remaining:  # (in uninterruptible sleep on a hung filesystem): asked again
-                if not said:
-                    pids = ", ".join(map(str, answer.remaining))
-                    self.notifier.say(f"{host} answers again, but processes of the run survive SIGKILL there: {pids}")
-                    said = True
-                continue
-            cluster.apply(self.store, transitions.retire_host(host))
-            self.notifier.say(
-                f"{host} answers again: stopped the {answer.processes} process(es) of the run it still had"
-            )
-            return
+                look = None  # still silent
+            step = after_stop_asked(state, look)
+            if step.strike_off:
+                cluster.apply(self.store, transitions.retire_host(host))
+            if step.say is not None:
+                self.notifier.say(step.say)
+            state, wait = step.state, step.ask_again_in
