@@ -283,7 +283,9 @@ def test_a_preempted_allocation_moves_the_run_into_a_new_one_that_resumes(slurm,
     watched = next(home.glob(f"runs/{run_id}/watch.log"), None)
     assert run["state"] == "succeeded", (run["reason"], watched.read_text()[-3000:] if watched else "")
     assert [end["why"] for end in run["allocations"]["ended"]] == ["PREEMPTED"]
-    (log,) = home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log")  # the 2nd allocation's worker:0
+    # The 2nd allocation's worker:0: on the node the 1st had it on (whose earlier life was set
+    # aside), or on another, beside the 1st allocation's log: the newest.
+    log = max(home.glob(f"hosts/*/tasks/{run_id}/worker-0/output.log"), key=lambda path: path.stat().st_mtime)
     resumed = re.search(r"worker0 resumed at step (\d+)", log.read_text())
     assert resumed is not None and int(resumed.group(1)) >= 4, log.read_text()[-2000:]
     assert saved.read_text() == "40"

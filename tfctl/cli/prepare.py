@@ -15,7 +15,7 @@ from tfctl.errors import UsageError
 
 
 @cli.command(
-    short_help="Check hosts, images, scripts, ports and network; start nothing.",
+    short_help="Check hosts, images, scripts and ports; start nothing.",
     epilog="""\b
 Examples:
   tfctl check                          everything `up` checks before starting
