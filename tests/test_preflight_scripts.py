@@ -122,9 +122,16 @@ def test_a_module_the_tasks_python_lacks_is_refused_by_check_as_by_up(tmp_path: 
 
 
 @NEEDS_STDLIB_LIST
-def test_modules_are_not_asked_for_when_setup_or_pythonpath_may_bring_them(tmp_path: Path, home: Path) -> None:
+def test_modules_are_not_asked_for_where_another_python_may_have_them(tmp_path: Path, home: Path) -> None:
+    """setup may install them, PYTHONPATH bring them, and a command that names its own
+    interpreter (not `{python}`) runs one preflight does not ask."""
     script = "import tfctl_absent_module\n"
-    for extra in ("setup: ['true']\n", "env: {PYTHONPATH: /opt/mine}\n"):
-        cluster = write(tmp_path, "{python} train.py", script, extra)
+    for command, extra in (
+        ("{python} train.py", "setup: ['true']\n"),
+        ("{python} train.py", "env: {PYTHONPATH: /opt/mine}\n"),
+        ("/opt/other-venv/bin/python train.py", ""),
+        ("python3 train.py", ""),
+    ):
+        cluster = write(tmp_path, command, script, extra)
         done = tfctl("-f", str(cluster), "check", "--no-network", home=home)
-        assert done.returncode == 0, (extra, done.stderr)
+        assert done.returncode == 0, (command, extra, done.stderr)

@@ -34,12 +34,21 @@ class Script:
     job: str
     named: str  # as the command has it, relative to the workdir
     path: Path
+    # Run by `{python}`, the interpreter preflight asks: only then are its imports looked for
+    # (`python3 train.py` is whichever python3 the task's PATH finds first).
+    by_known_python: bool = False
 
 
 def script_named(command: str) -> str | None:
     """The relative `.py` path the command's Python runs (`{python} -u train.py --x` ->
     `train.py`); None when it runs none tfctl can tell (a module, inline code, a path made by
     the shell, an absolute path, another program)."""
+    found = script_and_interpreter(command)
+    return None if found is None else found[0]
+
+
+def script_and_interpreter(command: str) -> tuple[str, str] | None:
+    """`script_named`'s script and the word that runs it (`{python}`, `python3`, the script itself)."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -49,7 +58,7 @@ def script_named(command: str) -> str | None:
             continue  # `cd x && python a.py`, `env A=b python a.py`
         if word != "{python}" and not _PYTHON.fullmatch(os.path.basename(word)):
             if word.endswith(".py") and at == 0:
-                return _relative(word)  # `./train.py`, run by its shebang
+                return _with(_relative(word), word)  # `./train.py`, run by its shebang
             continue
         rest = iter(words[at + 1 :])
         for arg in rest:
@@ -58,9 +67,13 @@ def script_named(command: str) -> str | None:
             if arg in _TAKES_VALUE:
                 next(rest, None)
             elif not arg.startswith("-"):
-                return _relative(arg) if arg.endswith(".py") else None
+                return _with(_relative(arg), word) if arg.endswith(".py") else None
         return None
     return None
+
+
+def _with(script: str | None, interpreter: str) -> tuple[str, str] | None:
+    return None if script is None else (script, interpreter)
 
 
 def _relative(path: str) -> str | None:
@@ -99,9 +112,10 @@ def scripts(config: ClusterConfig, workdir: Path) -> list[Script]:
     """Each job's script, where its command names one in `workdir`, in job order."""
     found = []
     for job in config.jobs:
-        named = script_named(config.command_for(job))
+        named = script_and_interpreter(config.command_for(job))
         if named is not None:
-            found.append(Script(job, named, workdir / named))
+            script, interpreter = named
+            found.append(Script(job, script, workdir / script, interpreter == "{python}"))
     return found
 
 
@@ -132,6 +146,8 @@ def imported_modules(found: list[Script], workdir: Path) -> dict[str, list[str]]
     the workdir itself holds (`import model` beside `model.py`)."""
     needs: dict[str, list[str]] = {}
     for s in found:
+        if not s.by_known_python:
+            continue
         try:
             source = s.path.read_text(encoding="utf-8", errors="replace")
         except OSError:
