@@ -21,11 +21,13 @@ from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
 from tfctl.supervisor import timeline
 from tfctl.supervisor.files import state_root
 from tfctl.supervisor.stream import FollowRequest, LogChunk
+from tfctl.tf.tasks import DEFAULT_ENV
 from tfctl.transport.local import LocalStream, LocalTransport
 
 
 def one_task_cluster(tmp_path: Path, source: str) -> Cluster:
-    task = TaskSpec("worker", 0, "localhost", 1, f"{sys.executable} -c {shlex.quote(source)}", {}, None)
+    # With the environment tfctl gives every task (unbuffered output), not only what the shell running the tests has.
+    task = TaskSpec("worker", 0, "localhost", 1, f"{sys.executable} -c {shlex.quote(source)}", dict(DEFAULT_ENV), None)
     record = RunRecord("logs-test", "t", "x", time.time(), (task,), (HostSpec("localhost", None, str(tmp_path)),), 1.0)
     cluster = Cluster(record, {"localhost": HostAgent(LocalTransport(), None, str(tmp_path))})
     cluster.start_tasks([task])
