@@ -20,10 +20,10 @@ STOPPED = "h2 answers again: stopped the {} process(es) of the run it still had"
         ([LeftBehind(0)], [STOPPED.format(0)], 0),  # its tasks had ended meanwhile: struck off all the same
         (  # survivors in D state: said once, kept on the record until they are gone
             [
-                LeftBehind(1, (4242, 4243)),
-                LeftBehind(0, (4242, 4243)),
+                LeftBehind(1, HUNG),
+                LeftBehind(0, HUNG),
                 None,
-                LeftBehind(0, (4242, 4243)),
+                LeftBehind(0, HUNG),
                 LeftBehind(0),
             ],
             [SURVIVE, STOPPED.format(0)],

@@ -139,9 +139,16 @@ def with_pth_paths(dirs: List[str]) -> List[str]:
     return out
 
 
-def package_version(names: Sequence[str]) -> Optional[str]:
-    """An installed distribution's version from its metadata: no import, so no 3-second TF start."""
-    return dist_version(names, list(sys.path) + with_pth_paths(site_packages()))
+def tasks_path() -> List[str]:
+    """Where this interpreter's tasks look for packages: the supervisor runs with `-S`, so its own
+    sys.path lacks site-packages and what their .pth files add."""
+    return list(sys.path) + with_pth_paths(site_packages())
+
+
+def package_version(names: Sequence[str], path: List[str]) -> Optional[str]:
+    """An installed distribution's version from its metadata in `path` (`tasks_path`): no
+    import, so no 3-second TF start."""
+    return dist_version(names, path)
 
 
 def info(root: str, request: InfoRequest) -> InfoAnswer:
@@ -162,13 +169,14 @@ def python_info(asked: Optional[str], modules: Sequence[str] = ()) -> InfoAnswer
     asked = asked or sys.executable
     python = shutil.which(asked) or asked
     if same_interpreter(python, sys.executable):
+        path = tasks_path()
         return InfoAnswer(
             hostname,
             own_version,
             own_version,
-            package_version(TF_DISTRIBUTIONS),
+            package_version(TF_DISTRIBUTIONS, path),
             python_executable=sys.executable,
-            missing_modules=own_missing(modules),
+            missing_modules=own_missing(modules, path),
         )
     # The tasks' interpreter, with its site-packages, is asked in a process of its own.
     argv = [python, "-c", VERSION_PROBE, SUPERVISOR, ",".join(TF_DISTRIBUTIONS), *modules]
@@ -190,12 +198,10 @@ def python_info(asked: Optional[str], modules: Sequence[str] = ()) -> InfoAnswer
     )
 
 
-def own_missing(modules: Sequence[str]) -> List[str]:
-    """Of `modules`, those this interpreter's tasks cannot import: looked for where they look
-    (the supervisor runs with `-S`, so its own sys.path lacks site-packages)."""
+def own_missing(modules: Sequence[str], path: List[str]) -> List[str]:
+    """Of `modules`, those this interpreter's tasks cannot import from `path` (`tasks_path`)."""
     from importlib.machinery import PathFinder
 
-    path = list(sys.path) + with_pth_paths(site_packages())
     return [m for m in modules if m not in sys.builtin_module_names and PathFinder.find_spec(m, path) is None]
 
 

@@ -394,7 +394,7 @@ def probe(
     (what it ran in, how its image came, the image Python's version, executable, TensorFlow
     version and which of `modules` it lacks, why it cannot run there). A pull's progress is
     said (`note`) as it comes."""
-    absent = [m.split(":")[0] for m in spec.mounts if not os.path.exists(m.split(":")[0])]
+    absent = [source for source in (m.split(":")[0] for m in spec.mounts) if not os.path.exists(source)]
     if absent:
         return "", "", [], "container.mounts: %s does not exist on this host (podman and docker refuse it)" % absent[0]
     try:

@@ -4,7 +4,7 @@ Preflight reads them on this machine before anything starts: a script the comman
 is not in the workdir (`python trian.py`) fails every task seconds after the start, and a
 module the tasks' Python lacks (`import numpy` in an image without it) fails them with
 `ModuleNotFoundError`. Both are said before the start instead, as `check` and `up` say them.
-Pure code: the caller reads the files.
+Only this machine's workdir is read: what the hosts' Pythons have is theirs to say.
 """
 
 from __future__ import annotations
@@ -39,16 +39,11 @@ class Script:
     by_known_python: bool = False
 
 
-def script_named(command: str) -> str | None:
-    """The relative `.py` path the command's Python runs (`{python} -u train.py --x` ->
-    `train.py`); None when it runs none tfctl can tell (a module, inline code, a path made by
-    the shell, an absolute path, another program)."""
-    found = script_and_interpreter(command)
-    return None if found is None else found[0]
-
-
-def script_and_interpreter(command: str) -> tuple[str, str] | None:
-    """`script_named`'s script and the word that runs it (`{python}`, `python3`, the script itself)."""
+def script_named(command: str) -> tuple[str, str] | None:
+    """The relative `.py` path the command's Python runs and the word that runs it (`{python}
+    -u train.py --x` -> (`train.py`, `{python}`); `./train.py`, run by its shebang, runs
+    itself); None when it runs none tfctl can tell (a module, inline code, a path made by the
+    shell, an absolute path, another program)."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -58,7 +53,7 @@ def script_and_interpreter(command: str) -> tuple[str, str] | None:
             continue  # `cd x && python a.py`, `env A=b python a.py`
         if word != "{python}" and not _PYTHON.fullmatch(os.path.basename(word)):
             if word.endswith(".py") and at == 0:
-                return _with(_relative(word), word)  # `./train.py`, run by its shebang
+                return (word, word) if _relative(word) else None
             continue
         rest = iter(words[at + 1 :])
         for arg in rest:
@@ -67,19 +62,14 @@ def script_and_interpreter(command: str) -> tuple[str, str] | None:
             if arg in _TAKES_VALUE:
                 next(rest, None)
             elif not arg.startswith("-"):
-                return _with(_relative(arg), word) if arg.endswith(".py") else None
+                return (arg, word) if arg.endswith(".py") and _relative(arg) else None
         return None
     return None
 
 
-def _with(script: str | None, interpreter: str) -> tuple[str, str] | None:
-    return None if script is None else (script, interpreter)
-
-
-def _relative(path: str) -> str | None:
-    if path.startswith(("/", "~")) or any(c in path for c in "${}*?"):
-        return None
-    return path
+def _relative(path: str) -> bool:
+    """A path preflight can find under the workdir: relative, and not made by the shell."""
+    return not path.startswith(("/", "~")) and not any(c in path for c in "${}*?")
 
 
 def top_imports(source: str) -> list[str]:
@@ -112,7 +102,7 @@ def scripts(config: ClusterConfig, workdir: Path) -> list[Script]:
     """Each job's script, where its command names one in `workdir`, in job order."""
     found = []
     for job in config.jobs:
-        named = script_and_interpreter(config.command_for(job))
+        named = script_named(config.command_for(job))
         if named is not None:
             script, interpreter = named
             found.append(Script(job, script, workdir / script, interpreter == "{python}"))
@@ -144,16 +134,19 @@ def missing_scripts(config: ClusterConfig, found: list[Script], workdir: Path) -
 def imported_modules(found: list[Script], workdir: Path) -> dict[str, list[str]]:
     """job -> the modules its script needs from its Python: its top-level imports, less those
     the workdir itself holds (`import model` beside `model.py`)."""
+    by_path: dict[Path, list[str]] = {}  # jobs sharing the top-level command share a script: read once
     needs: dict[str, list[str]] = {}
     for s in found:
         if not s.by_known_python:
             continue
-        try:
-            source = s.path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        local = {s.path.parent, workdir}
-        needs[s.job] = [
-            m for m in top_imports(source) if not any((d / f"{m}.py").exists() or (d / m).is_dir() for d in local)
-        ]
+        if s.path not in by_path:
+            try:
+                source = s.path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            local = {s.path.parent, workdir}
+            by_path[s.path] = [
+                m for m in top_imports(source) if not any((d / f"{m}.py").exists() or (d / m).is_dir() for d in local)
+            ]
+        needs[s.job] = by_path[s.path]
     return needs
