@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
@@ -19,6 +19,8 @@ from tfctl.cluster.control import Phase
 from tfctl.controller.live import driver, launch
 from tfctl.controller.verbs import down, up
 from tfctl.engine.clock import Cancel, FakeClock
+from tfctl.engine.observed import TaskStatus
+from tfctl.engine.reconcile import Action, NoteSilence, Rules, Ruling
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import HostError, StartupError, UsageError
 from tfctl.runs.record import RunRecord
@@ -200,6 +202,10 @@ def test_unreachable_peers_fail_the_start_naming_each_connection() -> None:
 # ---------------------------------------------------------------- supervise and decide
 
 
+def rules(cluster: Cluster, host_patience: float, **more: Any) -> Rules[Any]:
+    return Rules(cluster.record.decisive, cluster.record.essential, host_patience, **more)
+
+
 def running(cluster: Cluster) -> Cluster:
     control.start(cluster, [Phase(cluster.record.tasks)], timeout=5, clock=FakeClock())
     return cluster
@@ -250,7 +256,7 @@ def test_a_host_silent_past_its_patience_fails_the_run() -> None:
     running(cluster)
     hosts["h2"].down = True
     clock = FakeClock()
-    outcome = control.supervise(cluster, host_patience=25, clock=clock)
+    outcome = control.supervise(cluster, rules(cluster, 25), clock=clock)
     assert outcome.state is RunState.FAILED and 25 <= clock.monotonic() - 1000.0 <= 27  # a look a second
     assert re.fullmatch(
         r"lost contact with h2 since \d\d:\d\d:\d\d \(25s, host_timeout\): h2: connection refused", outcome.reason
@@ -260,39 +266,40 @@ def test_a_host_silent_past_its_patience_fails_the_run() -> None:
 def test_a_host_back_within_its_patience_is_forgiven() -> None:
     cluster, hosts, journal = make({"worker:0": TaskScript(end_after=8)})
     running(cluster)
-    seen: list[list[TaskState]] = []
 
     def flap(request: p.Request[Any]) -> None:
         hosts["h2"].down = 2 <= journal.verbs("h2").count("status") <= 4
 
     hosts["h2"].before = flap
-    silent: list[dict[str, float]] = []
+    done: list[Action] = []
     clock = FakeClock()
     began = clock.time()
-    outcome = control.supervise(
-        cluster,
-        clock=clock,
-        host_patience=60,
-        on_status=lambda statuses: seen.append([s.state for s in statuses]),
-        on_unreachable=silent.append,
-    )
+    outcome = control.supervise(cluster, rules(cluster, 60), done.append, clock=clock)
     assert outcome.succeeded
-    assert [TaskState.RUNNING, TaskState.RUNNING, TaskState.UNREACHABLE] in seen
+    silent = [dict(a.since) for a in done if isinstance(a, NoteSilence)]
     assert [sorted(s) for s in silent] == [["h2"], []]  # told when it went silent and when it came back
+    assert len(done) == 2  # and nothing else
     assert began <= silent[0]["h2"] <= clock.time()
 
 
-def test_a_judge_may_decide_what_states_cannot() -> None:
-    cluster, _hosts, _journal = make()
+def test_a_judge_decides_what_states_cannot_on_the_closer_look_every_judge_every_seconds() -> None:
+    cluster, _hosts, journal = make()
     verdict = Outcome(RunState.FAILED, "worker:1 has been stuck", "worker:1")
-    calls: list[int] = []
+    clock = FakeClock(start=0)
+    calls: list[tuple[float, int]] = []
 
-    def judge(statuses: Sequence[Any], _now: float) -> Outcome | None:
-        calls.append(len(statuses))
-        return verdict if len(calls) == 3 else None
+    def judge(sight: list[TaskStatus], now: float) -> Ruling:
+        calls.append((now, len(sight)))
+        return Ruling(verdict if len(calls) == 3 else None)
 
-    assert control.supervise(running(cluster), judge=judge, clock=FakeClock()) is verdict
-    assert calls == [3, 3, 3]
+    def closer_look() -> tuple[list[TaskStatus], dict[str, Exception], object]:
+        statuses, silent = cluster.status(tail=5)
+        return statuses, silent, statuses
+
+    judged = rules(cluster, 60, judges=[judge])
+    assert control.supervise(running(cluster), judged, closer_look=closer_look, clock=clock) == verdict
+    assert calls == [(0, 3), (5, 3), (10, 3)]  # on the first look, then every JUDGE_EVERY seconds
+    assert journal.verbs("h2").count("status") == 11  # one look a second, the judges' among them
 
 
 def test_cancelling_supervision_returns_at_once() -> None:

@@ -19,6 +19,7 @@ from tfctl.cluster.cluster import Cluster
 from tfctl.engine.clock import Cancel, FakeClock
 from tfctl.engine.live_run import End, Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
+from tfctl.engine.reconcile import Rules
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import RunRecord
@@ -199,9 +200,10 @@ class ScriptedCluster:
         return statuses(silent, **ended), {h: RuntimeError(f"{h}: no answer") for h in silent}
 
 
-def drive(cluster: ScriptedCluster, **options: Any) -> Outcome:
-    """The real driver over the scripted cluster, on its fake clock and cancel token."""
-    return control.supervise(cast(Cluster, cluster), cancel=cluster.cancel, clock=cluster.clock, **options)
+def drive(cluster: ScriptedCluster, host_patience: float = 25.0, **options: Any) -> Outcome:
+    """The real driver over the scripted cluster, on its fake clock and cancel token, a look a second."""
+    rules: Rules[object] = Rules(cluster.record.decisive, cluster.record.essential, host_patience, poll=1.0)
+    return control.supervise(cast(Cluster, cluster), rules, cancel=cluster.cancel, clock=cluster.clock, **options)
 
 
 def scripted(rows: list, record: RunRecord | None = None, cancel_at: int | None = None) -> ScriptedCluster:
@@ -210,7 +212,7 @@ def scripted(rows: list, record: RunRecord | None = None, cancel_at: int | None 
 
 def test_driver_a_frozen_host_is_lost_within_one_look_of_its_patience() -> None:
     cluster = scripted([(0.1, (), {})] + [(5.0, ("h2",), {})] * 20)
-    outcome = drive(cluster, poll=1.0, host_patience=25)
+    outcome = drive(cluster, host_patience=25)
     froze = cluster.looks[1]  # the first look h2 missed began here
     assert outcome.state is FAILED and outcome.silent == ("h2",)
     # Lost at the first look weighed past 25 s: at most one look (5 s) and one pause (1 s) late.
@@ -221,7 +223,7 @@ def test_driver_a_down_during_a_look_that_sees_a_stopped_task_ends_as_tfctl_down
     """34d9bdc: a `down` arrives while a look is under way and its answer already shows a task
     stopped; the run ends as the `down` asked, with one reason, whichever came first."""
     cluster = scripted([(0.5, (), {}), (0.5, (), {"worker_1": "stopped"})], cancel_at=1)
-    outcome = drive(cluster, poll=1.0)
+    outcome = drive(cluster)
     assert outcome == STOPPED_BY_DOWN
 
 
@@ -242,7 +244,7 @@ def test_driver_a_held_failure_moves_with_the_silent_host_on_its_verdict() -> No
         (5, ("h2",), {"worker_0": "failed"})
     ] * 10
     cluster = scripted(rows, record)
-    outcome = drive(cluster, poll=1.0, host_patience=20, on_lost=on_lost)
+    outcome = drive(cluster, host_patience=20, on_lost=on_lost)
     assert moves == [("h2", ("worker:0",))]
     assert outcome == Outcome(SUCCEEDED, "worker:0 finished successfully")
 
@@ -250,7 +252,7 @@ def test_driver_a_held_failure_moves_with_the_silent_host_on_its_verdict() -> No
 def test_driver_cancel_before_any_look_ends_at_once_with_its_reason() -> None:
     cluster = scripted([(0.1, (), {})])
     cluster.cancel.set("SIGTERM")
-    outcome = drive(cluster, poll=1.0)
+    outcome = drive(cluster)
     assert outcome == Outcome(STOPPED, "SIGTERM") and cluster.looks == []
 
 

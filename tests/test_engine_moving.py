@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fakes import record_of
+from tfctl.engine.events import EventKind
 from tfctl.engine.moving import NextMove, after_failed_move, plan_move
 from tfctl.runs.record import RunRecord
 from tfctl.tf import moves as tf_moves
@@ -96,3 +97,17 @@ def test_after_a_failed_move(took: bool, answers: bool, want: NextMove | None) -
     plan = plan_move(run(PS_RUN), "h1", "silent", tf_moves)
     assert plan is not None
     assert after_failed_move(plan, took, answers, "ps:0 did not listen\n  last lines: ...") == want
+
+
+def test_a_move_says_why_and_who_restarts_then_tells_one_moved_event_a_task() -> None:
+    plan = plan_move(run(ALLREDUCE), "h1", "lost contact with h1", tf_moves, ended=("worker:2",))
+    assert plan is not None
+    assert [line.text for line in plan.announced()] == [
+        "lost contact with h1: moving worker:0 to spare s1",
+        "worker:2 ended while h1 was silent: starting again with the move",
+        "restarting worker:1: their cluster names the new address",
+    ]
+    told = plan.told()
+    assert [(e.kind, e.task, e.reason) for e in told] == [
+        (EventKind.MOVED, "worker:0", "worker:0 moved from h1 to s1: lost contact with h1")
+    ]

@@ -20,6 +20,7 @@ from tfctl.cluster import cluster as run_cluster
 from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.control import supervise
 from tfctl.cluster.group import fan_out
+from tfctl.engine.reconcile import Rules
 from tfctl.errors import HostError
 from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState
@@ -108,7 +109,7 @@ def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypa
     monkeypatch.setattr(run_cluster, "STATUS_DEADLINE", 0.1)
     with frozen_h3() as (cluster, _hosts, _journal):
         began = time.monotonic()
-        outcome = supervise(cluster, poll=0.05, host_patience=0.5)
+        outcome = supervise(cluster, Rules(cluster.record.decisive, cluster.record.essential, 0.5, poll=0.05))
         took = time.monotonic() - began
         statuses, unreachable = cluster.status()
     assert outcome.state is RunState.FAILED and took < 3, (outcome, took)

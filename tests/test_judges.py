@@ -3,29 +3,18 @@ judge says of it. No host, no thread, no sleep: each row is one look."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, cast
+from typing import Callable, Sequence
 
 import pytest
 
 from tests.fakes import record_of
-from tfctl.cluster.cluster import Cluster
+from tfctl.engine.events import EventKind
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.verdicts import Outcome
+from tfctl.engine.reconcile import Notify, RestartTasks, Ruling, Say
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.explain import PeerInfo
-from tfctl.tf.judges import (
-    Action,
-    HangJudge,
-    Judging,
-    RestartTasks,
-    Ruling,
-    Say,
-    Sight,
-    SilenceJudge,
-    StallJudge,
-    TellStalled,
-)
+from tfctl.tf.judges import HangJudge, Sight, SilenceJudge, StallJudge
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import Silence
 
@@ -102,9 +91,18 @@ def test_a_stall_is_told_once_while_it_lasts_and_again_when_it_comes_back() -> N
     stalled, stepping = sight(flags={"worker:1": ("stalled",)}), sight()
     rulings = [judge(seen, now) for now, seen in [(0, stalled), (5, stalled), (10, stepping), (15, stalled)]]
     assert [r.outcome for r in rulings] == [None] * 4
-    told = [(a.task, a.done) for r in rulings for a in r.actions if isinstance(a, TellStalled)]
-    assert told == [("worker:1", "the run goes on (progress.on_stall: warn)")] * 2
-    assert [len(r.actions) for r in rulings] == [1, 0, 0, 1]  # and nothing else is asked for
+    told = [(a.kind, a.task) for r in rulings for a in r.actions if isinstance(a, Notify)]
+    assert told == [(EventKind.STALLED, "worker:1")] * 2
+    said = [a.text for r in rulings for a in r.actions if isinstance(a, Say)]
+    assert (
+        said
+        == [
+            "warning: worker:1 on h2 stalled: no step for 100s (progress.stall_timeout 60s); "
+            "the run goes on (progress.on_stall: warn)"
+        ]
+        * 2
+    )
+    assert [len(r.actions) for r in rulings] == [2, 0, 0, 2]  # and nothing else is asked for
 
 
 def test_on_stall_fail_ends_the_run_naming_the_task() -> None:
@@ -118,11 +116,11 @@ def test_on_stall_restart_asks_to_restart_the_jobs_running_tasks_once_for_all_of
     both = sight(flags={"worker:0": ("stalled",), "worker:1": ("stalled",)})
     first, second = judge(both, 0.0), judge(both, 5.0)
     assert first.outcome is None and second == Ruling()
-    restart, told = first.actions  # the restart first, then the words that say it is under way
+    restart, said, told = first.actions  # the restart first, then the words that say it is under way
     assert isinstance(restart, RestartTasks) and [t.name for t in restart.tasks] == ["worker:0", "worker:1"]
     assert restart.why.startswith("stalled: no step for 100s")  # the ps is in another job; worker:1 not told apart
-    assert isinstance(told, TellStalled) and told.task == "worker:0"
-    assert told.done == "restarting worker:0, worker:1 (progress.on_stall: restart)"
+    assert isinstance(told, Notify) and (told.kind, told.task) == (EventKind.STALLED, "worker:0")
+    assert isinstance(said, Say) and said.text.endswith("; restarting worker:0, worker:1 (progress.on_stall: restart)")
 
 
 # --------------------------------------------------------------------------- silence
@@ -158,52 +156,3 @@ def test_a_silent_task_is_noted_once_and_its_lines_counted_only_when_it_is_news(
         said += [a.text for a in ruling.actions if isinstance(a, Say)]
     assert len(said) == 1 and said[0].startswith("note: worker:1 printed nothing for 50 s")
     assert len(counts) == 1 and set(judge.seen) == {"worker:1"}
-
-
-# --------------------------------------------------------------------------- one look for all judges
-
-
-class ScriptedCluster:
-    """A cluster that answers `status` with every task running, counting the asks."""
-
-    def __init__(self) -> None:
-        self.record = RECORD
-        self.asked: list[dict[str, Any]] = []
-
-    def status(self, tasks: Any = None, **kwargs: Any) -> tuple[list[TaskStatus], dict[str, Exception]]:
-        self.asked.append(kwargs)
-        return [status(n) for n in TASKS], {}
-
-    def reachable(self, src: str, dst: str) -> bool | None:
-        return None
-
-
-def test_the_judges_share_one_look_every_period_of_the_clock_passed_in() -> None:
-    cluster = ScriptedCluster()
-    seen: list[tuple[float, int]] = []
-    done: list[Action] = []
-
-    def looked(s: Sight, now: float) -> Ruling:
-        seen.append((now, len(s.statuses)))
-        return Ruling()
-
-    judging = Judging(cast(Cluster, cluster), [looked, lambda s, now: Ruling()], done.append, every=5.0)
-    running = [status(n) for n in TASKS]
-    for now in (0.0, 1.0, 4.9, 5.0, 9.0, 10.5):
-        assert judging(running, now) is None
-    assert seen == [(0.0, 3), (5.0, 3), (10.5, 3)]
-    assert len(cluster.asked) == 3 and all(ask.get("tail") for ask in cluster.asked)  # one ask a look, tails in it
-    assert judging([status(n, "succeeded") for n in TASKS], 100.0) is None and len(cluster.asked) == 3
-
-
-def test_the_actions_of_each_ruling_are_carried_out_in_order_and_the_first_verdict_wins() -> None:
-    done: list[Action] = []
-    ended = Outcome(RunState.FAILED, "worker:1 hung", "worker:1")
-    judges = [
-        lambda s, now: Ruling(actions=(Say("one"), Say("two"))),
-        lambda s, now: Ruling(ended, (Say("three"),)),
-        lambda s, now: Ruling(actions=(Say("never"),)),  # after the verdict: not asked
-    ]
-    judging = Judging(cast(Cluster, ScriptedCluster()), judges, done.append, every=5.0)
-    assert judging([status(n) for n in TASKS], 0.0) == ended
-    assert done == [Say("one"), Say("two"), Say("three")]

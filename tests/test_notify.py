@@ -19,12 +19,12 @@ from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import driver, notify
+from tfctl.engine import reconcile
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.procfs import proc_stat
 from tfctl.supervisor.protocol import RunState, TaskState
-from tfctl.tf import judges
 
 APPEND = (
     'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
@@ -33,7 +33,7 @@ APPEND = (
 
 @pytest.fixture
 def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(judges, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
+    monkeypatch.setattr(reconcile, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
 
 
 def attach(cluster: Cluster, store: RunStore) -> driver.Ending:

@@ -12,12 +12,11 @@ import pytest
 from tests.fake_runs import started, write
 from tests.fakes import TaskScript
 from tfctl.cli.render import render_stop, stop_summary
-from tfctl.cluster import control
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.live import driver, spares
 from tfctl.controller.live.stopping import stop_run
-from tfctl.engine import retiring
+from tfctl.engine import reconcile, retiring
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
 from tfctl.runs.store import RunStore
@@ -47,7 +46,7 @@ def run(
     """Start the run attached, take the `goes_down` hosts down one after the other once each has
     answered a few looks, and supervise it to its end."""
     monkeypatch.setattr(driver, "LOG_DRAIN_SECONDS", 0.0)
-    monkeypatch.setattr(control, "SUPERVISE_POLL", 0.01)
+    monkeypatch.setattr(reconcile, "SUPERVISE_POLL", 0.01)
     store, cluster = started(write(tmp_path, header + jobs), attached=True)
 
     def down_after_three(host: str) -> Any:

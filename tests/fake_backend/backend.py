@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from tests.fake_backend.settings import FakeSettings
 from tests.fake_backend.transport import FakeSpec
@@ -12,10 +12,8 @@ from tests.fakes import FakeHost, Journal, TaskScript
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.config.model import ClusterConfig
 from tfctl.engine.resubmission import AllocationOver
-from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import BackendError, UsageError
 from tfctl.runs.record import HostSpec, RunRecord
-from tfctl.supervisor.protocol import RunState
 
 
 @dataclass
@@ -90,13 +88,8 @@ class FakeBackend:
     def monitor_launcher(self, record: RunRecord) -> None:
         return None
 
-    def judge(self, record: RunRecord) -> Judge:
-        def judge(_statuses: Sequence[Any], _now: float) -> Outcome | None:
-            if record.run_id in LAB.ended:
-                return Outcome(RunState.FAILED, f"the fake pool ended run {record.run_id}")
-            return None
-
-        return judge
+    def allocation_end(self, record: RunRecord) -> str | None:
+        return f"the fake pool ended run {record.run_id}" if record.run_id in LAB.ended else None
 
     def is_over(self, record: RunRecord) -> bool:
         return record.run_id in LAB.ended

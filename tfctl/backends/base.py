@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from tfctl.cluster.cluster import MonitorLauncher
     from tfctl.config.model import ClusterConfig
     from tfctl.engine.resubmission import AllocationOver
-    from tfctl.engine.verdicts import Judge
     from tfctl.errors import UsageError
     from tfctl.runs.record import HostSpec, RunRecord
 
@@ -106,8 +105,10 @@ class Backend(Protocol):
         """Who starts the run's monitors; None: each host's supervisor forks them."""
         ...
 
-    def judge(self, record: RunRecord) -> Judge | None:
-        """What ends the run besides its tasks (the allocation ending under it), if anything."""
+    def allocation_end(self, record: RunRecord) -> str | None:
+        """Asked while the run goes on (every `engine.reconcile.ALLOCATION_EVERY` seconds): how
+        its allocation ended under it, in words, which fails the run; None while it holds, or
+        when the backend holds none."""
         ...
 
     def is_over(self, record: RunRecord) -> bool:
@@ -115,7 +116,7 @@ class Backend(Protocol):
         ...
 
     def why_over(self, record: RunRecord, progress: Progress) -> AllocationOver | None:
-        """The run was decided (its tasks ended, or `judge`): why its allocation ended, waited for
+        """The run was decided (its tasks ended, or `allocation_end`): why its allocation ended, waited for
         when the tasks ended in its last moments (signalled before its time limit); None while it
         holds (the tasks ended by themselves), or when the backend never ends one."""
         ...

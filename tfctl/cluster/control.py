@@ -8,16 +8,17 @@ the hang judge) and renders nothing (progress goes to a callback).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from tfctl.cluster.cluster import Cluster, Progress, quiet
-from tfctl.config.model import DEFAULT_HOST_TIMEOUT, host_port
+from tfctl.config.model import host_port
 from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
-from tfctl.engine.live_run import Look, Move, Supervision
+from tfctl.engine.live_run import End, Look, Move
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.probing import after_refusal
+from tfctl.engine.reconcile import Action, Reconciler, Rules, Seen
 from tfctl.engine.starting import ListenWait
-from tfctl.engine.verdicts import Judge, Outcome
+from tfctl.engine.verdicts import Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import TaskState
@@ -25,11 +26,6 @@ from tfctl.supervisor.protocol import TaskState
 # A refused probe of a task that had listened: how long to look for its end before calling the
 # network at fault (a task that exits as the probe reaches it is not yet recorded as ended).
 PROBE_SETTLE = 3.0
-# How often a run's controller asks every host how its tasks are, for the run's whole life. Each
-# ask costs the host a supervisor request and the controller an SSH round trip: at 0.5 s that was
-# a quarter of what a logging 3-host run took from training (0.014 of a core); a run's end is now
-# noticed within a second rather than half of one.
-SUPERVISE_POLL = 1.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,8 @@ class Phase:
 # A host lost (host, why in words, the tasks elsewhere that ended badly meanwhile): True once its
 # tasks run elsewhere, those ended ones started again, and the run goes on.
 LostHost = Callable[[str, str, tuple[str, ...]], bool]
+# A look with what the judges read: every task's status, the silent hosts, the judges' sight.
+CloserLook = Callable[[], "tuple[list[TaskStatus], dict[str, Exception], object]"]
 
 
 def start(
@@ -174,46 +172,46 @@ def wait_listening(
 
 def supervise(
     cluster: Cluster,
-    poll: float | None = None,
-    host_patience: float = DEFAULT_HOST_TIMEOUT,
-    on_status: Callable[[list[TaskStatus]], None] | None = None,
-    cancel: Cancel | None = None,
-    judge: Judge | None = None,
-    on_unreachable: Callable[[dict[str, float]], None] | None = None,
+    rules: Rules[Any] | None = None,
+    carry_out: Callable[[Action], None] = lambda _action: None,
     on_lost: LostHost | None = None,
+    closer_look: CloserLook | None = None,
+    allocation_end: Callable[[], str | None] = lambda: None,
+    cancel: Cancel | None = None,
     clock: Clock = REAL_CLOCK,
 ) -> Outcome:
-    """Watch the run until it is decided: look at every host, let the engine decide
-    (`engine.live_run`), carry out what it says. `judge` sees what states cannot (a task hung
-    for good); `on_lost` moves a lost host's tasks elsewhere (True once they run there);
-    `on_unreachable` hears of every change in the silent hosts (host -> since, epoch seconds);
-    `cancel` ends it between two looks, as stopped. `poll`: seconds between two looks
-    (SUPERVISE_POLL, as read at the call)."""
-    poll = SUPERVISE_POLL if poll is None else poll
+    """Watch the run until it is decided: take the look the engine's last plan asked for, let it
+    decide (`engine.reconcile`), carry out its actions in order, wait on `clock` as it says.
+    `rules`: the run's (by default its record's, without judges); `closer_look`: the look with
+    what the judges read, and their sight of it; `allocation_end`: the backend's words for the
+    end of the run's allocation, None while it holds; `on_lost` moves a lost host's tasks
+    elsewhere (True once they run there); `carry_out` does the other actions; `cancel` ends
+    it, as stopped."""
+    record = cluster.record
+    rules = rules or Rules(record.decisive, record.essential, record.host_timeout)
+    reconciler: Reconciler[Any] = Reconciler(rules)
     cancel = cancel or Cancel()
-    engine = Supervision(cluster.record.decisive, cluster.record.essential, host_patience)
+    plan = reconciler.first()
     while not cancel.is_set():
-        record = cluster.record  # a move rewrites it
         began = clock.monotonic()
-        statuses, unreachable = cluster.status()
-        if cancel.is_set():
-            break
+        sight: object | None = None
+        if plan.sight and closer_look is not None:
+            statuses, unreachable, sight = closer_look()
+        else:
+            statuses, unreachable = cluster.status()
+        ended = allocation_end() if plan.allocation else None
         silent = {host: str(error) for host, error in unreachable.items()}
-        look = Look(began, statuses, silent, can_move=bool(record.spares) and on_lost is not None)
-        step = engine.observe(look, clock.monotonic(), clock.time())
-        if on_unreachable and step.silence is not None:
-            on_unreachable(step.silence)
-        verdict = step.verdict
-        if isinstance(verdict, Move):
-            assert on_lost is not None  # (can_move says so)
-            if on_lost(verdict.host, verdict.why, verdict.ended):
-                continue  # its tasks run elsewhere now (its silence ends with the next look): look again
-            verdict = engine.move_failed(verdict)
-        if not step.lost and on_status:
-            on_status(statuses)
-        if verdict is None and step.ask_judges and judge is not None:
-            verdict = engine.judged(judge(statuses, clock.monotonic()))
-        if verdict is not None:
-            return verdict.outcome
-        clock.wait(cancel, poll)
-    return engine.cancelled(cancel.reason).outcome
+        look = Look(began, statuses, silent, can_move=bool(cluster.record.spares) and on_lost is not None)
+        seen = Seen(look, sight, plan.allocation, ended, cancel.reason if cancel.is_set() else None)
+        plan = reconciler.step(seen, clock.monotonic(), clock.time())
+        for action in plan.actions:
+            if isinstance(action, End):
+                return action.outcome
+            if isinstance(action, Move):
+                assert on_lost is not None  # (can_move says so)
+                if not on_lost(action.host, action.why, action.ended):
+                    return reconciler.move_failed(action).outcome
+            else:
+                carry_out(action)
+        clock.wait(cancel, plan.look_again_in)
+    return reconciler.cancelled(cancel.reason).outcome

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from tfctl.config.model import host_port
+from tfctl.engine.events import EventKind
+from tfctl.engine.reconcile import Notify, Say
 from tfctl.runs.record import Move, RunRecord, TaskSpec
 
 
@@ -39,6 +41,26 @@ class MovePlan:
     def record_moves(self, at: float) -> tuple[Move, ...]:
         restarted = tuple(t.name for t in self.restarted)
         return tuple(Move(at, t.name, self.lost, self.spare, self.why, restarted) for t in self.moved)
+
+    def announced(self) -> tuple[Say, ...]:
+        """What is said as the move begins: why, where to, and which tasks start again."""
+        moved = ", ".join(t.name for t in self.moved)
+        said = [Say(f"{self.why}: moving {moved} to spare {self.spare}")]
+        if self.ended:
+            said.append(
+                Say(f"{', '.join(self.ended)} ended while {self.lost} was silent: starting again with the move")
+            )
+        readdressed = [t.name for t in self.restarted if t.name not in self.ended]
+        if readdressed:
+            said.append(Say(f"restarting {', '.join(readdressed)}: their cluster names the new address"))
+        return tuple(said)
+
+    def told(self) -> tuple[Notify, ...]:
+        """The `moved` events, one a task, once the moved tasks run on the spare."""
+        return tuple(
+            Notify(EventKind.MOVED, f"{t.name} moved from {self.lost} to {self.spare}: {self.why}", t.name)
+            for t in self.moved
+        )
 
 
 def plan_move(

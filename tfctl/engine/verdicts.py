@@ -1,10 +1,10 @@
-"""How a run ends: its outcome from its tasks' states (`decide`), or from a judge that sees what
-states cannot (a hang, a stall, the backend's own end)."""
+"""How a run ends: its outcome from its tasks' states (`decide`); what states cannot see (a hang,
+a stall, the backend's own end) is weighed in `engine.reconcile`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from tfctl.engine.observed import TaskStatus
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -24,10 +24,6 @@ class Outcome:
     def succeeded(self) -> bool:
         return self.state is RunState.SUCCEEDED
 
-
-# What ends a run beyond its tasks' states (a task hung for good, a scheduler ending the
-# allocation): asked with the look's states and the driver's clock (monotonic seconds).
-Judge = Callable[[Sequence[TaskStatus], float], "Outcome | None"]
 
 # How a run stopped by a `down` ends, whoever carries the `down` out.
 STOPPED_BY_DOWN = Outcome(RunState.STOPPED, "tfctl down")

@@ -1,36 +1,32 @@
 """What ends or marks a running run beyond its tasks' states: a task silent while its peers train,
 a task hung for good on a wait TF never gives up, a task stalled.
 
-The judges decide on what one shared look at the hosts saw (`Sight`) and on the time the driver
-passes in, so each is a table on a fake clock; `Judging` takes that look every `JUDGE_EVERY`
-seconds, once for all of them (each used to ask the hosts on its own, on the real clock).
-
-A judge acts on nothing: it returns a `Ruling`, the run's end or None, and the actions it asks
-for (a line to say, a stall to tell of, tasks to restart). `Judging` hands those actions to the
-one `carry_out` the live controller gives it, so what a judge wants done is data, tested as such.
+The judges decide on what one closer look at the hosts saw (`Sight`: states, progress and tails
+in one request, taken by the driver when the engine's plan asks for it) and on the time the
+driver passes in, so each is a table on a fake clock. A judge acts on nothing: it returns an
+`engine.reconcile.Ruling`, the run's end or None, and the actions it asks for (a line to say, a
+`stalled` event, tasks to restart), which the engine hands to the driver with its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Mapping, Sequence
 
-from tfctl.cluster.cluster import Cluster
+from tfctl.engine.events import EventKind
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.verdicts import Judge, Outcome
-from tfctl.runs.record import TaskSpec
+from tfctl.engine.reconcile import Notify, RestartTasks, Ruling, Say
+from tfctl.engine.verdicts import Outcome
+from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.diagnose import Finding, Kind, diagnose
-from tfctl.tf.doctor import HANGS, TAIL_LINES, known_peers
+from tfctl.tf.doctor import HANGS
 from tfctl.tf.explain import PeerInfo, explain
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import Silence, outputs, silences
 
-JUDGE_EVERY = 5.0  # seconds between two of the judges' looks at the hosts
-
 
 class Sight:
-    """What one judges' look saw: every task's state with its progress read and its last lines.
+    """What one closer look saw: every task's state with its progress read and its last lines.
     `counted()` asks again with every log's lines counted (costly: only when a silence is news)
     and `peers()` says what each task does now; both are asked at most once."""
 
@@ -59,41 +55,6 @@ class Sight:
         if key not in self._memo:
             self._memo[key] = ask()
         return self._memo[key]
-
-
-@dataclass(frozen=True)
-class Say:
-    """A line for whoever watches the run (the attached terminal, the watcher's log)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class TellStalled:
-    """A stalled task, told as a warning line and a `stalled` event to the `notify:` commands."""
-
-    task: str
-    reason: str
-    done: str  # what was done about it, in words
-
-
-@dataclass(frozen=True)
-class RestartTasks:
-    """Have the tasks' monitors start them again (within their restart policy)."""
-
-    tasks: tuple[TaskSpec, ...]
-    why: str
-
-
-Action = Union[Say, TellStalled, RestartTasks]
-
-
-@dataclass(frozen=True)
-class Ruling:
-    """What a judge says of one look: how the run ends (None: it goes on), and what to do."""
-
-    outcome: Outcome | None = None
-    actions: tuple[Action, ...] = ()
 
 
 SightJudge = Callable[[Sight, float], Ruling]
@@ -182,7 +143,7 @@ class StallJudge:
     def __call__(self, sight: Sight, now: float) -> Ruling:
         stalled = [s for s in sight.running() if "stalled" in sight.progress[s.task].flags]
         self._told &= {s.task for s in stalled}
-        actions: list[Action] = []
+        actions: list[Say | Notify | RestartTasks] = []
         for s in stalled:
             if s.task in self._told:
                 continue
@@ -200,54 +161,16 @@ class StallJudge:
                 done = f"restarting {', '.join(t.name for t in again)} (progress.on_stall: restart)"
             else:
                 done = "the run goes on (progress.on_stall: warn)"
-            actions.append(TellStalled(s.task, reason, done))
+            actions += [Say(f"warning: {reason}; {done}"), Notify(EventKind.STALLED, reason, s.task)]
         return Ruling(actions=tuple(actions))
 
 
-class Judging:
-    """The judges of one run on one look every `every` seconds (by the `now` passed in), taken
-    only while a task runs; each ruling's actions go to `carry_out` in order, and the first
-    verdict wins."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        judges: Sequence[SightJudge],
-        carry_out: Callable[[Action], None],
-        every: float | None = None,
-    ) -> None:
-        self.cluster, self.judges, self.carry_out = cluster, list(judges), carry_out
-        self.every = JUDGE_EVERY if every is None else every
-        self.progress = RunProgress(cluster.record.progress)
-        self._last: float | None = None
-
-    def __call__(self, statuses: Sequence[TaskStatus], now: float) -> Outcome | None:
-        if not self.judges or not any(s.state is TaskState.RUNNING for s in statuses):
-            return None
-        if self._last is not None and now - self._last < self.every:
-            return None
-        self._last = now
-        sight = self.look()
-        for judge in self.judges:
-            ruling = judge(sight, now)
-            for action in ruling.actions:
-                self.carry_out(action)
-            if ruling.outcome is not None:
-                return ruling.outcome
-        return None
-
-    def look(self) -> Sight:
-        rule = self.progress.rule()
-        looked, _ = self.cluster.status(progress=rule, tail=TAIL_LINES)
-        return Sight(
-            looked,
-            self.progress.assess(looked),
-            counted=lambda: self.cluster.status(progress=rule, count_lines=True)[0],
-            peers=lambda: known_peers(self.cluster, looked),
-            reachable=self.cluster.reachable,
-        )
-
-
-def first_verdict(judges: Sequence[Judge]) -> Judge:
-    """One judge of several: the first verdict wins."""
-    return lambda statuses, now: next((o for o in (judge(statuses, now) for judge in judges) if o is not None), None)
+def run_judges(record: RunRecord, progress: RunProgress) -> list[SightJudge]:
+    """The judges of a run, in the order they are asked: a silence and a hang (with
+    `hang_timeout`), then a stall (`progress.on_stall`)."""
+    judges: list[SightJudge] = []
+    if record.hang_timeout:
+        silence = SilenceJudge(progress, record.hang_timeout)
+        judges += [silence, HangJudge(record.hang_timeout, silent=silence.seen)]
+    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall))
+    return judges

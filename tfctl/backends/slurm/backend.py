@@ -63,17 +63,14 @@ from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
 from tfctl.engine.resubmission import AllocationOver
-from tfctl.engine.verdicts import Judge, Outcome
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
-from tfctl.supervisor.protocol import RunState
 from tfctl.supervisor.records import Wire, field, record
 from tfctl.transport.specs import LocalSpec
 
 if TYPE_CHECKING:
     from tfctl.cluster.agent import HostAgent
 
-JUDGE_EVERY = 5.0  # seconds between two looks at the allocation while the run goes on
 # Slurm looks at time limits about twice a minute: a job is signalled up to this much before its
 # `signal_before`, and ended up to this much after its limit.
 LIMIT_SLACK = 60.0
@@ -169,23 +166,6 @@ class StepLauncher:
                 start_new_session=True,
                 close_fds=True,
             )
-
-
-def allocation_judge(allocation: SlurmAllocation, run: Runner = run_slurm) -> Judge:
-    """Fails the run once Slurm ends the allocation under it (time limit, preemption, scancel)."""
-    looked: float | None = None
-
-    def judge(_statuses: Sequence[Any], now: float) -> Outcome | None:
-        nonlocal looked
-        if looked is not None and now - looked < JUDGE_EVERY:
-            return None
-        looked = now
-        state = job_state(allocation.job_id, run)
-        if not state.ended:
-            return None
-        return Outcome(RunState.FAILED, f"Slurm ended job {allocation.job_id}: {describe(state)}")
-
-    return judge
 
 
 class SlurmBackend:
@@ -322,8 +302,11 @@ class SlurmBackend:
     def monitor_launcher(self, record: RunRecord) -> StepLauncher:
         return StepLauncher(allocation_of(record))
 
-    def judge(self, record: RunRecord) -> Judge:
-        return allocation_judge(allocation_of(record), self.run)
+    def allocation_end(self, record: RunRecord) -> str | None:
+        """Slurm ended the allocation under the run (time limit, preemption, scancel)."""
+        job_id = allocation_of(record).job_id
+        state = job_state(job_id, self.run)
+        return f"Slurm ended job {job_id}: {describe(state)}" if state.ended else None
 
     def is_over(self, record: RunRecord) -> bool:
         """Its allocation ended, and no successor is queued to take the run up."""

@@ -16,7 +16,6 @@ from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
 from tfctl.engine.resubmission import AllocationOver
-from tfctl.engine.verdicts import Judge
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.transport import is_local_name
@@ -68,8 +67,8 @@ class SSHBackend:
     def monitor_launcher(self, record: RunRecord) -> None:
         return None
 
-    def judge(self, record: RunRecord) -> Judge | None:
-        return None
+    def allocation_end(self, record: RunRecord) -> str | None:
+        return None  # its hosts are the file's: no allocation ends under a run
 
     def is_over(self, record: RunRecord) -> bool:
         return False

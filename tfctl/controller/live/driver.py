@@ -10,13 +10,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.answers import StopReport
 from tfctl.cluster.cluster import Cluster
-from tfctl.controller.live import watcher
+from tfctl.controller.live import reconciling, watcher
 from tfctl.controller.live.launch import launch
-from tfctl.controller.live.notify import EventKind, Notifier, RestartWatch, RunEvent
+from tfctl.controller.live.notify import Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.resubmit import carry_on
 from tfctl.controller.live.spares import Mover
@@ -24,7 +23,8 @@ from tfctl.controller.live.stopping import stop_run
 from tfctl.controller.live.watcher import Report, controller_of_this_process
 from tfctl.controller.start.plan import Draft
 from tfctl.engine.clock import Cancel
-from tfctl.engine.verdicts import STOPPED_BY_DOWN, Judge, Outcome, decide
+from tfctl.engine.events import EventKind
+from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome, decide
 from tfctl.errors import TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.record import ControllerKind, RunRecord
@@ -34,7 +34,6 @@ from tfctl.supervisor.protocol import RunState
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
     from tfctl.cluster.output import LogFollower
-    from tfctl.tf.judges import Action
 
 LOG_DRAIN_SECONDS = 10.0
 UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
@@ -213,76 +212,28 @@ def supervise_through_allocations(
     preemption moves it into a new one (`resubmit.carry_on`) and supervision goes on there.
     `restarting` hears of tasks started anew (moved, restarted with them, a new allocation's)."""
     restarting = restarting or Restarting()
-    mover = Mover(store, cluster, notifier, restarting)
+    carry_out = reconciling.carrier(store, cluster, notifier)
+    mover = Mover(store, cluster, carry_out, restarting)
     for host in cluster.record.lost_hosts:  # left while an earlier controller watched
         mover.retire(host.name)
+    from tfctl.tf.progress import RunProgress
+
     while True:
+        progress = RunProgress(cluster.record.progress)
         outcome = control.supervise(
             cluster,
-            host_patience=cluster.record.host_timeout,
-            on_status=RestartWatch(cluster.record, notifier),
-            cancel=cancel,
-            judge=run_judge(cluster, notifier),
-            on_unreachable=note_unreachable(store, cluster),
+            reconciling.rules_of(cluster, progress),
+            carry_out,
             on_lost=mover,
+            closer_look=reconciling.closer_look(cluster, progress),
+            allocation_end=reconciling.allocation_end(cluster),
+            cancel=cancel,
         )
         if cancel.is_set():
             return outcome
-        ending = carry_on(store, cluster, outcome, notifier, restarting)
+        ending = carry_on(store, cluster, outcome, carry_out, restarting)
         if ending is not None:
             return ending
-
-
-def note_unreachable(store: RunStore, cluster: Cluster) -> Callable[[dict[str, float]], None]:
-    """Record the hosts the controller cannot reach, and since when, for `status` to show (the
-    controller's own answers through its door included)."""
-
-    def note(since: dict[str, float]) -> None:
-        cluster.apply(store, transitions.note_unreachable(since))
-
-    return note
-
-
-def run_judge(cluster: Cluster, notifier: Notifier) -> Judge:
-    """What ends a run beyond its tasks' states: its backend's own end (a scheduler ending the
-    allocation), a task hung for good, a stalled task (`on_stall: fail`; with `warn`, a line and
-    a `stalled` event for `notifier`). The TF judges share one look (`tf.judges.Judging`), and
-    what they ask for is carried out here (`carry_out_judges`)."""
-    from tfctl.tf.judges import HangJudge, Judging, SightJudge, SilenceJudge, StallJudge, first_verdict
-    from tfctl.tf.progress import RunProgress
-
-    record = cluster.record
-    progress = RunProgress(record.progress)
-    judges: list[SightJudge] = []
-    if record.hang_timeout:
-        silence = SilenceJudge(progress, record.hang_timeout)
-        judges += [silence, HangJudge(record.hang_timeout, silent=silence.seen)]
-    judges.append(StallJudge(record.tasks, progress, record.progress.on_stall))
-    backend_judge = backend_for(record.backend).judge(record)
-    judging = Judging(cluster, judges, carry_out_judges(cluster, notifier))
-    return first_verdict([j for j in (backend_judge, judging) if j is not None])
-
-
-def carry_out_judges(cluster: Cluster, notifier: Notifier) -> Callable[[Action], None]:
-    """The judges' actions, done: lines said, stalls told to the `notify:` commands, tasks restarted
-    by their monitors (on the hosts that answer; a silent host's are judged as it is)."""
-    from tfctl.supervisor.protocol import RestartRequest
-    from tfctl.tf.judges import RestartTasks, Say, TellStalled
-
-    def carry_out(action: Action) -> None:
-        if isinstance(action, Say):
-            notifier.say(action.text)
-        elif isinstance(action, TellStalled):
-            notifier.say(f"warning: {action.reason}; {action.done}")
-            notifier.send(RunEvent.of(cluster.record, EventKind.STALLED, action.reason, action.task))
-        elif isinstance(action, RestartTasks):
-            grouped = cluster.by_host(action.tasks)
-            run_id = cluster.record.run_id
-            cluster.fan_out(
-                grouped, lambda a: a.call(RestartRequest(run_id, [t.name for t in grouped[a.host]], action.why))
-            )
-
-    return carry_out
 
 
 def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:

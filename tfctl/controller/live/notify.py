@@ -11,7 +11,6 @@ for them; a command that fails is reported as one line and changes nothing about
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import os
 import queue
@@ -23,34 +22,13 @@ from pathlib import Path
 from typing import IO, Callable, ClassVar, Mapping, Sequence
 
 from tfctl import console
-from tfctl.engine.observed import TaskStatus
+from tfctl.engine.events import EventKind
 from tfctl.runs.record import RunRecord
-from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.supervisor.records import Wire, record
 
 NOTIFY_TIMEOUT = 10.0  # seconds a notify command may take before it is killed
 OUTPUT_SHOWN = 200  # characters of a failed command's last output line in its report
 OUTPUT_KEPT = 64 * 1024  # bytes of a command's output kept, its last: one printing gigabytes costs nothing
-
-
-class EventKind(str, enum.Enum):
-    """What happened to the run."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    STALLED = "stalled"  # a task made no step for `progress.stall_timeout` (`on_stall: warn`)
-    RESTARTED = "restarted"  # a task's restart policy started it again
-    MOVED = "moved"  # a lost host's task started on a spare (`controller/live/spares.py`)
-    RESUBMITTED = "resubmitted"  # the allocation ended under the run (time limit, preemption): it goes on in a new one
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def of_end(cls, state: RunState) -> EventKind:
-        """The event of a run that ended in `state` (a final state)."""
-        return cls(state.value)
 
 
 @record
@@ -197,27 +175,3 @@ def _keep_last(stdout: IO[bytes], kept: bytearray) -> None:
             if len(kept) > 2 * OUTPUT_KEPT:  # trimmed now and then, not on every chunk
                 del kept[:-OUTPUT_KEPT]
     del kept[:-OUTPUT_KEPT]
-
-
-class RestartWatch:
-    """Sends a `restarted` event for each restart a task's monitor made since the controller's
-    first look (a new watcher of a running run does not report the restarts before it)."""
-
-    def __init__(self, run: RunRecord, notifier: Notifier) -> None:
-        self.run = run
-        self.notifier = notifier
-        self._seen: dict[str, int] = {}
-
-    def __call__(self, statuses: list[TaskStatus]) -> None:
-        for s in statuses:
-            if s.state is TaskState.UNREACHABLE:
-                continue  # says nothing of its restarts
-            before = self._seen.get(s.task)
-            self._seen[s.task] = s.restarts
-            if before is None or s.restarts <= before:
-                continue
-            rule = self.run.task(s.task).restart
-            of = f" of {rule.max_restarts}" if rule is not None else ""
-            end = s.earlier_ends[-1] if s.earlier_ends else "ended"
-            reason = f"{s.task} on {s.host} {end}; restart {s.restarts}{of}"
-            self.notifier.send(RunEvent.of(self.run, EventKind.RESTARTED, reason, s.task))

@@ -14,18 +14,21 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Callable
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.launch import start_again
-from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
+from tfctl.controller.live.notify import Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
 from tfctl.controller.start.plan import Draft, drafted
 from tfctl.engine import resubmission
+from tfctl.engine.events import EventKind
+from tfctl.engine.reconcile import Action, Notify, Say
 from tfctl.engine.resubmission import Finish, Resubmit, Seen
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import TfctlError
@@ -38,11 +41,16 @@ GAP_POLL = 2.0  # seconds between two looks at a run between its allocations
 
 
 def carry_on(
-    store: RunStore, cluster: Cluster, outcome: Outcome, notifier: Notifier, restarting: Restarting
+    store: RunStore,
+    cluster: Cluster,
+    outcome: Outcome,
+    carry_out: Callable[[Action], None],
+    restarting: Restarting,
 ) -> Outcome | None:
     """None once the run goes on in a new allocation (`cluster` moved onto it, its tasks
     started, `restarting` told before and after); else how the run ends: `outcome`, or why
-    going on failed. What to do is `engine.resubmission`'s to decide; this carries it out."""
+    going on failed. What to do is `engine.resubmission`'s to decide; this carries it out, its
+    lines and its `resubmitted` event through the live run's `carry_out`."""
     record = store.load(cluster.record.run_id)
     seen = Seen(outcome, record.active, len(record.allocations), record.resubmits)
     early = resubmission.worth_asking(seen)
@@ -50,7 +58,7 @@ def carry_on(
         return early.outcome
 
     def progress(who: str, message: str) -> None:
-        notifier.say(f"[{who}] {message}" if who else message)
+        carry_out(Say(f"[{who}] {message}" if who else message))
 
     try:
         config = recorded_config(store, record)  # read before anything is asked for
@@ -62,7 +70,7 @@ def carry_on(
         if isinstance(moved, Finish):
             return moved.outcome
         run, said = moved
-        notifier.send(RunEvent.of(run.record, EventKind.RESUBMITTED, said))
+        carry_out(Notify(EventKind.RESUBMITTED, said))
         names = [t.name for t in run.record.tasks]
         restarting.before(names)
         try:

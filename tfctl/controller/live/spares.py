@@ -2,25 +2,27 @@
 
 `engine.moving.plan_move` decides, from the run's record alone: which spare, each moved task's
 new spec, and which tasks elsewhere must start again with the new address (`tf/moves.py` says
-which), and whether the next spare takes them when a move fails. `Mover` carries it out from
-the supervision loop: stop those tasks, record the move, start the moved and restarted tasks
-through the usual start (listening, reachability), tell `notify:`. The lost host
-leaves the run but stays on its record (`lost_hosts`) until it is seen to stop what it ran: a
-host that was only frozen comes back with its tasks, which must not train beside their moved
-selves, so the controller keeps asking it to stop them, and `down` asks it too.
+which), what is said and told of it, and whether the next spare takes them when a move fails.
+`Mover` carries it out from the supervision loop: stop those tasks, record the move, start the
+moved and restarted tasks through the usual start (listening, reachability); its lines and
+events go through the live run's one `carry_out`. The lost host leaves the run but stays on its
+record (`lost_hosts`) until it is seen to stop what it ran: a host that was only frozen comes
+back with its tasks, which must not train beside their moved selves, so the controller keeps
+asking it to stop them, and `down` asks it too.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from tfctl.cluster import control
 from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster
-from tfctl.controller.live.notify import EventKind, Notifier, RunEvent
 from tfctl.controller.live.restarting import Restarting
 from tfctl.engine import retiring
 from tfctl.engine.moving import MovePlan, after_failed_move, plan_move
+from tfctl.engine.reconcile import Action, Say
 from tfctl.engine.retiring import LeftBehind, Retiring, after_stop_asked
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs import transitions
@@ -40,10 +42,10 @@ class Mover:
         self,
         store: RunStore,
         cluster: Cluster,
-        notifier: Notifier,
+        carry_out: Callable[[Action], None],
         restarting: Restarting | None = None,
     ) -> None:
-        self.store, self.cluster, self.notifier = store, cluster, notifier
+        self.store, self.cluster, self.carry_out_action = store, cluster, carry_out
         self.restarting = restarting or Restarting()
 
     def __call__(self, host: str, why: str, ended: tuple[str, ...] = ()) -> bool:
@@ -59,7 +61,7 @@ class Mover:
                 self.carry_out(plan)
                 return True
             except TfctlError as e:
-                self.notifier.say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}")
+                self.carry_out_action(Say(f"error: moving {host}'s tasks to {plan.spare} failed: {e.message}"))
                 took = self.cluster.record.task(plan.moved[0].name).host == plan.spare
                 following = after_failed_move(plan, took, took and self._answers(plan.spare), e.message)
                 if following is None:
@@ -80,15 +82,10 @@ class Mover:
         cluster, record = self.cluster, self.cluster.record
 
         def say(who: str, message: str) -> None:
-            self.notifier.say(f"{who}: {message}" if who else message)
+            self.carry_out_action(Say(f"{who}: {message}" if who else message))
 
-        moved = ", ".join(t.name for t in plan.moved)
-        say("", f"{plan.why}: moving {moved} to spare {plan.spare}")
-        if plan.ended:
-            say("", f"{', '.join(plan.ended)} ended while {plan.lost} was silent: starting again with the move")
-        readdressed = [t.name for t in plan.restarted if t.name not in plan.ended]
-        if readdressed:
-            say("", f"restarting {', '.join(readdressed)}: their cluster names the new address")
+        for line in plan.announced():
+            self.carry_out_action(line)
         if plan.restarted:
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
         moves = plan.record_moves(time.time())
@@ -102,9 +99,8 @@ class Mover:
             control.start(cluster, start_phases(starting, "together"), record.startup_timeout, say, again=again)
         finally:  # started or failed, what they printed is theirs to show
             self.restarting.after(names)
-        for t in plan.moved:
-            reason = f"{t.name} moved from {plan.lost} to {plan.spare}: {plan.why}"
-            self.notifier.send(RunEvent.of(cluster.record, EventKind.MOVED, reason, t.name))
+        for event in plan.told():
+            self.carry_out_action(event)
 
     def retire(self, host: str) -> None:
         """`host` has left the run: renew no lease there, and stop what it ran once it answers.
@@ -127,5 +123,5 @@ class Mover:
             if step.strike_off:
                 cluster.apply(self.store, transitions.retire_host(host))
             if step.say is not None:
-                self.notifier.say(step.say)
+                self.carry_out_action(Say(step.say))
             state, wait = step.state, step.ask_again_in
