@@ -160,8 +160,12 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
     for worker in ("worker:0", "worker:1"):  # each runs until stopped, however many looks it gets
         lab.scripts[worker] = TaskScript(lines=["step 1"])
 
-    def ctrl_c(*_: Any) -> None:
-        raise KeyboardInterrupt
+    pressed: list[int] = []
+
+    def ctrl_c(*_: Any) -> None:  # the user presses Ctrl-C once, as the first lines show
+        if not pressed:
+            pressed.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(render, "print_lines", ctrl_c)
     ran = tfctl_here("up")
@@ -172,7 +176,14 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
     assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
 
     lab.hosts.clear()
-    monkeypatch.setattr(driver, "interrupt", ctrl_c)  # Ctrl-C again, while it stops
+    real_stop = driver.stop_run
+
+    def ctrl_c_again(*args: Any) -> Any:  # Ctrl-C again, while it stops
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_stop(*args)
+
+    pressed.clear()
+    monkeypatch.setattr(driver, "stop_run", ctrl_c_again)
     ran = tfctl_here("up")
     assert ran.code == 130
     run_id = RunStore().all()[-1].run_id
@@ -188,7 +199,14 @@ def test_ctrl_c_stops_the_attached_run_and_a_second_one_leaves_it_to_down(lab, m
 def test_a_sigterm_to_up_stops_the_run_and_says_sigterm_not_ctrl_c(lab, monkeypatch):
     for worker in ("worker:0", "worker:1"):
         lab.scripts[worker] = TaskScript(lines=["step 1"])
-    monkeypatch.setattr(render, "print_lines", lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    sent: list[int] = []
+
+    def sigterm(*_: Any) -> None:  # once: another would detach
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(render, "print_lines", sigterm)
     with sigterm_kept():
         ran = tfctl_here("up")
     assert ran.code == 130

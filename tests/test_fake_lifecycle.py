@@ -22,6 +22,7 @@ from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, up
 from tfctl.engine import reconcile
 from tfctl.engine.clock import Cancel
+from tfctl.engine.verdicts import Outcome
 from tfctl.errors import StartupError, UsageError
 from tfctl.runs.record import ControllerKind
 from tfctl.runs.store import RunStore
@@ -132,7 +133,29 @@ def test_a_ps_that_ends_while_the_job_runs_fails_it_unless_the_file_says_otherwi
     assert ending.outcome.state is RunState.SUCCEEDED
 
 
-def test_ctrl_c_while_attached_leaves_the_run_up_until_interrupt_stops_it(tmp_path, fake_backend):
+def test_a_request_on_the_cancel_token_stops_the_attached_run_and_reads_its_last_lines(tmp_path, fake_backend):
+    fake_backend.scripts["worker:1"] = TaskScript(lines=["one line, then Ctrl-C"])
+    store, cluster = started(write(tmp_path), attached=True)  # runs until stopped
+    run_id = cluster.record.run_id
+    stopping, lines = Cancel(), []
+
+    def ctrl_c(batch: list[tuple[str, str]]) -> None:  # the edge: Ctrl-C becomes a request
+        lines.extend(batch)
+        if batch:
+            stopping.set("interrupted (Ctrl-C)")
+
+    with cluster:
+        ending = driver.attach(store, cluster, ctrl_c, stopping=stopping)
+    assert ending.outcome == Outcome(RunState.STOPPED, "interrupted (Ctrl-C)") and ending.handed_over is None
+    assert ending.stop.processes == 3 and ending.stop.clean
+    assert ("worker:1", "one line, then Ctrl-C") in lines
+    record = store.load(run_id)
+    assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
+    assert not (store.run_dir(run_id) / "control.sock").exists()
+    assert fake_backend.released == [run_id]
+
+
+def test_a_second_ctrl_c_while_attached_leaves_the_run_up_for_down(tmp_path, fake_backend):
     fake_backend.scripts["worker:1"] = TaskScript(lines=["one line, then Ctrl-C"])
     store, cluster = started(write(tmp_path), attached=True)  # runs until stopped
     run_id = cluster.record.run_id
@@ -145,10 +168,10 @@ def test_ctrl_c_while_attached_leaves_the_run_up_until_interrupt_stops_it(tmp_pa
             driver.attach(store, cluster, ctrl_c)
         assert store.load(run_id).active and fake_backend.hosts["h2"].tasks["worker:1"].state is TaskState.RUNNING
         assert not (store.run_dir(run_id) / "control.sock").exists()
-        report = driver.interrupt(store, cluster)
+        report = driver.finish(store, cluster, Outcome(RunState.STOPPED, "tfctl down")).stop
     assert report.processes == 3 and report.clean
     record = store.load(run_id)
-    assert (record.state, record.reason) == (RunState.STOPPED, "interrupted (Ctrl-C)")
+    assert (record.state, record.reason) == (RunState.STOPPED, "tfctl down")
     assert fake_backend.released == [run_id]
 
 
@@ -318,7 +341,7 @@ def test_hosts_that_differ_are_warned_of_and_tasks_are_placed_on_what_each_host_
         placed = {t.name: (t.gpus, t.env.get("CUDA_VISIBLE_DEVICES")) for t in cluster.record.tasks}
         assert placed == {"ps:0": ((), ""), "worker:0": ((0,), "0"), "worker:1": ((0,), "0")}
         assert fake_backend.hosts["h1"].launches["worker:0"].env["CUDA_VISIBLE_DEVICES"] == "0"
-        driver.interrupt(store, cluster)
+        driver.finish(store, cluster, Outcome(RunState.STOPPED, "tfctl down"))
 
     fake_backend.hosts.clear()
     fake_backend.released.clear()

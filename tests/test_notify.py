@@ -20,6 +20,7 @@ from tests.fakes import TaskScript
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import driver, notify
 from tfctl.engine import reconcile
+from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.store import RunStore
@@ -184,8 +185,9 @@ def test_a_failing_or_hanging_notify_command_is_reported_and_the_run_is_unaffect
 
 def test_ctrl_c_sends_a_stopped_event(tmp_path, fake_backend):
     store, cluster = started(write(tmp_path, extra=APPEND), attached=True)  # runs until stopped
+    stopping = Cancel()  # the edge turns Ctrl-C into a request on the run's token
     with cluster:
-        driver.interrupt(store, cluster)
+        driver.attach(store, cluster, lambda _batch: stopping.set("interrupted (Ctrl-C)"), stopping=stopping)
     (stopped,) = events(tmp_path)
     assert stopped["kind"] == "stopped" and stopped["reason"] == "interrupted (Ctrl-C)"
 

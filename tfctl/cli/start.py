@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tfctl.config.model import ClusterConfig
     from tfctl.controller.live.driver import Ending
     from tfctl.controller.start.plan import Draft, Plan
+    from tfctl.engine.clock import Cancel
     from tfctl.runs.store import RunStore
     from tfctl.supervisor.task_records import ContainerLaunch
 
@@ -136,12 +137,44 @@ def up(
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM to `up` (`kill`, a batch job's time limit): stops the run as Ctrl-C does, and
-    says it was a SIGTERM, so nobody looks for who pressed Ctrl-C."""
+    """A SIGTERM to `up` (`kill`, a batch job's time limit) while it starts the run: stops what
+    was started as Ctrl-C does."""
 
 
 def _interrupt(*_: object) -> None:
     raise Terminated
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM while `up` follows a running run, at the edge: the first becomes a
+    request on the run's cancel token (the run ends stopped, with its last lines read, or is
+    handed over on SIGTERM as its allocation ends); another while it stops raises
+    KeyboardInterrupt: `up` detaches, leaving the run to `down`."""
+
+    def __init__(self, stopping: Cancel, say: Callable[[str], None]) -> None:
+        self.stopping, self.say = stopping, say
+        self.pressed = self.terminated = False
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupts:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._before[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+        if signum == signal.SIGTERM:
+            self.terminated = True  # said once it is known whether the run is handed over
+            self.stopping.set("terminated (SIGTERM)")
+        else:
+            self.say("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+            self.stopping.set("interrupted (Ctrl-C)")
 
 
 def _progress_printer(start: float) -> Callable[[str, str], None]:
@@ -320,6 +353,7 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     from tfctl.cluster.output import Prefixer
     from tfctl.controller.live import driver, resubmit
     from tfctl.controller.views import status_table, status_view
+    from tfctl.engine.clock import Cancel
     from tfctl.supervisor.protocol import RunState, TaskState
     from tfctl.tf.doctor import TAIL_LINES, LiveNotes, diagnose_run
     from tfctl.tf.noise import NoiseFolder
@@ -336,27 +370,29 @@ def _attached(store: RunStore, cluster: Cluster, hint_file: str) -> int:
     def on_lines(batch: list[tuple[str, str]]) -> None:
         render.print_lines(batch, prefix, notes, folder)
 
-    try:
-        ending = driver.attach(store, cluster, on_lines, notes.forget)
-    except KeyboardInterrupt as e:
-        handed = resubmit.hand_over(store, cluster) if isinstance(e, Terminated) else None
-        if handed is not None:
-            err.print(f"\nSIGTERM: {handed}")
-            return EXIT_INTERRUPTED
-        if isinstance(e, Terminated):
+    stopping = Cancel()
+
+    def hand_over() -> str | None:
+        handed = resubmit.hand_over(store, cluster) if interrupts.terminated else None
+        if handed is None and interrupts.terminated:
             err.print("\nSIGTERM: stopping the cluster (another SIGTERM or Ctrl-C detaches, leaving it to `down`)")
-            why = "terminated (SIGTERM)"
-        else:
-            err.print("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
-            why = "interrupted (Ctrl-C)"
-        try:
-            render.render_stop(driver.interrupt(store, cluster, why))
-        except KeyboardInterrupt:
-            lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
-            err.print(
-                f"detached; tasks may still be running{lease}. Stop them with: "
-                f"tfctl {hint_file}down --run {record.run_id}"
-            )
+        return handed
+
+    interrupts = Interrupts(stopping, lambda line: err.print(line, markup=False))
+    try:
+        with interrupts:
+            ending = driver.attach(store, cluster, on_lines, notes.forget, stopping, hand_over)
+    except KeyboardInterrupt:
+        lease = f" (they stop by themselves within {record.lease_timeout:g}s)" if record.lease_timeout else ""
+        err.print(
+            f"detached; tasks may still be running{lease}. Stop them with: tfctl {hint_file}down --run {record.run_id}"
+        )
+        return EXIT_INTERRUPTED
+    if ending.handed_over is not None:
+        err.print(f"\nSIGTERM: {ending.handed_over}")
+        return EXIT_INTERRUPTED
+    if interrupts.pressed:
+        render.render_stop(ending.stop)
         return EXIT_INTERRUPTED
     # One last look at every task: which never got past waiting or never trained and, if the run failed, why.
     # A host the stop could not reach is not asked again: it would hold each look for seconds.

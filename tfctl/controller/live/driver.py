@@ -48,6 +48,7 @@ class Ending:
     stop: StopReport
     record: RunRecord
     backend: BackendReport | None = None  # what the run's backend said once it released it
+    handed_over: str | None = None  # taken up by the next allocation's controller, nothing stopped: why
 
 
 def finish(
@@ -79,12 +80,17 @@ def attach(
     cluster: Cluster,
     on_lines: Callable[[list[tuple[str, str]]], None],
     on_restarted: Callable[[set[str]], None] = lambda _names: None,
+    stopping: Cancel | None = None,
+    hand_over: Callable[[], str | None] = lambda: None,
 ) -> Ending:
     """Stream every task's output until the job is decided, then stop the rest of the cluster.
     Tasks that start anew (a move, a new allocation) are followed from their new start, and
     `on_restarted` hears of them before their first new line.
 
-    KeyboardInterrupt propagates to the caller with the run still up; the caller stops it.
+    `stopping` is the run's one cancel token: set (Ctrl-C or SIGTERM at the caller's edge, a
+    `down` through the door), the run ends stopped with its reason, its last lines read as for
+    any end; unless `hand_over` says, in words, that the next allocation's controller takes the
+    run up instead. A KeyboardInterrupt (a second Ctrl-C) propagates with the run as it is.
     """
     from tfctl.cluster.output import LogFollower
     from tfctl.controller.live.rpc_handlers import controller_door
@@ -92,13 +98,12 @@ def attach(
     following = _Following(LogFollower(cluster, cluster.record.tasks, follow=True))
     notifier = Notifier.of(cluster.record)
     decided: list[Outcome] = []
-    quit_watching = Cancel()
-    handover = DownHandover(quit_watching)  # a `down` through the door: this thread stops the run
+    stopping = stopping or Cancel()
+    handover = DownHandover(stopping)  # a `down` through the door: this thread stops the run
 
     def watch() -> None:
         try:
-            outcome = supervise_through_allocations(store, cluster, notifier, quit_watching, following)
-            decided.append(STOPPED_BY_DOWN if quit_watching.is_set() else outcome)
+            decided.append(supervise_through_allocations(store, cluster, notifier, stopping, following))
         except TfctlError as e:
             decided.append(Outcome(RunState.FAILED, e.message))
 
@@ -124,6 +129,10 @@ def attach(
             on_restarted(again)
         follower = following.follower
         outcome = decided[0] if decided else Outcome(RunState.FAILED, "supervision ended")
+        if stopping.is_set() and not handover.asked:
+            said = hand_over()
+            if said is not None:
+                return Ending(outcome, StopReport(), cluster.record, handed_over=said)
         ending = finish(store, cluster, outcome, notifier, handover.grace)
         handover.answer(ending.stop, ending.backend)  # a `down` arriving meanwhile hears what was stopped
         # The lines still on their way from the hosts that were stopped; a host that could not be
@@ -142,9 +151,9 @@ def attach(
                 finishing = False
         return ending
     finally:
-        handover.answer(None, None)  # ended without a stop (Ctrl-C): a waiting `down` stops it itself
+        handover.answer(None, None)  # ended without a stop (detached, handed over): a waiting `down` stops it
         door.close()
-        quit_watching.set("the attached `up` ended")
+        stopping.set("the attached `up` ended")
         following.follower.close()
         notifier.close()
 
@@ -234,11 +243,6 @@ def supervise_through_allocations(
         ending = carry_on(store, cluster, outcome, carry_out, restarting)
         if ending is not None:
             return ending
-
-
-def interrupt(store: RunStore, cluster: Cluster, why: str = "interrupted (Ctrl-C)") -> StopReport:
-    """First Ctrl-C (or SIGTERM, says `why`) of an attached run: stop the whole cluster."""
-    return finish(store, cluster, Outcome(RunState.STOPPED, why)).stop
 
 
 def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> Ending | None:
