@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.starting import LISTEN_POLL, LISTEN_POLL_MAX, LISTEN_WAIT, Heard, ListenWait
-from tfctl.supervisor.protocol import TaskState
+from tfctl.engine.starting import LISTEN_POLL, LISTEN_POLL_MAX, LISTEN_WAIT, Heard, ListenWait, began
+from tfctl.runs.record import TaskSpec
+from tfctl.supervisor.protocol import TaskInfo, TaskState
 
 HOSTS = {"ps:0": "h0", "ps:1": "h1"}
 
@@ -99,3 +100,38 @@ def test_each_answer_means_what_the_table_says(
 def test_the_hosts_wait_for_the_ports_themselves_no_longer_than_the_deadline_leaves() -> None:
     wait = ListenWait(["ps:0"], 10.0, True, began=100.0)
     assert [wait.patience(t) for t in (100.0, 109.5, 111.0)] == [LISTEN_WAIT, 0.5, 0.0]
+
+
+# --------------------------------------------------------------------------- the start's answer
+
+
+def answer(name: str, state: str, code: int | None = None, error: str | None = None) -> tuple[TaskSpec, TaskInfo]:
+    job, index = name.split(":")
+    spec = TaskSpec(job, int(index), HOSTS[name], 2222, "python train.py", {}, None)
+    return spec, TaskInfo(name, TaskState(state), pid=41 if state == "running" else None, exit_code=code, error=error)
+
+
+RUN_0, RUN_1 = answer("ps:0", "running"), answer("ps:1", "running")
+NO_FILE = "could not start: No such file or directory"
+# (what each host said of its task) -> the lines said, and the failure
+BEGAN = [
+    pytest.param([RUN_1, RUN_0], [("ps:0", "running (pid 41)"), ("ps:1", "running (pid 41)")], None, id="in order"),
+    pytest.param([answer("ps:0", "succeeded", 0)], [("ps:0", "finished already (exit code 0)")], None, id="done"),
+    pytest.param(
+        [answer("ps:0", "failed", 2), RUN_1],
+        [],
+        ("ps:0", "ps:0 exited with code 2, right after it started"),
+        id="ended at once: the start fails",
+    ),
+    pytest.param(
+        [answer("ps:0", "failed", None, NO_FILE)], [], ("ps:0", f"ps:0 {NO_FILE}"), id="an error says when itself"
+    ),
+]
+
+
+@pytest.mark.parametrize(("answers", "said", "failed"), BEGAN)
+def test_the_start_answer_says_each_task_and_fails_on_one_that_ended(
+    answers: list[tuple[TaskSpec, TaskInfo]], said: list[tuple[str, str]], failed: tuple[str, str] | None
+) -> None:
+    heard = began(answers)
+    assert (list(heard.said), heard.failed) == (said, failed)

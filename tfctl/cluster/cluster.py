@@ -18,6 +18,7 @@ from tfctl.cluster.answers import HostInfo, ProbeFailure, StopReport, bin_dir, c
 from tfctl.cluster.group import GroupResult, fan_out
 from tfctl.config.devices import HostDevices
 from tfctl.engine.clock import Cancel
+from tfctl.engine.leasing import Leases
 from tfctl.engine.observed import TaskStatus
 from tfctl.errors import HostError, StartupError
 from tfctl.runs import transitions
@@ -95,7 +96,7 @@ class Cluster:
             else {h.name: open_agent(h, accept_new_host_keys) for h in record.hosts + record.lost_hosts}
         )
         self.holds_lease = holds_lease and record.lease_timeout > 0
-        self._lease_hosts: set[str] = set()
+        self._leases = Leases(record.lease_timeout)
         self._lease_lock = threading.Lock()
         self._record_lock = threading.Lock()  # one change of the record at a time (`apply`)
         self._closed = Cancel()  # its background threads (lease renewal, a lost host's retirement) end on it
@@ -128,7 +129,7 @@ class Cluster:
         holds this cluster (the door, the log follower, `finish`) reaches the new hosts from now."""
         old = self.agents
         with self._lease_lock:
-            self._lease_hosts.clear()
+            self._leases = Leases(record.lease_timeout)  # the new hosts' leases are kept once their tasks start
         self.agents = {h.name: open_agent(h, self.accept_new_host_keys) for h in record.hosts + record.lost_hosts}
         self.record, self.launcher = record, launcher
         for agent in old.values():
@@ -418,7 +419,7 @@ class Cluster:
     def leave(self, host: str) -> None:
         """`host` is no longer the run's (its tasks moved): its lease is renewed no more."""
         with self._lease_lock:
-            self._lease_hosts.discard(host)
+            self._leases.leave(host)
 
     def stop_left_behind(self, host: str, timeout: float) -> StopAnswer:
         """Stop what the run left on a host it left (every process with its marker there)."""
@@ -428,31 +429,29 @@ class Cluster:
     def _keep_lease(self, hosts: Iterable[str]) -> None:
         """Renew the run's lease on these hosts (and those already held) until `close()`."""
         with self._lease_lock:
-            first = not self._lease_hosts
-            self._lease_hosts.update(hosts)
-        if first:
+            self._leases.hold(hosts)
+            if self._keeper is not None:
+                return
             self._keeper = threading.Thread(target=self._renew_lease, daemon=True, name="lease")
             self._keeper.start()
 
     def _renew_lease(self) -> None:
-        """Six renewals per lease period: a few lost to a slow link do not cost the run. Each host
-        is renewed on its own: one that does not answer (frozen) is skipped while its renewal is
-        still under way, and never delays the others'."""
-        under_way: dict[str, threading.Thread] = {}
-        while not self._closed.wait(self.record.lease_timeout / 6):
+        """Every `Leases.every` seconds, the renewals `engine.leasing` says are due, each on a
+        thread of its own."""
+        while not self._closed.wait(self._leases.every):
             with self._lease_lock:
-                hosts = sorted(self._lease_hosts)
-            for host in hosts:
-                if host in under_way and under_way[host].is_alive():
-                    continue
-                under_way[host] = threading.Thread(target=self._renew_on, args=(host,), daemon=True, name="lease")
-                under_way[host].start()
+                due = self._leases.due()
+            for host in due:
+                threading.Thread(target=self._renew_on, args=(host,), daemon=True, name="lease").start()
 
     def _renew_on(self, host: str) -> None:
         try:
             self.agents[host].call(StatusRequest(self.record.run_id, {}, renew_lease=True), timeout=30)
         except HostError:
             pass  # the next renewal tries again; a host silent for host_timeout fails the run
+        finally:
+            with self._lease_lock:
+                self._leases.answered(host)
 
     def hold_ports(self, ports_by_host: dict[str, list[int]], marker: str, seconds: float) -> None:
         """Throw-away listeners on these ports (stopped by `stop` of `marker`), to test the network."""

@@ -17,11 +17,10 @@ from tfctl.engine.live_run import End, Look, Move
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.probing import after_refusal
 from tfctl.engine.reconcile import Action, Reconciler, Rules, Seen
-from tfctl.engine.starting import ListenWait
+from tfctl.engine.starting import ListenWait, began
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import StartupError
 from tfctl.runs.record import TaskSpec
-from tfctl.supervisor.protocol import TaskState
 
 # A refused probe of a task that had listened: how long to look for its end before calling the
 # network at fault (a task that exits as the probe reaches it is not yet recorded as ended).
@@ -64,15 +63,13 @@ def start(
         for number, phase in enumerate(phases):
             for t in phase.tasks:
                 progress(t.name, f"starting on {t.host}")
-            for name, info in sorted(cluster.start_tasks(phase.tasks, again).items()):
-                if info.state is TaskState.SUCCEEDED:  # a quick task may be done before start answers
-                    progress(name, "finished already (exit code 0)")
-                elif info.state.is_final:
-                    end = TaskStatus.of(cluster.record.task(name), info).describe_end()
-                    when = "" if info.error else ", right after it started"  # an error says that itself
-                    raise StartupError(f"{name} {end}{when}" + cluster.last_lines_text(name))
-                else:
-                    progress(name, f"running (pid {info.pid})")
+            answers = cluster.start_tasks(phase.tasks, again)
+            heard = began([(cluster.record.task(name), info) for name, info in answers.items()])
+            for name, line in heard.said:
+                progress(name, line)
+            if heard.failed is not None:
+                task, why = heard.failed
+                raise StartupError(why + cluster.last_lines_text(task))
             listening: list[str] = []
             if phase.wait_listening:
                 listening = wait_listening(

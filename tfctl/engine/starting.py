@@ -1,4 +1,6 @@
-"""Waiting for a start phase's tasks to listen, decided one answer at a time on the time passed in.
+"""A start phase's answers, decided one at a time on the time passed in: what the hosts said of
+the tasks they were asked to start (`began`: running, done already, or the start fails), then
+waiting for them to listen.
 
 The driver (`cluster.control.wait_listening`) asks the hosts how the tasks are, letting each host
 wait up to `ListenWait.patience` seconds for its ports itself, and hands the answer to `heard`,
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from tfctl.engine.observed import TaskStatus
-from tfctl.supervisor.protocol import TaskState
+from tfctl.runs.record import TaskSpec
+from tfctl.supervisor.protocol import TaskInfo, TaskState
 
 # Each host waits on its own ports for at most LISTEN_WAIT seconds per request, so Ctrl-C and a
 # lost host are noticed within that. A host that answers sooner without its ports listening (it
@@ -23,6 +26,31 @@ from tfctl.supervisor.protocol import TaskState
 LISTEN_WAIT = 1.0
 LISTEN_POLL = 0.05
 LISTEN_POLL_MAX = 0.5
+
+
+@dataclass(frozen=True)
+class Began:
+    """What the hosts' answer to a start means: a line per task, in order, and the task whose end
+    fails the start with the words for it (its name first), if one ended at once other than with exit 0."""
+
+    said: tuple[tuple[str, str], ...] = ()
+    failed: tuple[str, str] | None = None
+
+
+def began(answers: Sequence[tuple[TaskSpec, TaskInfo]]) -> Began:
+    """The answers, by task name: a quick task may be done before its start is answered (exit 0:
+    fine); one that ended otherwise fails the start."""
+    said = []
+    for spec, info in sorted(answers, key=lambda answer: answer[0].name):
+        if info.state is TaskState.SUCCEEDED:
+            said.append((spec.name, "finished already (exit code 0)"))
+        elif info.state.is_final:
+            when = "" if info.error else ", right after it started"  # an error says that itself
+            why = f"{spec.name} {TaskStatus.of(spec, info).describe_end()}{when}"
+            return Began(tuple(said), (spec.name, why))
+        else:
+            said.append((spec.name, f"running (pid {info.pid})"))
+    return Began(tuple(said))
 
 
 @dataclass(frozen=True)
