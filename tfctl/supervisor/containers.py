@@ -521,14 +521,21 @@ class Tethered:
         most. The client's status, `client`, when the tether wrote none (killed, or never ran)."""
         deadline = time.monotonic() + patience
         while True:
-            try:
-                with open(self.exit_file) as f:
-                    return int(f.read().strip())
-            except (OSError, ValueError):
-                pass
+            written = self._written()
+            if written is not None:
+                return written
             if time.monotonic() > deadline or not procfs.task_processes(self.run_id, self.task, None):
-                return client
+                written = self._written()  # (it may have written it as it ended, after the read above)
+                return client if written is None else written
             time.sleep(procfs.POLL)
+
+    def _written(self) -> Optional[int]:
+        """What the tether wrote, if it has (an empty file: not yet)."""
+        try:
+            with open(self.exit_file) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
 
     def stop(self) -> None:
         call(self.runtime.stop(self.name, self.container.grace))
