@@ -192,7 +192,6 @@ def test_a_task_stuck_on_a_peer_past_hang_timeout_fails_the_run_explained(tmp_pa
 def test_a_host_silent_past_host_timeout_fails_the_run_and_the_stop_says_it_was_unchecked(
     tmp_path, fake_backend, monkeypatch
 ):
-    monkeypatch.setattr(driver, "LOG_DRAIN_SECONDS", 0.0)  # h2's stream will never end: drain no longer
     fake_backend.scripts["worker:0"] = TaskScript(lines=["step 1"])
     store, cluster = started(write(tmp_path, extra="host_timeout: 0.05\n"), attached=True)
     run_id = cluster.record.run_id

@@ -45,7 +45,6 @@ def run(
 ) -> Any:
     """Start the run attached, take the `goes_down` hosts down one after the other once each has
     answered a few looks, and supervise it to its end."""
-    monkeypatch.setattr(driver, "LOG_DRAIN_SECONDS", 0.0)
     monkeypatch.setattr(reconcile, "SUPERVISE_POLL", 0.01)
     store, cluster = started(write(tmp_path, header + jobs), attached=True)
 
