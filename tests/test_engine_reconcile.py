@@ -13,6 +13,7 @@ from tfctl.engine.events import EventKind
 from tfctl.engine.live_run import End, Look, Move
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.reconcile import NoteSilence, Notify, Plan, Reconciler, Rules, Ruling, Say, Seen
+from tfctl.engine.retiring import LeftBehind
 from tfctl.engine.verdicts import Outcome
 from tfctl.supervisor.protocol import RunState, TaskState
 
@@ -187,3 +188,50 @@ def test_a_restart_by_a_tasks_monitor_is_told_once(looks: list[tuple[int, str]],
     assert [e.kind for e in events] == [EventKind.RESTARTED] * len(told)
     assert [e.reason.rsplit("; ", 1)[1] for e in events] == told
     assert all(e.reason.startswith("worker:1 on h2 exited with code") and e.task == "worker:1" for e in events)
+
+
+# --------------------------------------------------------------------------- a host the run left
+
+# Looks a second; h9 is on the record's lost hosts from the first. (at each look, what h9
+# answered since the last one: "-" nothing yet, "silent", "survivors", "clean") -> the actions
+LEFT = [
+    pytest.param(
+        ["-"] * 7,
+        {5: ["AskToStop"]},
+        id="asked after RETIRE_POLL, not again while the ask is under way",
+    ),
+    pytest.param(
+        ["-"] * 5 + ["-", "silent", "-", "-", "-", "-", "-"],
+        {5: ["AskToStop"], 11: ["AskToStop"]},
+        id="silent: asked again RETIRE_POLL after its answer",
+    ),
+    pytest.param(
+        ["-"] * 6 + ["survivors"] + ["-"] * 5 + ["survivors", "-"],
+        {5: ["AskToStop"], 6: ["Say"], 11: ["AskToStop"]},
+        id="survivors of SIGKILL said once",
+    ),
+    pytest.param(
+        ["-"] * 6 + ["clean"] + ["-"] * 8,
+        {5: ["AskToStop"], 6: ["Say", "StrikeOff"]},
+        id="clean: said, struck off, asked no more",
+    ),
+]
+ANSWERS = {"silent": None, "survivors": LeftBehind(0, (4242,)), "clean": LeftBehind(2)}
+
+
+@pytest.mark.parametrize(("answers", "acted"), LEFT)
+def test_a_host_the_run_left_is_asked_to_stop_until_it_has(answers: list[str], acted: dict[int, list[str]]) -> None:
+    engine = reconciler()
+    got = {}
+    for t, said in enumerate(answers):
+        left_behind = {} if said == "-" else {"h9": ANSWERS[said]}
+        plan = engine.step(replace(seen(t), left=("h9",), left_behind=left_behind), t, 1e9 + t)
+        if plan.actions:
+            got[t] = kinds(plan)
+    assert got == acted
+
+
+def test_a_host_struck_off_the_record_is_asked_no_more() -> None:
+    engine = reconciler()
+    engine.step(replace(seen(0), left=("h9",)), 0, 1e9)
+    assert kinds(engine.step(seen(6), 6, 1e9 + 6)) == []  # (no longer on the record's lost hosts)

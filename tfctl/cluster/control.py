@@ -7,19 +7,22 @@ the hang judge) and renders nothing (progress goes to a callback).
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from tfctl.cluster.cluster import Cluster, Progress, quiet
+from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster, Progress, quiet
 from tfctl.config.model import host_port
 from tfctl.engine.clock import REAL_CLOCK, Cancel, Clock
 from tfctl.engine.live_run import End, Look, Move
 from tfctl.engine.observed import TaskStatus
 from tfctl.engine.probing import after_refusal
-from tfctl.engine.reconcile import Action, Reconciler, Rules, Seen
+from tfctl.engine.reconcile import Action, AskToStop, Reconciler, Rules, Seen
+from tfctl.engine.retiring import LeftBehind
 from tfctl.engine.starting import ListenWait, began
 from tfctl.engine.verdicts import Outcome
-from tfctl.errors import StartupError
+from tfctl.errors import StartupError, TfctlError
 from tfctl.runs.record import TaskSpec
 
 # A refused probe of a task that had listened: how long to look for its end before calling the
@@ -188,6 +191,7 @@ def supervise(
     rules = rules or Rules(record.decisive, record.essential, record.host_timeout)
     reconciler: Reconciler[Any] = Reconciler(rules)
     cancel = cancel or Cancel()
+    answers: queue.SimpleQueue[tuple[str, LeftBehind | None]] = queue.SimpleQueue()
     plan = reconciler.first()
     while not cancel.is_set():
         began = clock.monotonic()
@@ -199,7 +203,10 @@ def supervise(
         ended = allocation_end() if plan.allocation else None
         silent = {host: str(error) for host, error in unreachable.items()}
         look = Look(began, statuses, silent, can_move=bool(cluster.record.spares) and on_lost is not None)
-        seen = Seen(look, sight, plan.allocation, ended, cancel.reason if cancel.is_set() else None)
+        left = tuple(h.name for h in cluster.record.lost_hosts)
+        seen = Seen(
+            look, sight, plan.allocation, ended, cancel.reason if cancel.is_set() else None, left, _taken(answers)
+        )
         plan = reconciler.step(seen, clock.monotonic(), clock.time())
         for action in plan.actions:
             if isinstance(action, End):
@@ -208,7 +215,31 @@ def supervise(
                 assert on_lost is not None  # (can_move says so)
                 if not on_lost(action.host, action.why, action.ended):
                     return reconciler.move_failed(action).outcome
+            elif isinstance(action, AskToStop):
+                ask_to_stop(cluster, action.host, answers)
             else:
                 carry_out(action)
         clock.wait(cancel, plan.look_again_in)
     return reconciler.cancelled(cancel.reason).outcome
+
+
+def ask_to_stop(cluster: Cluster, host: str, answers: queue.SimpleQueue[tuple[str, LeftBehind | None]]) -> None:
+    """Ask a host the run left to stop what it ran there, on a thread of its own (a silent host
+    holds the request for LOST_HOST_PATIENCE); its answer (None: silent) joins the next look."""
+
+    def ask() -> None:
+        try:
+            answer = cluster.stop_left_behind(host, LOST_HOST_PATIENCE)
+            answers.put((host, LeftBehind(answer.processes, tuple(answer.remaining))))
+        except TfctlError:
+            answers.put((host, None))
+
+    threading.Thread(target=ask, daemon=True, name=f"retire {host}").start()
+
+
+def _taken(answers: queue.SimpleQueue[tuple[str, LeftBehind | None]]) -> dict[str, LeftBehind | None]:
+    taken = {}
+    while not answers.empty():
+        host, answer = answers.get()
+        taken[host] = answer
+    return taken

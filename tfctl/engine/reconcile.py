@@ -5,9 +5,11 @@ The driver (`cluster.control.supervise`) takes the look the last `Plan` asked fo
 state, and when due the judges' closer look (tails and progress, in the same request) and the
 backend's word on the run's allocation. `Reconciler.step` decides on it at the time passed in:
 note the silent hosts, tell `notify:` of restarts and stalls, restart tasks, move a lost host's
-tasks, end the run. What TensorFlow's logs mean stays in `tf/judges.py`, passed in as judges that
-return a `Ruling`; nothing here does I/O or reads a clock, so every case is a row of a table
-(`tests/test_engine_reconcile.py`).
+tasks, ask the hosts the run left to stop what it ran there and strike them off, end the run.
+What TensorFlow's logs mean stays in `tf/judges.py`, passed in as judges that return a
+`Ruling`; nothing here does I/O or reads a clock, so every case is a row of a table
+(`tests/test_engine_reconcile.py`). Requests whose answers take long (a left host asked to
+stop) are sent by the driver on their own and answered in a later look.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Mapping, Sequence, TypeVar, Union
 
+from tfctl.engine import retiring
 from tfctl.engine.events import EventKind
 from tfctl.engine.live_run import End, Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
+from tfctl.engine.retiring import LeftBehind, Retiring, after_stop_asked
 from tfctl.engine.verdicts import Outcome
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -57,6 +61,21 @@ class Notify:
 
 
 @dataclass(frozen=True)
+class AskToStop:
+    """Ask a host the run left (its tasks moved) to stop what the run ran there; its answer
+    comes with a later look (`Seen.left_behind`)."""
+
+    host: str
+
+
+@dataclass(frozen=True)
+class StrikeOff:
+    """A host the run left has stopped all the run had there: off the record's lost hosts."""
+
+    host: str
+
+
+@dataclass(frozen=True)
 class RestartTasks:
     """Have the tasks' monitors start them again (within their restart policy)."""
 
@@ -64,7 +83,7 @@ class RestartTasks:
     why: str
 
 
-Action = Union[NoteSilence, Say, Notify, RestartTasks, Move, End]
+Action = Union[NoteSilence, Say, Notify, RestartTasks, AskToStop, StrikeOff, Move, End]
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,8 @@ class Seen(Generic[S]):
     allocation_asked: bool = False
     allocation_end: str | None = None
     cancelled: str | None = None
+    left: tuple[str, ...] = ()  # the hosts the run left, as its record lists them (`lost_hosts`)
+    left_behind: Mapping[str, LeftBehind | None] = field(default_factory=dict)  # their answers since: None, silent
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,8 @@ class Reconciler(Generic[S]):
         self._restarts: dict[str, int] = {}
         self._judged: float | None = None
         self._allocation_asked: float | None = None
+        self._retiring: dict[str, Retiring] = {}  # a host the run left -> its retirement so far
+        self._next_ask: dict[str, float] = {}  # -> when to ask it to stop next (absent: asked, or done)
 
     def first(self) -> Plan:
         """The first look: at once, with all there is to ask."""
@@ -155,7 +178,7 @@ class Reconciler(Generic[S]):
         if seen.allocation_asked:
             self._allocation_asked = now
         looked = self.supervision.observe(seen.look, now, wall)
-        actions: list[Action] = []
+        actions: list[Action] = self._retire(seen, now)
         if looked.silence is not None:
             actions.append(NoteSilence(looked.silence))
         if isinstance(looked.verdict, Move):
@@ -204,6 +227,34 @@ class Reconciler(Generic[S]):
             if ruling.outcome is not None:
                 return ruling.outcome, said
         return None, said
+
+    def _retire(self, seen: Seen[S], now: float) -> list[Action]:
+        """Each host the run left is asked to stop what it ran there every RETIRE_POLL seconds
+        (`engine.retiring` weighs each answer) until it has, then struck off the record."""
+        actions: list[Action] = []
+        for host, answer in seen.left_behind.items():
+            state = self._retiring.get(host)
+            if state is None:
+                continue
+            step = after_stop_asked(state, answer)
+            self._retiring[host] = step.state
+            if step.say is not None:
+                actions.append(Say(step.say))
+            if step.strike_off:
+                actions.append(StrikeOff(host))
+            if step.ask_again_in is not None:
+                self._next_ask[host] = now + step.ask_again_in
+        for host in seen.left:
+            if host not in self._retiring:
+                self._retiring[host] = Retiring(host)
+                self._next_ask[host] = now + retiring.RETIRE_POLL
+        for host, at in sorted(self._next_ask.items()):
+            if host not in seen.left:
+                del self._next_ask[host]  # struck off
+            elif at <= now:
+                del self._next_ask[host]
+                actions.append(AskToStop(host))
+        return actions
 
     def _restarted(self, statuses: Sequence[TaskStatus]) -> list[Action]:
         """A `restarted` event for each restart a task's monitor made since the first look (a new

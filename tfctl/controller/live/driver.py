@@ -223,8 +223,8 @@ def supervise_through_allocations(
     restarting = restarting or Restarting()
     carry_out = reconciling.carrier(store, cluster, notifier)
     mover = Mover(store, cluster, carry_out, restarting)
-    for host in cluster.record.lost_hosts:  # left while an earlier controller watched
-        mover.retire(host.name)
+    for host in cluster.record.lost_hosts:  # left while an earlier controller watched: asked to stop as the rest
+        cluster.leave(host.name)
     from tfctl.tf.progress import RunProgress
 
     while True:

@@ -1,7 +1,7 @@
 """A live run's reconciler wired to the run: its rules (TensorFlow's judges from `tf/`, the
 restart limits of its tasks), the looks the engine asks for (the judges' closer look, the
 backend's word on the allocation), and the engine's actions carried out (a record transition,
-a line, a `notify:` event, tasks restarted by their monitors)."""
+a line, a `notify:` event, tasks restarted by their monitors, a left host struck off)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from tfctl.backends.base import backend_for
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live.notify import Notifier, RunEvent
-from tfctl.engine.reconcile import Action, NoteSilence, Notify, RestartTasks, Rules, Say
+from tfctl.engine.reconcile import Action, NoteSilence, Notify, RestartTasks, Rules, Say, StrikeOff
 from tfctl.runs import transitions
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.protocol import RestartRequest
@@ -65,6 +65,8 @@ def carrier(store: RunStore, cluster: Cluster, notifier: Notifier) -> Callable[[
     def carry_out(action: Action) -> None:
         if isinstance(action, NoteSilence):
             cluster.apply(store, transitions.note_unreachable(dict(action.since)))
+        elif isinstance(action, StrikeOff):
+            cluster.apply(store, transitions.retire_host(action.host))
         elif isinstance(action, Say):
             notifier.say(action.text)
         elif isinstance(action, Notify):

@@ -13,17 +13,14 @@ asking it to stop them, and `down` asks it too.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable
 
 from tfctl.cluster import control
-from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster
+from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live.restarting import Restarting
-from tfctl.engine import retiring
 from tfctl.engine.moving import MovePlan, after_failed_move, plan_move
 from tfctl.engine.reconcile import Action, Say
-from tfctl.engine.retiring import LeftBehind, Retiring, after_stop_asked
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.store import RunStore
@@ -90,7 +87,7 @@ class Mover:
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
         moves = plan.record_moves(time.time())
         cluster.apply(self.store, transitions.record_move(plan.lost, plan.spare, plan.tasks, moves))
-        self.retire(plan.lost)
+        cluster.leave(plan.lost)  # its lease renewed no more; the supervision asks it to stop what it ran
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]
         again = f"moved{len(cluster.record.moves)}"  # what the restarted tasks left: set aside
         names = [t.name for t in starting]
@@ -101,27 +98,3 @@ class Mover:
             self.restarting.after(names)
         for event in plan.told():
             self.carry_out_action(event)
-
-    def retire(self, host: str) -> None:
-        """`host` has left the run: renew no lease there, and stop what it ran once it answers.
-        Also for the hosts a run left under an earlier controller (one that died)."""
-        self.cluster.leave(host)
-        threading.Thread(target=self._retire, args=(host,), daemon=True, name=f"retire {host}").start()
-
-    def _retire(self, host: str) -> None:
-        """Ask `host` to stop what the run left there until `engine.retiring` says it is done
-        (or the controller closes), striking it off the record's lost hosts when it says so."""
-        cluster, state = self.cluster, Retiring(host)
-        wait: float | None = retiring.RETIRE_POLL
-        while wait is not None and not cluster.closing.wait(wait):
-            try:
-                answer = cluster.stop_left_behind(host, LOST_HOST_PATIENCE)
-                look: LeftBehind | None = LeftBehind(answer.processes, tuple(answer.remaining))
-            except TfctlError:
-                look = None  # still silent
-            step = after_stop_asked(state, look)
-            if step.strike_off:
-                cluster.apply(self.store, transitions.retire_host(host))
-            if step.say is not None:
-                self.carry_out_action(Say(step.say))
-            state, wait = step.state, step.ask_again_in
