@@ -257,11 +257,9 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The tests' backend (`tests/fake_backend`), registered as any backend is, with a fresh lab
     of in-process hosts and a private TFCTL_HOME; yields the lab."""
     from tests.fake_backend import backend as fake
-    from tfctl.engine import reconcile
     from tfctl.registry import backends
 
     monkeypatch.setitem(backends.PACKAGES, "fake", "tests.fake_backend")
-    monkeypatch.setattr(reconcile, "SUPERVISE_POLL", 0.01)  # fake hosts answer at once: look often
     monkeypatch.setenv("TFCTL_HOME", str(tmp_path / "tfctl-home"))
     return fake.reset()
 

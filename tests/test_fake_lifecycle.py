@@ -20,7 +20,6 @@ from tfctl.controller.live import driver, launch
 from tfctl.controller.live.resubmit import recorded_config
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.verbs import down, up
-from tfctl.engine import reconcile
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import Outcome
 from tfctl.errors import StartupError, UsageError
@@ -176,7 +175,6 @@ def test_a_second_ctrl_c_while_attached_leaves_the_run_up_for_down(tmp_path, fak
 
 
 def test_a_task_stuck_on_a_peer_past_hang_timeout_fails_the_run_explained(tmp_path, fake_backend, monkeypatch):
-    monkeypatch.setattr(reconcile, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
     fake_backend.scripts["worker:1"] = TaskScript(lines=["starting", WAITING])
     store, cluster = started(write(tmp_path, extra="hang_timeout: 0.01\n"), attached=True)
     ending, _ = attach(cluster, store)

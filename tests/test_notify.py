@@ -19,7 +19,6 @@ from tests.fake_runs import FAKE_FILE, started, write
 from tests.fakes import TaskScript
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import driver, notify
-from tfctl.engine import reconcile
 from tfctl.engine.clock import Cancel
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome
 from tfctl.errors import StartupError
@@ -30,11 +29,6 @@ from tfctl.supervisor.protocol import RunState, TaskState
 APPEND = (
     'notify:\n  - cat >> events.jsonl\n  - echo "$TFCTL_EVENT_KIND $TFCTL_EVENT_TASK $TFCTL_EVENT_RUN_ID" >> env.txt\n'
 )
-
-
-@pytest.fixture
-def look_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "JUDGE_EVERY", 0.0)  # the judges look at every poll, not every 5 s
 
 
 def attach(cluster: Cluster, store: RunStore) -> driver.Ending:
@@ -56,9 +50,7 @@ def stalled_worker(fake_backend, worker0_ticks: int | None = 30) -> None:
     )
 
 
-def test_a_stalled_task_warns_sends_a_stalled_event_and_the_run_goes_on(
-    tmp_path, fake_backend, look_every_poll, capsys
-):
+def test_a_stalled_task_warns_sends_a_stalled_event_and_the_run_goes_on(tmp_path, fake_backend, capsys):
     stalled_worker(fake_backend)
     store, cluster = started(write(tmp_path, extra="progress: {stall_timeout: 60}\n" + APPEND), attached=True)
     run_id = cluster.record.run_id
@@ -91,7 +83,7 @@ def test_a_second_end_keeps_the_first_ends_words_and_tells_nobody_twice(tmp_path
     assert [(e["kind"], e["reason"]) for e in events(tmp_path)] == [("stopped", "tfctl down")]
 
 
-def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path, fake_backend, look_every_poll):
+def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path, fake_backend):
     stalled_worker(fake_backend, worker0_ticks=300)  # without on_stall: fail, it would succeed (in seconds)
     text = write(tmp_path, extra="progress: {stall_timeout: 60, on_stall: fail}\n" + APPEND)
     store, cluster = started(text, attached=True)
@@ -108,9 +100,7 @@ def test_on_stall_fail_fails_the_run_naming_the_task_and_stops_the_rest(tmp_path
     assert failed["reason"] == ending.outcome.reason
 
 
-def test_on_stall_restart_restarts_the_stalled_job_within_its_restart_policy(
-    tmp_path, fake_backend, look_every_poll, capsys
-):
+def test_on_stall_restart_restarts_the_stalled_job_within_its_restart_policy(tmp_path, fake_backend, capsys):
     text = FAKE_FILE.replace("  worker: [h1:2223, h2:2222]\n", "  worker:\n    hosts: [h1:2223, h2:2222]\n")
     text += "    restart: {policy: exit-code, max_restarts: 1, backoff: 0}\n"
     fake_backend.scripts.update(
@@ -141,7 +131,7 @@ def test_on_stall_restart_restarts_the_stalled_job_within_its_restart_policy(
     assert sent[2]["reason"] == f"worker:1 on h2 {why}; restart 1 of 1"
 
 
-def test_a_task_that_never_stalls_sends_only_the_end(tmp_path, fake_backend, look_every_poll):
+def test_a_task_that_never_stalls_sends_only_the_end(tmp_path, fake_backend):
     fake_backend.scripts["worker:0"] = TaskScript(end_after=5, lines=["step 1"])
     store, cluster = started(write(tmp_path, extra="progress: {stall_timeout: 60}\n" + APPEND), attached=True)
     assert attach(cluster, store).outcome.succeeded

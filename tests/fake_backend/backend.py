@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -11,6 +12,7 @@ from tests.fake_backend.transport import FakeSpec
 from tests.fakes import FakeHost, Journal, TaskScript
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.clock import FakeClock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.errors import BackendError, UsageError
 from tfctl.runs.record import HostSpec, RunRecord
@@ -28,6 +30,9 @@ class Lab:
     refuse: str | None = None  # acquire raises this
     ended: dict[str, str] = field(default_factory=dict)  # run id -> why the backend ended it under its tasks
     acquired: list[str] = field(default_factory=list)  # run ids, once per lease taken (a resubmission too)
+    # The lab's time: each wait of a run's supervision passes at once (its hosts answer at once,
+    # and their tasks live by the looks they get), so a test needs no faster poll.
+    clock: FakeClock = field(default_factory=lambda: FakeClock(time.monotonic(), time.time()))
 
     def agent(self, host: str) -> FakeHost:
         if host not in self.hosts:
@@ -58,6 +63,10 @@ class FakeBackend:
     host_word = "fake host"
     waiting_for: str | None = "the fake pool"
     places_devices = False
+
+    @property
+    def clock(self) -> FakeClock:
+        return LAB.clock
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         return config, "backend fake: the tests' in-process hosts"

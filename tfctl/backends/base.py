@@ -25,6 +25,7 @@ from tfctl.supervisor.records import field as wire_field
 if TYPE_CHECKING:
     from tfctl.cluster.cluster import MonitorLauncher
     from tfctl.config.model import ClusterConfig
+    from tfctl.engine.clock import Clock
     from tfctl.engine.resubmission import AllocationOver
     from tfctl.errors import UsageError
     from tfctl.runs.record import HostSpec, RunRecord
@@ -77,6 +78,7 @@ class Backend(Protocol):
     host_word: str  # what its hosts are called in messages: "host", "node"
     waiting_for: str | None  # whom `acquire` may wait for ("Slurm"): shown while waiting; None: never waits
     places_devices: bool  # it hands out GPUs and cores itself: tfctl does not place tasks on them
+    clock: Clock  # what a run's supervision waits on: the real clock (the tests' in-process lab has its own)
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         """The cluster with every task on a host, for plans made without acquiring anything

@@ -66,11 +66,13 @@ class RealClock:
 
 
 class FakeClock:
-    """A clock that moves only when told to (`advance`) or waited on: tests drive it by hand."""
+    """A clock that moves only when told to (`advance`) or waited on: tests drive it by hand, or
+    let each wait of a loop pass at once (a run on in-process hosts, whose tasks live by looks)."""
 
     def __init__(self, start: float = 1000.0, epoch: float = 1_700_000_000.0) -> None:
         self._now = start
         self._offset = epoch - start
+        self._lock = threading.Lock()  # (several threads may read it while one loop waits on it)
 
     def monotonic(self) -> float:
         return self._now
@@ -79,7 +81,8 @@ class FakeClock:
         return self._now + self._offset
 
     def advance(self, seconds: float) -> None:
-        self._now += max(0.0, seconds)
+        with self._lock:
+            self._now += max(0.0, seconds)
 
     def wait(self, cancel: Cancel, seconds: float) -> bool:
         if not cancel.is_set():

@@ -62,6 +62,7 @@ from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.backends.slurm.transport import SlurmStepSpec, relay_step, step_argv
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord, TaskSpec
@@ -175,6 +176,7 @@ class SlurmBackend:
     host_word = "node"
     waiting_for: str | None = "Slurm"
     places_devices = True  # each task's step asks Slurm for its GPUs and cores
+    clock: Clock = REAL_CLOCK
 
     def __init__(self, run: Runner = run_slurm, import_images: StepsRunner = import_images) -> None:
         self.run = run

@@ -15,6 +15,7 @@ from tfctl.backends.ssh.settings import SSHBackendSettings
 from tfctl.cluster.agent import REMOTE_ROOT
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord
@@ -27,6 +28,7 @@ class SSHBackend:
     host_word = "host"
     waiting_for: str | None = None
     places_devices = False
+    clock: Clock = REAL_CLOCK
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         return config, None  # every task is on a host of the file's

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tfctl.backends.base import backend_for
 from tfctl.cluster import control
 from tfctl.cluster.answers import StopReport
 from tfctl.cluster.cluster import Cluster
@@ -237,6 +238,7 @@ def supervise_through_allocations(
             closer_look=reconciling.closer_look(cluster, progress),
             allocation_end=reconciling.allocation_end(cluster),
             cancel=cancel,
+            clock=backend_for(cluster.record.backend).clock,
         )
         if cancel.is_set():
             return outcome
