@@ -137,6 +137,35 @@ def test_stop_escalates_to_sigkill_for_a_task_ignoring_sigterm(agent: HostAgent)
     assert final.state is TaskState.STOPPED and final.signal == signal.SIGKILL
 
 
+def test_stop_sends_each_process_of_the_task_one_sigterm(agent: HostAgent, tmp_path: Path) -> None:
+    """A handler that saves on SIGTERM runs once: each process of a task whose command keeps its
+    shell (several lines) gets one SIGTERM, though the shell ends at once and its monitor then
+    cleans up what is left while the stop gives them their grace."""
+    counted = tmp_path / "sigterms"
+    source = f"""
+import os, signal, sys, time
+def counted(*_):
+    with open({str(counted)!r}, "a") as f:
+        f.write(f"{{os.getpid()}}\\n")
+    time.sleep(0.3)  # (a save: a second SIGTERM now would run this again)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, counted)
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, counted)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+    info = start(agent, "r12", "worker:0", pycmd(source), grace=5.0)
+    log = Path(host_state(agent.root), "tasks", "r12", "worker-0", "output.log")
+    wait_until(lambda: "ready" in log.read_text(), 10, "the task and its child")
+    report = agent.call(StopRequest("r12", 5.0))
+    assert report.killed == 0 and report.remaining == []
+    pids = counted.read_text().split()
+    assert len(pids) == 2 and len(set(pids)) == 2, pids  # each of the two Pythons once
+    assert str(info.pid) not in pids  # (the task's pid is its shell's)
+
+
 def test_stop_kills_children_in_group_and_escaped_session(agent: HostAgent) -> None:
     start(agent, "r5", "worker:0", f"{PY} {FAKE_TASK} --fork 2 --setsid-child --sleep -1")
     wait_state(agent, "r5", "worker:0", (TaskState.RUNNING,))

@@ -107,8 +107,10 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         code, asked = _wait_guarded(child, d, run_id, launch, proc, notes, outage, meter, boxed)
         if boxed is not None:
             code = boxed.exit_code(code, launch.grace + 5.0)
-        # Whatever this run of the task started must not outlive it, restarted or not.
-        _clean_up(run_id, launch, proc, boxed)
+        # Whatever this run of the task started must not outlive it, restarted or not; what a stop
+        # has signalled already is given its grace, not a second SIGTERM (a save run twice).
+        stopped = bool(_STOPS) or os.path.exists(os.path.join(d, "stop.json"))
+        _clean_up(run_id, launch, proc, boxed, signalled=stopped)
         if asked is not None:
             wanted = launch.restart is not None and len(ends) < launch.restart.max_restarts
             if not wanted or os.path.exists(os.path.join(d, "stop.json")):
@@ -181,8 +183,11 @@ def exec_form(command: str) -> str:
     return "exec " + command
 
 
-def _clean_up(run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Optional[containers.Tethered]) -> None:
-    procfs.terminate(lambda: procfs.to_signal(procfs.task_processes(run_id, launch.task, proc)), launch.grace)
+def _clean_up(
+    run_id: str, launch: TaskLaunch, proc: Dict[str, Any], boxed: Optional[containers.Tethered], signalled: bool
+) -> None:
+    find = lambda: procfs.to_signal(procfs.task_processes(run_id, launch.task, proc))  # noqa: E731
+    procfs.terminate(find, launch.grace, signalled=signalled)
     if boxed is not None:
         boxed.remove()
 

@@ -174,19 +174,26 @@ def descendants(pid: int) -> List[int]:
 
 
 def signal_all(pids: List[int], sig: int) -> None:
-    """Signal each process, and the whole group of each one that leads a group."""
+    """Signal the whole group of each process that leads a group, and each other process not in
+    one of those groups: every process once (a handler that saves on SIGTERM runs once)."""
     groups = set()
+    group_of = {}
     for pid in pids:
         st = proc_stat(pid)
-        if st is not None and st["pgid"] == pid:
-            groups.add(pid)
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pgid in groups:
+        if st is not None:
+            group_of[pid] = st["pgid"]
+            if st["pgid"] == pid:
+                groups.add(pid)
+    for pgid in sorted(groups):
         try:
             os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        if group_of.get(pid) in groups:
+            continue  # signalled with its group
+        try:
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -206,18 +213,20 @@ class Termination(Record):
         return any(os.path.exists("/proc/%d" % pid) for pid in self.seen)
 
 
-def terminate(find: Callable[[], List[int]], grace: float) -> Termination:
+def terminate(find: Callable[[], List[int]], grace: float, signalled: bool = False) -> Termination:
     """SIGTERM, wait up to `grace`, SIGKILL, wait, and report what still runs.
 
     `find` re-lists the target processes each round, so children forked during the grace
-    period are caught as well.
+    period are caught as well. `signalled`: they have had their SIGTERM (from a stop under
+    way): no second one, only the grace and SIGKILL.
     """
     seen: Set[int] = set()
     pids = find()
     seen.update(pids)
     killed: Set[int] = set()
     if pids:
-        signal_all(pids, signal.SIGTERM)
+        if not signalled:
+            signal_all(pids, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while pids and time.monotonic() < deadline:
             time.sleep(POLL)
