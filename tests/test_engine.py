@@ -170,8 +170,6 @@ def test_judges_are_asked_only_when_the_states_decide_nothing() -> None:
     e = engine()
     assert e.observe(look(0), 1, 1).ask_judges
     assert not e.observe(look(1, worker_0="succeeded"), 2, 2).ask_judges
-    verdict = Outcome(FAILED, "worker:1 hung", "worker:1")
-    assert e.judged(verdict) == End(verdict) and e.judged(None) is None
 
 
 # --------------------------------------------------------------------------- the driver

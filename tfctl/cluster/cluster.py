@@ -99,7 +99,7 @@ class Cluster:
         self._leases = Leases(record.lease_timeout)
         self._lease_lock = threading.Lock()
         self._record_lock = threading.Lock()  # one change of the record at a time (`apply`)
-        self._closed = Cancel()  # its background threads (lease renewal, a lost host's retirement) end on it
+        self._closed = Cancel()  # its lease thread ends on it
         self._keeper: threading.Thread | None = None
 
     def __enter__(self) -> Cluster:
@@ -410,11 +410,6 @@ class Cluster:
             return None
         watch = {name: record.task(name).address for name in record.decisive}
         return IdleRule(task.port, record.idle_timeout, watch, record.startup_timeout)
-
-    @property
-    def closing(self) -> Cancel:
-        """Set once the cluster is closed: the token its background threads end on."""
-        return self._closed
 
     def leave(self, host: str) -> None:
         """`host` is no longer the run's (its tasks moved): its lease is renewed no more."""

@@ -88,10 +88,6 @@ class Supervision:
             return Step(silence, End(outcome))
         return Step(silence, ask_judges=True)
 
-    def judged(self, verdict: Outcome | None) -> End | None:
-        """What the judges said of the last look, when states decided nothing."""
-        return None if verdict is None else End(verdict)
-
     def move_failed(self, move: Move) -> End:
         """No spare could take the lost host's tasks: the run fails as it would without spares."""
         return End(Outcome(RunState.FAILED, move.why, silent=(move.host,) if move.host in self._since else ()))
