@@ -224,3 +224,15 @@ def test_a_run_whose_ps_exits_before_listening_sends_a_failed_event(tmp_path, fa
     (failed,) = events(tmp_path)
     assert failed["kind"] == "failed" and failed["reason"].startswith("ps:0 exited with code 3 before listening")
     assert (tmp_path / "env.txt").read_text() == f"failed  {failed['run_id']}\n"
+
+
+def test_events_are_made_in_one_place() -> None:
+    """What reaches `notify:` is decided as `Notify` notices (the engine's, a run's end) and made
+    into events only by `Notifier.tell`: no module builds a RunEvent of its own."""
+    package = Path(notify.__file__).parents[2]
+    making = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "RunEvent.of(" in path.read_text() or "RunEvent(" in path.read_text()
+    )
+    assert making == ["controller/live/notify.py"]

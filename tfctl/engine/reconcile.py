@@ -59,6 +59,11 @@ class Notify:
     reason: str
     task: str | None = None
 
+    @classmethod
+    def of_end(cls, outcome: Outcome) -> Notify:
+        """The event of a run that ended with `outcome`."""
+        return cls(EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
+
 
 @dataclass(frozen=True)
 class AskToStop:

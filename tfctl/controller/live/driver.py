@@ -16,7 +16,7 @@ from tfctl.cluster.answers import StopReport
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live import reconciling, watcher
 from tfctl.controller.live.launch import launch
-from tfctl.controller.live.notify import Notifier, RunEvent
+from tfctl.controller.live.notify import Notifier
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.resubmit import carry_on
 from tfctl.controller.live.spares import Mover
@@ -24,7 +24,7 @@ from tfctl.controller.live.stopping import stop_run
 from tfctl.controller.live.watcher import Report, controller_of_this_process
 from tfctl.controller.start.plan import Draft
 from tfctl.engine.clock import Cancel
-from tfctl.engine.events import EventKind
+from tfctl.engine.reconcile import Notify
 from tfctl.engine.verdicts import STOPPED_BY_DOWN, Outcome, decide
 from tfctl.errors import TfctlError
 from tfctl.runs import transitions
@@ -67,12 +67,11 @@ def finish(
     record = cluster.apply(store, transitions.end_if_active(outcome.state, outcome.reason, time.time()))
     if record is None:
         return Ending(outcome, report, cluster.record, backend)
-    event = RunEvent.of(record, EventKind.of_end(outcome.state), outcome.reason, outcome.culprit)
     if notifier is not None:
-        notifier.send(event)
+        notifier.tell(record, Notify.of_end(outcome))
     else:
         with Notifier.of(record) as own:
-            own.send(event)
+            own.tell(record, Notify.of_end(outcome))
     return Ending(outcome, report, record, backend)
 
 

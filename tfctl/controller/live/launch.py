@@ -18,14 +18,15 @@ from tfctl.cluster.answers import HostInfo
 from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
-from tfctl.controller.live.notify import Notifier, RunEvent
+from tfctl.controller.live.notify import Notifier
 from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.start.plan import Draft, Plan, make_plan, remote_workdir
 from tfctl.controller.start.preflight import preflight
 from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
-from tfctl.engine.events import EventKind
+from tfctl.engine.reconcile import Notify
+from tfctl.engine.verdicts import Outcome
 from tfctl.errors import StartupError, TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
@@ -229,7 +230,7 @@ def _tell_failed_start(store: RunStore, record: RunRecord, error: BaseException)
     else:
         state, reason = RunState.STOPPED, "interrupted during start"
     with Notifier.of(stored or record) as notifier:
-        notifier.send(RunEvent.of(stored or record, EventKind.of_end(state), reason))
+        notifier.tell(stored or record, Notify.of_end(Outcome(state, reason)))
 
 
 def version_warnings(infos: list[HostInfo]) -> list[str]:

@@ -23,6 +23,7 @@ from typing import IO, Callable, ClassVar, Mapping, Sequence
 
 from tfctl import console
 from tfctl.engine.events import EventKind
+from tfctl.engine.reconcile import Notify
 from tfctl.runs.record import RunRecord
 from tfctl.supervisor.records import Wire, record
 
@@ -91,6 +92,10 @@ class Notifier:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def tell(self, run: RunRecord, notice: Notify) -> None:
+        """What the engine decided to tell, as the run's event: the one place events are made."""
+        self.send(RunEvent.of(run, notice.kind, notice.reason, notice.task))
 
     def send(self, event: RunEvent) -> None:
         if not self.commands:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.cluster import Cluster
-from tfctl.controller.live.notify import Notifier, RunEvent
+from tfctl.controller.live.notify import Notifier
 from tfctl.engine.reconcile import Action, NoteSilence, Notify, RestartTasks, Rules, Say, StrikeOff
 from tfctl.runs import transitions
 from tfctl.runs.store import RunStore
@@ -70,7 +70,7 @@ def carrier(store: RunStore, cluster: Cluster, notifier: Notifier) -> Callable[[
         elif isinstance(action, Say):
             notifier.say(action.text)
         elif isinstance(action, Notify):
-            notifier.send(RunEvent.of(cluster.record, action.kind, action.reason, action.task))
+            notifier.tell(cluster.record, action)
         elif isinstance(action, RestartTasks):
             grouped = cluster.by_host(action.tasks)
             run_id = cluster.record.run_id

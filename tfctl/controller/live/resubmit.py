@@ -21,7 +21,7 @@ from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.launch import start_again
-from tfctl.controller.live.notify import Notifier, RunEvent
+from tfctl.controller.live.notify import Notifier
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
@@ -98,14 +98,14 @@ def take_up(store: RunStore, run_id: str, progress: Progress) -> Cluster | Outco
         ended = None if decision.recorded else transitions.apply(store, run_id, end)
         if ended is not None:
             with Notifier.of(ended) as notifier:
-                notifier.send(RunEvent.of(ended, EventKind.of_end(ended.state), decision.outcome.reason))
+                notifier.tell(ended, Notify.of_end(Outcome(ended.state, decision.outcome.reason)))
         return decision.outcome
     moved = _into_new_allocation(store, record, recorded_config(store, record), decision, None, progress)
     if isinstance(moved, Finish):
         return moved.outcome
     run, said = moved
     with Notifier.of(run.record) as notifier:
-        notifier.send(RunEvent.of(run.record, EventKind.RESUBMITTED, said))
+        notifier.tell(run.record, Notify(EventKind.RESUBMITTED, said))
     mine = run.record.replace(watcher=controller_of_this_process(ControllerKind.UP))
     cluster = Cluster(mine, holds_lease=True, launcher=backend.monitor_launcher(mine))
     try:
