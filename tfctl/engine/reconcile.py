@@ -139,7 +139,7 @@ class Plan:
         return next((a for a in self.actions if isinstance(a, Move)), None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rules(Generic[S]):
     """What a run is reconciled by: which tasks decide it and which may not end while it runs,
     how long a host may be silent, how many restarts each task's policy allows (for the words of
@@ -158,7 +158,8 @@ class Rules(Generic[S]):
 class Reconciler(Generic[S]):
     """The decisions of one run's supervision, a look at a time; no I/O, no clock of its own.
     It keeps what they need from the looks before: since when each host is silent (in
-    `Supervision`), each task's restarts seen, when the judges and the backend were last asked."""
+    `Supervision`), each task's restarts seen, when the judges and the backend were last asked,
+    and each left host's retirement."""
 
     def __init__(self, rules: Rules[S]) -> None:
         self.rules = rules
