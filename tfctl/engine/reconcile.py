@@ -21,7 +21,7 @@ from tfctl.engine import retiring
 from tfctl.engine.events import EventKind
 from tfctl.engine.live_run import End, Look, Move, Supervision
 from tfctl.engine.observed import TaskStatus
-from tfctl.engine.retiring import LeftBehind, Retiring, after_stop_asked
+from tfctl.engine.retiring import LeftBehind, Retiring
 from tfctl.engine.verdicts import Outcome
 from tfctl.runs.record import TaskSpec
 from tfctl.supervisor.protocol import RunState, TaskState
@@ -180,7 +180,7 @@ class Reconciler(Generic[S]):
     def step(self, seen: Seen[S], now: float, wall: float) -> Plan:
         """The decision on `seen`, read at `now` (monotonic) and `wall` (epoch)."""
         if seen.cancelled is not None:
-            return Plan((Supervision.cancelled(seen.cancelled),))
+            return Plan((self.cancelled(seen.cancelled),))
         if seen.allocation_asked:
             self._allocation_asked = now
         looked = self.supervision.observe(seen.look, now, wall)
@@ -242,7 +242,7 @@ class Reconciler(Generic[S]):
             state = self._retiring.get(host)
             if state is None:
                 continue
-            step = after_stop_asked(state, answer)
+            step = retiring.after_stop_asked(state, answer)
             self._retiring[host] = step.state
             if step.say is not None:
                 actions.append(Say(step.say))
