@@ -134,7 +134,10 @@ def test_the_watcher_of_a_detached_run_is_the_process_that_started_it(tmp_path: 
     the same connections, by the recorded watcher, and no host is connected to a second time."""
     ports = free_ports(3)
     cluster = write_cluster(
-        tmp_path, ports, fake(f"--name ps --port {ports[0]} --sleep -1"), fake("--name w --lines 1 --sleep 1")
+        tmp_path,
+        ports,
+        fake(f"--name ps --port {ports[0]} --sleep -1"),
+        fake("--name w --lines 1 --sleep $((1 - {task_index}))"),  # worker:1 ends before the chief
     )
     trace = tmp_path / "trace.jsonl"
     up = tfctl("--trace", str(trace), "-f", str(cluster), "up", "-d", home=home)

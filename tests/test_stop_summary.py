@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 from tfctl.cli.render import stop_summary
 from tfctl.cluster.answers import StopReport
-from tfctl.supervisor.protocol import StopAnswer
+from tfctl.supervisor import procfs, tasks
+from tfctl.supervisor.files import task_dir, write_json
+from tfctl.supervisor.protocol import StartRequest, StopAnswer, StopRequest, TaskLaunch
 
 
 def test_a_clean_stop_says_so_for_every_host() -> None:
@@ -29,3 +34,16 @@ def test_tasks_that_had_ended_are_counted_so_fewer_processes_do_not_read_as_miss
     older = StopAnswer(processes=1, killed=0, remaining=[]).to_wire()
     del older["ended"]
     assert StopAnswer.from_wire(older).ended == 0
+
+
+def test_a_task_whose_process_is_gone_before_its_end_is_recorded_counts_as_ended(tmp_path) -> None:
+    """A task that exits by itself as the stop begins (its monitor still writing exit.json) is
+    neither stopped nor missed: it had ended, and the count says so."""
+    root = str(tmp_path)
+    tasks.start(root, StartRequest("r", [TaskLaunch("worker:0", "true")], spawn=False))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stat = {"pid": gone.pid, "pgid": gone.pid, "starttime": 1, "boot_id": procfs.boot_id(), "started_at": 1.0}
+    write_json(os.path.join(task_dir(root, "r", "worker:0"), "proc.json"), stat)
+    answer = tasks.stop(root, StopRequest("r", 0))
+    assert (answer.processes, answer.ended) == (0, 1)

@@ -230,7 +230,10 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         # Tasks only: not the state of earlier starts (`_set_aside`).
         tasks = [n.replace("-", ":", 1) for n in names if os.path.exists(os.path.join(base, n, "spec.json"))]
     procs: Dict[str, Optional[dict]] = {}
-    ended = 0  # tasks that had exited before this stop: their processes are not in its count
+    # Tasks that had exited before this stop: their processes are not in its count. Recorded
+    # as ended, or with no process left when it looks (its monitor writing how it ended).
+    exited: Set[str] = set()
+    alive: Set[str] = set()
     boxed: Set[str] = set()  # the names of the containers of the tasks that run in one
     for task in tasks:
         d = task_dir(root, run_id, task)
@@ -240,14 +243,17 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         if (read_json(os.path.join(d, "spec.json")) or {}).get("container"):
             boxed.add(containers.name_for(run_id, task))
         if os.path.exists(os.path.join(d, "exit.json")):
-            ended += 1
+            exited.add(task)
         elif not os.path.exists(os.path.join(d, "stop.json")):
             _ask_stop(d, procs[task])
 
     def find() -> List[int]:
         found: Set[int] = set()
         for task, proc in procs.items():
-            found.update(procfs.task_processes(run_id, task, proc))
+            pids = procfs.task_processes(run_id, task, proc)
+            if pids:
+                alive.add(task)
+            found.update(pids)
         # Processes of this run whose task record is missing (a crashed start) are still ours.
         for pid in procfs.live_pids():
             if procfs.proc_env_markers(pid)[0] == run_id:
@@ -270,6 +276,7 @@ def stop(root: str, request: StopRequest) -> StopAnswer:
         while not task_state(root, run_id, task).state.is_final and time.monotonic() < deadline:
             time.sleep(procfs.POLL)
     final: Dict[str, TaskInfo] = {t: task_state(root, run_id, t) for t in procs}
+    ended = len(exited | (set(procs) - alive))
     return StopAnswer(done.processes, done.killed, done.remaining, port_state, final, len(had), left, ended)
 
 
