@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 import pytest
 
@@ -292,7 +292,8 @@ def test_a_judge_decides_what_states_cannot_on_the_closer_look_every_judge_every
         calls.append((now, len(sight)))
         return Ruling(verdict if len(calls) == 3 else None)
 
-    def closer_look() -> tuple[list[TaskStatus], dict[str, Exception], object]:
+    def closer_look(wants: frozenset[Hashable]) -> tuple[list[TaskStatus], dict[str, Exception], object]:
+        assert wants == frozenset()
         statuses, silent = cluster.status(tail=5)
         return statuses, silent, statuses
 
@@ -300,6 +301,29 @@ def test_a_judge_decides_what_states_cannot_on_the_closer_look_every_judge_every
     assert control.supervise(running(cluster), judged, closer_look=closer_look, clock=clock) == verdict
     assert calls == [(0, 3), (5, 3), (10, 3)]  # on the first look, then every JUDGE_EVERY seconds
     assert journal.verbs("h2").count("status") == 11  # one look a second, the judges' among them
+
+
+def test_what_a_judge_wants_comes_with_the_next_look_taken_at_once() -> None:
+    cluster, _hosts, journal = make()
+    clock = FakeClock(start=0)
+    looks: list[tuple[float, frozenset[Hashable]]] = []
+
+    def judge(sight: frozenset[Hashable], now: float) -> Ruling:
+        if "counted" in sight:
+            return Ruling(Outcome(RunState.FAILED, "said with the lines counted"))
+        return Ruling(wants=frozenset({"counted"}) if now >= 5 else frozenset())
+
+    def closer_look(wants: frozenset[Hashable]) -> tuple[list[TaskStatus], dict[str, Exception], object]:
+        looks.append((clock.monotonic(), wants))
+        statuses, silent = cluster.status(tail=5)
+        return statuses, silent, wants
+
+    outcome = control.supervise(
+        running(cluster), rules(cluster, 60, judges=[judge]), closer_look=closer_look, clock=clock
+    )
+    assert outcome.reason == "said with the lines counted"
+    assert looks == [(0, frozenset()), (5, frozenset()), (5, frozenset({"counted"}))]
+    assert journal.verbs("h2").count("status") == 7  # 0..5 s, then the wanted look at once
 
 
 def test_cancelling_supervision_returns_at_once() -> None:

@@ -89,6 +89,29 @@ def test_no_task_running_is_judged_by_no_judge_and_the_closer_look_is_asked_agai
     assert asked == [1]
 
 
+# (what each judge wants of the look at 0 s) -> the next plan: a closer look at once with all of it
+WANTS = [
+    pytest.param([{"lines"}, set()], {"lines"}, id="one judge wants"),
+    pytest.param([{"lines"}, {"probe"}], {"lines", "probe"}, id="two judges: both fetched in one look"),
+    pytest.param([set(), set()], set(), id="none: the next look as scheduled"),
+]
+
+
+@pytest.mark.parametrize(("wanted", "plan_wants"), WANTS)
+def test_what_the_judges_want_is_fetched_in_a_closer_look_at_once(wanted: list[set[str]], plan_wants: set[str]) -> None:
+    engine = reconciler([lambda s, now, w=frozenset(w): Ruling(wants=w) for w in wanted])
+    engine.step(seen(0, "sight"), 0, 1e9)
+    plan = engine.step(seen(1, "sight"), 1, 1e9 + 1)  # (the closer look is not due again until 5 s)
+    assert plan.wants == plan_wants
+    assert (plan.sight, plan.look_again_in) == ((True, 0.0) if plan_wants else (False, 1.0))
+
+
+def test_a_verdict_drops_what_the_judges_wanted() -> None:
+    judges = [lambda s, now: Ruling(wants=frozenset({"lines"})), lambda s, now: Ruling(Outcome(FAILED, "hung"))]
+    plan = reconciler(judges).step(seen(0, "sight"), 0, 1e9)
+    assert kinds(plan) == ["End"] and plan.wants == frozenset()
+
+
 # --------------------------------------------------------------------------- what ends the run, in order
 
 END_ORDER = [

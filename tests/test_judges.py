@@ -3,7 +3,7 @@ judge says of it. No host, no thread, no sleep: each row is one look."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
 import pytest
 
@@ -14,7 +14,7 @@ from tfctl.engine.reconcile import Notify, RestartTasks, Ruling, Say
 from tfctl.runs.record import ProgressSpec
 from tfctl.supervisor.protocol import RunState, TaskState
 from tfctl.tf.explain import PeerInfo
-from tfctl.tf.judges import HangJudge, Sight, SilenceJudge, StallJudge
+from tfctl.tf.judges import COUNTED, HangJudge, Probe, Sight, SilenceJudge, StallJudge
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import Silence
 
@@ -23,22 +23,23 @@ TASKS = {"ps:0": "h0", "worker:0": "h1", "worker:1": "h2"}
 RECORD = record_of(TASKS)
 
 
-def status(name: str, state: str = "running", tail: Sequence[str] = ()) -> TaskStatus:
+def status(name: str, state: str = "running", tail: Sequence[str] = (), listening: bool = False) -> TaskStatus:
     job, index = name.split(":")
-    return TaskStatus(name, job, int(index), TASKS[name], 2222, TaskState(state), tail=tuple(tail))
+    return TaskStatus(name, job, int(index), TASKS[name], 2222, TaskState(state), tail=tuple(tail), listening=listening)
 
 
 def sight(
     tails: dict[str, list[str]] | None = None,
     flags: dict[str, tuple[str, ...]] | None = None,
     ended: tuple[str, ...] = (),
-    counted: Callable[[], Sequence[TaskStatus]] | None = None,
+    probes: Mapping[Probe, bool | None] | None = None,
+    listening: tuple[str, ...] = (),
 ) -> Sight:
     tails, flags = tails or {}, flags or {}
-    statuses = [status(n, "succeeded" if n in ended else "running", tails.get(n, ())) for n in TASKS]
+    statuses = [status(n, "succeeded" if n in ended else "running", tails.get(n, ()), n in listening) for n in TASKS]
     progress = {n: TaskProgress(None, None, flags.get(n, ()), quiet_for=100.0) for n in TASKS}
     peers = {s.task: PeerInfo.from_status(s) for s in statuses}
-    return Sight(statuses, progress, counted or (lambda: statuses), lambda: peers)
+    return Sight(statuses, progress, peers, statuses, probes or {})
 
 
 # --------------------------------------------------------------------------- hang_timeout
@@ -68,6 +69,28 @@ def test_a_wait_fails_the_run_once_it_lasted_hang_timeout(
         verdict = verdicts[fails_at]
         assert verdict is not None and verdict.state is RunState.FAILED and verdict.culprit == "worker:1"
         assert verdict.reason.startswith("worker:1 has been stuck for over 10s: ")
+
+
+# (what the probe of ps:0's address from worker:1's host found) -> the words of the hang
+PROBED = [
+    (True, "ps:0 is running and reachable at h0:2222 from h2"),
+    (False, "but h0:2222 is NOT reachable from h2"),
+    (None, "whether h2 can reach it is unknown"),
+]
+
+
+@pytest.mark.parametrize("reached, words", PROBED)
+def test_a_hang_on_a_listening_peer_wants_the_connection_tried_before_it_says_why(
+    reached: bool | None, words: str
+) -> None:
+    judge = HangJudge(10.0)
+    tails = {"worker:1": [WAITING]}
+    assert judge(sight(tails, listening=("ps:0",)), 0.0) == Ruling()
+    wants = judge(sight(tails, listening=("ps:0",)), 10.0)
+    assert wants == Ruling(wants=frozenset({Probe("h2", "h0:2222")}))  # asked of no host yet: wanted
+    tried = {Probe("h2", "h0:2222"): reached}
+    verdict = judge(sight(tails, probes=tried, listening=("ps:0",)), 10.0).outcome
+    assert verdict is not None and words in verdict.reason
 
 
 def test_a_hang_after_a_silence_is_blamed_on_the_silence() -> None:
@@ -127,8 +150,10 @@ def test_on_stall_restart_asks_to_restart_the_jobs_running_tasks_once_for_all_of
 
 
 def test_a_silent_task_is_noted_once_and_its_lines_counted_only_when_it_is_news() -> None:
+    """Each look: the judge says, or wants the lines counted first (and is then asked again at
+    once, with them)."""
     said: list[str] = []
-    counts: list[int] = []
+    wanted: list[float] = []
     observed = 1000.0
 
     def statuses() -> list[TaskStatus]:
@@ -143,16 +168,16 @@ def test_a_silent_task_is_noted_once_and_its_lines_counted_only_when_it_is_news(
             )  # fmt: skip
         return out
 
-    def counted() -> list[TaskStatus]:
-        counts.append(1)
-        return statuses()
-
     progress = RunProgress(ProgressSpec())
     judge = SilenceJudge(progress, 30.0)
     for now in (0.0, 5.0, 10.0):
         looked = statuses()
-        ruling = judge(Sight(looked, progress.assess(looked), counted, lambda: {}), now)
-        assert ruling.outcome is None
+        ruling = judge(Sight(looked, progress.assess(looked), {}), now)
+        if ruling.wants:
+            assert ruling == Ruling(wants=frozenset({COUNTED}))
+            wanted.append(now)
+            ruling = judge(Sight(looked, progress.assess(looked), {}, counted=looked), now)
+        assert ruling.outcome is None and not ruling.wants
         said += [a.text for a in ruling.actions if isinstance(a, Say)]
     assert len(said) == 1 and said[0].startswith("note: worker:1 printed nothing for 50 s")
-    assert len(counts) == 1 and set(judge.seen) == {"worker:1"}
+    assert wanted == [0.0] and set(judge.seen) == {"worker:1"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from tfctl.cluster.cluster import LOST_HOST_PATIENCE, Cluster, Progress, quiet
 from tfctl.config.model import host_port
@@ -48,8 +48,9 @@ class Phase:
 # A host lost (host, why in words, the tasks elsewhere that ended badly meanwhile): True once its
 # tasks run elsewhere, those ended ones started again, and the run goes on.
 LostHost = Callable[[str, str, tuple[str, ...]], bool]
-# A look with what the judges read: every task's status, the silent hosts, the judges' sight.
-CloserLook = Callable[[], "tuple[list[TaskStatus], dict[str, Exception], object]"]
+# A look with what the judges read, and what they wanted of it: every task's status, the silent
+# hosts, the judges' sight.
+CloserLook = Callable[["frozenset[Hashable]"], "tuple[list[TaskStatus], dict[str, Exception], object]"]
 
 
 def start(
@@ -197,7 +198,7 @@ def supervise(
         began = clock.monotonic()
         sight: object | None = None
         if plan.sight and closer_look is not None:
-            statuses, unreachable, sight = closer_look()
+            statuses, unreachable, sight = closer_look(plan.wants)
         else:
             statuses, unreachable = cluster.status()
         ended = allocation_end() if plan.allocation else None

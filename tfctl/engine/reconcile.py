@@ -15,7 +15,7 @@ stop) are sent by the driver on their own and answered in a later look.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Mapping, Sequence, TypeVar, Union
+from typing import Callable, Generic, Hashable, Mapping, Sequence, TypeVar, Union
 
 from tfctl.engine import retiring
 from tfctl.engine.events import EventKind
@@ -93,11 +93,13 @@ Action = Union[NoteSilence, Say, Notify, RestartTasks, AskToStop, StrikeOff, Mov
 
 @dataclass(frozen=True)
 class Ruling:
-    """What a judge says of one closer look: how the run ends (None: it goes on), and what to do
-    (lines to say, events to tell, tasks to restart)."""
+    """What a judge says of one closer look: how the run ends (None: it goes on), what to do
+    (lines to say, events to tell, tasks to restart), and what it `wants` in the next closer look
+    before it can say more (opaque here: `tf.judges` names them; the driver fetches them)."""
 
     outcome: Outcome | None = None
     actions: tuple[Say | Notify | RestartTasks, ...] = ()
+    wants: frozenset[Hashable] = frozenset()
 
 
 S = TypeVar("S")  # the judges' closer look (`tf.judges.Sight`): opaque here
@@ -123,12 +125,14 @@ class Seen(Generic[S]):
 @dataclass(frozen=True)
 class Plan:
     """What a step decided: the actions, in order, and the next look: after `look_again_in`
-    seconds, with the judges' `sight` and the backend's word on the `allocation` when asked."""
+    seconds, with the judges' `sight` (and in it what they `want`) and the backend's word on the
+    `allocation` when asked."""
 
     actions: tuple[Action, ...] = ()
     look_again_in: float = 0.0
     sight: bool = False
     allocation: bool = False
+    wants: frozenset[Hashable] = frozenset()
 
     @property
     def end(self) -> End | None:
@@ -194,17 +198,19 @@ class Reconciler(Generic[S]):
         verdict = looked.verdict
         if verdict is None and looked.ask_judges and seen.allocation_end is not None:
             verdict = End(Outcome(RunState.FAILED, seen.allocation_end))
+        wants: frozenset[Hashable] = frozenset()
         if verdict is None and looked.ask_judges and seen.sight is not None:
-            outcome, said = self._judge(seen.sight, seen.look.statuses, now)
+            outcome, said, wants = self._judge(seen.sight, seen.look.statuses, now)
             actions += said
             verdict = None if outcome is None else End(outcome)
         if verdict is not None:
             return Plan((*actions, verdict))
         return Plan(
             tuple(actions),
-            self.poll,
-            sight=bool(self.rules.judges) and self._due(self._judged, self.judge_every, now),
+            0.0 if wants else self.poll,  # a judge waits on what it wants: fetched at once
+            sight=bool(wants) or (bool(self.rules.judges) and self._due(self._judged, self.judge_every, now)),
             allocation=self._due(self._allocation_asked, self.allocation_every, now),
+            wants=wants,
         )
 
     def move_failed(self, move: Move) -> End:
@@ -220,19 +226,21 @@ class Reconciler(Generic[S]):
 
     def _judge(
         self, sight: S, statuses: Sequence[TaskStatus], now: float
-    ) -> tuple[Outcome | None, list[Say | Notify | RestartTasks]]:
+    ) -> tuple[Outcome | None, list[Say | Notify | RestartTasks], frozenset[Hashable]]:
         """The judges on the closer look, while a task runs; the first verdict wins, and the
-        actions of every ruling up to it are kept, in order."""
+        actions of every ruling up to it are kept, in order, with what they all want next."""
         if not any(s.state is TaskState.RUNNING for s in statuses):
-            return None, []
+            return None, [], frozenset()
         self._judged = now
         said: list[Say | Notify | RestartTasks] = []
+        wants: frozenset[Hashable] = frozenset()
         for judge in self.rules.judges:
             ruling = judge(sight, now)
             said += ruling.actions
+            wants |= ruling.wants
             if ruling.outcome is not None:
-                return ruling.outcome, said
-        return None, said
+                return ruling.outcome, said, frozenset()
+        return None, said, wants
 
     def _retire(self, seen: Seen[S], now: float) -> list[Action]:
         """Each host the run left is asked to stop what it ran there every RETIRE_POLL seconds

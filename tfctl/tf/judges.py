@@ -3,13 +3,16 @@ a task hung for good on a wait TF never gives up, a task stalled.
 
 The judges decide on what one closer look at the hosts saw (`Sight`: states, progress and tails
 in one request, taken by the driver when the engine's plan asks for it) and on the time the
-driver passes in, so each is a table on a fake clock. A judge acts on nothing: it returns an
-`engine.reconcile.Ruling`, the run's end or None, and the actions it asks for (a line to say, a
-`stalled` event, tasks to restart), which the engine hands to the driver with its own.
+driver passes in, so each is a table on a fake clock. A judge acts on nothing and asks nothing:
+it returns an `engine.reconcile.Ruling`, the run's end or None, the actions it asks for (a line
+to say, a `stalled` event, tasks to restart), which the engine hands to the driver with its own,
+and what costly parts it wants in the next look (`COUNTED` lines, a `Probe` of a connection)
+before it can say more.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from tfctl.engine.events import EventKind
@@ -24,37 +27,31 @@ from tfctl.tf.explain import PeerInfo, explain
 from tfctl.tf.progress import RunProgress, TaskProgress
 from tfctl.tf.silence import Silence, outputs, silences
 
+COUNTED = "counted lines"  # wanted: every task's output lines counted (costly: each log read whole)
 
+
+@dataclass(frozen=True)
+class Probe:
+    """Wanted: whether a task on `source` can open a TCP connection to `address` (host:port)."""
+
+    source: str
+    address: str
+
+
+@dataclass(frozen=True)
 class Sight:
-    """What one closer look saw: every task's state with its progress read and its last lines.
-    `counted()` asks again with every log's lines counted (costly: only when a silence is news)
-    and `peers()` says what each task does now; both are asked at most once."""
+    """What one closer look saw: every task's state with its progress read and its last lines,
+    what each task does as peers see it, and what the judges wanted of it: the statuses with
+    their lines `counted`, the `probes` tried (None: not known)."""
 
-    def __init__(
-        self,
-        statuses: Sequence[TaskStatus],
-        progress: Mapping[str, TaskProgress],
-        counted: Callable[[], Sequence[TaskStatus]],
-        peers: Callable[[], Mapping[str, PeerInfo]],
-        reachable: Callable[[str, str], bool | None] = lambda src, dst: None,
-    ) -> None:
-        self.statuses, self.progress, self.reachable = list(statuses), progress, reachable
-        self._counted, self._peers = counted, peers
-        self._memo: dict[str, object] = {}
+    statuses: Sequence[TaskStatus]
+    progress: Mapping[str, TaskProgress]
+    peers: Mapping[str, PeerInfo]
+    counted: Sequence[TaskStatus] | None = None
+    probes: Mapping[Probe, bool | None] = field(default_factory=dict)
 
     def running(self) -> list[TaskStatus]:
         return [s for s in self.statuses if s.state is TaskState.RUNNING]
-
-    def counted(self) -> Sequence[TaskStatus]:
-        return self._once("counted", self._counted)  # type: ignore[return-value]
-
-    def peers(self) -> Mapping[str, PeerInfo]:
-        return self._once("peers", self._peers)  # type: ignore[return-value]
-
-    def _once(self, key: str, ask: Callable[[], object]) -> object:
-        if key not in self._memo:
-            self._memo[key] = ask()
-        return self._memo[key]
 
 
 SightJudge = Callable[[Sight, float], Ruling]
@@ -76,8 +73,9 @@ class SilenceJudge:
         quiet = self._silences(sight.statuses, sight.progress)
         due = {t for t, s in quiet.items() if s.quiet >= self.limit and t not in self._told}
         if set(quiet) - set(self.seen) or due:  # count the lines for the words, when they are said
-            counted = sight.counted()
-            quiet = self._silences(counted, self.progress.assess(counted))
+            if sight.counted is None:
+                return Ruling(wants=frozenset({COUNTED}))
+            quiet = self._silences(sight.counted, self.progress.assess(sight.counted))
             self.seen.update(quiet)
         for task in [t for t in self.seen if t in sight.progress and sight.progress[t].step is not None]:
             del self.seen[task]  # it steps now: that silence was a slow start (kept in place: HangJudge reads it)
@@ -122,11 +120,26 @@ class HangJudge:
                 if silence is not None:
                     cause, fix = f"{silence.text()}; {silence.cause}", silence.fix
                 else:
-                    finding = explain(waiting[key], dict(sight.peers()), sight.reachable)
+                    wanted: set[Probe] = set()
+                    finding = explain(waiting[key], sight.peers, _tried(sight, wanted))
+                    if wanted:
+                        return Ruling(wants=frozenset(wanted))
                     cause, fix = finding.cause, finding.fix
                 why = f"{key[0]} has been stuck for over {self.limit:g}s: {cause} (fix: {fix})"
                 return Ruling(Outcome(RunState.FAILED, why, key[0]))
         return Ruling()
+
+
+def _tried(sight: Sight, wanted: set[Probe]) -> Callable[[str, str], bool | None]:
+    """`explain`'s reachability, read from the probes the look tried; one not tried is `wanted`."""
+
+    def reachable(source: str, address: str) -> bool | None:
+        probe = Probe(source, address)
+        if probe not in sight.probes:
+            wanted.add(probe)
+        return sight.probes.get(probe)
+
+    return reachable
 
 
 class StallJudge:

@@ -5,7 +5,7 @@ a line, a `notify:` event, tasks restarted by their monitors, a left host struck
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 from tfctl.backends.base import backend_for
 from tfctl.cluster.cluster import Cluster
@@ -31,20 +31,17 @@ def rules_of(cluster: Cluster, progress: RunProgress) -> Rules[Sight]:
 
 
 def closer_look(cluster: Cluster, progress: RunProgress) -> CloserLook:
-    """The look the judges read: states, progress and tails in one request; the lines counted
-    and the peers asked only if a judge needs them."""
+    """The look the judges read: states, progress and tails in one request, the lines counted in
+    it too when a judge wants them (`COUNTED`), and the connections a judge wants tried."""
     from tfctl.tf.doctor import TAIL_LINES, known_peers
-    from tfctl.tf.judges import Sight
+    from tfctl.tf.judges import COUNTED, Probe, Sight
 
-    def look() -> tuple[list, dict[str, Exception], object]:
-        rule = progress.rule()
-        looked, unreachable = cluster.status(progress=rule, tail=TAIL_LINES)
+    def look(wants: frozenset[Hashable]) -> tuple[list, dict[str, Exception], object]:
+        counted = COUNTED in wants
+        looked, unreachable = cluster.status(progress=progress.rule(), tail=TAIL_LINES, count_lines=counted)
+        probes = {w: cluster.reachable(w.source, w.address) for w in wants if isinstance(w, Probe)}
         sight = Sight(
-            looked,
-            progress.assess(looked),
-            counted=lambda: cluster.status(progress=rule, count_lines=True)[0],
-            peers=lambda: known_peers(cluster, looked),
-            reachable=cluster.reachable,
+            looked, progress.assess(looked), known_peers(cluster, looked), looked if counted else None, probes
         )
         return looked, unreachable, sight
 
