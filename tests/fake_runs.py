@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 from click.testing import CliRunner
 
 from tfctl.cli import main
+from tfctl.cli.app import Environment
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
 from tfctl.controller.live import launch
@@ -57,14 +58,14 @@ class Ran:
     err: str
 
 
-def tfctl_here(*args: str) -> Ran:
+def tfctl_here(*args: str, env: Environment | None = None) -> Ran:
     """`tfctl ARGS` through its entry point (`cli.main`: exit codes, `error:` and `hint:`), its
-    stdout and stderr captured by click's CliRunner."""
+    stdout and stderr captured by click's CliRunner; `env`: what it meets (its clock)."""
     runner = CliRunner()
     with runner.isolation() as (out, err, _):
         argv, sys.argv = sys.argv, ["tfctl", *args]
         try:
-            main()
+            main(env)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1

@@ -178,7 +178,7 @@ def test_judges_are_asked_only_when_the_states_decide_nothing() -> None:
 @dataclass
 class ScriptedCluster:
     """A cluster whose looks are scripted: each status() answers the next row, taking `takes`
-    seconds of the fake clock (a frozen host holds a look for STATUS_DEADLINE), and may set the
+    seconds of the fake clock (a frozen host holds a look for `Deadlines.status`), and may set the
     cancel token meanwhile (a `down` arriving during the look)."""
 
     record: RunRecord
@@ -200,7 +200,7 @@ class ScriptedCluster:
 
 def drive(cluster: ScriptedCluster, host_patience: float = 25.0, **options: Any) -> Outcome:
     """The real driver over the scripted cluster, on its fake clock and cancel token, a look a second."""
-    rules: Rules[object] = Rules(cluster.record.decisive, cluster.record.essential, host_patience, poll=1.0)
+    rules: Rules[object] = Rules(cluster.record.decisive, cluster.record.essential, host_patience)
     return control.supervise(cast(Cluster, cluster), rules, cancel=cluster.cancel, clock=cluster.clock, **options)
 
 

@@ -39,7 +39,7 @@ def seen(at: float, sight: Any = None, asked: bool = False, end: str | None = No
 
 def reconciler(judges: Sequence[Any] = (), patience: float = 25.0, **limits: int) -> Reconciler[Any]:
     restarts = {name.replace("_", ":"): n for name, n in limits.items()}
-    return Reconciler(Rules(("worker:0",), ("ps:0",), patience, restarts, judges, poll=1.0))
+    return Reconciler(Rules(("worker:0",), ("ps:0",), patience, restarts, judges))
 
 
 def kinds(plan: Plan) -> list[str]:

@@ -16,6 +16,7 @@ import pytest
 from tests.fake_runs import end, in_thread, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import inspect
+from tfctl.cli.app import Environment
 from tfctl.console import make_console
 from tfctl.controller.live import driver
 from tfctl.controller.live import rpc as live
@@ -72,8 +73,7 @@ def test_watch_of_a_run_that_has_ended_prints_its_table_once_and_ends(lab, tmp_p
     run_id = cluster.record.run_id
     end(store, run_id, RunState.SUCCEEDED, "worker:0 finished successfully")
     clock = Clock()
-    monkeypatch.setattr(inspect, "WATCH_CLOCK", clock)
-    ran = tfctl_here("status", "--watch")
+    ran = tfctl_here("status", "--watch", env=Environment(clock))
     assert ran.code == 0, ran.err
     assert clock.pauses == []  # nothing more to show: no refresh
     (table,) = frames(ran.out)
@@ -91,10 +91,9 @@ def test_watch_into_a_pipe_prints_a_plain_table_per_refresh_until_the_run_ends(l
             until(lambda: not store.load(run_id).active)  # the attached `up` recorded the end
 
     clock = Clock(worker_0_ends_at_the_second_pause)
-    monkeypatch.setattr(inspect, "WATCH_CLOCK", clock)
     with cluster, in_thread(lambda: driver.attach(store, cluster, lambda batch: None)) as ended:
         until(live.socket_path(store.run_dir(run_id)).exists)
-        ran = tfctl_here("status", "--watch")
+        ran = tfctl_here("status", "--watch", env=Environment(clock))
     assert ran.code == 0, ran.err
     assert ended[0].outcome.reason == "worker:0 finished successfully"
     assert clock.pauses == [inspect.WATCH_EVERY] * 2

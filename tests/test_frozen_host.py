@@ -15,9 +15,8 @@ from typing import Any, Iterator
 import pytest
 
 from tests.fakes import FakeHost, Journal, fake_hosts, record_of
-from tfctl.cluster import agent as agent_module
-from tfctl.cluster import cluster as run_cluster
-from tfctl.cluster.cluster import Cluster
+from tfctl.cluster.agent import HostAgent
+from tfctl.cluster.cluster import Cluster, Deadlines
 from tfctl.cluster.control import supervise
 from tfctl.cluster.group import fan_out
 from tfctl.engine.reconcile import Rules
@@ -26,6 +25,16 @@ from tfctl.supervisor import protocol as p
 from tfctl.supervisor.protocol import RunState
 
 TASKS = {"ps:0": "h0", "worker:0": "h1", "worker:1": "h2", "worker:2": "h3"}
+
+
+class UnusedTransport:
+    """A transport a test's agent never uses: it is asked for its turn only."""
+
+    host = "tfh3"
+    is_local = False
+
+    def close(self) -> None:
+        pass
 
 
 def freeze(host: FakeHost, thaw: threading.Event) -> None:
@@ -38,12 +47,12 @@ def freeze(host: FakeHost, thaw: threading.Event) -> None:
 
 
 @contextlib.contextmanager
-def frozen_h3() -> Iterator[tuple[Cluster, dict[str, FakeHost], Journal]]:
+def frozen_h3(deadlines: Deadlines) -> Iterator[tuple[Cluster, dict[str, FakeHost], Journal]]:
     """The run of TASKS started on fake hosts, h3 then frozen; thawed and closed afterwards."""
     record = record_of(TASKS)
     journal = Journal()
     hosts = fake_hosts(record, journal)
-    cluster = Cluster(record, dict(hosts))  # type: ignore[arg-type]
+    cluster = Cluster(record, dict(hosts), deadlines=deadlines)  # type: ignore[arg-type]
     thaw = threading.Event()
     try:
         cluster.start_tasks(record.tasks)
@@ -90,10 +99,8 @@ def test_every_answering_host_keeps_its_lease_while_one_is_frozen() -> None:
     assert renewals.count("h3") <= 2  # one renewal under way on the frozen host, not one per period
 
 
-def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_module, "BUSY_PATIENCE", 0.2)
-    host = agent_module.HostAgent.__new__(agent_module.HostAgent)
-    host.host, host._lock, host._busy_since = "tfh3", threading.Lock(), None
+def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once() -> None:
+    host = HostAgent(UnusedTransport(), None, "/nonexistent", busy_patience=0.2)  # type: ignore[arg-type]
     with host._turn("status", 30):
         time.sleep(0.3)  # deliberately: the request holding the conversation is now late
         began = time.monotonic()
@@ -105,11 +112,10 @@ def test_a_request_behind_one_that_waits_on_a_frozen_host_fails_at_once(monkeypa
         pass
 
 
-def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_cluster, "STATUS_DEADLINE", 0.1)
-    with frozen_h3() as (cluster, _hosts, _journal):
+def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when() -> None:
+    with frozen_h3(Deadlines(status=0.1)) as (cluster, _hosts, _journal):
         began = time.monotonic()
-        outcome = supervise(cluster, Rules(cluster.record.decisive, cluster.record.essential, 0.5, poll=0.05))
+        outcome = supervise(cluster, Rules(cluster.record.decisive, cluster.record.essential, 0.5))
         took = time.monotonic() - began
         statuses, unreachable = cluster.status()
     assert outcome.state is RunState.FAILED and took < 3, (outcome, took)
@@ -123,9 +129,8 @@ def test_a_run_with_a_frozen_host_fails_naming_that_host_and_since_when(monkeypa
     }  # the others ran on, unhurt
 
 
-def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_cluster, "STOP_DEADLINE", 0.2)
-    with frozen_h3() as (cluster, hosts, _journal):
+def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one() -> None:
+    with frozen_h3(Deadlines(stop=0.2)) as (cluster, hosts, _journal):
         began = time.monotonic()
         report = cluster.stop(grace=0)
         took = time.monotonic() - began
@@ -134,11 +139,10 @@ def test_stop_proves_the_answering_hosts_clean_and_names_the_frozen_one(monkeypa
     assert all(hosts[h].tasks[t].state.value == "stopped" for t, h in TASKS.items() if h != "h3")
 
 
-def test_the_final_stop_asks_a_host_judged_lost_but_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run failed because h3 froze: its end is not held for the grace period and STOP_DEADLINE
-    (32 s) by h3, but only SILENT_STOP_PATIENCE; the answering hosts are stopped as ever."""
-    monkeypatch.setattr(run_cluster, "SILENT_STOP_PATIENCE", 0.2)
-    with frozen_h3() as (cluster, _hosts, journal):
+def test_the_final_stop_asks_a_host_judged_lost_but_does_not_wait_for_it() -> None:
+    """A run failed because h3 froze: its end is not held for the grace period and the stop's
+    deadline (32 s) by h3, but only `silent_stop`; the answering hosts are stopped as ever."""
+    with frozen_h3(Deadlines(silent_stop=0.2)) as (cluster, _hosts, journal):
         began = time.monotonic()
         report = cluster.stop(grace=2, silent=("h3",))
         took = time.monotonic() - began

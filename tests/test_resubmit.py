@@ -23,6 +23,7 @@ from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import parse_config
 from tfctl.controller.live import driver
 from tfctl.controller.live.resubmit import next_allocation
+from tfctl.engine.clock import FakeClock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.runs.record import AllocationEnd, RunRecord
 from tfctl.runs.store import RunStore
@@ -195,13 +196,10 @@ TIMED_OUT = "JobId=41 JobState=TIMEOUT Reason=TimeLimit"
         ([""], [TIMED_OUT], None),  # over already
     ],
 )
-def test_a_time_limit_continues_the_run_waited_for_when_the_tasks_ended_just_before(
-    monkeypatch, squeue, scontrol, waiting
-):
-    monkeypatch.setattr("tfctl.backends.slurm.allocation.POLL", 0)
+def test_a_time_limit_continues_the_run_waited_for_when_the_tasks_ended_just_before(squeue, scontrol, waiting):
     run, _ = fake_slurm({"squeue": squeue, "scontrol": scontrol})
     said: list[str] = []
-    over = SlurmBackend(run).why_over(slurm_record(), lambda _who, what: said.append(what))
+    over = SlurmBackend(run, clock=FakeClock()).why_over(slurm_record(), lambda _who, what: said.append(what))
     assert over == AllocationOver("TIMEOUT", continues=True)
     assert said == [*([waiting] if waiting else []), "job 41 ended: TIMEOUT (TimeLimit)"]
 
@@ -359,7 +357,7 @@ def test_a_follower_goes_on_into_the_next_allocation_once_its_tasks_run(tmp_path
     followed = RunRecord("r", "c", "/c.yaml", 1.0, (), (), 1.0, state=RunState.RUNNING, resubmits=resubmits)
     store.create(followed)
     amend(store, "r", **stored)
-    goes_on = next_allocation(store, followed, poll=0)
+    goes_on = next_allocation(store, followed, FakeClock())
     assert (goes_on is not None) == follows
     if goes_on is not None:
         assert len(goes_on.allocations) == 1

@@ -21,6 +21,7 @@ from tfctl.backends.slurm.allocation import SlurmError, sbatch_argv, submit, wai
 from tfctl.backends.slurm.placement import nodes_by_job, place, step_options
 from tfctl.backends.slurm.sacct import slurm_accounting
 from tfctl.config.loader import parse_config
+from tfctl.engine.clock import FakeClock
 from tfctl.runs.accounting import scheduler_text
 
 SLURM_FILE = """\
@@ -207,7 +208,7 @@ def test_waiting_says_why_slurm_keeps_the_job_pending_and_returns_its_nodes():
         }
     )
     said = []
-    nodes = wait_running("5", lambda who, what: said.append(what), run, poll=0).nodes
+    nodes = wait_running("5", lambda who, what: said.append(what), run, FakeClock()).nodes
     assert nodes == ("n1", "n2")
     assert said == [
         "job 5 pending: waiting for resources: Priority (other jobs come first)",
@@ -226,7 +227,7 @@ def test_a_refused_allocation_is_an_error_in_slurms_words():
 def test_a_job_that_ends_while_queued_is_reported():
     run, _ = fake_slurm({"squeue": [""], "scontrol": ["JobId=7 JobState=CANCELLED Reason=None"]})
     with pytest.raises(SlurmError) as caught:
-        wait_running("7", lambda *_: None, run, poll=0)
+        wait_running("7", lambda *_: None, run, FakeClock())
     assert "ended before it started: CANCELLED" in caught.value.message
 
 

@@ -20,6 +20,7 @@ from tests.conftest import FAKE_TASK, kill_by_pid, marked_processes, no_warnings
 from tests.test_slurm import fake_file, fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.backends.slurm.batch import ALLOCATION_ENV, COMMENT, BatchJob, batch_script, follow, submit_successor
+from tfctl.engine.clock import FakeClock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.runs.record import RunRecord
 
@@ -67,7 +68,7 @@ def test_up_d_relays_the_batch_scripts_progress_until_its_tasks_run(tmp_path):
     job.err.write_text("")
     out: list[str] = []
     err: list[str] = []
-    assert follow(job, True, out.append, err.append, squeue, poll=0) == 0
+    assert follow(job, True, out.append, err.append, squeue, clock=FakeClock()) == 0
     assert out == ["r-1"]
     assert err[0] == "job 9 pending: waiting for resources: Priority (other jobs come first)"
     assert err[-2] == "[  0.4s] all 2 tasks running" and "runs in slurm job 9: this shell may end" in err[-1]
@@ -101,7 +102,7 @@ def test_an_attached_up_relays_the_successor_that_took_the_run_up(tmp_path, succ
 
     out: list[str] = []
     err: list[str] = []
-    assert follow(first, False, out.append, err.append, answer, poll=0) == 0
+    assert follow(first, False, out.append, err.append, answer, clock=FakeClock()) == 0
     followed = successor_state == "PENDING"
     assert ("[worker:0] worker0 resumed at step 4" in out) == followed, out
     assert ("slurm job 9 ended; the run goes on in slurm job 10" in err) == followed, err
@@ -143,7 +144,7 @@ def test_ctrl_c_while_the_next_allocation_is_queued_cancels_it_and_ends_the_run(
 
     abandoned: list[str] = []
     said: list[str] = []
-    code = follow(first, False, said.append, said.append, answer, poll=0, abandoned=abandoned.append)
+    code = follow(first, False, said.append, said.append, answer, clock=FakeClock(), abandoned=abandoned.append)
     assert code == 130
     assert cancelled == (["10"] if first_ran else ["9"])
     assert abandoned == (["mnist-1"] if first_ran else [])

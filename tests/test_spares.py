@@ -14,7 +14,7 @@ from tests.fakes import TaskScript
 from tfctl.cli.render import render_stop, stop_summary
 from tfctl.cluster.cluster import Cluster
 from tfctl.config.loader import load_config
-from tfctl.controller.live import driver, spares
+from tfctl.controller.live import driver
 from tfctl.controller.live.stopping import stop_run
 from tfctl.errors import ConfigError
 from tfctl.runs.record import TaskSpec
@@ -223,7 +223,6 @@ def test_a_host_struck_off_while_another_moves_stays_off(tmp_path, fake_backend,
 def test_a_spare_silent_when_its_turn_comes_is_lost_in_its_turn_and_the_next_spare_takes_the_tasks(
     tmp_path, fake_backend, monkeypatch
 ):
-    monkeypatch.setattr(spares, "SPARE_PATIENCE", 0.1)
     fake_backend.scripts["worker:0"] = TaskScript(end_after=60)
     h2, h3 = fake_backend.agent("h2"), fake_backend.agent("h3")
 

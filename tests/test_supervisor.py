@@ -270,7 +270,7 @@ def text_of(events: list[FollowEvent]) -> str:
 def test_follow_loses_and_repeats_nothing_at_volume(agent: HostAgent) -> None:
     count = 200_000
     start(agent, "r10", "worker:0", pycmd(f"import sys\nfor i in range({count}): sys.stdout.write('line %d\\n' % i)"))
-    events = follow(agent, "r10", {"worker:0": 0}, follow=True, poll=0.01)
+    events = follow(agent, "r10", {"worker:0": 0}, follow=True)
     text = text_of(events)
     lines = text.splitlines()
     assert lines == [f"line {i}" for i in range(count)]
@@ -296,7 +296,7 @@ def test_follow_holds_partial_lines_until_complete(agent: HostAgent) -> None:
     log = Path(host_state(agent.root), "tasks", "r11", "worker-0", "output.log")
     # the follow below starts while the line is unfinished
     wait_until(lambda: log.exists() and log.read_bytes() == b"abc", 10, "the unfinished line on disk", interval=0.02)
-    chunks = [e.data for e in follow(agent, "r11", {"worker:0": 0}, follow=True, poll=0.02) if isinstance(e, LogChunk)]
+    chunks = [e.data for e in follow(agent, "r11", {"worker:0": 0}, follow=True) if isinstance(e, LogChunk)]
     assert chunks[0] == b"abcdef\n"
     assert b"".join(chunks) == b"abcdef\ntail-no-newline"
 

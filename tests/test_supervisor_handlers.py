@@ -149,7 +149,7 @@ def test_follow_announces_the_end_of_a_task_after_its_last_bytes(tmp_path: Path)
     d = write_log(tmp_path, "r", "worker:0", b"one\ntwo\n")
     write_json(str(d / "proc.json"), {"pid": 1, "pgid": 1, "starttime": 0, "started_at": 1.0})
     write_json(str(d / "exit.json"), {"exit_code": 0, "signal": None, "ended_at": 2.0})
-    events = list(logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01)))
+    events = list(logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True)))
     assert events == [
         stream.LogChunk("worker:0", 8, b"one\ntwo\n"),
         stream.TaskEnded("worker:0", 8, p.TaskState.SUCCEEDED),
@@ -414,7 +414,7 @@ def test_a_followed_idle_task_costs_a_state_read_a_second_and_output_arrives_at_
         return real_state(*a)
 
     monkeypatch.setattr(logs, "task_state", counted_state)
-    events = logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True, poll=0.01))
+    events = logs.follow(str(tmp_path), stream.FollowRequest("r", {"worker:0": 0}, follow=True))
     assert next(events) == stream.LogChunk("worker:0", 6, b"first\n")
     got: list[tuple[float, stream.FollowEvent]] = []
     reader = threading.Thread(target=lambda: got.extend((time.monotonic(), e) for e in events), daemon=True)

@@ -99,20 +99,20 @@ def test_an_idle_tree_uses_no_cpu_and_its_memory_is_counted() -> None:
         idle.wait()
 
 
-def test_the_monitors_notes_are_read_back_and_a_restart_hides_the_ones_before(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(usage, "USAGE_EVERY", 0.0)
+def test_the_monitors_notes_are_read_back_and_a_restart_hides_the_ones_before(tmp_path: Path) -> None:
     log = str(tmp_path / "output.log")
     notes = usage.UsageNotes(log, [])
     idle = subprocess.Popen(["sleep", "60"])
     try:
         # The kernel folds a new process's page counts into what /proc shows in batches: a moment.
         wait_until(lambda: usage.tree_usage(idle.pid)[1] > 0, 10, "sleep's resident pages counted", interval=0.01)
-        notes.begin(idle.pid, time.time() - 1)
-        notes.note()
-        notes.note()
+        notes.begin(idle.pid, time.time() - usage.USAGE_EVERY)
+        notes.note()  # due: USAGE_EVERY seconds since it began
+        notes.note()  # not due again yet
+        notes.sample(time.time())
         restart = time.time()
         notes.begin(idle.pid, restart)
-        notes.note()
+        notes.sample(time.time())
     finally:
         idle.kill()
         idle.wait()
@@ -149,7 +149,6 @@ def test_gpu_usage_is_the_tasks_gpus_and_its_own_processes_memory(tmp_path: Path
 
 
 def test_a_task_with_gpus_has_their_usage_in_its_notes(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(usage, "USAGE_EVERY", 0.0)
     idle = subprocess.Popen(["sleep", "60"])
     try:
         stand_in_nvidia_smi(tmp_path, idle.pid)
@@ -157,7 +156,7 @@ def test_a_task_with_gpus_has_their_usage_in_its_notes(tmp_path: Path, monkeypat
         log = str(tmp_path / "output.log")
         notes = usage.UsageNotes(log, [1, 2])
         notes.begin(idle.pid, time.time())
-        notes.note()
+        notes.sample(time.time())
     finally:
         idle.kill()
         idle.wait()
@@ -202,10 +201,9 @@ def burnt(pid: int, seconds: float) -> bool:
     return usage.tree_usage(pid)[0] >= seconds
 
 
-def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Path, monkeypatch) -> None:
+def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Path) -> None:
     """A task that burns CPU, is restarted and burns again: its total holds both runs, and a
     monitor taking over the task counts on from it."""
-    monkeypatch.setattr(usage, "USAGE_EVERY", 0.0)
     log = str(tmp_path / "output.log")
     notes = usage.UsageNotes(log, [])
     totals = []
@@ -214,7 +212,7 @@ def test_the_monitor_counts_cpu_seconds_over_every_run_of_the_task(tmp_path: Pat
         try:
             notes.begin(busy.pid, time.time())
             wait_until(functools.partial(burnt, busy.pid, 0.3), 20, "0.3 s of CPU", interval=0.05)
-            notes.note()
+            notes.sample(time.time())
             totals.append(usage.read_cpu_total(log))
         finally:
             busy.kill()

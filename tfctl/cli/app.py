@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from tfctl import __version__
 from tfctl.cli.common import file_option
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.errors import EXIT_INTERRUPTED, TfctlError, UsageError
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the verbs meet beyond their arguments, given by whoever calls `main`: the clock
+    their waits between refreshes use (`status --watch`; a test's is fake)."""
+
+    clock: Clock = REAL_CLOCK
+
+
+def environment(ctx: click.Context) -> Environment:
+    return ctx.find_object(Environment) or Environment()
 
 
 @click.group(
@@ -47,12 +61,12 @@ def cli(cluster_file: Path | None, trace_file: Path | None) -> None:
         os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
 
 
-def main() -> None:
+def main(env: Environment | None = None) -> None:
     """Entry point: the one place that maps errors to exit codes."""
     try:
         # One program name however tfctl was started (`python -m tfctl` too): the usage lines and
         # the shell-completion variable (_TFCTL_COMPLETE) depend on it.
-        code = cli.main(prog_name="tfctl", standalone_mode=False)
+        code = cli.main(prog_name="tfctl", standalone_mode=False, obj=env or Environment())
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except click.exceptions.Abort:

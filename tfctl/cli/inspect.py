@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import click
 
-from tfctl.cli.app import cli
+from tfctl.cli.app import cli, environment
 from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
 from tfctl.cli.complete import run_option, task_names
-from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
@@ -22,13 +21,13 @@ if TYPE_CHECKING:
 
     from tfctl.controller.live.rpc_messages import LogsAsk, LogsPart
     from tfctl.controller.views.status_view import Snapshot
+    from tfctl.engine.clock import Clock
     from tfctl.runs.record import RunRecord
     from tfctl.runs.store import RunStore
 
 # How long `status` waits for the run's live controller before asking the hosts itself.
 STATUS_PATIENCE = 15.0
 WATCH_EVERY = 1.0  # seconds between two tables of `status --watch`
-WATCH_CLOCK: Clock = REAL_CLOCK  # what `status --watch` waits on between tables (a test's is fake)
 
 
 @cli.command(
@@ -74,7 +73,7 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
                 over = not store.load(record.run_id).active  # asked first: this table then shows the end
                 return table(), over
 
-            watch_frames(frame, console.out(), WATCH_CLOCK)
+            watch_frames(frame, console.out(), environment(ctx).clock)
     return 0
 
 

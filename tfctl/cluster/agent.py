@@ -143,8 +143,11 @@ def open_agent(spec: HostSpec, accept_new_host_keys: bool = False) -> HostAgent:
 class HostAgent:
     """The supervisor on one host, reached through a transport. No I/O until first call."""
 
-    def __init__(self, transport: Transport, python: str | None, root: str) -> None:
+    def __init__(
+        self, transport: Transport, python: str | None, root: str, busy_patience: float = BUSY_PATIENCE
+    ) -> None:
         self.transport = transport
+        self.busy_patience = busy_patience  # past this a request unanswered means a frozen host
         self.host = transport.host
         self.python = interpreter(python, transport.is_local)
         self.root = root
@@ -210,10 +213,10 @@ class HostAgent:
     @contextlib.contextmanager
     def _turn(self, verb: str, timeout: float | None) -> Iterator[None]:
         """One request at a time on the conversation. Behind a request that has waited for its
-        answer longer than BUSY_PATIENCE (a frozen host), fail at once instead of queueing: the
+        answer longer than `busy_patience` (a frozen host), fail at once instead of queueing: the
         caller treats the host as not answering, and no thread piles up behind it."""
         busy_since = self._busy_since
-        if busy_since is not None and time.monotonic() - busy_since > BUSY_PATIENCE:
+        if busy_since is not None and time.monotonic() - busy_since > self.busy_patience:
             if not self._lock.acquire(blocking=False):
                 late = time.monotonic() - busy_since
                 raise HostError(self.host, f"no answer: its answer to an earlier request is {late:.0f}s late")
@@ -298,16 +301,16 @@ class HostAgent:
 
     @property
     def late(self) -> bool:
-        """A request has waited longer than BUSY_PATIENCE for its answer, or waits behind one that
+        """A request has waited longer than `busy_patience` for its answer, or waits behind one that
         got none: the host is frozen."""
         busy_since = self._busy_since
-        return busy_since is not None and (self._unanswered or time.monotonic() - busy_since > BUSY_PATIENCE)
+        return busy_since is not None and (self._unanswered or time.monotonic() - busy_since > self.busy_patience)
 
     def close(self) -> None:
         """End the conversation and the connection (both reopen on the next call). Behind a
         request still waiting for a frozen host, the connection is closed under it, ending it."""
         late = self.late
-        if self._lock.acquire(blocking=not late, timeout=-1 if late else BUSY_PATIENCE):
+        if self._lock.acquire(blocking=not late, timeout=-1 if late else self.busy_patience):
             try:
                 self._drop_conversation()
             finally:

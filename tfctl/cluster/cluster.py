@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from tfctl import trace
@@ -48,12 +49,21 @@ from tfctl.supervisor.protocol import (
 
 Progress = Callable[[str, str], None]  # (task or host, message)
 STATUS_TIMEOUT = 30.0  # a status request's own timeout on its host's conversation
-# How long one look at every host waits for the slowest: a host that has not answered by then
-# counts as unreachable for this look, and the others' answers are not held back by it.
-STATUS_DEADLINE = 5.0
 LOST_HOST_PATIENCE = 10.0  # beyond the grace period: how long `stop` asks a host the run left by a move
-STOP_DEADLINE = 30.0  # beyond the grace period: how long `stop` waits for a host to prove its tasks gone
-SILENT_STOP_PATIENCE = 2.0  # how long `stop` waits for a host the run was judged to have lost
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long the run's requests wait for a host before it counts as not answering, so a
+    frozen host holds nobody up: one look at every host (`status`: the others' answers are not
+    held back by the slowest), a stop beyond its grace period (`stop`: proving the tasks gone),
+    and a stop of a host the run already judged lost (`silent_stop`)."""
+
+    status: float = 5.0
+    stop: float = 30.0
+    silent_stop: float = 2.0
+
+
 CLOSE_PATIENCE = 5.0  # closing a frozen host's connection must not hold up the end of a command
 T = TypeVar("T")
 
@@ -83,11 +93,13 @@ class Cluster:
         accept_new_host_keys: bool = False,
         holds_lease: bool = False,
         launcher: MonitorLauncher | None = None,
+        deadlines: Deadlines = Deadlines(),
     ) -> None:
         """`holds_lease`: this is the run's attached controller, which starts its tasks with a
         lease (`record.lease_timeout`) and renews it on every host until closed. `launcher`:
         who starts the tasks' monitors when not each host's supervisor (the run's backend)."""
         self.record = record
+        self.deadlines = deadlines
         self.launcher = launcher
         self.accept_new_host_keys = accept_new_host_keys
         self.agents = (
@@ -190,7 +202,7 @@ class Cluster:
         whole life; with `count_lines`, its output lines), plus the hosts that could not be asked
         (their tasks: `unreachable`). One request per host; with `wait_listening`, each host
         answers once its tasks listen or have ended, or after that many seconds. `skip_hosts`:
-        hosts not asked (known silent: a frozen host would hold the look for STATUS_DEADLINE);
+        hosts not asked (known silent: a frozen host would hold the look for `deadlines.status`);
         their tasks are `unreachable`."""
         tasks = list(tasks if tasks is not None else self.record.tasks)
         answers = self._ask_status(
@@ -226,7 +238,7 @@ class Cluster:
                 ),
                 timeout=STATUS_TIMEOUT + wait,
             ),
-            deadline=STATUS_DEADLINE + wait,
+            deadline=self.deadlines.status + wait,
         )
 
     def busy_ports(self, tasks: Sequence[TaskSpec]) -> dict[str, PortInfo]:
@@ -487,13 +499,13 @@ class Cluster:
             lambda a: a.call(
                 StopRequest(self.record.run_id, grace, tasks=[t.name for t in grouped[a.host]]), timeout=grace + 120
             ),
-            deadline=grace + STOP_DEADLINE,
+            deadline=grace + self.deadlines.stop,
         ).raise_if_failed("stopping tasks")
 
     def stop(self, grace: float | None = None, silent: Collection[str] = ()) -> StopReport:
         """Stop every task of the run on every host and check the processes and ports are gone.
-        `silent`: hosts already judged lost, asked too but waited for only SILENT_STOP_PATIENCE
-        (a frozen host would hold the run's end for the whole STOP_DEADLINE)."""
+        `silent`: hosts already judged lost, asked too but waited for only `deadlines.silent_stop`
+        (a frozen host would hold the run's end for the whole `deadlines.stop`)."""
         grace = self.record.grace_period if grace is None else grace
         hosts = sorted(h.name for h in self.record.hosts)
         lost = sorted(h.name for h in self.record.lost_hosts)
@@ -505,8 +517,8 @@ class Cluster:
                 StopRequest(self.record.run_id, grace, ports[a.host]),
                 timeout=grace + (LOST_HOST_PATIENCE if a.host in lost else 120),
             ),
-            deadline=grace + STOP_DEADLINE,
-            deadlines={h: SILENT_STOP_PATIENCE for h in silent},
+            deadline=grace + self.deadlines.stop,
+            deadlines={h: self.deadlines.silent_stop for h in silent},
         )
         lost_silent = {h: error_text(e) for h, e in answers.failed.items() if h in lost}
         remaining: dict[str, list[int]] = {}

@@ -154,9 +154,6 @@ class Rules(Generic[S]):
     host_patience: float
     max_restarts: Mapping[str, int] = field(default_factory=dict)
     judges: Sequence[SightJudge[S]] = ()
-    poll: float | None = None  # SUPERVISE_POLL, as read when the reconciler is made
-    judge_every: float | None = None  # JUDGE_EVERY, likewise
-    allocation_every: float | None = None  # ALLOCATION_EVERY, likewise
 
 
 class Reconciler(Generic[S]):
@@ -168,9 +165,6 @@ class Reconciler(Generic[S]):
     def __init__(self, rules: Rules[S]) -> None:
         self.rules = rules
         self.supervision = Supervision(rules.decisive, rules.essential, rules.host_patience)
-        self.poll = SUPERVISE_POLL if rules.poll is None else rules.poll
-        self.judge_every = JUDGE_EVERY if rules.judge_every is None else rules.judge_every
-        self.allocation_every = ALLOCATION_EVERY if rules.allocation_every is None else rules.allocation_every
         self._restarts: dict[str, int] = {}
         self._judged: float | None = None
         self._allocation_asked: float | None = None
@@ -207,9 +201,9 @@ class Reconciler(Generic[S]):
             return Plan((*actions, verdict))
         return Plan(
             tuple(actions),
-            0.0 if wants else self.poll,  # a judge waits on what it wants: fetched at once
-            sight=bool(wants) or (bool(self.rules.judges) and self._due(self._judged, self.judge_every, now)),
-            allocation=self._due(self._allocation_asked, self.allocation_every, now),
+            0.0 if wants else SUPERVISE_POLL,  # a judge waits on what it wants: fetched at once
+            sight=bool(wants) or (bool(self.rules.judges) and self._due(self._judged, JUDGE_EVERY, now)),
+            allocation=self._due(self._allocation_asked, ALLOCATION_EVERY, now),
             wants=wants,
         )
 
@@ -221,8 +215,8 @@ class Reconciler(Generic[S]):
         return self.supervision.cancelled(reason)
 
     def _due(self, last: float | None, every: float, now: float) -> bool:
-        """Due by the next look (`poll` from `now`)."""
-        return last is None or now + self.poll - last >= every
+        """Due by the next look (SUPERVISE_POLL from `now`)."""
+        return last is None or now + SUPERVISE_POLL - last >= every
 
     def _judge(
         self, sight: S, statuses: Sequence[TaskStatus], now: float

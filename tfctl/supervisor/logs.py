@@ -19,6 +19,7 @@ CHUNK = 256 * 1024
 MAX_PARTIAL_LINE = 64 * 1024
 HEARTBEAT = 5.0
 STATE_EVERY = 1.0  # a task's state is read again at least this often while followed
+FOLLOW_POLL = 0.1  # seconds between reads of a followed log that grows (its lines then come in blocks)
 LOG_FILES = {"output.log", "output.times"}  # changes to these say nothing of the state
 MAX_TAIL_BYTES = 4 * 1024 * 1024
 
@@ -222,7 +223,7 @@ def follow(root: str, request: FollowRequest) -> Iterator[FollowEvent]:
             if time.monotonic() - last_beat > HEARTBEAT:
                 yield Heartbeat(time.time())
                 last_beat = time.monotonic()
-            _wait(root, run_id, sources, changes, request.poll)
+            _wait(root, run_id, sources, changes)
     finally:
         for source in sources.values():
             _forget(source)
@@ -235,20 +236,20 @@ def _forget(source: _Source) -> None:
         source.file.close()
 
 
-def _wait(root: str, run_id: str, sources: Dict[str, _Source], changes: Optional[Changes], poll: float) -> None:
-    """Until some task's files changed (at most STATE_EVERY), then `poll` more so that a task
-    printing line by line is read in blocks; only `poll` without inotify or while a task has no
-    directory yet. Marks the tasks whose state files changed."""
+def _wait(root: str, run_id: str, sources: Dict[str, _Source], changes: Optional[Changes]) -> None:
+    """Until some task's files changed (at most STATE_EVERY), then FOLLOW_POLL more so that a
+    task printing line by line is read in blocks; only FOLLOW_POLL without inotify or while a
+    task has no directory yet. Marks the tasks whose state files changed."""
     if changes is not None:
         for task, source in sources.items():
             if not source.watched:
                 source.watched = changes.watch(task, task_dir(root, run_id, task))
     if changes is None or not all(s.watched for s in sources.values()):
-        time.sleep(poll)
+        time.sleep(FOLLOW_POLL)
         return
     changed = changes.wait(STATE_EVERY)
     stale = set(sources) if ALL in changed else {task for task, names in changed.items() if not names <= LOG_FILES}
     for task in stale & set(sources):
         sources[task].stale = True
     if changed:
-        time.sleep(poll)
+        time.sleep(FOLLOW_POLL)

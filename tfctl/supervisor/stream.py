@@ -23,7 +23,6 @@ class FollowRequest(Wire):
     tail: Optional[int] = None  # start at most this many lines before the end
     since: Optional[float] = None  # start with the lines written in the last this many seconds
     times: bool = False  # each chunk carries when its lines were written
-    poll: float = 0.1
 
 
 @record

@@ -125,7 +125,7 @@ def visible_gpus(env: Dict[str, str]) -> List[int]:
 
 class UsageNotes:
     """The monitor's side: `begin` for each run of the task, then `note` as often as it likes;
-    a record is written every USAGE_EVERY seconds."""
+    a record is written every USAGE_EVERY seconds (`sample` writes one at once)."""
 
     def __init__(self, log_path: str, gpus: Sequence[int]) -> None:
         self.path = usage_path(log_path)
@@ -147,8 +147,11 @@ class UsageNotes:
 
     def note(self) -> None:
         now = time.time()
-        if not self.pid or now - self.last[0] < USAGE_EVERY:
-            return
+        if self.pid and now - self.last[0] >= USAGE_EVERY:
+            self.sample(now)
+
+    def sample(self, now: float) -> None:
+        """One record of the current process's usage at `now` (epoch), and the CPU total."""
         seconds, rss, pids = tree_usage(self.pid)
         percent = cpu_percent(seconds, self.last[1], now, self.last[0])
         self.last = (now, seconds)

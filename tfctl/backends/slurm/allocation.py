@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from tfctl.backends.slurm.placement import Component, components, settings_of
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.errors import BackendError
 
 
@@ -185,7 +185,7 @@ def expand_nodes(nodelist: str, run: Runner = run_slurm) -> tuple[str, ...]:
     return tuple(result.stdout.split())
 
 
-def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, poll: float = POLL) -> JobState:
+def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, clock: Clock = REAL_CLOCK) -> JobState:
     """Wait until the allocation runs (saying why while it waits); its state, with its nodes."""
     said = ""
     while True:
@@ -200,7 +200,7 @@ def wait_running(job_id: str, progress: Progress, run: Runner = run_slurm, poll:
         if news != said:
             progress("slurm", news)
             said = news
-        time.sleep(poll)
+        clock.sleep(POLL)
 
 
 def time_left(job_id: str, run: Runner = run_slurm) -> float | None:
@@ -220,14 +220,14 @@ def time_left(job_id: str, run: Runner = run_slurm) -> float | None:
 _TIME_LEFT_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}")
 
 
-def wait_ended(job_id: str, patience: float, run: Runner = run_slurm, poll: float = POLL) -> JobState:
+def wait_ended(job_id: str, patience: float, run: Runner = run_slurm, clock: Clock = REAL_CLOCK) -> JobState:
     """The allocation's state once it ended, or as it is after `patience` seconds."""
-    deadline = time.monotonic() + patience
+    deadline = clock.monotonic() + patience
     while True:
         state = job_state(job_id, run)
-        if state.ended or time.monotonic() > deadline:
+        if state.ended or clock.monotonic() > deadline:
             return state
-        time.sleep(poll)
+        clock.sleep(POLL)
 
 
 def reason_text(reason: str) -> str:
@@ -248,10 +248,10 @@ def describe(state: JobState) -> str:
     return state.state + (f" ({state.reason})" if state.reason else "")
 
 
-def cancel(job_id: str, run: Runner = run_slurm, patience: float = 30.0) -> JobState:
+def cancel(job_id: str, run: Runner = run_slurm, clock: Clock = REAL_CLOCK, patience: float = 30.0) -> JobState:
     """End the allocation and wait until Slurm says it ended; the final state."""
     run(["scancel", job_id], None)
-    return wait_ended(job_id, patience, run)
+    return wait_ended(job_id, patience, run, clock)
 
 
 def current_job() -> str | None:

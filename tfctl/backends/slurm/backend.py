@@ -176,11 +176,13 @@ class SlurmBackend:
     host_word = "node"
     waiting_for: str | None = "Slurm"
     places_devices = True  # each task's step asks Slurm for its GPUs and cores
-    clock: Clock = REAL_CLOCK
 
-    def __init__(self, run: Runner = run_slurm, import_images: StepsRunner = import_images) -> None:
+    def __init__(
+        self, run: Runner = run_slurm, import_images: StepsRunner = import_images, clock: Clock = REAL_CLOCK
+    ) -> None:
         self.run = run
         self._import_images = import_images  # injected, as `run` is
+        self.clock = clock  # what its waits for Slurm, and a run's supervision, wait on
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
         if per_task:
@@ -227,7 +229,7 @@ class SlurmBackend:
             progress("slurm", f"inside allocation {job_id} (SLURM_JOB_ID): using its nodes")
         groups: dict[str, int] = {}
         try:
-            state = wait_running(job_id, progress, self.run)
+            state = wait_running(job_id, progress, self.run, self.clock)
             if len(components(config)) > 1 and owned:
                 placed = place(config, nodes_by_job(config, state.components))
                 groups = {
@@ -239,7 +241,7 @@ class SlurmBackend:
             boxes = self._containers(placed, looked, run_id, job_id, groups, progress)
         except BaseException:
             if owned:
-                cancel(job_id, self.run)
+                cancel(job_id, self.run, self.clock)
             raise
         if boxes:  # the nodes' steps run in them: the tasks run bare there, with the image's Python
             placed = without_containers(placed)
@@ -331,7 +333,7 @@ class SlurmBackend:
             left = known
             progress("slurm", f"job {job_id}: the tasks ended {left:.0f}s before its time limit; waiting for its end")
         if not state.ended:
-            state = wait_ended(job_id, left + 2 * LIMIT_SLACK, self.run)
+            state = wait_ended(job_id, left + 2 * LIMIT_SLACK, self.run, self.clock)
             if not state.ended:
                 return None
         progress("slurm", f"job {job_id} ended: {describe(state)}")
@@ -342,10 +344,10 @@ class SlurmBackend:
         if not allocation.owned:
             return None
         if allocation.successor:  # first: the allocation's end would start it
-            cancel(allocation.successor, self.run)
+            cancel(allocation.successor, self.run, self.clock)
         if allocation.inside and current_job() == allocation.job_id:  # the controller: its script's end releases it
             return _report(record, job_state(allocation.job_id, self.run), self.run)
-        return _report(record, cancel(allocation.job_id, self.run), self.run)
+        return _report(record, cancel(allocation.job_id, self.run, self.clock), self.run)
 
     def hand_over(self, record: RunRecord) -> Mapping[str, Any] | None:
         """The controller in the allocation, told to end (SIGTERM): while Slurm ends the
@@ -371,7 +373,7 @@ class SlurmBackend:
             return None
         job = submit_controller(config, resume, self.run)
         err(f"submitted slurm job {job.job_id}; the run's controller runs in it (its output: {job.err})")
-        return follow(job, detach, out, err, self.run, abandoned=abandoned)
+        return follow(job, detach, out, err, self.run, self.clock, abandoned)
 
     def door_relay(self, record: RunRecord, door: Path) -> list[str] | None:
         """A controller in the allocation's batch script, asked from outside the allocation: a

@@ -49,6 +49,7 @@ from tfctl.backends.slurm.allocation import (
 )
 from tfctl.config.home import tfctl_home
 from tfctl.config.model import ClusterConfig
+from tfctl.engine.clock import REAL_CLOCK, Clock
 
 CONTROLLER_ENV = "TFCTL_CONTROLLER_JOB"  # set by tfctl's batch script: the allocation is the run's own
 ALLOCATION_ENV = "TFCTL_ALLOCATION"  # set by a successor's batch script: which allocation of the run it is
@@ -134,7 +135,7 @@ def follow(
     out: Say,
     err: Say,
     run: Runner = run_slurm,
-    poll: float = POLL,
+    clock: Clock = REAL_CLOCK,
     abandoned: Say = lambda _run_id: None,
 ) -> int:
     """Relay the batch script's output until the job ends (its `up`'s exit code), or with
@@ -179,16 +180,16 @@ def follow(
                 err(f"slurm job {job.job_id} ended; the run goes on in slurm job {taken.job_id}")
                 job, tails, said, successor = taken, (_Tail(taken.err), _Tail(taken.out)), "", ""
                 continue
-            time.sleep(poll)
+            clock.sleep(POLL)
     except KeyboardInterrupt:
         if job_state(job.job_id, run).state == "PENDING":
-            ended = cancel(job.job_id, run)
+            ended = cancel(job.job_id, run, clock)
             if run_id:  # the run's controller ran before: this is its successor
                 abandoned(run_id)
         else:
             run(["scancel", "--batch", "--signal=INT", job.job_id], None)
             err(f"interrupted: the run's controller (slurm job {job.job_id}) stops every task and ends the job")
-            ended = _wait_or_cancel(job.job_id, run)
+            ended = _wait_or_cancel(job.job_id, run, clock)
         for line in tails[0].lines():
             err(line)
         err(f"slurm job {job.job_id}: {describe(ended)}")
@@ -218,14 +219,14 @@ def _run_id(line: str) -> str:
     return found.group(1) if found else ""
 
 
-def _wait_or_cancel(job_id: str, run: Runner, patience: float = 60.0) -> JobState:
-    deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
+def _wait_or_cancel(job_id: str, run: Runner, clock: Clock, patience: float = 60.0) -> JobState:
+    deadline = clock.monotonic() + patience
+    while clock.monotonic() < deadline:
         state = job_state(job_id, run)
         if state.ended:
             return state
-        time.sleep(POLL)
-    return cancel(job_id, run)
+        clock.sleep(POLL)
+    return cancel(job_id, run, clock)
 
 
 def _exit_code(job_id: str, run: Runner) -> int:

@@ -187,8 +187,10 @@ def import_images(
 ) -> dict[str, str]:
     """Run each node's first step in its container (its image imported there), all at once;
     node -> why it failed, for those that did (within `timeout` seconds). `waiting(seconds)`
-    every WAITING_EVERY seconds meanwhile: a multi-GB import takes minutes, and must not look
-    hung. Steps still running when this returns or raises are ended."""
+    every WAITING_EVERY seconds meanwhile, or four times within a shorter `timeout`: a
+    multi-GB import takes minutes, and must not look hung. Steps still running when this
+    returns or raises are ended."""
+    every = min(WAITING_EVERY, timeout / 4)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     with tempfile.TemporaryDirectory(prefix="tfctl-import-") as errors:
         try:
@@ -199,7 +201,7 @@ def import_images(
                     )
             began = said = time.monotonic()
             while any(proc.poll() is None for proc in procs.values()) and time.monotonic() - began < timeout:
-                if time.monotonic() - said >= WAITING_EVERY:
+                if time.monotonic() - said >= every:
                     said = time.monotonic()
                     waiting(said - began)
                 time.sleep(POLL)

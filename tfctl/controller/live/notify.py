@@ -73,10 +73,12 @@ class Notifier:
         commands: Sequence[str],
         cwd: Path | None = None,
         say: Callable[[str], None] = _to_stderr,
+        timeout: float = NOTIFY_TIMEOUT,
     ) -> None:
         self.commands = tuple(commands)
         self.cwd = cwd
         self.say = say
+        self.timeout = timeout  # for each command, before it is killed
         self._events: queue.SimpleQueue[RunEvent | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -112,19 +114,18 @@ class Notifier:
             if thread is not None:
                 self._events.put(None)
         if thread is not None:
-            thread.join()  # each command is bounded by NOTIFY_TIMEOUT
+            thread.join()  # each command is bounded by `timeout`
 
     def _deliver(self) -> None:
         while (event := self._events.get()) is not None:
             for command in self.commands:
-                failure = run_command(command, event, self.cwd)
+                failure = run_command(command, event, self.cwd, self.timeout)
                 if failure is not None:
                     self.say(f"notify: `{command}` {failure} (event {event.kind} of run {event.run_id})")
 
 
-def run_command(command: str, event: RunEvent, cwd: Path | None, timeout: float | None = None) -> str | None:
+def run_command(command: str, event: RunEvent, cwd: Path | None, timeout: float = NOTIFY_TIMEOUT) -> str | None:
     """Run one notify command with the event; None if it succeeded, else how it failed."""
-    timeout = NOTIFY_TIMEOUT if timeout is None else timeout
     try:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],

@@ -27,6 +27,7 @@ from tfctl.controller.live.stopping import release
 from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
 from tfctl.controller.start.plan import Draft, drafted
 from tfctl.engine import resubmission
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.events import EventKind
 from tfctl.engine.reconcile import Action, Notify, Say
 from tfctl.engine.resubmission import Finish, Resubmit, Seen
@@ -129,7 +130,7 @@ def hand_over(store: RunStore, cluster: Cluster) -> str | None:
     return "the allocation ends under the run; the controller of the next one takes it up"
 
 
-def next_allocation(store: RunStore, record: RunRecord, poll: float = GAP_POLL) -> RunRecord | None:
+def next_allocation(store: RunStore, record: RunRecord, clock: Clock = REAL_CLOCK) -> RunRecord | None:
     """For a follower whose tasks ended under a run that may go on in a new allocation (`logs
     -f`): the run's record once its tasks run there; None once it is over, or nobody is left to
     take it up (no live controller here, no allocation or successor job left)."""
@@ -144,7 +145,7 @@ def next_allocation(store: RunStore, record: RunRecord, poll: float = GAP_POLL) 
             return now
         if not controller_lives(now) and backend.is_over(now):
             return None
-        time.sleep(poll)
+        clock.sleep(GAP_POLL)
 
 
 def _into_new_allocation(
