@@ -64,7 +64,8 @@ def finish(
     else waiting for them here). A run ended already keeps the words of its first end (a `down`
     answered, then the SIGTERM of the allocation it released), and nobody is told twice."""
     report, backend = stop_run(store, cluster, grace, outcome.silent)
-    record = cluster.apply(store, transitions.end_if_active(outcome.state, outcome.reason, time.time()))
+    ended_at = backend_for(cluster.record.backend).clock.time()
+    record = cluster.apply(store, transitions.end_if_active(outcome.state, outcome.reason, ended_at))
     if record is None:
         return Ending(outcome, report, cluster.record, backend)
     if notifier is not None:
@@ -222,7 +223,8 @@ def supervise_through_allocations(
     `restarting` hears of tasks started anew (moved, restarted with them, a new allocation's)."""
     restarting = restarting or Restarting()
     carry_out = reconciling.carrier(store, cluster, notifier)
-    mover = Mover(store, cluster, carry_out, restarting)
+    clock = backend_for(cluster.record.backend).clock
+    mover = Mover(store, cluster, carry_out, restarting, clock)
     for host in cluster.record.lost_hosts:  # left while an earlier controller watched: asked to stop as the rest
         cluster.leave(host.name)
     from tfctl.tf.progress import RunProgress
@@ -237,7 +239,7 @@ def supervise_through_allocations(
             closer_look=reconciling.closer_look(cluster, progress),
             allocation_end=reconciling.allocation_end(cluster),
             cancel=cancel,
-            clock=backend_for(cluster.record.backend).clock,
+            clock=clock,
         )
         if cancel.is_set():
             return outcome

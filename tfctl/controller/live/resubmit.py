@@ -12,7 +12,6 @@ decided in `engine.resubmission` either way; this module carries it out.
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -95,7 +94,7 @@ def take_up(store: RunStore, run_id: str, progress: Progress) -> Cluster | Outco
         dataclasses.replace(seen, over=backend.why_over(record, progress))
     )
     if isinstance(decision, Finish):
-        end = transitions.end_if_active(decision.outcome.state, decision.outcome.reason, time.time())
+        end = transitions.end_if_active(decision.outcome.state, decision.outcome.reason, backend.clock.time())
         ended = None if decision.recorded else transitions.apply(store, run_id, end)
         if ended is not None:
             with Notifier.of(ended) as notifier:
@@ -160,7 +159,7 @@ def _into_new_allocation(
     run drafted there, and the words for it; or, a `down` having come meanwhile, how it ends."""
     backend = backend_for(record.backend)
     held = backend.report(record)
-    end = AllocationEnd(held.label if held else record.backend, time.time(), decision.why)
+    end = AllocationEnd(held.label if held else record.backend, backend.clock.time(), decision.why)
     progress(backend.name, "asking for a new allocation for the run")
     acquired = backend.acquire(config, record.run_id, progress)
     run = drafted(acquired.config, store, record.run_id, acquired.state)

@@ -13,12 +13,12 @@ asking it to stop them, and `down` asks it too.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from tfctl.cluster import control
 from tfctl.cluster.cluster import Cluster
 from tfctl.controller.live.restarting import Restarting
+from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.moving import MovePlan, after_failed_move, plan_move
 from tfctl.engine.reconcile import Action, Say
 from tfctl.errors import HostError, TfctlError
@@ -41,9 +41,11 @@ class Mover:
         cluster: Cluster,
         carry_out: Callable[[Action], None],
         restarting: Restarting | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.store, self.cluster, self.carry_out_action = store, cluster, carry_out
         self.restarting = restarting or Restarting()
+        self.clock = clock  # the time a move is recorded at: the supervision's
 
     def __call__(self, host: str, why: str, ended: tuple[str, ...] = ()) -> bool:
         """Move `host`'s tasks, starting again those `ended` badly elsewhere while it was silent; a
@@ -85,7 +87,7 @@ class Mover:
             self.carry_out_action(line)
         if plan.restarted:
             cluster.stop_tasks([record.task(t.name) for t in plan.restarted])
-        moves = plan.record_moves(time.time())
+        moves = plan.record_moves(self.clock.time())
         cluster.apply(self.store, transitions.record_move(plan.lost, plan.spare, plan.tasks, moves))
         cluster.leave(plan.lost)  # its lease renewed no more; the supervision asks it to stop what it ran
         starting = [t for t in plan.tasks if t in plan.moved or t in plan.restarted]

@@ -5,7 +5,6 @@ run's end.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Collection
 
 from tfctl.backends.base import backend_for
@@ -61,6 +60,6 @@ def final_figures(cluster: Cluster, silent: set[str]) -> tuple[dict[str, Any] | 
         statuses, _ = cluster.status(tasks, progress=progress.rule())
     except TfctlError:
         return None, None
-    now = time.time()
+    now = backend_for(record.backend).clock.time()
     cost = cost_json([s.cost(now) for s in statuses if s.state is not TaskState.UNREACHABLE], now - record.created_at)
     return cost, result_json(progress.results.read(statuses))
