@@ -28,6 +28,7 @@ FLOORS = [
     ("tf",),
     ("kube",),  # exports to Kubernetes: the cluster file and TF's task layout, as manifests
     ("controller",),
+    ("api",),  # the Python API: what `import tfctl` offers, and what the CLI's verbs call
     ("cli", "__main__", ""),
 ]
 
@@ -111,12 +112,13 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_top_level_is_small() -> None:
-    """17: the Kubernetes exports left `tf/` for a package of their own (`kube/`), since they are
-    no TensorFlow knowledge but a way out of tfctl; and the backend registry left `backends/` for
-    `registry/`, so that the folder the config reads is on the floor it sits on. Each entry still
-    says one concern."""
+    """18: the Kubernetes exports left `tf/` for a package of their own (`kube/`), since they are
+    no TensorFlow knowledge but a way out of tfctl; the backend registry left `backends/` for
+    `registry/`, so that the folder the config reads is on the floor it sits on; and the Python
+    API (`api/`) is a floor of its own between the controller and the command line built on it.
+    Each entry still says one concern."""
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 17, entries
+    assert len(entries) <= 18, entries
 
 
 def test_generic_code_never_names_a_backend() -> None:

@@ -1,9 +1,60 @@
 """tfctl: one cluster file, four verbs, nothing left running.
 
-Importing the package must stay cheap: no TensorFlow, no paramiko, no rich here.
+`import tfctl` gives the Python API (`__all__`): `tfctl.up(...)` starts a run and returns its
+`Run`, `tfctl.run(id)` finds one, `tfctl.list_runs()` lists them. The names load lazily, on first
+use: importing the package stays cheap (no TensorFlow, no paramiko, no rich here).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+# The public names and the module each lives in: the promise `tests/test_api_names.py` pins.
+_PUBLIC = {
+    "up": "tfctl.api.starting",
+    "load_cluster": "tfctl.api.starting",
+    "run": "tfctl.api.handle",
+    "list_runs": "tfctl.api.handle",
+    "Run": "tfctl.api.handle",
+    "Timeout": "tfctl.api.handle",
+    "RunStatus": "tfctl.api.types",
+    "TaskInfo": "tfctl.api.types",
+    "RunSummary": "tfctl.api.types",
+    "Ended": "tfctl.api.types",
+    "Stopped": "tfctl.api.types",
+    "LogLine": "tfctl.api.types",
+    "Metric": "tfctl.api.types",
+    "Metrics": "tfctl.api.types",
+    "TaskMetrics": "tfctl.api.types",
+    "Event": "tfctl.api.types",
+    "EventKind": "tfctl.api.types",
+    "RunState": "tfctl.supervisor.states",
+    "TaskState": "tfctl.supervisor.states",
+    "TfctlError": "tfctl.errors",
+    "UsageError": "tfctl.errors",
+    "ConfigError": "tfctl.errors",
+    "HostError": "tfctl.errors",
+    "StartupError": "tfctl.errors",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfctl' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, an attribute like any other
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
 
 
 def main() -> None:

@@ -53,6 +53,7 @@ TOPICS = [
     ("TensorBoard and the report", ("tfctl.tf.tensorboard", "tfctl.transport.forward"), ("report",)),
     ("Naming a run or a task (`status`, `logs`, `down`, `runs`)", ("tfctl.cli", "tfctl.runs.store"), ()),
     ("Exporting to Kubernetes", ("tfctl.kube",), ()),
+    ("From Python (`import tfctl`)", ("tfctl.api",), ()),
 ]
 OTHER = "Other errors"
 

@@ -110,19 +110,6 @@ def stamp(start: float) -> str:
     return f"[{time.monotonic() - start:5.1f}s]"
 
 
-def select_tasks(record: RunRecord, names: tuple[str, ...]) -> list[TaskSpec]:
-    if not names:
-        return list(record.tasks)
-    chosen = []
-    for name in names:
-        match = [t for t in record.tasks if name in (t.job, t.name)]
-        if not match:
-            valid = ", ".join(sorted({t.job for t in record.tasks} | {t.name for t in record.tasks}))
-            raise UsageError(f"no task {name!r} in run {record.run_id}", hint=f"choose from: {valid}")
-        chosen += [t for t in match if t not in chosen]
-    return chosen
-
-
 def select_task(record: RunRecord, name: str) -> TaskSpec:
     """One task: `job:index`, or `job` when that job has a single task."""
     match = [t for t in record.tasks if name in (t.job, t.name)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -12,21 +11,16 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import click
 
 from tfctl.cli.app import cli, environment
-from tfctl.cli.common import Duration, file_option, run_record, run_store, select_tasks
+from tfctl.cli.common import Duration, file_option, run_record, run_store
 from tfctl.cli.complete import run_option, task_names
 from tfctl.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tfctl.controller.live.rpc_messages import LogsAsk, LogsPart
-    from tfctl.controller.views.status_view import Snapshot
+    from tfctl.controller.live.rpc_messages import LogsPart
     from tfctl.engine.clock import Clock
-    from tfctl.runs.record import RunRecord
-    from tfctl.runs.store import RunStore
 
-# How long `status` waits for the run's live controller before asking the hosts itself.
-STATUS_PATIENCE = 15.0
 WATCH_EVERY = 1.0  # seconds between two tables of `status --watch`
 
 
@@ -52,9 +46,10 @@ Examples:
 def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as_json: bool, watch: bool) -> int:
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
     from tfctl import console
+    from tfctl.api.reading import status_asker
 
     record = run_record(ctx, cluster_file, run_id)
-    with status_asker(record) as ask:
+    with status_asker(run_store(), record) as ask:
 
         def table() -> str:
             from tfctl.controller.views.status_table import status_text
@@ -102,36 +97,6 @@ def watch_frames(frame: Callable[[], tuple[str, bool]], screen: Console, clock: 
             live.update(Text.from_ansi(text), refresh=True)
 
 
-@contextlib.contextmanager
-def status_asker(record: RunRecord) -> Iterator[Callable[[int], tuple[Snapshot, RunRecord]]]:
-    """`ask(usage_history)`: what `status` shows, and the run's record as it is now. Asked of the
-    run's live controller if it has one here, which sends plain data for this terminal to render,
-    else of the hosts (with connections opened on the first such ask and kept for the next)."""
-    from tfctl.controller.live import rpc as live
-    from tfctl.controller.live.rpc_messages import StatusAsk
-    from tfctl.controller.views.status_view import Snapshot
-
-    if TYPE_CHECKING:
-        from tfctl.cluster.cluster import Cluster
-    store = run_store()
-    run_dir = store.run_dir(record.run_id)
-    with contextlib.ExitStack() as stack:
-        clusters: list[Cluster] = []
-
-        def ask(usage_history: int) -> tuple[Snapshot, RunRecord]:
-            answer = live.ask(run_dir, record, StatusAsk(usage_history), STATUS_PATIENCE)
-            if answer is not None:
-                return Snapshot.from_plain(answer.snapshot), store.load(record.run_id)
-            from tfctl.cluster.cluster import Cluster
-            from tfctl.controller.views import status_view  # paramiko: only when this process asks the hosts
-
-            if not clusters:
-                clusters.append(stack.enter_context(Cluster(record)))
-            return status_view.snapshot(clusters[0], usage_history), store.load(record.run_id)  # as it is now
-
-        yield ask
-
-
 @cli.command(
     short_help="Print task output, merged and prefixed; -f follows.",
     epilog="""\b
@@ -167,6 +132,7 @@ def logs(
 ) -> int:
     """Print task output, merged and prefixed. TASK is `job` or `job:index` (default: all)."""
     from tfctl import console
+    from tfctl.api.reading import logs_parts, select_tasks
     from tfctl.controller.live.rpc_messages import LogsAsk
 
     files = [name for name in tasks if name.endswith((".yaml", ".yml")) or Path(name).is_file()]
@@ -188,7 +154,7 @@ def logs(
         color=console.color_enabled(sys.stdout),
         terminal=sys.stdout.isatty() and not raw,
     )
-    code = _logs_of(store, record, ask)
+    code = _print_parts(logs_parts(store, record, ask))
     while follow:  # its tasks ended; a resubmitted run's start again in its next allocation
         from tfctl.controller.live.resubmit import next_allocation
 
@@ -197,23 +163,8 @@ def logs(
             break
         record = goes_on
         console.err().print(f"the run goes on in allocation {len(record.allocations) + 1}: following its tasks there")
-        code = _logs_of(store, record, ask.replace(tail=None, since=None))
+        code = _print_parts(logs_parts(store, record, ask.replace(tail=None, since=None)))
     return code
-
-
-def _logs_of(store: RunStore, record: RunRecord, ask: LogsAsk) -> int:
-    """`logs` of the run's current tasks: through its live controller, which reads them with the
-    connections it holds, else from the hosts."""
-    from tfctl.controller.live import rpc as live
-
-    parts = live.stream(store.run_dir(record.run_id), record, ask)
-    if parts is not None:
-        return _print_parts(parts)
-    from tfctl.cluster.cluster import Cluster
-    from tfctl.controller.live.rpc_handlers import logs_parts
-
-    with Cluster(record) as cluster:
-        return _print_parts(logs_parts(store, cluster, ask, lambda: True))
 
 
 def _print_parts(parts: Iterator[LogsPart]) -> int:
@@ -264,21 +215,12 @@ def report(ctx: click.Context, cluster_file: Path | None, run_id: str | None, ou
     listening, first step, restarts, end and how), steps/s over time, and the diagnosis. It
     fetches nothing, so it opens offline and can be mailed."""
     from tfctl import console
-    from tfctl.cluster.cluster import Cluster
-    from tfctl.controller.views.report import render
-    from tfctl.controller.views.report_gather import gather
-    from tfctl.errors import TfctlError
+    from tfctl.api.handle import Run, report_page
 
     record = run_record(ctx, cluster_file, run_id, resume=False)
-    with Cluster(record) as cluster:
-        page = render(gather(cluster))
     if str(output) == "-":
-        sys.stdout.write(page)
+        sys.stdout.write(report_page(record))
         return 0
-    path = output or Path(f"{record.run_id}.html")
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise TfctlError(f"cannot write the report to {path}: {e.strerror}", hint="name another file with -o") from None
+    path = Run(record.run_id, run_store().home).report(output or Path(f"{record.run_id}.html"))
     console.err().print(f"report of {record.run_id} written to {path}")
     return 0

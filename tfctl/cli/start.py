@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from tfctl.cli.app import cli
 from tfctl.cli.common import DEFAULT_FILE, accept_new_option, cluster_file_path, file_option, run_store, stamp
-from tfctl.errors import EXIT_INTERRUPTED, TfctlError
+from tfctl.errors import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
     from tfctl.cluster.cluster import Cluster
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from tfctl.controller.live.driver import Ending
     from tfctl.controller.start.plan import Draft, Plan
     from tfctl.engine.clock import Cancel
+    from tfctl.runs.record import RunRecord
     from tfctl.runs.store import RunStore
     from tfctl.supervisor.task_records import ContainerLaunch
 
@@ -132,7 +132,7 @@ def up(
         if not detach:
             return _attached(store, cluster, hint_file)
         watcher.spawn_watcher(store, cluster.record)
-    _print_detached(run, hint_file)
+    _print_detached(run.record, hint_file)
     return 0
 
 
@@ -219,81 +219,85 @@ def _up_detached(
 ) -> int:
     """`up -d` of a backend that never waits to acquire hosts: a fork of this process, the run's
     watcher-to-be, starts the run (and then holds those connections for the run's life); this
-    process prints its progress.
-    Forked as soon as the run is planned and recorded (so a `down` typed at once finds it and
-    stops its start), so what printing needs loads while the tasks start. Ctrl-C here stops the
-    start, as attached."""
+    process prints its progress (`api.starting.start_detached`). Forked as soon as the run is
+    planned and recorded, so what printing needs loads while the tasks start. Ctrl-C here stops
+    the start, as attached."""
     import os
 
     from tfctl import console
+    from tfctl.api.starting import Started, start_detached
     from tfctl.controller.live import driver, watcher
-    from tfctl.controller.verbs import up
-    from tfctl.runs import transitions
-    from tfctl.runs.record import ControllerKind
 
-    run = up.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
-    transitions.claim(store, run.record, cleared)
     start = time.monotonic()
+
+    def forked(run: Draft) -> Started:
+        def start_then_watch(report: watcher.Report) -> None:
+            def relayed(message: dict[str, Any]) -> None:
+                report(message)
+                if "running" in message:
+                    watcher.log_to_run_dir(store, run.record.run_id)
+                    os.nice(10)  # from here it mostly waits
+
+            _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
+
+        child, reports = watcher.fork_starter(start_then_watch)
+
+        def reap() -> None:
+            with contextlib.suppress(ChildProcessError):  # (reaped already)
+                os.waitpid(child, 0)
+
+        return Started(child, reports, reap)
+
+    def announce(run: Draft) -> None:
+        _print_warnings(config)
+        _print_run(run, "host")
+
+    err = console.err()
+    try:
+        with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+            run = start_detached(store, config, forked, _progress_printer(start), cleared, resumes, announce)
+    except KeyboardInterrupt:
+        err.print("interrupted: everything started has been stopped")
+        return EXIT_INTERRUPTED
+    record = store.load(run.id)
+    err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
+    _print_detached(record, hint_file)
+    return 0
+
+
+@cli.command(name="_start", hidden=True)
+@click.option("--report-fd", type=int, required=True)
+@accept_new_option
+def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
+    """The watcher `tfctl.up()` starts for a detached run (the API forks no caller): the run's
+    record as drafted comes pickled on stdin, its cluster as the run keeps it; its progress
+    goes to `report_fd`, as a forked watcher's does."""
+    import os
+    import pickle
+
+    from tfctl.controller.live import driver, watcher
+    from tfctl.controller.live.resubmit import recorded_config
+    from tfctl.controller.start.plan import Draft
+
+    store = run_store()
+    record = pickle.load(sys.stdin.buffer)
+    run = Draft(recorded_config(store, record), record)
 
     def start_then_watch(report: watcher.Report) -> None:
         def relayed(message: dict[str, Any]) -> None:
             report(message)
             if "running" in message:
-                watcher.log_to_run_dir(store, run.record.run_id)
                 os.nice(10)  # from here it mostly waits
 
         _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
-    child, messages = watcher.fork_starter(start_then_watch)
-    transitions.apply(
-        store, run.record.run_id, transitions.take_control(watcher.controller_of(child, ControllerKind.WATCHER))
-    )
-    err = console.err()
-    progress = _progress_printer(start)
-    _print_warnings(config)
-    _print_run(run, "host")
-    with messages:
-        try:
-            with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
-                final = _relay(messages, progress)
-        except KeyboardInterrupt:
-            os.kill(child, signal.SIGTERM)
-            final = _relay(messages, progress)
-    if final.get("gone") and store.exists(run.record.run_id):  # killed before it said how the start went
-        with contextlib.suppress(ChildProcessError):  # (reaped already)
-            os.waitpid(child, 0)  # reaped: it no longer counts as running
-        final["error"] = driver.resume(store, store.load(run.record.run_id)) or final["error"]
-    if "error" in final:
-        error = TfctlError(final["error"], hint=final.get("hint"))
-        error.exit_code = final.get("exit_code", error.exit_code)
-        raise error
-    if "running" not in final:
-        err.print("interrupted: everything started has been stopped")
-        return EXIT_INTERRUPTED
-    err.print(f"{stamp(start)} all {len(run.config.tasks())} tasks running")
-    _print_detached(run, hint_file)
-    return 0
+    return watcher.report_on(report_fd, start_then_watch)
 
 
-def _relay(messages: IO[str], progress: Callable[[str, str], None]) -> dict[str, Any]:
-    """Print the starting watcher's progress; its last word (`running`, `error`, `interrupted`)."""
-    for line in messages:
-        message = json.loads(line)
-        if "progress" in message:
-            progress(*message["progress"])
-            continue
-        return dict(message)
-    return {
-        "error": "the run's watcher ended before the run started",
-        "hint": "its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
-        "gone": True,
-    }
-
-
-def _print_detached(run: Draft, hint_file: str) -> None:
+def _print_detached(record: RunRecord, hint_file: str) -> None:
     from tfctl import console
 
-    err, record = console.err(), run.record
+    err = console.err()
     err.print(
         f"detached. The run stops by itself when {', '.join(record.decisive)} "
         f"{'finishes' if len(record.decisive) == 1 else 'finish'} (a watcher process does it)."

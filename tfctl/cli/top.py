@@ -11,9 +11,8 @@ from typing import Any, Callable, Iterator, TextIO
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import file_option, run_record
+from tfctl.cli.common import file_option, run_record, run_store
 from tfctl.cli.complete import run_option
-from tfctl.cli.inspect import status_asker
 
 SORT_KEYS = ("cpu", "mem", "gpu", "rate", "task")  # as `controller.top_view.SORTS` names them
 
@@ -52,7 +51,9 @@ def top(
     from tfctl.controller.views.top_view import HISTORY, top_screen
 
     record = run_record(ctx, cluster_file, run_id)
-    with status_asker(record) as ask:
+    from tfctl.api.reading import status_asker
+
+    with status_asker(run_store(), record) as ask:
 
         def fetch() -> dict[str, Any]:
             shot, latest = ask(HISTORY)

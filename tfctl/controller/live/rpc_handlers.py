@@ -45,6 +45,24 @@ def controller_door(
     return ControllerDoor(path, {StatusAsk: status, DownAsk: down}, {LogsAsk: logs})
 
 
+def _line_parts(blocks: list[tuple[str, list[str]]]) -> Iterator[LogsPart]:
+    """Every line with its task, unfolded, in parts of at most PART_CHARS characters (a longer
+    line comes in pieces, one after the other)."""
+    part: list[list[str]] = []
+    size = 0
+    for task, lines in blocks:
+        for line in lines:
+            for start in range(0, max(len(line), 1), PART_CHARS):
+                piece = line[start : start + PART_CHARS]
+                if part and size + len(piece) > PART_CHARS:
+                    yield LogsPart(lines=part)
+                    part, size = [], 0
+                part.append([task, piece])
+                size += len(piece) + len(task)
+    if part:
+        yield LogsPart(lines=part)
+
+
 def logs_parts(
     store: RunStore, cluster: Cluster, request: LogsAsk, asker_there: Callable[[], bool]
 ) -> Iterator[LogsPart]:
@@ -63,7 +81,9 @@ def logs_parts(
     with LogFollower(cluster, selected, follow, request.tail, request.since, request.timestamps) as follower:
         folder = NoiseFolder() if follow else None  # live, TF's healthy noise is folded; after the fact, all shows
         for blocks in follower.blocks():
-            if blocks:
+            if blocks and request.lines:
+                yield from _line_parts(blocks)
+            elif blocks:
                 shown = blocks if folder is None else [(task, folder.fold(task, lines)) for task, lines in blocks]
                 text = prefix.text(shown)
                 for start in range(0, len(text), PART_CHARS):

@@ -106,6 +106,7 @@ class LogsPart(Wire):
     NESTED: ClassVar[Mapping[str, Any]] = {"notes": ("list", LogNote)}
 
     text: str = ""  # lines, prefixed (and coloured) as the asker prints them
+    lines: list[list[str]] = field(default_factory=list)  # [task, line] each, for an asker that reads `lines`
     notes: list[LogNote] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -125,3 +126,4 @@ class LogsAsk(DoorRequest[LogsPart]):
     timestamps: bool = False
     color: bool = False
     terminal: bool = False  # the asker prints to a terminal: control characters shown, not obeyed
+    lines: bool = False  # the asker reads each line with its task (the Python API), not printed text

@@ -74,24 +74,31 @@ def fork_starter(body: Callable[[Report], None]) -> tuple[int, IO[str]]:
         for fd in (0, 1, 2):  # `up -d`'s terminal or pipes must not stay open in the run's processes
             os.dup2(null, fd)
         os.close(null)
-        with os.fdopen(write_end, "w", encoding="utf-8") as channel:
-
-            def report(message: dict[str, Any]) -> None:
-                with contextlib.suppress(OSError):  # `up -d` is gone (its terminal closed): go on
-                    channel.write(json.dumps(message) + "\n")
-                    channel.flush()
-
-            try:
-                body(report)
-                code = 0
-            except BaseException as e:  # noqa: BLE001 - the fork's top: it must not return into the parent's code
-                traceback.print_exc()  # to watch.log once the run is up
-                report({"error": f"the run's watcher failed: {e!r}"})
+        code = report_on(write_end, body)
     finally:
         with contextlib.suppress(OSError):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)  # never back into the parent's click and atexit handlers
+
+
+def report_on(fd: int, body: Callable[[Report], None]) -> int:
+    """Run `body` of a starting watcher, its reports written to `fd` (the pipe `up` reads), a
+    failure reported too; the exit code. A reader gone (its terminal closed) is no failure."""
+    with os.fdopen(fd, "w", encoding="utf-8") as channel:
+
+        def report(message: dict[str, Any]) -> None:
+            with contextlib.suppress(OSError):  # `up -d` is gone (its terminal closed): go on
+                channel.write(json.dumps(message) + "\n")
+                channel.flush()
+
+        try:
+            body(report)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - the watcher's top: it reports what ended it
+            traceback.print_exc()  # to watch.log once the run is up
+            report({"error": f"the run's watcher failed: {e!r}"})
+            return 1
 
 
 def _wait_for_other_threads(patience: float = 2.0) -> None:

@@ -1,0 +1,242 @@
+"""Starting a run, for `tfctl up` and `tfctl.up()` alike: attached (this thread follows it to
+its end) or detached (a watcher process starts it, says how the start went, and ends the run
+when its job is done). The CLI forks its watcher, which then holds the imports already made;
+the API starts a new process instead, since a notebook kernel or a threaded program cannot be
+forked safely."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from tfctl.api.handle import Run
+from tfctl.api.types import Event, EventKind
+from tfctl.errors import TfctlError, UsageError
+from tfctl.runs.store import RunStore
+
+if TYPE_CHECKING:
+    from tfctl.config.model import ClusterConfig
+    from tfctl.controller.start.plan import Draft
+
+Progress = Callable[[str, str], None]  # (who, what), as `up` prints them
+
+
+@dataclass(frozen=True)
+class Started:
+    """A watcher process starting a detached run: its pid, its reports (one JSON object a line:
+    `progress`, then `running`, `error` or `interrupted`) and how to reap it once it is gone."""
+
+    pid: int
+    reports: IO[str]
+    reap: Callable[[], None]
+
+
+Starter = Callable[["Draft"], Started]
+
+
+def load_cluster(path: str | os.PathLike[str]) -> ClusterConfig:
+    """A cluster file, parsed and checked as `up` does (`ConfigError` lists every problem)."""
+    from tfctl.config.loader import load_config
+
+    return load_config(Path(path))
+
+
+def up(
+    cluster: str | os.PathLike[str] | ClusterConfig,
+    *,
+    detach: bool = True,
+    resume: str | None = None,
+    accept_new_host_keys: bool = False,
+    progress: Callable[[Event], None] | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Start a run of `cluster` (a cluster file's path, or one `load_cluster` parsed: it counts as
+    that file for the one-live-run rule and for `list_runs`). Detached (the default), it returns
+    once every task runs, a watcher process ending the run when its job is done; attached, it
+    follows the run to its end on this thread (a KeyboardInterrupt stops the run, then
+    propagates). `resume`: a run id to continue from its checkpoints ("" for the file's newest
+    run). `progress` hears what `tfctl up` prints: the start's steps and, attached, every line.
+    Raises `TfctlError` (`ConfigError`, `StartupError`, ...) with what to do about it."""
+    from tfctl.backends.base import backend_for
+    from tfctl.controller.verbs import up as verbs
+
+    config = cluster if not isinstance(cluster, (str, os.PathLike)) else load_cluster(cluster)
+    store = RunStore(None if home is None else Path(home))
+    tell = progress or (lambda _event: None)
+
+    def said(who: str, message: str) -> None:
+        tell(Event(EventKind.PROGRESS, who, message))
+
+    resumes = None if resume is None else verbs.resumed_run(store, config, resume)
+    elsewhere = backend_for(config.backend).run_elsewhere(
+        config, detach, lambda line: said("", line), lambda line: said("", line), abandoner(store), resumes
+    )
+    if elsewhere is not None:
+        return _started_elsewhere(store, config, elsewhere)
+    cleared = verbs.ensure_no_live_run(store, config)
+    if detach and backend_for(config.backend).waiting_for is None:
+        return start_detached(store, config, spawner(store, accept_new_host_keys), said, cleared, resumes)
+    return _start_here(store, config, said, tell, cleared, resumes, detach, accept_new_host_keys)
+
+
+def abandoner(store: RunStore) -> Callable[[str], None]:
+    """What ends a run whose queued next allocation a Ctrl-C cancelled: nobody else would."""
+    from tfctl.engine.clock import REAL_CLOCK
+    from tfctl.runs import transitions
+    from tfctl.supervisor.protocol import RunState
+
+    def abandoned(run_id: str) -> None:
+        why = "interrupted while its next allocation was queued"
+        transitions.apply(store, run_id, transitions.end_if_active(RunState.STOPPED, why, REAL_CLOCK.time()))
+
+    return abandoned
+
+
+def start_detached(
+    store: RunStore,
+    config: ClusterConfig,
+    starter: Starter,
+    progress: Progress,
+    cleared: str | None,
+    resumes: str | None,
+    announce: Callable[[Draft], None] = lambda _run: None,
+) -> Run:
+    """`up -d` of a backend that never waits to acquire hosts: the run recorded (so a `down`
+    typed at once finds it and stops its start), its watcher-to-be started (`starter`), told
+    of (`announce`) while the tasks start, and its progress relayed. A KeyboardInterrupt stops
+    the start and propagates once everything started is stopped."""
+    from tfctl.controller.live import driver, watcher
+    from tfctl.controller.verbs import up as verbs
+    from tfctl.runs import transitions
+    from tfctl.runs.record import ControllerKind
+
+    run = verbs.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
+    transitions.claim(store, run.record, cleared)
+    started = starter(run)
+    run_id = run.record.run_id
+    transitions.apply(
+        store, run_id, transitions.take_control(watcher.controller_of(started.pid, ControllerKind.WATCHER))
+    )
+    interrupted = False
+    with started.reports:
+        try:
+            announce(run)
+            final = relay(started.reports, progress)
+        except KeyboardInterrupt:
+            interrupted = True
+            os.kill(started.pid, signal.SIGTERM)
+            final = relay(started.reports, progress)
+    if final.get("gone") and store.exists(run_id):  # killed before it said how the start went
+        started.reap()  # reaped: it no longer counts as running
+        final["error"] = driver.resume(store, store.load(run_id)) or final["error"]
+    if "error" in final:
+        error = TfctlError(final["error"], hint=final.get("hint"))
+        error.exit_code = final.get("exit_code", error.exit_code)
+        raise error
+    if "running" not in final or interrupted:
+        raise KeyboardInterrupt
+    return Run(run_id, store.home)
+
+
+def relay(reports: IO[str], progress: Progress) -> dict[str, Any]:
+    """The starting watcher's progress, told; its last word (`running`, `error`, `interrupted`)."""
+    for line in reports:
+        message = json.loads(line)
+        if "progress" in message:
+            progress(*message["progress"])
+            continue
+        return dict(message)
+    return {
+        "error": "the run's watcher ended before the run started",
+        "hint": "its log is watch.log in the run's directory under $TFCTL_HOME/runs, if the run got that far",
+        "gone": True,
+    }
+
+
+def spawner(store: RunStore, accept_new_host_keys: bool) -> Starter:
+    """A new `tfctl _start` process as the run's watcher: in its own session, logging to the
+    run's watch.log, given the drafted run on its stdin and a pipe for its reports. A thread
+    here reaps it when it ends, so it never lingers as a zombie of the caller."""
+
+    def start(run: Draft) -> Started:
+        from tfctl.runs import transitions
+
+        transitions.keep_cluster_file(store, run.record.run_id, run.config.source)
+        read_end, write_end = os.pipe()
+        command = [sys.executable, "-m", "tfctl", "_start", "--report-fd", str(write_end)]
+        with open(store.run_dir(run.record.run_id) / "watch.log", "ab") as log:
+            proc = subprocess.Popen(
+                [*command, *(["--accept-new"] if accept_new_host_keys else [])],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                pass_fds=(write_end,),
+                start_new_session=True,
+                env={**os.environ, "TFCTL_HOME": str(store.home)},
+            )
+        os.close(write_end)
+        assert proc.stdin is not None
+        with proc.stdin, contextlib.suppress(BrokenPipeError):  # (gone at once: its reports say so)
+            proc.stdin.write(pickle.dumps(run.record))
+        reaper = threading.Thread(target=proc.wait, name=f"reap {proc.pid}", daemon=True)
+        reaper.start()
+        return Started(proc.pid, os.fdopen(read_end, encoding="utf-8"), reaper.join)
+
+    return start
+
+
+def _start_here(
+    store: RunStore,
+    config: ClusterConfig,
+    said: Progress,
+    tell: Callable[[Event], None],
+    cleared: str | None,
+    resumes: str | None,
+    detach: bool,
+    accept_new_host_keys: bool,
+) -> Run:
+    """Acquire and start in this process; detached, a watcher process then takes the run over;
+    attached, this thread follows it to its end, stopping it if interrupted."""
+    from tfctl.controller.live import driver, launch, watcher
+    from tfctl.controller.verbs import down
+    from tfctl.controller.verbs import up as verbs
+
+    run = verbs.acquire(store, config, said, resumes)
+    cluster = launch.launch(store, run, said, accept_new_host_keys, detach, cleared=cleared)
+    handle = Run(cluster.record.run_id, store.home)
+
+    def on_lines(batch: list[tuple[str, str]]) -> None:
+        for task, line in batch:
+            tell(Event(EventKind.LINE, task, line))
+
+    with cluster:
+        if detach:
+            watcher.spawn_watcher(store, cluster.record)
+            return handle
+        try:
+            driver.attach(store, cluster, on_lines)
+            return handle
+        except KeyboardInterrupt:
+            pass
+    down.down(store, store.load(handle.id), None)  # interrupted: nothing is left running
+    raise KeyboardInterrupt
+
+
+def _started_elsewhere(store: RunStore, config: ClusterConfig, code: int) -> Run:
+    """A run whose controller runs in a batch job: the newest run of the file, once that job
+    said its tasks run (detached) or the run ended (attached)."""
+    latest = store.latest(config.path)
+    if code != 0 and (latest is None or latest.active):
+        raise TfctlError(f"the run's controller ended with exit code {code}", hint="its output is in its batch log")
+    if latest is None:
+        raise UsageError(f"no run of {config.path} was recorded", hint="its output is in its batch log")
+    return Run(latest.run_id, store.home)
