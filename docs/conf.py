@@ -18,13 +18,25 @@ author = "the tfctl authors"
 copyright = "the tfctl authors, Apache-2.0"
 release = version = __version__
 
-extensions = ["myst_parser", "tfctl_reference"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "tfctl_reference"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nitpicky = True
 suppress_warnings: list[str] = []
+# The Python API's reference (guide/python.md) is read from its docstrings. Its signatures are
+# shown as written (`autodoc_typehints`); tfctl's own types in them link to their entries. The
+# standard library's (Path, Mapping, Callable, ...) would link to docs.python.org through
+# intersphinx, which needs the network: they are named, unlinked, by `nitpick_ignore_regex`.
+# So is the parsed cluster file (`load_cluster`'s result), which no caller builds by hand.
+autodoc_typehints = "signature"
+autodoc_member_order = "bysource"
+nitpick_ignore_regex = [
+    ("py:class", r"(os\.PathLike|pathlib\.Path|Path|Mapping|Sequence|Iterator|Callable|Any|IO)(\[.*\])?"),
+    ("py:class", r"(str|int|float|bool|None|tuple|list|dict)"),
+    ("py:class", r"ClusterConfig|tfctl\.config\.model\.ClusterConfig"),
+]
 # Docutils' smart quotes turn `--` into an en dash and `'` into a curly quote in running text,
 # which command examples and the errors' hints are: copied, they would not run.
 smartquotes = False

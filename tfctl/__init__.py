@@ -7,7 +7,27 @@ use: importing the package stays cheap (no TensorFlow, no paramiko, no rich here
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # (typing itself costs milliseconds to import: not done at run time)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from tfctl.api.handle import Run, Timeout, list_runs, run
+    from tfctl.api.starting import load_cluster, up
+    from tfctl.api.types import (
+        Ended,
+        Event,
+        EventKind,
+        LogLine,
+        Metric,
+        Metrics,
+        RunStatus,
+        RunSummary,
+        Stopped,
+        TaskInfo,
+        TaskMetrics,
+    )
+    from tfctl.errors import ConfigError, ConfigProblem, HostError, StartupError, TfctlError, UsageError
+    from tfctl.supervisor.states import RunState, TaskState
 
 __version__ = "0.1.0"
 
@@ -35,11 +55,38 @@ _PUBLIC = {
     "TfctlError": "tfctl.errors",
     "UsageError": "tfctl.errors",
     "ConfigError": "tfctl.errors",
+    "ConfigProblem": "tfctl.errors",
     "HostError": "tfctl.errors",
     "StartupError": "tfctl.errors",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [
+    "ConfigError",
+    "ConfigProblem",
+    "Ended",
+    "Event",
+    "EventKind",
+    "HostError",
+    "LogLine",
+    "Metric",
+    "Metrics",
+    "Run",
+    "RunState",
+    "RunStatus",
+    "RunSummary",
+    "StartupError",
+    "Stopped",
+    "TaskInfo",
+    "TaskMetrics",
+    "TaskState",
+    "TfctlError",
+    "Timeout",
+    "UsageError",
+    "list_runs",
+    "load_cluster",
+    "run",
+    "up",
+]
 
 
 def __getattr__(name: str) -> Any:
