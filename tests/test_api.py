@@ -72,16 +72,20 @@ def test_a_detached_run_read_through_its_handle_to_its_end(
     assert tfctl.run(run.id).wait().state is tfctl.RunState.SUCCEEDED
 
 
-def test_a_failed_run_s_wait_says_why_and_status_names_the_task(tmp_path: Path, home: Path) -> None:
-    cluster = write_cluster(
-        tmp_path, fake("--name ps --port PORT --sleep -1"), fake("--name w --port PORT --sleep 0.5 --exit 3")
+def test_a_failed_run_s_wait_names_the_task_and_the_diagnosis_status_shows(tmp_path: Path, home: Path) -> None:
+    (tmp_path / "diverge.py").write_text(
+        "import time\nprint('step 10 loss nan', flush=True)\ntime.sleep(0.3)\n"
+        "print('ERROR:tensorflow:Model diverged with loss = NaN.', flush=True)\nraise SystemExit(3)\n"
     )
+    cluster = write_cluster(tmp_path, fake("--name ps --port PORT --sleep -1"), "{python} diverge.py")
     run = tfctl.up(cluster)
     ended = run.wait(timeout=60)
     assert ended.state is tfctl.RunState.FAILED and not ended.succeeded
-    assert "worker:0" in (ended.reason or "") and "3" in (ended.reason or ""), ended.reason
+    assert ended.task == "worker:0" and "worker:0" in (ended.reason or ""), ended
     status = run.status()
     assert status.task("worker:0").exit_code == 3 and status.task("worker:0").state is tfctl.TaskState.FAILED
+    assert ended.diagnosis is not None and ended.diagnosis == status.task("worker:0").diagnosis
+    assert "NaN" in ended.diagnosis["cause"] or "diverged" in ended.diagnosis["cause"], ended.diagnosis
 
 
 def test_down_from_another_thread_ends_a_blocked_wait(tmp_path: Path, home: Path) -> None:

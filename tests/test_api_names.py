@@ -18,7 +18,7 @@ import tfctl
 PINNED = {
     "ConfigError": "exception(UsageError, TfctlError)",
     "ConfigProblem": "fields file: Path, line: int | None, column: int | None, key_path: str, message: str, fix: str | None",
-    "Ended": "fields id: str, state: RunState, reason: str | None, ended_at: float | None, result: Mapping[str, Metric]; succeeded (property)",
+    "Ended": "fields id: str, state: RunState, reason: str | None, ended_at: float | None, result: Mapping[str, Metric], task: str | None, diagnosis: Mapping[str, Any] | None; succeeded (property)",
     "Event": "fields kind: EventKind, source: str, text: str",
     "EventKind": "enum PROGRESS, LINE",
     "HostError": "exception(TfctlError)",

@@ -4,6 +4,7 @@ record and asks its controller (or its hosts) afresh."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from tfctl.engine.clock import REAL_CLOCK, Cancel
 from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
+from tfctl.supervisor.states import RunState, TaskState
 
 WAIT_POLL = 0.5  # seconds between two reads of the record by `Run.wait`
 
@@ -58,7 +60,21 @@ class Run:
                 )
             clock.wait(never, WAIT_POLL)
             record = store.load(self.id)
-        return ended_of(record)
+        ended = ended_of(record)
+        return ended if record.state is not RunState.FAILED else self._why_failed(ended)
+
+    def _why_failed(self, ended: Ended) -> Ended:
+        """The failed run's culprit (the task its reason names, else the first that failed) and
+        what `status` diagnoses of it; as it was, if its hosts cannot say."""
+        try:
+            tasks = self.status().tasks
+        except TfctlError:
+            return ended
+        named = [t for t in tasks if t.name in (ended.reason or "")]
+        failed = named or [t for t in tasks if t.state is TaskState.FAILED]
+        if not failed:
+            return ended
+        return dataclasses.replace(ended, task=failed[0].name, diagnosis=failed[0].diagnosis)
 
     def logs(
         self,

@@ -140,13 +140,16 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class Ended:
-    """How a run ended, as its record keeps it (`Run.wait`)."""
+    """How a run ended, as its record keeps it (`Run.wait`); a failed one also names the task
+    that failed it and the diagnosis `status` shows of that task (None: it has none)."""
 
     id: str
     state: RunState
     reason: str | None
     ended_at: float | None
     result: Mapping[str, Metric]
+    task: str | None = None
+    diagnosis: Mapping[str, Any] | None = None
 
     @property
     def succeeded(self) -> bool:
