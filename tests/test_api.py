@@ -147,3 +147,26 @@ def test_error_paths_raise_their_exception(tmp_path: Path, home: Path) -> None:
         assert run.down().clean
     with pytest.raises(tfctl.UsageError, match=f"{run.id}x"):
         tfctl.up(cluster, resume=run.id + "x")
+
+
+def test_a_search_loop_of_four_trials_through_params(tmp_path: Path, home: Path) -> None:
+    """An Optuna-style loop without Optuna: each trial a run with its own `lr`, its accuracy read
+    back from the run's result; the best one is the one the made-up objective favours."""
+    (tmp_path / "trial.py").write_text(
+        "import sys\nlr = float(sys.argv[1])\n"
+        "print(f'final test accuracy {1 - abs(lr - 0.1):.4f} after 10 global steps', flush=True)\n"
+    )
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "name: search\nparams: {lr: 0.5}\ngrace_period: 2\n"
+        'command: "{python} trial.py {params.lr}"\njobs:\n  worker: [localhost]\n'
+    )
+    scores = {}
+    for lr in (0.3, 0.1, 0.01, 0.2):
+        run = tfctl.up(cluster, params={"lr": lr})
+        ended = run.wait(timeout=60)
+        assert ended.succeeded, ended
+        scores[lr] = ended.result["accuracy"].value
+        assert run.status().data["run"]["params"] == {"lr": lr}
+    assert max(scores, key=scores.__getitem__) == 0.1 and scores[0.1] == 1.0
+    assert [r.id for r in tfctl.list_runs(cluster)] and len(tfctl.list_runs(cluster)) == 4

@@ -38,9 +38,9 @@ PINNED = {
     "Timeout": "exception(TfctlError)",
     "UsageError": "exception(TfctlError)",
     "list_runs": "(cluster: 'str | os.PathLike[str] | None' = None, *, home: 'str | os.PathLike[str] | None' = None) -> 'list[RunSummary]'",
-    "load_cluster": "(path: 'str | os.PathLike[str]') -> 'ClusterConfig'",
+    "load_cluster": "(path: 'str | os.PathLike[str]', params: 'Mapping[str, Any] | None' = None) -> 'ClusterConfig'",
     "run": "(run_id: 'str', *, home: 'str | os.PathLike[str] | None' = None) -> 'Run'",
-    "up": "(cluster: 'str | os.PathLike[str] | ClusterConfig', *, detach: 'bool' = True, resume: 'str | None' = None, accept_new_host_keys: 'bool' = False, progress: 'Callable[[Event], None] | None' = None, home: 'str | os.PathLike[str] | None' = None) -> 'Run'",
+    "up": "(cluster: 'str | os.PathLike[str] | ClusterConfig', *, detach: 'bool' = True, params: 'Mapping[str, Any] | None' = None, resume: 'str | None' = None, accept_new_host_keys: 'bool' = False, progress: 'Callable[[Event], None] | None' = None, home: 'str | os.PathLike[str] | None' = None) -> 'Run'",
 }
 
 

@@ -34,6 +34,7 @@ TOPICS = [
         ("tfctl.transport.ssh", "tfctl.transport.local", "tfctl.cluster.agent", "tfctl.cluster.group"),
         (),
     ),
+    ("Giving parameters (`--set`)", ("tfctl.config.params",), ()),
     ("Containers", (), ("container",)),
     ("Slurm", ("tfctl.backends.slurm",), ()),
     (

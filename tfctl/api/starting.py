@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping
 
 from tfctl.api.handle import Run
 from tfctl.api.types import Event, EventKind
@@ -43,17 +43,19 @@ class Started:
 Starter = Callable[["Draft"], Started]
 
 
-def load_cluster(path: str | os.PathLike[str]) -> ClusterConfig:
-    """A cluster file, parsed and checked as `up` does (`ConfigError` lists every problem)."""
+def load_cluster(path: str | os.PathLike[str], params: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """A cluster file, parsed and checked as `up` does (`ConfigError` lists every problem), with
+    `params` over its `params:` (as `up --set` gives them)."""
     from tfctl.config.loader import load_config
 
-    return load_config(Path(path))
+    return load_config(Path(path), params)
 
 
 def up(
     cluster: str | os.PathLike[str] | ClusterConfig,
     *,
     detach: bool = True,
+    params: Mapping[str, Any] | None = None,
     resume: str | None = None,
     accept_new_host_keys: bool = False,
     progress: Callable[[Event], None] | None = None,
@@ -64,12 +66,20 @@ def up(
     once every task runs, a watcher process ending the run when its job is done; attached, it
     follows the run to its end on this thread (a KeyboardInterrupt stops the run, then
     propagates). `resume`: a run id to continue from its checkpoints ("" for the file's newest
-    run). `progress` hears what `tfctl up` prints: the start's steps and, attached, every line.
+    run). `params`: values for the file's `params:` (as `up --set`; a parsed cluster is parsed
+    again with them). `progress` hears what `tfctl up` prints: the start's steps and, attached, every line.
     Raises `TfctlError` (`ConfigError`, `StartupError`, ...) with what to do about it."""
     from tfctl.backends.base import backend_for
     from tfctl.controller.verbs import up as verbs
 
-    config = cluster if not isinstance(cluster, (str, os.PathLike)) else load_cluster(cluster)
+    if isinstance(cluster, (str, os.PathLike)):
+        config = load_cluster(cluster, params)
+    elif params:
+        from tfctl.config.loader import parse_config
+
+        config = parse_config(cluster.source, cluster.path, params)
+    else:
+        config = cluster
     store = RunStore(None if home is None else Path(home))
     tell = progress or (lambda _event: None)
 

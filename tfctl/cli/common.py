@@ -55,6 +55,13 @@ def file_option(short: bool = True) -> Callable[[F], F]:
     )
 
 
+set_option = click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Give a parameter of the file's `params:` this value (as YAML reads it: 0.01, true, adam); repeatable.",
+)
 accept_new_option = click.option(
     "--accept-new-host-keys",
     is_flag=True,

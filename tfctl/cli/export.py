@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import cluster_file_path, file_option
+from tfctl.cli.common import cluster_file_path, file_option, set_option
 
 if TYPE_CHECKING:
     from tfctl.config.model import ClusterConfig
@@ -39,12 +39,17 @@ def _output_option(function: Callable[..., int]) -> Callable[..., int]:
 
 
 def _export(
-    ctx: click.Context, cluster_file: Path | None, output: Path | None, render: Callable[[ClusterConfig], str]
+    ctx: click.Context,
+    cluster_file: Path | None,
+    output: Path | None,
+    assignments: tuple[str, ...],
+    render: Callable[[ClusterConfig], str],
 ) -> int:
     from tfctl.config.loader import load_config
+    from tfctl.config.params import overrides
     from tfctl.kube import pods
 
-    text = render(load_config(cluster_file_path(ctx, cluster_file)))
+    text = render(load_config(cluster_file_path(ctx, cluster_file), overrides(assignments)))
     if output is None:
         sys.stdout.write(text)
     else:
@@ -63,15 +68,16 @@ Examples:
 )
 @file_option()
 @_output_option
+@set_option
 @click.pass_context
-def tfjob(ctx: click.Context, cluster_file: Path | None, output: Path | None) -> int:
+def tfjob(ctx: click.Context, cluster_file: Path | None, output: Path | None, assignments: tuple[str, ...]) -> int:
     """A TFJob for Kubeflow's training operator: one replica spec per job, the same commands and env.
 
     Needs `kubernetes: {image: ...}` in the cluster file. Placeholders that differ per pod
     ({job_name}, {task_index}, the host lists) are filled in the pod from the operator's TF_CONFIG."""
     from tfctl.kube import tfjob as export_tfjob
 
-    return _export(ctx, cluster_file, output, export_tfjob.to_yaml)
+    return _export(ctx, cluster_file, output, assignments, export_tfjob.to_yaml)
 
 
 @export.command(
@@ -84,8 +90,9 @@ Examples:
 )
 @file_option()
 @_output_option
+@set_option
 @click.pass_context
-def jobset(ctx: click.Context, cluster_file: Path | None, output: Path | None) -> int:
+def jobset(ctx: click.Context, cluster_file: Path | None, output: Path | None, assignments: tuple[str, ...]) -> int:
     """A JobSet (jobset.x-k8s.io/v1alpha2): one replicated job per job, one pod per task.
 
     Needs `kubernetes: {image: ...}` and the JobSet controller in the cluster. Each pod builds
@@ -93,7 +100,7 @@ def jobset(ctx: click.Context, cluster_file: Path | None, output: Path | None) -
     (else worker 0) does, and the ps are then stopped."""
     from tfctl.kube import jobset as export_jobset
 
-    return _export(ctx, cluster_file, output, export_jobset.jobset_yaml)
+    return _export(ctx, cluster_file, output, assignments, export_jobset.jobset_yaml)
 
 
 @export.command(
@@ -107,12 +114,15 @@ Examples:
 )
 @file_option()
 @_output_option
+@set_option
 @click.pass_context
-def indexed_job(ctx: click.Context, cluster_file: Path | None, output: Path | None) -> int:
+def indexed_job(
+    ctx: click.Context, cluster_file: Path | None, output: Path | None, assignments: tuple[str, ...]
+) -> int:
     """One Indexed Job whose completion indexes are the tasks, and its headless Service.
 
     For clusters without an operator (Kubernetes 1.31 or later, for the Job's success policy).
     Needs `kubernetes: {image: ...}`. Each pod builds its TF_CONFIG from JOB_COMPLETION_INDEX."""
     from tfctl.kube import jobset as export_jobset
 
-    return _export(ctx, cluster_file, output, export_jobset.indexed_job_yaml)
+    return _export(ctx, cluster_file, output, assignments, export_jobset.indexed_job_yaml)

@@ -92,7 +92,11 @@ def runs_command(
 
 
 def _how_it_ended(r: RunRecord) -> str:
-    return (r.reason or "") + (f" (resumes {r.resumes})" if r.resumes else "")
+    return (
+        (r.reason or "")
+        + (f" (resumes {r.resumes})" if r.resumes else "")
+        + (f" [{r.params_text()}]" if r.params else "")
+    )
 
 
 def _record_json(r: RunRecord) -> dict[str, object]:
@@ -107,6 +111,7 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "resumes": r.resumes,
         "accounting": r.accounting,  # what it cost, as its hosts counted when it was stopped
         "result": r.result,  # its final evaluation's numbers, read when it was stopped (null: not yet)
+        "params": r.params,  # the cluster file's `params:` as the run had them
     }
 
 

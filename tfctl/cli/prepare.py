@@ -9,7 +9,15 @@ from pathlib import Path
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import accept_new_option, cluster_file_path, file_option, named_file, run_store, stamp
+from tfctl.cli.common import (
+    accept_new_option,
+    cluster_file_path,
+    file_option,
+    named_file,
+    run_store,
+    set_option,
+    stamp,
+)
 from tfctl.cli.complete import template_names
 from tfctl.errors import UsageError
 
@@ -29,10 +37,16 @@ Examples:
     help="Also check that every host reaches the ps ports (or, without ps, every worker port).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@set_option
 @accept_new_option
 @click.pass_context
 def check(
-    ctx: click.Context, cluster_file: Path | None, network: bool, as_json: bool, accept_new_host_keys: bool
+    ctx: click.Context,
+    cluster_file: Path | None,
+    network: bool,
+    as_json: bool,
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
 ) -> int:
     """Check every host as `up` would (SSH, versions, the tasks' images and scripts, free ports,
     network) and start nothing."""
@@ -41,9 +55,10 @@ def check(
     from tfctl import console
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
+    from tfctl.config.params import overrides
     from tfctl.controller.verbs import check, up
 
-    config = load_config(cluster_file_path(ctx, cluster_file))
+    config = load_config(cluster_file_path(ctx, cluster_file), overrides(assignments))
     refusal = backend_for(config.backend).check_refusal(config)
     if refusal is not None:
         raise refusal

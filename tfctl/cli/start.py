@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from tfctl.cli.app import cli
-from tfctl.cli.common import DEFAULT_FILE, accept_new_option, cluster_file_path, file_option, run_store, stamp
+from tfctl.cli.common import (
+    DEFAULT_FILE,
+    accept_new_option,
+    cluster_file_path,
+    file_option,
+    run_store,
+    set_option,
+    stamp,
+)
 from tfctl.errors import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
@@ -34,7 +42,8 @@ Examples:
   tfctl up                   start ./cluster.yaml, follow it; Ctrl-C stops it
   tfctl up -f gpu.yaml -d    return once all tasks run; a watcher ends the run
   tfctl up --dry-run         print setup, each task's command, TF_CONFIG, GPUs
-  tfctl up --resume          continue the newest run from its checkpoints""",
+  tfctl up --resume          continue the newest run from its checkpoints
+  tfctl up --set lr=0.01     the file's `params:` lr at 0.01 for this run""",
 )
 @file_option()
 @click.option("-d", "--detach", is_flag=True, help="Return once every task runs; a watcher stops the run when done.")
@@ -54,6 +63,7 @@ Examples:
     help="Continue RUN (default: the file's newest run): its files, checkpoints included, are in each "
     "task's $TFCTL_RUN_DIR, so the templates resume from its last checkpoint.",
 )
+@set_option
 @accept_new_option
 @click.pass_context
 def up(
@@ -62,19 +72,21 @@ def up(
     detach: bool,
     dry_run: bool,
     resume: str | None,
+    assignments: tuple[str, ...],
     accept_new_host_keys: bool,
 ) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
     from tfctl import console
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
+    from tfctl.config.params import overrides
     from tfctl.controller.live import launch, watcher
     from tfctl.controller.verbs import up
     from tfctl.runs import transitions
     from tfctl.supervisor.protocol import RunState
 
     path = cluster_file_path(ctx, cluster_file)
-    config = load_config(path)
+    config = load_config(path, overrides(assignments))
     backend = backend_for(config.backend)
     store = run_store()
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""

@@ -33,6 +33,7 @@ class Doc:
         self.addresses: dict[Address, str] = {}  # first key path of each host:port, for duplicates
         self.problems: list[ConfigProblem] = []
         self.scalars = yaml.constructor.SafeConstructor()
+        self.substituted: dict[str, str] = {}  # key path -> its text once `{params.NAME}` was put in
 
     def problem(self, path: str, message: str, fix: str | None, *, at: yaml.Node | yaml.Mark | None = None) -> Any:
         """Record a problem located at `at` (a node or mark), else at the value of `path`; returns INVALID."""
@@ -45,6 +46,8 @@ class Doc:
 
     def raw(self, path: str) -> str | None:
         """The scalar text as written (`0.10`, not 0.1), for values that end up as strings."""
+        if path in self.substituted:
+            return self.substituted[path]
         node = self.nodes.get(path)
         return node.value if isinstance(node, yaml.ScalarNode) else None
 

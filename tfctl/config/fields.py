@@ -528,6 +528,7 @@ TOP_KEYS: dict[str, Validator] = {
     "logdir": _logdir,
     "kubernetes": _kubernetes,
     "container": _container,
+    "params": lambda _doc, _key, value: MappingProxyType(dict(value)),  # checked and put in (`params.py`)
 }
 REQUIRED = {
     "name": "add `name: mnist`: it names runs and their directories",

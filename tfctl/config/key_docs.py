@@ -47,5 +47,6 @@ KEY_DOCS: dict[str, str] = {
     "start_order": "`together` starts every task at once; `ordered` starts the ps, then worker 0, then the rest.",
     "logdir": "Where the tasks write TensorBoard summaries, relative to each task's workdir; may use `{run_id}`.",
     "kubernetes": "The pods of `tfctl export tfjob`; `up` ignores this section.",
+    "params": "Named values the other keys use as `{params.NAME}`; `up --set NAME=VALUE` overrides one.",
     "backend": "Which backend runs the tasks; the default, `ssh`, runs them on the hosts each job lists.",
 }

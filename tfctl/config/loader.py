@@ -17,6 +17,7 @@ import yaml
 from tfctl.config import bounded
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
+from tfctl.config.params import put_in
 from tfctl.errors import ConfigError, ConfigProblem
 from tfctl.registry import backends
 
@@ -38,8 +39,9 @@ MAX_ENV_VARIABLE = 128 * 1024  # bytes of `NAME=value`, with its NUL (Linux's MA
 _NOT_A_CLUSTER_FILE = "check that -f names the cluster file (a few KiB of settings)"
 
 
-def load_config(path: Path) -> ClusterConfig:
-    """Read and validate a cluster file; an unreadable file is reported like any other mistake."""
+def load_config(path: Path, params: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """Read and validate a cluster file (with `params` over its `params:`, as `params.put_in`
+    takes them); an unreadable file is reported like any other mistake."""
     try:
         head = bounded.read_head(path)
         if len(head) > bounded.MAX_FILE:
@@ -62,17 +64,20 @@ def load_config(path: Path) -> ClusterConfig:
             path, None, None, "", f"cannot be read: {error.strerror}", "make it readable (chmod u+r), or pass -f FILE"
         )
     else:
-        return parse_config(text, path)
+        return parse_config(text, path, params)
     raise ConfigError([problem])
 
 
-def parse_config(text: str, path: Path) -> ClusterConfig:
-    """Validate cluster-file `text`; `path` locates problems and anchors a relative `workdir`.
+def parse_config(text: str, path: Path, params: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """Validate cluster-file `text`; `path` locates problems and anchors a relative `workdir`;
+    `params` (NAME -> value) override the file's `params:` before its placeholders are put in.
 
     Raises ConfigError carrying every problem found, in file order.
     """
     doc = Doc(path)
     root = _compose(doc, text)
+    if root is not INVALID:
+        put_in(doc, root, params)
     config = None if root is INVALID else _build(doc, root)
     if doc.problems or config is None:
         doc.problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))

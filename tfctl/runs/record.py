@@ -211,6 +211,11 @@ class RunRecord(Wire):
     versions: dict[str, str] = field(default_factory=dict)  # "tfctl", then per host its python and TF
     accounting: dict[str, Any] | None = None  # wall time, CPU- and GPU-hours, once stopped (`runs.accounting`)
     result: dict[str, Any] | None = None  # its final evaluation's numbers, read once stopped (`tf/results.py`)
+    params: dict[str, Any] = field(default_factory=dict)  # the cluster file's `params:`, as this run had them
+
+    def params_text(self) -> str:
+        """`lr=0.01 batch=64`: the parameters it ran with, as `--set` gives them ("" for none)."""
+        return " ".join(f"{name}={_param_text(value)}" for name, value in self.params.items())
 
     def allocation_text(self) -> str | None:
         """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""
@@ -296,3 +301,7 @@ def _v1_to_v2(data: Mapping[str, Any]) -> dict[str, Any]:
 
 # Version -> the step that makes a record of that version one of the next.
 MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def _param_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)

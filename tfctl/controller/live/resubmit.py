@@ -179,8 +179,9 @@ def _into_new_allocation(
 
 def recorded_config(store: RunStore, record: RunRecord) -> ClusterConfig:
     """The run's configuration as it started: the cluster file it kept, not the file as it is now
-    (edited hours later, it would change the resubmitted run). A run kept none before tfctl kept
-    them: its file as it is."""
+    (edited hours later, it would change the resubmitted run), with the parameters it ran with.
+    A run kept none before tfctl kept them: its file as it is."""
     kept = store.kept_cluster_file(record.run_id)
     path = Path(record.cluster_file)
-    return load_config(path) if kept is None else parse_config(kept, path)
+    params = record.params or None  # (`--set` values given to its `up`)
+    return load_config(path, params) if kept is None else parse_config(kept, path, params)

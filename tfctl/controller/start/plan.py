@@ -100,6 +100,7 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         backend_state=None if state is None else dict(state),
         notify=config.notify,
         spares=backend_for(config.backend).spares(config),
+        params=dict(config.params),
     )
     return Draft(config, record)
 

@@ -110,6 +110,7 @@ class RunReport:
     scheduler_cost: str = ""  # what the backend's scheduler recorded (its accounting), beside `cost`
     result: dict[str, Metric] = field(default_factory=dict)  # its final evaluation's numbers (`tf.results`)
     local: bool = False  # every host is this machine, reached without the backend's transport
+    params: str = ""  # the parameters it ran with: `lr=0.01 batch=64`
 
 
 def text(value: object) -> str:
@@ -189,6 +190,7 @@ def facts(run: RunReport) -> str:
         ("cluster", f"{run.cluster_name} ({run.cluster_file})"),
         ("backend", f"localhost (every task on this machine; backend {run.backend})" if run.local else run.backend),
         ("state", run.state + (f": {run.reason}" if run.reason else "")),
+        *([("params", run.params)] if run.params else []),
         ("result", result_text(run.result) or "no final evaluation line found (see metrics: in the README)"),
         ("started", clock(run.started_at)),
         ("ended", clock(run.ended_at) if run.ended_at else "not yet"),

@@ -114,6 +114,7 @@ def gather(cluster: Cluster) -> RunReport:
         notes=notes,
         scheduler_cost=scheduler_cost(record),
         result=progress.results.read(statuses) or kept_result(record.result),
+        params=record.params_text(),
     )
 
 

@@ -95,6 +95,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
     title = f"{record.run_id}  ({record.state}" + (f": {record.reason}" if record.reason else "") + ")"
     if record.resumes:
         title += f"  resumes {record.resumes}"
+    if record.params:
+        title += f"  params {record.params_text()}"
     if shot.backend is not None:
         title += f"  {shot.backend.line()}"
     if record.allocation_text():

@@ -69,6 +69,7 @@ class Snapshot:
             "lost_hosts": [h.name for h in record.lost_hosts],  # left by a move, not yet seen to stop what they ran
             "accounting": self.cost(record),
             "result": result_json(self.result),
+            "params": dict(record.params),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
