@@ -123,7 +123,7 @@ def test_a_resubmission_reads_the_kept_file_with_the_run_s_parameters(tmp_path: 
     transitions.keep_cluster_file(store, "p-1", config.source)
     path.write_text(path.read_text().replace("lr: 0.010", "lr: 0.9"))  # edited after the start: changes nothing
     again = recorded_config(store, store.load("p-1"))
-    assert again.command == config.command and "--lr=0.5" in again.command
+    assert again.command == config.command and "--lr=0.5" in (again.command or "")
 
 
 def test_the_kubernetes_export_runs_the_command_with_the_values() -> None:
