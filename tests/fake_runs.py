@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -74,6 +75,15 @@ def tfctl_here(*args: str, env: Environment | None = None) -> Ran:
             sys.stdout.flush()
             sys.stderr.flush()
         return Ran(code, out.getvalue().decode(), err.getvalue().decode())
+
+
+def returned(result: list[Any]) -> Any:
+    """What `in_thread`'s function returned; if it raised, a failure showing where and why (not
+    an AttributeError on the exception later)."""
+    assert result, "the thread returned nothing"
+    if isinstance(result[0], BaseException):
+        raise AssertionError("the thread raised:\n" + "".join(traceback.format_exception(result[0])))
+    return result[0]
 
 
 @contextlib.contextmanager

@@ -42,7 +42,10 @@ def left_on_hosts(lab, run_id: str) -> dict[str, list[int]]:
 
 
 def test_a_run_on_ssh_hosts_from_python(tmp_path: Path, home: Path, lab) -> None:
-    cluster = write_cluster(tmp_path / "done", lab, "--steps-per-sec 20 --steps-for 1 --sleep 1.5")
+    cluster = write_cluster(tmp_path / "done", lab, "--steps-per-sec 20 --steps-for 1 --sleep 1.5 && {python} final.py")
+    (tmp_path / "done" / "work" / "final.py").write_text(  # (the workdir is synced to the hosts at `up`)
+        "print('final test accuracy 0.9500 after 20 global steps', flush=True)\n"
+    )
     run = tfctl.up(cluster)
     try:
         first = next(line for line in run.logs(follow=True, tasks=["worker:1"]) if line.text.startswith("step "))
@@ -53,6 +56,9 @@ def test_a_run_on_ssh_hosts_from_python(tmp_path: Path, home: Path, lab) -> None
         ended = run.wait(timeout=60)
         assert ended.succeeded, ended
         assert [line.text for line in run.logs(tasks=["worker:1"]) if "done" in line.text] == ["worker1 done, exit 0"]
+        metrics = run.metrics()
+        assert metrics.result["accuracy"].value == 0.95 and metrics.result["accuracy"].step == 20
+        assert len(metrics.task("worker:0").steps) >= 5  # the step lines the report reads
     finally:
         run.down()
     assert left_on_hosts(lab, run.id) == {}

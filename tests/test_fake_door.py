@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.fake_runs import amend, in_thread, started, tfctl_here, write
+from tests.fake_runs import amend, in_thread, returned, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.backends.base import BackendReport
 from tfctl.controller.live import driver, watcher
@@ -127,7 +127,7 @@ def test_logs_f_through_the_attached_up_ends_when_the_run_does(lab, tmp_path, as
         "[worker:0] step 2",
         "[worker:1] step 1",
     ]
-    assert ended[0].outcome.reason == "worker:0 finished successfully"
+    assert returned(ended).outcome.reason == "worker:0 finished successfully"
 
 
 def test_status_and_down_go_through_the_detached_watcher_which_stops_the_run_itself(lab, tmp_path):

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from tests.fake_runs import end, in_thread, started, tfctl_here, write
+from tests.fake_runs import end, in_thread, returned, started, tfctl_here, write
 from tests.fakes import TaskScript
 from tfctl.cli import inspect
 from tfctl.cli.app import Environment
@@ -95,7 +95,7 @@ def test_watch_into_a_pipe_prints_a_plain_table_per_refresh_until_the_run_ends(l
         until(live.socket_path(store.run_dir(run_id)).exists)
         ran = tfctl_here("status", "--watch", env=Environment(clock))
     assert ran.code == 0, ran.err
-    assert ended[0].outcome.reason == "worker:0 finished successfully"
+    assert returned(ended).outcome.reason == "worker:0 finished successfully"
     assert clock.pauses == [inspect.WATCH_EVERY] * 2
     assert "\x1b" not in ran.out and "\r" not in ran.out  # no colour, no cursor move
     first, second, last = frames(ran.out)
