@@ -123,7 +123,8 @@ def start_detached(
     """`up -d` of a backend that never waits to acquire hosts: the run recorded (so a `down`
     typed at once finds it and stops its start), its watcher-to-be started (`starter`), told
     of (`announce`) while the tasks start, and its progress relayed. A KeyboardInterrupt stops
-    the start and propagates once everything started is stopped."""
+    the start and propagates once everything started is stopped (or, come as the tasks ran
+    already, is too late: the run is returned)."""
     from tfctl.controller.live import driver, watcher
     from tfctl.controller.verbs import up as verbs
     from tfctl.runs import transitions
@@ -136,13 +137,11 @@ def start_detached(
     transitions.apply(
         store, run_id, transitions.take_control(watcher.controller_of(started.pid, ControllerKind.WATCHER))
     )
-    interrupted = False
     with started.reports:
         try:
             announce(run)
             final = relay(started.reports, progress)
         except KeyboardInterrupt:
-            interrupted = True
             os.kill(started.pid, signal.SIGTERM)
             final = relay(started.reports, progress)
     if final.get("gone") and store.exists(run_id):  # killed before it said how the start went
@@ -152,9 +151,9 @@ def start_detached(
         error = TfctlError(final["error"], hint=final.get("hint"))
         error.exit_code = final.get("exit_code", error.exit_code)
         raise error
-    if "running" not in final or interrupted:
+    if "running" not in final:
         raise KeyboardInterrupt
-    return Run(run_id, store.home)
+    return Run(run_id, store.home)  # (running before the interrupt reached it: a `status` gives it a new watcher)
 
 
 def relay(reports: IO[str], progress: Progress) -> dict[str, Any]:
