@@ -90,7 +90,7 @@ def test_a_failed_run_s_wait_names_the_task_and_the_diagnosis_status_shows(tmp_p
 
 def test_down_from_another_thread_ends_a_blocked_wait(tmp_path: Path, home: Path) -> None:
     cluster = write_cluster(tmp_path, fake("--name ps --port PORT --sleep -1"), fake("--name w --port PORT --sleep -1"))
-    run = tfctl.up(cluster)
+    run = tfctl.up(cluster, accept_new_host_keys=True)  # (the watcher takes the flag too)
     waited: list[tfctl.Ended] = []
     waiter = threading.Thread(target=lambda: waited.append(run.wait(timeout=60)))
     waiter.start()
@@ -147,6 +147,11 @@ def test_error_paths_raise_their_exception(tmp_path: Path, home: Path) -> None:
         assert run.down().clean
     with pytest.raises(tfctl.UsageError, match=f"{run.id}x"):
         tfctl.up(cluster, resume=run.id + "x")
+    (tmp_path / "dead").mkdir()
+    dead_ps = write_cluster(tmp_path / "dead", fake("--name ps --exit 2"), fake("--name w --port PORT --sleep -1"))
+    with pytest.raises(tfctl.StartupError, match="ps:0"):  # the watcher's error, as the class it was
+        tfctl.up(dead_ps)
+    assert [r.state for r in tfctl.list_runs(dead_ps)] in ([], [tfctl.RunState.FAILED])
 
 
 def test_a_search_loop_of_four_trials_through_params(tmp_path: Path, home: Path) -> None:

@@ -132,8 +132,17 @@ def start_detached(
 
     run = verbs.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
     transitions.claim(store, run.record, cleared)
-    started = starter(run)
     run_id = run.record.run_id
+    try:
+        started = starter(run)
+    except OSError as e:  # nothing started anywhere: the run as if never asked for
+        transitions.forget(store, run_id)
+        raise TfctlError(
+            f"cannot start the run's watcher: {e.strerror}", hint="see that this machine can start processes"
+        ) from None
+    except BaseException:
+        transitions.forget(store, run_id)
+        raise
     transitions.apply(
         store, run_id, transitions.take_control(watcher.controller_of(started.pid, ControllerKind.WATCHER))
     )
@@ -142,18 +151,30 @@ def start_detached(
             announce(run)
             final = relay(started.reports, progress)
         except KeyboardInterrupt:
-            os.kill(started.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # (gone and reaped already)
+                os.kill(started.pid, signal.SIGTERM)
             final = relay(started.reports, progress)
     if final.get("gone") and store.exists(run_id):  # killed before it said how the start went
         started.reap()  # reaped: it no longer counts as running
         final["error"] = driver.resume(store, store.load(run_id)) or final["error"]
     if "error" in final:
-        error = TfctlError(final["error"], hint=final.get("hint"))
-        error.exit_code = final.get("exit_code", error.exit_code)
-        raise error
+        raise reported_error(final)
     if "running" not in final:
         raise KeyboardInterrupt
     return Run(run_id, store.home)  # (running before the interrupt reached it: a `status` gives it a new watcher)
+
+
+def reported_error(final: dict[str, Any]) -> TfctlError:
+    """The error the watcher reported, as the class it was (`StartupError`, `HostError`, ...)
+    where that is one of tfctl's, so a caller catches it as such; its exit code as it said."""
+    from tfctl import errors
+
+    kind = getattr(errors, str(final.get("kind")), None)
+    cls = kind if isinstance(kind, type) and issubclass(kind, TfctlError) else TfctlError
+    error = cls.__new__(cls)  # (not its constructor: a ConfigError or HostError is built from parts)
+    TfctlError.__init__(error, final["error"], final.get("hint"))
+    error.exit_code = final.get("exit_code", error.exit_code)
+    return error
 
 
 def relay(reports: IO[str], progress: Progress) -> dict[str, Any]:
@@ -184,7 +205,7 @@ def spawner(store: RunStore, accept_new_host_keys: bool) -> Starter:
         command = [sys.executable, "-m", "tfctl", "_start", "--report-fd", str(write_end)]
         with open(store.run_dir(run.record.run_id) / "watch.log", "ab") as log:
             proc = subprocess.Popen(
-                [*command, *(["--accept-new"] if accept_new_host_keys else [])],
+                [*command, *(["--accept-new-host-keys"] if accept_new_host_keys else [])],
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=log,
@@ -194,7 +215,7 @@ def spawner(store: RunStore, accept_new_host_keys: bool) -> Starter:
             )
         os.close(write_end)
         assert proc.stdin is not None
-        with proc.stdin, contextlib.suppress(BrokenPipeError):  # (gone at once: its reports say so)
+        with contextlib.suppress(BrokenPipeError), proc.stdin:  # (gone at once: its reports say so)
             proc.stdin.write(pickle.dumps(run.record))
         reaper = threading.Thread(target=proc.wait, name=f"reap {proc.pid}", daemon=True)
         reaper.start()

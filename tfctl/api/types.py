@@ -116,7 +116,11 @@ class RunStatus:
         )
 
     def task(self, name: str) -> TaskInfo:
-        return next(t for t in self.tasks if t.name == name)
+        """The task `job:index`; KeyError if the run has none of that name."""
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,11 @@ class Metrics:
     result: Mapping[str, Metric]  # the final evaluation's numbers
 
     def task(self, name: str) -> TaskMetrics:
-        return next(t for t in self.tasks if t.task == name)
+        """The task `job:index`'s series; KeyError if the run has none of that name."""
+        for t in self.tasks:
+            if t.task == name:
+                return t
+        raise KeyError(name)
 
 
 def metrics_of(result: Mapping[str, Any] | None) -> dict[str, Metric]:

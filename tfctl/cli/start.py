@@ -22,7 +22,7 @@ from tfctl.cli.common import (
     set_option,
     stamp,
 )
-from tfctl.errors import EXIT_INTERRUPTED
+from tfctl.errors import EXIT_INTERRUPTED, TfctlError
 
 if TYPE_CHECKING:
     from tfctl.cluster.cluster import Cluster
@@ -260,17 +260,21 @@ def _up_detached(
 
         return Started(child, reports, reap)
 
-    def announce(run: Draft) -> None:
+    spinning = contextlib.ExitStack()
+
+    def announce(run: Draft) -> None:  # once forked: a spinner's thread and rich's locks are not the fork's
         _print_warnings(config)
         _print_run(run, "host")
+        if console.err().is_terminal:
+            spinning.enter_context(console.err().status("starting tasks…", spinner="dots"))
 
-    err = console.err()
     try:
-        with err.status("starting tasks…", spinner="dots") if err.is_terminal else contextlib.nullcontext():
+        with spinning:
             run = start_detached(store, config, forked, _progress_printer(start), cleared, resumes, announce)
     except KeyboardInterrupt:
-        err.print("interrupted: everything started has been stopped")
+        console.err().print("interrupted: everything started has been stopped")
         return EXIT_INTERRUPTED
+    err = console.err()
     record = store.load(run.id)
     err.print(f"{stamp(start)} all {len(record.tasks)} tasks running")
     _print_detached(record, hint_file)
@@ -291,9 +295,8 @@ def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
     from tfctl.controller.live.resubmit import recorded_config
     from tfctl.controller.start.plan import Draft
 
+    signal.signal(signal.SIGTERM, _interrupt)  # `up`'s Ctrl-C before the start began: nothing started
     store = run_store()
-    record = pickle.load(sys.stdin.buffer)
-    run = Draft(recorded_config(store, record), record)
 
     def start_then_watch(report: watcher.Report) -> None:
         def relayed(message: dict[str, Any]) -> None:
@@ -301,6 +304,15 @@ def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
             if "running" in message:
                 os.nice(10)  # from here it mostly waits
 
+        try:
+            record = pickle.load(sys.stdin.buffer)
+            run = Draft(recorded_config(store, record), record)
+        except KeyboardInterrupt:
+            report({"interrupted": True})
+            return
+        except TfctlError as e:  # (its cluster file, kept with the run, no longer parses)
+            report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
+            return
         _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
     return watcher.report_on(report_fd, start_then_watch)

@@ -275,7 +275,7 @@ def launch_and_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, re
         report({"interrupted": True})
         return None
     except TfctlError as e:
-        report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code})
+        report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
         return None
     started.set()
     report({"running": True})
