@@ -84,6 +84,13 @@ def test_a_parameter_in_a_command_is_one_shell_word_and_elsewhere_as_written() -
     assert parsed(text, overrides(["opt=two words"])).env["OPT"] == "use two words"
 
 
+def test_a_parameter_s_braces_are_its_own_text_not_placeholders() -> None:
+    config = parsed(given=overrides(["opt={run_id}"]))
+    assert "--opt='{{run_id}}'" in config.command  # rendered per task as the text `{run_id}`, quoted
+    text = BASE.replace("opt: adam", "opt: '2.0'")
+    assert parsed(text, overrides(["opt=2.10"])).params["opt"] == "2.10"  # a text parameter stays text
+
+
 def test_a_doubled_brace_is_literal_text() -> None:
     config = parsed(BASE.replace("--opt={params.opt}", "--opt={params.opt} {{params.opt}}"))
     assert "--opt=adam {{params.opt}}" in config.command
@@ -124,6 +131,11 @@ def test_a_resubmission_reads_the_kept_file_with_the_run_s_parameters(tmp_path: 
     path.write_text(path.read_text().replace("lr: 0.010", "lr: 0.9"))  # edited after the start: changes nothing
     again = recorded_config(store, store.load("p-1"))
     assert again.command == config.command and "--lr=0.5" in (again.command or "")
+    typed = parse_config(path.read_text(), path, overrides(["lr=0.50"]))  # replayed as typed, not as 0.5
+    run = drafted(typed, store, "p-2", None)
+    transitions.claim(store, run.record, "p-1")  # (p-1 counts as over: the rule is not what this tests)
+    transitions.keep_cluster_file(store, "p-2", typed.source)
+    assert "--lr=0.50 " in (recorded_config(store, store.load("p-2")).command or "")
 
 
 def test_the_kubernetes_export_runs_the_command_with_the_values() -> None:

@@ -34,6 +34,7 @@ class Doc:
         self.problems: list[ConfigProblem] = []
         self.scalars = yaml.constructor.SafeConstructor()
         self.substituted: dict[str, str] = {}  # key path -> its text once `{params.NAME}` was put in
+        self.param_texts: dict[str, str] = {}  # each parameter's value as written or typed (`0.010`)
 
     def problem(self, path: str, message: str, fix: str | None, *, at: yaml.Node | yaml.Mark | None = None) -> Any:
         """Record a problem located at `at` (a node or mark), else at the value of `path`; returns INVALID."""

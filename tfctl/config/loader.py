@@ -10,6 +10,7 @@ from __future__ import annotations
 import string
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import yaml
@@ -82,7 +83,7 @@ def parse_config(text: str, path: Path, params: Mapping[str, Any] | None = None)
     if doc.problems or config is None:
         doc.problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
         raise ConfigError(doc.problems)
-    return replace(config, source=text)
+    return replace(config, source=text, param_texts=MappingProxyType(doc.param_texts))
 
 
 def _compose(doc: Doc, text: str) -> Any:

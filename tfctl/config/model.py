@@ -204,6 +204,7 @@ class ClusterConfig:
     # What a run's result is read from: metric name -> regex (`tf/results.py`); empty: the built-in lines.
     metrics: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # as put in: `params.py`
+    param_texts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
     start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None

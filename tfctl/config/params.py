@@ -22,6 +22,9 @@ KEY = "params"
 # Keys that are shell commands: a parameter put into one is shell-quoted, as every placeholder
 # there is (`--note={params.note}` with `two words` stays one argument).
 SHELL = re.compile(r"(command|jobs\.[^.]+\.command|setup\[\d+\]|notify\[\d+\])")
+# Keys whose text is filled per task (`{job_name}`, `{run_id}`): a parameter's braces put into one
+# are doubled, so `--set note={run_id}` stays that text and is no placeholder.
+TEMPLATED = re.compile(r"(command|jobs\.[^.]+\.command|env\..+|jobs\.[^.]+\.env\..+|logdir)")
 
 
 def overrides(assignments: Sequence[str]) -> dict[str, Any]:
@@ -54,7 +57,8 @@ def put_in(doc: Doc, root: dict[str, Any], given: Mapping[str, Any] | None) -> d
     params = {name: value for name, (value, _text) in declared.items()}
     texts = {name: text for name, (_value, text) in declared.items()}
     for name, value in (given or {}).items():
-        value, text = value if isinstance(value, tuple) else (value, _text_of(value))
+        typed = isinstance(value, tuple)  # (from `overrides`: a value read from the text typed)
+        value, text = value if typed else (value, _text_of(value))
         if name not in declared:
             known = ", ".join(declared) or "none"
             doc.problem(
@@ -64,12 +68,16 @@ def put_in(doc: Doc, root: dict[str, Any], given: Mapping[str, Any] | None) -> d
                 at=doc.nodes.get(KEY, doc.nodes.get("")),
             )
             continue
-        if (value, type(value)) != (declared[name][0], type(declared[name][0])):  # (the default keeps its text)
+        default = declared[name][0]
+        if typed and isinstance(default, str):
+            value = text  # a text parameter given `2.10` on the command line stays that text
+        if typed or (value, type(value)) != (default, type(default)):  # (the default given as a value keeps its text)
             params[name], texts[name] = value, text
     for key in list(root):
         if key != KEY:
             root[key] = _substituted(doc, root[key], key, params, texts)
     root[KEY] = params
+    doc.param_texts = texts
     return params
 
 
@@ -106,15 +114,22 @@ def _substituted(doc: Doc, value: Any, path: str, params: Mapping[str, Any], tex
             f"`{{params.{unknown[0]}}}` names no parameter (declared: {known})",
             f"declare it: `params: {{{unknown[0]}: ...}}`, or fix the name",
         )
+    templated = TEMPLATED.fullmatch(path) is not None
     whole = PLACEHOLDER.fullmatch(value)
     if whole:
         name = whole.group(1)
         doc.substituted[path] = texts[name]
-        return params[name]
+        return _braces_doubled(params[name]) if templated and isinstance(params[name], str) else params[name]
     quoted = shlex.quote if SHELL.fullmatch(path) else str
-    text = PLACEHOLDER.sub(lambda m: quoted(texts[m.group(1)]), value)
+    text = PLACEHOLDER.sub(
+        lambda m: _braces_doubled(quoted(texts[m.group(1)])) if templated else quoted(texts[m.group(1)]), value
+    )
     doc.substituted[path] = text
     return text
+
+
+def _braces_doubled(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _text_of(value: Any) -> str:

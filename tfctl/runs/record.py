@@ -212,6 +212,7 @@ class RunRecord(Wire):
     accounting: dict[str, Any] | None = None  # wall time, CPU- and GPU-hours, once stopped (`runs.accounting`)
     result: dict[str, Any] | None = None  # its final evaluation's numbers, read once stopped (`tf/results.py`)
     params: dict[str, Any] = field(default_factory=dict)  # the cluster file's `params:`, as this run had them
+    param_texts: dict[str, str] = field(default_factory=dict)  # the same as written or typed (`0.010`)
 
     def params_text(self) -> str:
         """`lr=0.01 batch=64`: the parameters it ran with, as `--set` gives them ("" for none)."""

@@ -183,5 +183,6 @@ def recorded_config(store: RunStore, record: RunRecord) -> ClusterConfig:
     A run kept none before tfctl kept them: its file as it is."""
     kept = store.kept_cluster_file(record.run_id)
     path = Path(record.cluster_file)
-    params = record.params or None  # (`--set` values given to its `up`)
+    texts = record.param_texts
+    params = {name: (value, texts.get(name, str(value))) for name, value in record.params.items()} or None
     return load_config(path, params) if kept is None else parse_config(kept, path, params)

@@ -101,6 +101,7 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         notify=config.notify,
         spares=backend_for(config.backend).spares(config),
         params=dict(config.params),
+        param_texts=dict(config.param_texts),
     )
     return Draft(config, record)
 
