@@ -378,6 +378,7 @@ def test_the_forked_watcher_reports_a_failed_start_as_its_last_word(tmp_path, fa
         "error": "ps:0 could not start: No such file or directory",
         "hint": None,
         "exit_code": 1,
+        "kind": "StartupError",  # (rebuilt as that class by the `up` that reads it)
     }
 
 
