@@ -1,5 +1,5 @@
 """The Python API on the suite's simulated SSH hosts (network namespaces with their own sshd,
-bench/netns_hosts.py): a detached run started, read and waited on from Python, and a run stopped
+bench/netns_hosts.py), sharing one home: a detached run started, read and waited on from Python, and a run stopped
 from another thread while a wait blocks; nothing of either left on a host."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tfctl
-from bench.netns_hosts import TestHostLab, require_netns
+from bench.netns_hosts import make_lab_fixture
 from tests import test_ssh_cluster as ssh_cluster
 from tfctl.supervisor.procfs import proc_env_markers
 
@@ -18,13 +18,9 @@ pytestmark = pytest.mark.netns
 TASK = "{python} fake_task.py --name {job_name}{task_index} --port -1"
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    require_netns()
-    with TestHostLab(
-        2, workdir=tmp_path_factory.mktemp("netns-lab-api"), prefix="tfctl-api", bridge="tfctlbr61", subnet="10.77.61"
-    ) as lab:
-        yield lab
+# Hosts sharing one home, as with NFS: the hosts' ~/.tfctl is one directory (the API's watcher,
+# a process of its own, meets what a forked one does).
+lab = make_lab_fixture(2, scope="module", prefix="tfctl-api", bridge="tfctlbr61", subnet="10.77.61", shared_home=True)
 
 
 def write_cluster(directory: Path, lab, worker: str) -> Path:
