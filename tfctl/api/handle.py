@@ -9,7 +9,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from tfctl.api.reading import select_tasks
 from tfctl.api.types import Ended, LogLine, Metrics, RunStatus, RunSummary, Stopped, TaskMetrics, metrics_of
@@ -18,6 +18,9 @@ from tfctl.errors import TfctlError
 from tfctl.runs.record import RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.supervisor.states import RunState, TaskState
+
+if TYPE_CHECKING:
+    from tfctl.controller.views.report import RunReport
 
 WAIT_POLL = 0.5  # seconds between two reads of the record by `Run.wait`
 
@@ -38,7 +41,7 @@ class Run:
         asked of its live controller, else of its hosts."""
         from tfctl.api.reading import status_asker
 
-        store = _store(self.home)
+        store = RunStore(self.home)
         record = _resumed(store, store.load(self.id))
         with status_asker(store, record) as ask:
             shot, latest = ask(0)
@@ -48,7 +51,7 @@ class Run:
         """Until the run has ended; how it ended. A run whose controller died meanwhile gets a new
         one (as `status` gives it), so a wait never outlives what could end the run. Raises
         `Timeout` after `timeout` seconds, the run going on."""
-        store, clock = _store(self.home), REAL_CLOCK  # (the run's processes live on real time)
+        store, clock = RunStore(self.home), REAL_CLOCK  # (the run's processes live on real time)
         record = store.load(self.id)
         began = clock.monotonic()
         never = Cancel()
@@ -91,7 +94,7 @@ class Run:
         from tfctl.api.reading import logs_parts
         from tfctl.controller.live.rpc_messages import LogsAsk
 
-        store = _store(self.home)
+        store = RunStore(self.home)
         record = _resumed(store, store.load(self.id))
         ask = LogsAsk(
             tasks=[t.name for t in select_tasks(record, tasks)], follow=follow, tail=tail, since=since, lines=True
@@ -120,11 +123,7 @@ class Run:
     def metrics(self) -> Metrics:
         """What the report reads from the tasks' output: each task's steps and its loss,
         accuracy, ... series, and the run's final evaluation."""
-        from tfctl.cluster.cluster import Cluster
-        from tfctl.controller.views.report_gather import gather
-
-        with Cluster(_store(self.home).load(self.id)) as cluster:
-            report = gather(cluster)
+        report = gathered(RunStore(self.home).load(self.id))
         return Metrics(
             tasks=tuple(TaskMetrics(t.name, t.steps, dict(t.metrics)) for t in report.tasks),
             result=metrics_of({name: m.to_json() for name, m in report.result.items()}),
@@ -135,7 +134,7 @@ class Run:
         file's grace_period unless given) and release what its backend holds; what was stopped."""
         from tfctl.controller.verbs import down
 
-        store = _store(self.home)
+        store = RunStore(self.home)
         report, released = down.down(store, store.load(self.id), grace)
         return Stopped(
             processes=report.processes,
@@ -149,7 +148,7 @@ class Run:
 
     def report(self, path: str | os.PathLike[str]) -> Path:
         """Write the run's report (one HTML page that works offline) to `path`; the path."""
-        page = report_page(_store(self.home).load(self.id))
+        page = report_page(RunStore(self.home).load(self.id))
         target = Path(path)
         try:
             target.write_text(page, encoding="utf-8")
@@ -163,17 +162,23 @@ class Run:
 def report_page(record: RunRecord) -> str:
     """The run's report, asked of its hosts: its facts, a timeline of every task, steps/s over
     time, the model's curves and the diagnosis, as one HTML page that fetches nothing."""
-    from tfctl.cluster.cluster import Cluster
     from tfctl.controller.views.report import render
+
+    return render(gathered(record))
+
+
+def gathered(record: RunRecord) -> RunReport:
+    """What the report shows of the run, asked of its hosts (`metrics()` reads the same)."""
+    from tfctl.cluster.cluster import Cluster
     from tfctl.controller.views.report_gather import gather
 
     with Cluster(record) as cluster:
-        return render(gather(cluster))
+        return gather(cluster)
 
 
 def run(run_id: str, *, home: str | os.PathLike[str] | None = None) -> Run:
     """The run with this id (as `tfctl runs` lists them); `UsageError` if tfctl keeps none."""
-    store = _store(None if home is None else Path(home))
+    store = RunStore(None if home is None else Path(home))
     store.load(run_id)  # raises for an unknown id, with the hint
     return Run(run_id, store.home)
 
@@ -183,7 +188,7 @@ def list_runs(
 ) -> list[RunSummary]:
     """The runs of a cluster file (every run tfctl keeps, when None), oldest first, as `tfctl
     runs --json` lists them."""
-    records = _store(None if home is None else Path(home)).all()
+    records = RunStore(None if home is None else Path(home)).all()
     if cluster is not None:
         wanted = str(Path(cluster).resolve())
         records = [r for r in records if r.cluster_file == wanted]
@@ -213,7 +218,3 @@ def _resumed(store: RunStore, record: RunRecord) -> RunRecord:
         if driver.resume(store, record):
             return store.load(record.run_id)
     return record
-
-
-def _store(home: Path | None) -> RunStore:
-    return RunStore(home)
