@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tfctl.cluster.cluster import Cluster
     from tfctl.config.model import ClusterConfig
     from tfctl.controller.live.driver import Ending
+    from tfctl.controller.live.watcher import Report
     from tfctl.controller.start.plan import Draft, Plan
     from tfctl.engine.clock import Cancel
     from tfctl.runs.record import RunRecord
@@ -238,21 +239,14 @@ def _up_detached(
 
     from tfctl import console
     from tfctl.api.starting import Started, start_detached
-    from tfctl.controller.live import driver, watcher
+    from tfctl.controller.live import watcher
 
     start = time.monotonic()
 
     def forked(run: Draft) -> Started:
-        def start_then_watch(report: watcher.Report) -> None:
-            def relayed(message: dict[str, Any]) -> None:
-                report(message)
-                if "running" in message:
-                    watcher.log_to_run_dir(store, run.record.run_id)
-                    os.nice(10)  # from here it mostly waits
-
-            _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
-
-        child, reports = watcher.fork_starter(start_then_watch)
+        child, reports = watcher.fork_starter(
+            lambda report: _start_then_watch(store, run, accept_new_host_keys, report)
+        )
 
         def reap() -> None:
             with contextlib.suppress(ChildProcessError):  # (reaped already)
@@ -288,10 +282,9 @@ def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
     """The watcher `tfctl.up()` starts for a detached run (the API forks no caller): the run's
     record as drafted comes pickled on stdin, its cluster as the run keeps it; its progress
     goes to `report_fd`, as a forked watcher's does."""
-    import os
     import pickle
 
-    from tfctl.controller.live import driver, watcher
+    from tfctl.controller.live import watcher
     from tfctl.controller.live.resubmit import recorded_config
     from tfctl.controller.start.plan import Draft
 
@@ -299,11 +292,6 @@ def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
     store = run_store()
 
     def start_then_watch(report: watcher.Report) -> None:
-        def relayed(message: dict[str, Any]) -> None:
-            report(message)
-            if "running" in message:
-                os.nice(10)  # from here it mostly waits
-
         try:
             record = pickle.load(sys.stdin.buffer)
             run = Draft(recorded_config(store, record), record)
@@ -313,9 +301,25 @@ def start_command(report_fd: int, accept_new_host_keys: bool) -> int:
         except TfctlError as e:  # (its cluster file, kept with the run, no longer parses)
             report({"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
             return
-        _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
+        _start_then_watch(store, run, accept_new_host_keys, report)
 
     return watcher.report_on(report_fd, start_then_watch)
+
+
+def _start_then_watch(store: RunStore, run: Draft, accept_new_host_keys: bool, report: Report) -> None:
+    """The body of a detached run's watcher, forked or started anew: start the run, reporting to
+    the `up` that waits, then log to the run's watch.log and watch it to its end."""
+    import os
+
+    from tfctl.controller.live import driver, watcher
+
+    def relayed(message: dict[str, Any]) -> None:
+        report(message)
+        if "running" in message:
+            watcher.log_to_run_dir(store, run.record.run_id)
+            os.nice(10)  # from here it mostly waits
+
+    _log_ending(driver.launch_and_watch(store, run, accept_new_host_keys, relayed))
 
 
 def _print_detached(record: RunRecord, hint_file: str) -> None:
