@@ -401,8 +401,8 @@ class FakeHost:
             port += 1
         return p.PickPortsAnswer(list(self.held), 4243)
 
-    def _sweep(self, request: p.SweepRequest) -> p.SweepAnswer:
-        return p.SweepAnswer(0, 0, [], [])
+    def _reap(self, request: p.ReapRequest) -> p.ReapAnswer:
+        return p.ReapAnswer(0, 0, [], [])
 
     def _resume(self, request: p.ResumeRequest) -> p.ResumeAnswer:
         """The earlier run's files, as many as the test says this host kept."""

@@ -427,7 +427,7 @@ def test_ctrl_c_or_sigterm_stops_the_whole_cluster_at_once(tmp_path: Path, home:
     assert run_processes(run_id) == []
 
 
-def test_down_all_sweeps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> None:
+def test_down_all_reaps_orphans_of_dead_runs(tmp_path: Path, home: Path) -> None:
     ports = free_ports(2)
     cluster = write_cluster(tmp_path, ports, fake(f"--port {ports[0]} --sleep 0"), fake("--sleep 0"))
     from tfctl.runs.store import RunStore

@@ -77,7 +77,7 @@ def stand_in_gpus(podman_lab: Lab, tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def sweep(podman_lab: Lab) -> Iterator[list[str]]:
+def reap_after(podman_lab: Lab) -> Iterator[list[str]]:
     """Runs whose containers a failing test may have left: removed by label whatever happened."""
     runs: list[str] = []
     yield runs
@@ -87,7 +87,7 @@ def sweep(podman_lab: Lab) -> Iterator[list[str]]:
 
 
 def test_each_podman_task_has_its_own_gpus_renumbered_from_0(
-    tmp_path: Path, home: Path, podman_lab: Lab, stand_in_gpus: dict[str, str], sweep: list[str]
+    tmp_path: Path, home: Path, podman_lab: Lab, stand_in_gpus: dict[str, str], reap_after: list[str]
 ) -> None:
     """worker:1 has the host's GPUs 2 and 3, as /dev/nvidia2 and /dev/nvidia3 and nothing else,
     and CUDA_VISIBLE_DEVICES=0,1 (what a CUDA program in the container numbers them); the ps, with
@@ -96,7 +96,7 @@ def test_each_podman_task_has_its_own_gpus_renumbered_from_0(
     up = tfctl("-f", str(cluster), "up", "-d", home=home, env=stand_in_gpus)
     assert up.returncode == 0, up.stderr
     run = up.stdout.strip()
-    sweep.append(run)
+    reap_after.append(run)
     assert f"{HOST_GPUS} GPUs" in up.stderr  # preflight ran the image with the host's GPUs
     try:
         assert seen_in_containers(cluster, home, stand_in_gpus) == {

@@ -36,10 +36,10 @@ from tfctl.supervisor.procfs import live_pids
 from tfctl.supervisor.protocol import (
     ContainerLaunch,
     PruneRequest,
+    ReapRequest,
     StartRequest,
     StatusRequest,
     StopRequest,
-    SweepRequest,
     TaskLaunch,
     TaskState,
 )
@@ -290,7 +290,7 @@ def gone(lab: Lab, run: str, timeout: float) -> float:
 
 
 @pytest.fixture
-def sweep_after() -> Iterator[list[tuple[Lab, str]]]:
+def reap_after() -> Iterator[list[tuple[Lab, str]]]:
     """Runs whose containers a failing test may have left: removed by label whatever happened."""
     runs: list[tuple[Lab, str]] = []
     yield runs
@@ -300,10 +300,10 @@ def sweep_after() -> Iterator[list[tuple[Lab, str]]]:
 
 
 def test_a_task_runs_in_its_container_as_it_would_bare_and_stop_removes_it(
-    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
+    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, reap_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append((lab, run))
+    reap_after.append((lab, run))
     start_boxed(agent, lab, run, tmp_path, "open('made-inside', 'w').write('x'); time.sleep(300)")
     log = Path(task_dir(agent.root, run, "worker:0"), "output.log").read_text()
     assert f'up {os.getuid()} {tmp_path} {{"x": 1}}' in log  # same user, workdir and environment
@@ -320,10 +320,10 @@ def test_a_task_runs_in_its_container_as_it_would_bare_and_stop_removes_it(
 
 @pytest.mark.parametrize("victims", ["monitor", "monitor and runtime client"])
 def test_a_sigkill_on_the_host_leaves_no_container(
-    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list, victims: str
+    agent: HostAgent, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, reap_after: list, victims: str
 ) -> None:
     run = run_id(request)
-    sweep_after.append((lab, run))
+    reap_after.append((lab, run))
     proc = start_boxed(agent, lab, run, tmp_path, "time.sleep(300)", grace=1.0)
     assert conmons(run) or lab.name == "docker"
     # The monitor, forked from the supervisor (which on localhost lives for one request), and the
@@ -333,26 +333,26 @@ def test_a_sigkill_on_the_host_leaves_no_container(
     assert took < 10
 
 
-def test_sweep_removes_the_containers_of_runs_that_are_not_live(
-    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
+def test_reap_removes_the_containers_of_runs_that_are_not_live(
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, reap_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append((podman_lab, run))
+    reap_after.append((podman_lab, run))
     start_boxed(agent, podman_lab, run, tmp_path, "time.sleep(300)")
-    kept = agent.call(SweepRequest([run], 1.0, "store-1"))
+    kept = agent.call(ReapRequest([run], 1.0, "store-1"))
     assert kept.containers == 0 and podman_lab.containers(f"{containers.RUN_LABEL}={run}")
-    swept = agent.call(SweepRequest([], 1.0, "store-1"))
-    assert swept.containers == 1 and run in swept.runs
+    reaped = agent.call(ReapRequest([], 1.0, "store-1"))
+    assert reaped.containers == 1 and run in reaped.runs
     gone(podman_lab, run, 10)
 
 
 def test_prune_removes_the_container_an_ended_run_left_stopped(
-    agent: HostAgent, lab: Lab, request: pytest.FixtureRequest, sweep_after: list
+    agent: HostAgent, lab: Lab, request: pytest.FixtureRequest, reap_after: list
 ) -> None:
     """What a crashed tfctl left: the run's container, stopped, never removed. `runs --prune`
     finds it by its label, says so in a dry run, and removes it."""
     run = run_id(request)
-    sweep_after.append((lab, run))
+    reap_after.append((lab, run))
     name = f"tfctl-{run}-left"
     lab.cli("create", "--name", name, "--label", f"{containers.RUN_LABEL}={run}", IMAGE, "true")
     looked = agent.call(PruneRequest([run], dry_run=True))
@@ -363,10 +363,10 @@ def test_prune_removes_the_container_an_ended_run_left_stopped(
 
 
 def test_signals_reach_the_program_in_its_container(
-    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, reap_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append((podman_lab, run))
+    reap_after.append((podman_lab, run))
     handler = (
         "import signal; "
         "signal.signal(signal.SIGTERM, lambda *a: (print('saving on SIGTERM', flush=True), sys.exit(0))); "
@@ -384,7 +384,7 @@ def test_signals_reach_the_program_in_its_container(
 
 
 def test_up_runs_a_cluster_in_containers_and_down_leaves_none(
-    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+    tmp_path: Path, home: Path, podman_lab: Lab, reap_after: list
 ) -> None:
     ports = free_ports(1)
     tasks_dir = FAKE_TASK.parent
@@ -406,7 +406,7 @@ jobs:
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
     run = up.stdout.strip()
-    sweep_after.append((podman_lab, run))
+    reap_after.append((podman_lab, run))
     assert f"in podman image {IMAGE}), no tensorflow in the image" in up.stderr  # preflight asked the image
     label = f"{containers.RUN_LABEL}={run}"
     assert sorted(podman_lab.containers(label)) == [
@@ -426,7 +426,7 @@ jobs:
 
 
 def test_a_task_restarted_by_its_policy_runs_in_a_new_container_of_its_name(
-    tmp_path: Path, home: Path, lab: Lab, sweep_after: list
+    tmp_path: Path, home: Path, lab: Lab, reap_after: list
 ) -> None:
     """A restart in a container: the first run's container (its name the task's) is removed
     before the second starts, whose exit status is the one recorded."""
@@ -445,7 +445,7 @@ jobs:
 """)
     up = tfctl("-f", str(cluster), "up", home=home)
     run = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]
-    sweep_after.append((lab, run))
+    reap_after.append((lab, run))
     assert up.returncode == 0, up.stderr
     assert "worker:0 exited with code 3; restart 1 of 1" in up.stdout + up.stderr
     (task,) = json.loads(tfctl("status", "--json", "--run", run, home=home).stdout)["tasks"]
@@ -455,13 +455,13 @@ jobs:
 
 
 def test_up_removes_the_containers_runs_that_are_not_active_left(
-    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
+    tmp_path: Path, home: Path, podman_lab: Lab, reap_after: list
 ) -> None:
     """A crashed tfctl's leftovers: a container of this store's run that is not active is removed
     by the next `up`, which says so in one line; another store's (another user's) stays."""
     store = RunStore(home).store_id
     for run, its_store in (("box-crashed-run", store), ("box-their-run", "another-store")):
-        sweep_after.append((podman_lab, run))
+        reap_after.append((podman_lab, run))
         labels = [f"--label={containers.RUN_LABEL}={run}", f"--label={containers.STORE_LABEL}={its_store}"]
         podman_lab.cli("create", "--name", f"tfctl-{run}-ps-0", *labels, IMAGE, "true")
     cluster = tmp_path / "cluster.yaml"
@@ -482,9 +482,7 @@ def test_up_removes_the_containers_runs_that_are_not_active_left(
     assert again.returncode == 0 and "not active" not in again.stderr  # nothing left to remove
 
 
-def test_exec_and_ssh_run_in_the_tasks_container(
-    tmp_path: Path, home: Path, podman_lab: Lab, sweep_after: list
-) -> None:
+def test_exec_and_ssh_run_in_the_tasks_container(tmp_path: Path, home: Path, podman_lab: Lab, reap_after: list) -> None:
     """`tfctl exec` and `tfctl ssh` reach the task's own container (its first process is the
     tether), in its workdir, with its environment and without tfctl's markers."""
     cluster = tmp_path / "cluster.yaml"
@@ -495,7 +493,7 @@ def test_exec_and_ssh_run_in_the_tasks_container(
     )
     up = tfctl("-f", str(cluster), "up", "-d", home=home)
     assert up.returncode == 0, up.stderr
-    sweep_after.append((podman_lab, up.stdout.strip()))
+    reap_after.append((podman_lab, up.stdout.strip()))
     try:
         look = "tr '\\0' ' ' </proc/1/cmdline; echo; pwd; echo \"$GREETING ${TFCTL_RUN_ID:-unmarked}\"; "
         done = tfctl("-f", str(cluster), "exec", "worker:0", "--", "sh", "-c", look + "exit 3", home=home)
@@ -598,10 +596,10 @@ def test_preflight_stops_a_run_whose_image_is_missing(tmp_path: Path, home: Path
 
 
 def test_top_sees_what_the_containers_processes_use(
-    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, sweep_after: list
+    agent: HostAgent, podman_lab: Lab, tmp_path: Path, request: pytest.FixtureRequest, reap_after: list
 ) -> None:
     run = run_id(request)
-    sweep_after.append((podman_lab, run))
+    reap_after.append((podman_lab, run))
     start_boxed(agent, podman_lab, run, tmp_path, "x = bytearray(64 << 20); exec('while True: pass')")
     usage = wait_until(
         lambda: agent.call(StatusRequest(run, {"worker:0": 0})).tasks["worker:0"].usage,

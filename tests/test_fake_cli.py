@@ -379,7 +379,7 @@ def test_logs_prints_each_tasks_lines_prefixed_filtered_and_refuses_a_file_for_a
     assert ran.code == 1 and "[worker:0] step 2" in ran.out and "h2: connection refused" in ran.err
 
 
-def test_down_stops_the_run_releases_its_backend_and_down_all_sweeps_its_hosts(lab, tmp_path):
+def test_down_stops_the_run_releases_its_backend_and_down_all_reaps_its_hosts(lab, tmp_path):
     _store, cluster = started(tmp_path / "cluster.yaml")
     cluster.close()
     ran = tfctl_here("down", "--grace", "0")
@@ -410,8 +410,8 @@ def test_down_that_cannot_check_a_host_exits_1_naming_it(lab, tmp_path):
     assert tfctl_here("down").code == 0 and only_run().left_nothing
 
 
-def test_down_all_without_any_run_sweeps_the_files_hosts(lab):
-    lab.agent("h1")._sweep = lambda request: p.SweepAnswer(2, 1, [4242], ["old-run"])
+def test_down_all_without_any_run_reaps_the_files_hosts(lab):
+    lab.agent("h1")._reap = lambda request: p.ReapAnswer(2, 1, [4242], ["old-run"])
     ran = tfctl_here("down", "--all")
     assert ran.code == 1  # something remains on h1
     assert "h1: 2 orphaned processes stopped (runs: old-run); 1 remain" in ran.err.splitlines()

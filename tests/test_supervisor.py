@@ -1,4 +1,4 @@
-"""The host supervisor with real processes: start, status, stop, follow, ports, sweep."""
+"""The host supervisor with real processes: start, status, stop, follow, ports, reaping orphans."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from tfctl.supervisor.monitor import exec_form
 from tfctl.supervisor.procfs import proc_env_markers, proc_stat
 from tfctl.supervisor.protocol import (
     PortsRequest,
+    ReapRequest,
     StartRequest,
     StatusRequest,
     StopRequest,
-    SweepRequest,
     TaskInfo,
     TaskLaunch,
     TaskState,
@@ -308,7 +308,7 @@ def test_tail_returns_last_lines(agent: HostAgent) -> None:
     assert text == "97\n98\n99\n"
 
 
-def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
+def test_reap_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
     sleeper = [PY, "-c", "import time; time.sleep(60)"]
 
     def marked(run: str, store: str) -> subprocess.Popen:
@@ -320,7 +320,7 @@ def test_sweep_stops_orphans_of_its_own_store_only(agent: HostAgent) -> None:
     try:
         sleepers = (orphan, live, foreign)
         wait_until(lambda: all(proc_env_markers(p.pid)[0] for p in sleepers), 5, "the sleepers carrying their markers")
-        report = agent.call(SweepRequest(["live-run"], 1, "mine"))
+        report = agent.call(ReapRequest(["live-run"], 1, "mine"))
         orphan.wait(timeout=5)
         assert report.runs == ["gone-run"]
         assert live.poll() is None  # a live run of this store

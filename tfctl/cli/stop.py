@@ -25,7 +25,7 @@ Examples:
 @run_option
 @click.option(
     "--all",
-    "sweep",
+    "reap",
     is_flag=True,
     help="Also stop processes on the cluster's hosts left by runs that are no longer live.",
 )
@@ -36,7 +36,7 @@ Examples:
     help="Seconds between SIGTERM and SIGKILL (default: the cluster file's grace_period).",
 )
 @click.pass_context
-def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, sweep: bool, grace: float | None) -> int:
+def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, reap: bool, grace: float | None) -> int:
     """Stop every process of the run on every host, then prove nothing remains."""
     from tfctl import console
     from tfctl.cli import render
@@ -47,7 +47,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
     try:
         record = run_record(ctx, cluster_file, run_id, resume=False)
     except UsageError:
-        if not sweep:
+        if not reap:
             raise
         record = None
     clean = True
@@ -65,7 +65,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         # run being started, and stopped too.
         newer = None if run_id else run_record(ctx, cluster_file, None, resume=False)
         record = newer if newer is not None and newer.active and newer.created_at <= typed_at else None
-    if sweep:
+    if reap:
         from tfctl.config.loader import load_config
         from tfctl.controller.start.plan import host_specs
 
@@ -74,7 +74,7 @@ def down(ctx: click.Context, cluster_file: Path | None, run_id: str | None, swee
         else:
             config = load_config(cluster_file_path(ctx, cluster_file))
             hosts, default_grace = host_specs(config), config.grace_period
-        for host, answer in down.sweep(store, hosts, default_grace if grace is None else grace).items():
+        for host, answer in down.reap_orphans(store, hosts, default_grace if grace is None else grace).items():
             runs = ", ".join(answer.runs) or "none"
             boxes = f" and {answer.containers} containers" if answer.containers else ""
             console.err().print(

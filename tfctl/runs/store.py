@@ -41,7 +41,7 @@ class RunStore:
 
     @property
     def store_id(self) -> str:
-        """Names this store on every host (TFCTL_STORE), so `down --all` sweeps only its own."""
+        """Names this store on every host (TFCTL_STORE), so `down --all` reaps only its own orphans."""
         key = f"{socket.gethostname()}:{self.home.resolve()}"
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 

@@ -6,7 +6,7 @@ folder at the same paths, the user who started the run as its user, and `tether.
 entrypoint: that passes signals on to the task and ends it when the task's monitor is gone (the
 monitor holds a FIFO, bind-mounted in, open for as long as it lives). Containers are named and
 labelled with their run, task and run store, so whatever escapes is found by label and removed
-(`stop`, `sweep`).
+(`stop`, `reap`).
 """
 
 from __future__ import annotations

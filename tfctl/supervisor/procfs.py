@@ -16,7 +16,7 @@ from .records import Record, record
 
 RUN_ENV = "TFCTL_RUN_ID"
 TASK_ENV = "TFCTL_TASK"
-STORE_ENV = "TFCTL_STORE"  # which controller's run store started the process: sweeps touch only their own
+STORE_ENV = "TFCTL_STORE"  # which controller's run store started the process: reaping touches only its own
 POLL = 0.05
 
 

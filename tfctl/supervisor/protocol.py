@@ -175,7 +175,7 @@ class RestartRequest(Request[RestartAnswer]):
 
 
 @record
-class SweepAnswer(Wire):
+class ReapAnswer(Wire):
     processes: int
     killed: int
     remaining: List[int]
@@ -184,12 +184,12 @@ class SweepAnswer(Wire):
 
 
 @record
-class SweepRequest(Request[SweepAnswer]):
+class ReapRequest(Request[ReapAnswer]):
     """Stop every process started from `store` whose run is not in `live_runs`: orphans.
     `containers_only`: remove their containers alone (what `up` does before it starts)."""
 
-    VERB: ClassVar[str] = "sweep"
-    ANSWER: ClassVar[Type[Wire]] = SweepAnswer
+    VERB: ClassVar[str] = "reap"
+    ANSWER: ClassVar[Type[Wire]] = ReapAnswer
 
     live_runs: List[str]
     grace: float
@@ -421,7 +421,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         StatusRequest,
         StopRequest,
         RestartRequest,
-        SweepRequest,
+        ReapRequest,
         PortsRequest,
         InfoRequest,
         ProbeRequest,

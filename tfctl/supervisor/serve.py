@@ -27,7 +27,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "status": tasks.status,
     "stop": tasks.stop,
     "restart": tasks.restart,
-    "sweep": tasks.sweep,
+    "reap": tasks.reap,
     "ports": checks.ports,
     "info": checks.info,
     "probe": checks.probe,

@@ -2,7 +2,7 @@
 their orphans.
 
 Every task process carries TFCTL_RUN_ID and TFCTL_TASK in its environment, so stragglers that
-left the task's process group (daemons, `setsid` children) are still found by `stop`/`sweep`,
+left the task's process group (daemons, `setsid` children) are still found by `stop`/`reap`,
 and TFCTL_RUN_DIR, the run's own directory on its host (`files.work_dir`).
 """
 
@@ -23,6 +23,8 @@ from .logs import last_line, output_log, output_written, tail
 from .marks import recent_marks
 from .protocol import (
     PortInfo,
+    ReapAnswer,
+    ReapRequest,
     RestartAnswer,
     RestartRequest,
     StartAnswer,
@@ -31,8 +33,6 @@ from .protocol import (
     StatusRequest,
     StopAnswer,
     StopRequest,
-    SweepAnswer,
-    SweepRequest,
     TailRequest,
     TaskInfo,
     TaskState,
@@ -321,7 +321,7 @@ def ports_after_stop(
         time.sleep(procfs.POLL)
 
 
-def sweep(root: str, request: SweepRequest) -> SweepAnswer:
+def reap(root: str, request: ReapRequest) -> ReapAnswer:
     """Stop every process started from this store (TFCTL_STORE) whose run is not live: orphans
     of a crashed controller. Runs started by other stores (other users, other homes) are never
     touched, even when this store has never heard of them."""
@@ -340,9 +340,9 @@ def sweep(root: str, request: SweepRequest) -> SweepAnswer:
     boxes = [f for f in containers.labelled(containers.STORE_LABEL, request.store) if f[2] not in live]
     if request.containers_only:
         containers.remove(boxes)
-        return SweepAnswer(0, 0, [], sorted({run for _, _, run in boxes}), len(boxes))
+        return ReapAnswer(0, 0, [], sorted({run for _, _, run in boxes}), len(boxes))
     runs = {run for run in (procfs.proc_env_markers(p)[0] for p in find()) if run is not None}
     done = procfs.terminate(find, request.grace)
     containers.remove(boxes)
     runs.update(run for _, _, run in boxes)
-    return SweepAnswer(done.processes, done.killed, done.remaining, sorted(runs), len(boxes))
+    return ReapAnswer(done.processes, done.killed, done.remaining, sorted(runs), len(boxes))

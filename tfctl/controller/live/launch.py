@@ -32,7 +32,7 @@ from tfctl.runs import transitions
 from tfctl.runs.record import Controller, ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.runs.transitions import take_control
-from tfctl.supervisor.protocol import ResumeRequest, RunState, SweepRequest
+from tfctl.supervisor.protocol import ReapRequest, ResumeRequest, RunState
 from tfctl.tf.tasks import containers_by_host
 
 # How long picked ports are held at most if `up` dies before it frees them (a `down` frees them
@@ -48,7 +48,7 @@ def remove_leftover_containers(
     if not hosts:
         return
     live = sorted({cluster.record.run_id, *(r.run_id for r in store.all() if r.active)})
-    answers = cluster.fan_out(hosts, lambda a: a.call(SweepRequest(live, grace, store.store_id, containers_only=True)))
+    answers = cluster.fan_out(hosts, lambda a: a.call(ReapRequest(live, grace, store.store_id, containers_only=True)))
     found = {host: answer for host, answer in sorted(answers.succeeded.items()) if answer.containers}
     if found:
         count = sum(answer.containers for answer in found.values())

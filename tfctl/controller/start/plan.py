@@ -134,6 +134,6 @@ def make_plan(draft: Draft, devices: Mapping[str, HostDevices] | None = None) ->
 
 
 def drafted(config: ClusterConfig, store: RunStore, run_id: str, state: Mapping[str, Any] | None) -> Draft:
-    """`draft`, the record naming the store it is kept in (`down --all` sweeps only its own)."""
+    """`draft`, the record naming the store it is kept in (`down --all` reaps only its own orphans)."""
     run = draft(config, run_id, state)
     return replace(run, record=run.record.replace(store=store.store_id))

@@ -17,7 +17,7 @@ from tfctl.controller.live.watcher import controller_elsewhere, stop_watcher, wa
 from tfctl.runs import transitions
 from tfctl.runs.record import HostSpec, RunRecord
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.protocol import RunState, SweepAnswer, SweepRequest
+from tfctl.supervisor.protocol import ReapAnswer, ReapRequest, RunState
 
 if TYPE_CHECKING:
     from tfctl.backends.base import BackendReport
@@ -49,11 +49,11 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     return report, released
 
 
-def sweep(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, SweepAnswer]:
+def reap_orphans(store: RunStore, hosts: tuple[HostSpec, ...], grace: float) -> dict[str, ReapAnswer]:
     """Stop processes on these hosts that carry the marker of no live run (orphans)."""
     live = [r.run_id for r in store.all() if r.active]
     with contextlib.ExitStack() as stack:
         agents = [stack.enter_context(open_agent(spec)) for spec in hosts]
-        result = fan_out(agents, lambda a: a.host, lambda a: a.call(SweepRequest(live, grace, store.store_id)))
+        result = fan_out(agents, lambda a: a.host, lambda a: a.call(ReapRequest(live, grace, store.store_id)))
     result.raise_if_failed("stopping orphans")
     return result.succeeded
