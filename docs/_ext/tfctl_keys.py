@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tfctl.config import container, fields, key_docs, kubernetes, ssh_hosts
+from tfctl.config import container, fields, key_docs, kubernetes, ssh_hosts, sweep_keys
 from tfctl.config.base import Section
 from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
 from tfctl.registry import backends
@@ -49,7 +49,13 @@ class KeyRow:
 
 def documented() -> dict[str, str]:
     """Every key's one-line doc, from each module that declares keys."""
-    docs = {**key_docs.KEY_DOCS, **ssh_hosts.KEY_DOCS, **kubernetes.KEY_DOCS, **container.KEY_DOCS}
+    docs = {
+        **key_docs.KEY_DOCS,
+        **ssh_hosts.KEY_DOCS,
+        **kubernetes.KEY_DOCS,
+        **container.KEY_DOCS,
+        **sweep_keys.KEY_DOCS,
+    }
     for name in backends.names():
         docs.update(getattr(backends.settings(name), "KEY_DOCS", {}))
     return docs

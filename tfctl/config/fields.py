@@ -59,6 +59,7 @@ from tfctl.config.model import (
     frozen_env,
 )
 from tfctl.config.ssh_hosts import _hosts, _ssh
+from tfctl.config.sweep_keys import _sweep
 from tfctl.registry import backends
 
 RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK", "TFCTL_RUN_DIR")
@@ -528,6 +529,7 @@ TOP_KEYS: dict[str, Validator] = {
     "logdir": _logdir,
     "kubernetes": _kubernetes,
     "container": _container,
+    "sweep": _sweep,
     "params": lambda _doc, _key, value: MappingProxyType(dict(value)),  # checked and put in (`params.py`)
 }
 REQUIRED = {

@@ -19,6 +19,7 @@ from tfctl.config import bounded
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.config.params import put_in
+from tfctl.config.sweep_keys import check_names
 from tfctl.errors import ConfigError, ConfigProblem
 from tfctl.registry import backends
 
@@ -215,6 +216,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_device_env(doc, values)
     _check_host_names(doc, values, root)
     _check_on_stall(doc, values)
+    check_names(doc, values.get("sweep"), values.get("params"))
     if doc.problems:
         return None
     return ClusterConfig(path=doc.file, **values)

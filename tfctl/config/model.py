@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from tfctl.config.devices import DeviceAsk
+from tfctl.config.sweep import SweepSpec, TrialOf
 
 # Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
 JOB_NAMES = ("chief", "ps", "worker", "evaluator")
@@ -205,6 +206,8 @@ class ClusterConfig:
     metrics: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # as put in: `params.py`
     param_texts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    sweep: SweepSpec | None = None  # the trials `tfctl sweep` runs; `up` runs the `params:` as they are
+    trial: TrialOf | None = field(default=None, compare=False)  # set by `tfctl sweep`, never by the file
     start_order: str = "together"  # START_ORDERS
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
