@@ -56,7 +56,7 @@ def task_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> l
     if run_id:
         record = store.load(run_id)
     else:
-        found = store.latest(Path(named_file(ctx, ctx.params.get("cluster_file")) or DEFAULT_FILE))
+        found = store.latest(Path(named_file(ctx, ctx.params.get("cluster_file")) or DEFAULT_FILE), None)
         if found is None:
             return []
         record = found

@@ -213,6 +213,15 @@ class RunRecord(Wire):
     result: dict[str, Any] | None = None  # its final evaluation's numbers, read once stopped (`tf/results.py`)
     params: dict[str, Any] = field(default_factory=dict)  # the cluster file's `params:`, as this run had them
     param_texts: dict[str, str] = field(default_factory=dict)  # the same as written or typed (`0.010`)
+    sweep: str | None = None  # the sweep it is a trial of (`sweeps.store`); None: a run of its own
+    trial: int | None = None  # its trial's place in that sweep
+    cut_off: bool = False  # its controller died before every task ran: no fault of the run's own
+
+    @property
+    def trial_of(self) -> tuple[str | None, int | None]:
+        """(sweep, trial): runs with the same cluster file and this pair are one run's attempts,
+        for the one-live-run rule; (None, None) for a run `up` started."""
+        return (self.sweep, self.trial)
 
     def params_text(self) -> str:
         """`lr=0.01 batch=64`: the parameters it ran with, as `--set` gives them ("" for none)."""

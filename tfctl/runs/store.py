@@ -112,10 +112,13 @@ class RunStore:
                 continue  # damaged: `load` says so when asked for it (a newer one is refused: `_read`)
         return sorted(records, key=lambda r: r.created_at)
 
-    def latest(self, cluster_file: Path) -> RunRecord | None:
-        """The newest run started from this cluster file."""
+    def latest(
+        self, cluster_file: Path, trial_of: tuple[str | None, int | None] | None = (None, None)
+    ) -> RunRecord | None:
+        """The newest run started from this cluster file: by `up` (the default), as that trial
+        of that sweep (`RunRecord.trial_of`), or either (None)."""
         wanted = str(cluster_file.resolve())
-        matches = [r for r in self.all() if r.cluster_file == wanted]
+        matches = [r for r in self.all() if r.cluster_file == wanted and (trial_of is None or r.trial_of == trial_of)]
         return matches[-1] if matches else None
 
     def forget(self, run_id: str) -> None:

@@ -64,7 +64,7 @@ def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
     `up` of the same file: whichever records first starts, the other is refused. `cleared`: the
     run found over before (`ensure_no_live_run`), which may still say running."""
     with store.lock():
-        latest = store.latest(Path(record.cluster_file))
+        latest = store.latest(Path(record.cluster_file), record.trial_of)
         if latest is not None and latest.active and latest.run_id not in (record.run_id, cleared):
             raise UsageError(
                 f"run {latest.run_id} of cluster {record.cluster_name!r} was started by another `tfctl up` "
@@ -162,6 +162,11 @@ def record_allocation(
         return r.replace(hosts=hosts, backend_state=state, allocations=(*r.allocations, ended), state=RunState.STARTING)
 
     return Transition("record an allocation", Guard.ACTIVE, change)
+
+
+def mark_cut_off() -> Transition:
+    """Its start was cut off by its controller's death (a sweep starts such a trial again)."""
+    return Transition("mark the start cut off", Guard.ACTIVE, lambda r: r.replace(cut_off=True))
 
 
 def end_if_active(state: RunState, reason: str, at: float) -> Transition:

@@ -350,6 +350,7 @@ def resume(store: RunStore, record: RunRecord) -> str | None:
         return None
     was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
     if record.state is RunState.STARTING:  # nobody can finish a start cut off halfway: end it
+        record = transitions.apply(store, record.run_id, transitions.mark_cut_off()) or record
         with Cluster(record) as cluster:
             cut = finish(store, cluster, Outcome(RunState.FAILED, f"{was} died during the start")).record
         return f"run {record.run_id}: {was} died during the start: what it started is stopped; recorded as {cut.state}"

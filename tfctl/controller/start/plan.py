@@ -102,6 +102,8 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         spares=backend_for(config.backend).spares(config),
         params=dict(config.params),
         param_texts=dict(config.param_texts),
+        sweep=None if config.trial is None else config.trial.sweep,
+        trial=None if config.trial is None else config.trial.index,
     )
     return Draft(config, record)
 

@@ -32,7 +32,8 @@ CLAIM_PATIENCE = 60.0
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide. The
     id of the newest run it found over, for `transitions.claim` to know (None: there was none)."""
-    record = store.latest(config.path)
+    trial = config.trial
+    record = store.latest(config.path, (None, None) if trial is None else (trial.sweep, trial.index))
     if record is None:
         return None
     if not record.active and record.left_nothing:
