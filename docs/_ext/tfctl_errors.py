@@ -37,6 +37,7 @@ TOPICS = [
     ("Giving parameters (`--set`)", ("tfctl.config.params",), ()),
     ("Containers", (), ("container",)),
     ("Slurm", ("tfctl.backends.slurm",), ()),
+    ("Sweeps (`sweep`, `down --sweep`)", ("tfctl.controller.verbs.sweep", "tfctl.runs.sweeps", "tfctl.cli.sweep"), ()),
     (
         "Starting a run (`up`)",
         (

@@ -164,8 +164,8 @@ class Interrupts:
     handed over on SIGTERM as its allocation ends); another while it stops raises
     KeyboardInterrupt: `up` detaches, leaving the run to `down`."""
 
-    def __init__(self, stopping: Cancel, say: Callable[[str], None]) -> None:
-        self.stopping, self.say = stopping, say
+    def __init__(self, stopping: Cancel, say: Callable[[str], None], what: str = "the cluster") -> None:
+        self.stopping, self.say, self.what = stopping, say, what
         self.pressed = self.terminated = False
         self._before: dict[int, Any] = {}
 
@@ -186,7 +186,7 @@ class Interrupts:
             self.terminated = True  # said once it is known whether the run is handed over
             self.stopping.set("terminated (SIGTERM)")
         else:
-            self.say("\nCtrl-C: stopping the cluster (press Ctrl-C again to detach and leave it to `tfctl down`)")
+            self.say(f"\nCtrl-C: stopping {self.what} (press Ctrl-C again to detach and leave it to `tfctl down`)")
             self.stopping.set("interrupted (Ctrl-C)")
 
 

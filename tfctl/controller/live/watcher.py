@@ -178,6 +178,12 @@ def wait_gone(record: RunRecord, patience: float = 5.0) -> None:
     w = record.watcher
     if w is None or w.attached or not _here(w):
         return
+    end_process(w, patience)
+
+
+def end_process(w: Controller, patience: float) -> None:
+    """Wait for a controller process (a watcher, a sweep's driver) asked to end to be gone;
+    after `patience` seconds, kill it."""
     deadline = time.monotonic() + patience
     while is_running(w) and time.monotonic() < deadline:
         time.sleep(0.01)
