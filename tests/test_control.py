@@ -383,7 +383,7 @@ def test_ensure_no_live_run_refuses_a_second_run_of_a_live_cluster(
     stored(store, cluster.record.replace(state=RunState.RUNNING))  # as its controller recorded it once started
     running(cluster)
     with_fakes(monkeypatch, hosts)
-    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake", "trial": None})()
     with pytest.raises(UsageError, match=r"run fake-run of cluster 'fake' is still running \(3 tasks"):
         up.ensure_no_live_run(store, config)
     hosts["h2"].down = True  # unknown counts as alive: the tasks may well be running
@@ -408,7 +408,7 @@ def finished_run(
     for name in unreachable:
         hosts[name].down = True
     driver.finish(store, cluster, Outcome(RunState.SUCCEEDED, "done"))
-    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake"})()
+    config = type("Config", (), {"path": Path(cluster.record.cluster_file), "name": "fake", "trial": None})()
     return store.load(cluster.record.run_id), hosts, config
 
 

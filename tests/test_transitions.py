@@ -43,6 +43,7 @@ TABLE = [
         lambda r: r.hosts == (NEW_HOST,) and r.state is RunState.STARTING and r.allocations[-1].why == "TIMEOUT",
         False,
     ),
+    (transitions.mark_cut_off(), lambda r: r.cut_off, False),
     (transitions.end_if_active(FAILED, "ps:0 exited", 20.0), lambda r: r.reason == "ps:0 exited", False),
     (transitions.record_plan((), ("ps:0",), {"tfctl": "1"}), lambda r: r.versions == {"tfctl": "1"}, True),
     (transitions.note_unreachable({"h2": 3.0}), lambda r: r.unreachable == {"h2": 3.0}, True),
