@@ -426,9 +426,36 @@ ERRORS = {
         with_jobs("  worker: {hosts: [a:1], gpus: two}\n"),
         ["cluster.yaml:4:32: jobs.worker.gpus: must be a whole number of GPUs per task", "fix: e.g. `gpus: 1`"],
     ),
-    "count without backend slurm": (
+    "count without a pool or slurm": (
         with_jobs("  worker: {count: 2}\n"),
-        ["jobs.worker.count: `count` is for `backend: slurm`", "fix: add `backend: slurm`, or list the tasks"],
+        [
+            "jobs.worker.count: `count` asks for tasks to be placed, and nothing here places them",
+            "fix: add `pool: NAME` (or `backend: slurm`), or list the addresses",
+        ],
+    ),
+    "pool with listed hosts": (
+        with_jobs("  worker: [a:1]\n") + "pool: lab\n",
+        ["jobs.worker: lists hosts, but the pool places the tasks", "fix: say how many: `worker: {count: 1}`"],
+    ),
+    "pool job without count": (
+        with_jobs("  worker: {gpus: 1}\n") + "pool: lab\n",
+        ["jobs.worker: has no `count`: with `pool:` a job says how many tasks", "fix: e.g. `jobs: {ps: {count: 1}"],
+    ),
+    "pool beside hosts": (
+        with_jobs("  worker: {count: 1}\n") + "pool: lab\nhosts: {a: {user: u}}\n",
+        ["hosts: the pool file says how each host is reached", "fix: move it to the pool file, or remove `pool:`"],
+    ),
+    "placement without pool": (
+        with_jobs("  worker: [a:1]\n") + "placement: ps_apart\n",
+        ["placement: places tasks on a pool's hosts, and there is no `pool:`", "fix: add `pool: lab`"],
+    ),
+    "unknown placement": (
+        with_jobs("  worker: {count: 1}\n") + "pool: lab\nplacement: spread\n",
+        ["placement: ", "together"],
+    ),
+    "pool on slurm": (
+        with_jobs("  worker: {count: 1}\n") + "pool: lab\nbackend: slurm\n",
+        ["pool: asks a pool for hosts, but Slurm picks the nodes", "fix: remove `pool:`, or `backend: slurm`"],
     ),
     "slurm job with hosts": (
         with_jobs("  worker: {hosts: [a:1], count: 2}\n") + "backend: slurm\n",

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tfctl.config import container, fields, key_docs, kubernetes, ssh_hosts, sweep_keys
+from tfctl.config import container, fields, key_docs, kubernetes, pool_keys, ssh_hosts, sweep_keys
 from tfctl.config.base import Section
 from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
 from tfctl.registry import backends
@@ -55,6 +55,7 @@ def documented() -> dict[str, str]:
         **kubernetes.KEY_DOCS,
         **container.KEY_DOCS,
         **sweep_keys.KEY_DOCS,
+        **pool_keys.KEY_DOCS,
     }
     for name in backends.names():
         docs.update(getattr(backends.settings(name), "KEY_DOCS", {}))

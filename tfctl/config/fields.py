@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from tfctl.config import pool_keys
 from tfctl.config.base import (
     INVALID,
     Doc,
@@ -530,6 +531,7 @@ TOP_KEYS: dict[str, Validator] = {
     "kubernetes": _kubernetes,
     "container": _container,
     "sweep": _sweep,
+    **pool_keys.TOP_KEYS,
     "params": lambda _doc, _key, value: MappingProxyType(dict(value)),  # checked and put in (`params.py`)
 }
 REQUIRED = {
@@ -544,6 +546,7 @@ _JOB_KEYS: dict[str, Validator] = {
     "gpus": _whole_number("GPUs per task", 0, "e.g. `gpus: 1`"),
     "cpus": _whole_number("CPU cores per task", 0, "e.g. `cpus: 1`"),
     "container": _container,
+    **pool_keys.JOB_KEYS,
 }
 
 

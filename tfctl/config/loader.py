@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from tfctl.config import bounded
+from tfctl.config import bounded, pool_keys
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.config.params import put_in
@@ -77,7 +77,7 @@ def parse_config(text: str, path: Path, params: Mapping[str, Any] | None = None)
     Raises ConfigError carrying every problem found, in file order.
     """
     doc = Doc(path)
-    root = _compose(doc, text)
+    root = compose(doc, text)
     if root is not INVALID:
         put_in(doc, root, params)
     config = None if root is INVALID else _build(doc, root)
@@ -87,7 +87,7 @@ def parse_config(text: str, path: Path, params: Mapping[str, Any] | None = None)
     return replace(config, source=text, param_texts=MappingProxyType(doc.param_texts))
 
 
-def _compose(doc: Doc, text: str) -> Any:
+def compose(doc: Doc, text: str) -> Any:
     """YAML text -> plain Python values (top-level mapping), recording each path's node."""
     try:
         root = yaml.compose(text, Loader=bounded.BoundedLoader)
@@ -217,6 +217,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_host_names(doc, values, root)
     _check_on_stall(doc, values)
     check_names(doc, values.get("sweep"), values.get("params"))
+    pool_keys.check(doc, root)
     if doc.problems:
         return None
     return ClusterConfig(path=doc.file, **values)

@@ -34,6 +34,7 @@ ENV_PLACEHOLDERS = (*PLACEHOLDERS, "gpus")
 LOGDIR_PLACEHOLDERS = ("run_id",)
 SUCCESS_POLICIES = ("chief", "all_workers")
 START_ORDERS = ("together", "ordered")
+PLACEMENTS = ("together", "ps_apart")  # how a pool's hosts are picked (`engine/placement.py`)
 RESTART_POLICIES = ("never", "on-failure", "exit-code")  # as Kubeflow's TFJob
 STALL_ACTIONS = ("warn", "fail", "restart")  # what a run's controller does with a stalled task
 DEFAULT_MAX_RESTARTS = 3
@@ -209,6 +210,8 @@ class ClusterConfig:
     sweep: SweepSpec | None = None  # the trials `tfctl sweep` runs; `up` runs the `params:` as they are
     trial: TrialOf | None = field(default=None, compare=False)  # set by `tfctl sweep`, never by the file
     start_order: str = "together"  # START_ORDERS
+    pool: str | None = None  # as written: a pool's name or a pool file's path (`config/pool.py`)
+    placement: str = "together"  # PLACEMENTS: how the pool's hosts are picked
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
     # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.

@@ -18,7 +18,6 @@ from tfctl.config.base import (
     Section,
     Validator,
     _choice,
-    _found,
     _leaf,
     _string,
     _whole_number,
@@ -57,14 +56,6 @@ class SlurmJobSettings:
 
 _TIME_RE = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 _EXAMPLE = "jobs: {ps: {count: 1, port: 2222}, worker: {count: 2, port: 2222}}"
-
-
-def _port(doc: Doc, path: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        return doc.problem(
-            path, f"must be a port number (1-65535), found {_found(value, doc.raw(path))}", "e.g. `port: 2222`"
-        )
-    return value
 
 
 def _time(doc: Doc, path: str, value: Any) -> Any:
@@ -152,8 +143,6 @@ job_slurm_section = Section(
 
 SECTIONS: dict[str, Validator] = {"slurm": slurm_section}
 JOB_KEYS: dict[str, Validator] = {
-    "count": _whole_number("tasks", 1, "e.g. `count: 2`"),
-    "port": _port,
     "slurm": job_slurm_section,
 }
 
@@ -173,8 +162,6 @@ KEY_DOCS: dict[str, str] = {
         "Who runs the tasks' `container:`: `pyxis` (each step in its node's container, `srun --container-image`),"
         " `runtime` (the node's podman, docker or apptainer inside each step), or `auto` (pyxis where srun has it)."
     ),
-    "jobs.<job>.count": "With `backend: slurm`: how many tasks the job has; the nodes come from the allocation.",
-    "jobs.<job>.port": "With `backend: slurm`: the port the job's tasks listen on; unset: chosen at start.",
     "jobs.<job>.slurm": "With `backend: slurm`: the job's own nodes; jobs that differ make a heterogeneous job.",
     "jobs.<job>.slurm.partition": "Partition of the job's nodes, instead of `slurm.partition`.",
     "jobs.<job>.slurm.constraint": "Node features the job's nodes must have (`--constraint`).",
@@ -198,7 +185,9 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
         doc.problem("slurm", "is set, but the backend is ssh", "add `backend: slurm`, or remove the `slurm:` section")
     if slurm and "hosts" in root:
         doc.problem("hosts", "lists hosts, but Slurm picks the nodes", "remove `hosts:` (its settings are for ssh)")
-    if not isinstance(jobs, dict):
+    if slurm and "pool" in root:
+        doc.problem("pool", "asks a pool for hosts, but Slurm picks the nodes", "remove `pool:`, or `backend: slurm`")
+    if not isinstance(jobs, dict) or "pool" in root and not slurm:  # a pool's jobs are checked with `pool:`
         return
     for name, spec in jobs.items():
         if name not in JOB_NAMES or spec is INVALID:
@@ -214,8 +203,8 @@ def check(doc: Doc, root: Mapping[str, Any]) -> None:
                 if key in keys:
                     doc.problem(
                         f"{path}.{key}",
-                        f"`{key}` is for `backend: slurm`",
-                        f"add `backend: slurm`, or list the tasks' addresses: `{_leaf(path)}: [host:2222]`",
+                        f"`{key}` asks for tasks to be placed, and nothing here places them",
+                        f"add `pool: NAME` (or `backend: slurm`), or list the addresses: `{_leaf(path)}: [host:2222]`",
                     )
             if "slurm" in keys:
                 doc.problem(f"{path}.slurm", "is for `backend: slurm`", "add `backend: slurm`, or remove it")
