@@ -45,7 +45,7 @@ JOB_KEYS: dict[str, Validator] = {
 KEY_DOCS: dict[str, str] = {
     "pool": "The pool the run's hosts come from: a name ($TFCTL_HOME/pools/NAME.yaml) or a pool file's path.",
     "placement": "With `pool:`: `together` (each job on as few hosts as fit) or `ps_apart` (no ps beside a worker).",
-    "jobs.<job>.count": "How many tasks the job has, placed from `pool:` (or, with `backend: slurm`, by Slurm).",
+    "jobs.<job>.count": "How many tasks the job has, placed from `pool:` or by a backend that places tasks itself.",
     "jobs.<job>.port": "The port the job's tasks listen on (another if a host gets two); unset: chosen at start.",
 }
 

@@ -24,7 +24,7 @@ import subprocess
 import time
 from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
-from . import containers, devices, disk, guard, procfs
+from . import claims, containers, devices, disk, guard, procfs
 from .errors import AgentError
 from .files import read_json, write_json
 from .protocol import RestartRule, TaskLaunch
@@ -47,6 +47,25 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
     # `stop` signals this when the disk refused its stop.json: the end is then recorded as a stop.
     signal.signal(signal.SIGUSR1, lambda _signum, _frame: _STOPS.append({"requested_at": time.time()}))
     launch = TaskLaunch.from_wire(read_json(os.path.join(d, "spec.json")) or {})
+    log = open(os.path.join(d, "output.log"), "ab", buffering=0)
+    held: Optional[claims.Claims] = None
+    if launch.claims is not None:
+        try:
+            held = claims.take(launch.claims, run_id, launch.task)
+        except (AgentError, OSError) as e:
+            _record_failed_start(d, log, "could not claim its share of this host: %s" % e)
+            return
+    try:
+        _run(d, run_id, launch, log, started_fd, held)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _run(
+    d: str, run_id: str, launch: TaskLaunch, log: BinaryIO, started_fd: Optional[int], held: Optional[claims.Claims]
+) -> None:
+    """The task's life, holding its claims (if any): every start of it is handed them too."""
     markers = {procfs.RUN_ENV: run_id, procfs.TASK_ENV: launch.task}
     if launch.store:
         markers[procfs.STORE_ENV] = launch.store
@@ -56,7 +75,6 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
         env["PATH"] = launch.path_first + os.pathsep + env.get("PATH", os.defpath)
     env.update(markers)
     log_path = os.path.join(d, "output.log")
-    log = open(log_path, "ab", buffering=0)
     boxed: Optional[containers.Tethered] = None
     argv = ["/bin/sh", "-c", exec_form(launch.command)]
     if launch.container is not None:
@@ -67,12 +85,17 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
             _record_failed_start(d, log, "could not run in a container: %s" % e)
             return
         argv, env = boxed.argv, dict(os.environ)
-    if launch.cpus is not None:
+    cores = launch.cpus
+    if cores is not None or held is not None and launch.claims is not None and launch.claims.cpus:
         # Pinned here, before the first start, so every run of the task inherits the cores.
         try:
-            devices.pin(launch.cpus)
+            if cores is None and held is not None:
+                cores = held.cores(devices.cpu_cores())  # the cores it claimed, as the host numbers them
+            devices.pin(cores or [])
         except (OSError, ValueError) as e:
-            _record_failed_start(d, log, "could not run on cores %s: %s" % (launch.cpus, e))
+            _record_failed_start(
+                d, log, "could not run on cores %s: %s" % (cores if cores is not None else "it claimed", e)
+            )
             return
     notes = TimeNotes(log_path)
     outage = disk.Outage(d, log_path)
@@ -93,6 +116,7 @@ def monitor(d: str, run_id: str, started_fd: Optional[int] = None) -> None:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=held.fds if held is not None else (),  # the task holds its claims too
             )
         except OSError as e:
             _record_failed_start(d, log, "could not start: %s" % e)

@@ -24,10 +24,16 @@ from .task_records import (
     Attempt as Attempt,
 )
 from .task_records import (
+    ClaimAsk as ClaimAsk,
+)
+from .task_records import (
     ContainerLaunch as ContainerLaunch,
 )
 from .task_records import (
     FileEntry as FileEntry,
+)
+from .task_records import (
+    Holding as Holding,
 )
 from .task_records import (
     IdleRule as IdleRule,
@@ -414,6 +420,23 @@ class PruneRequest(Request[PruneAnswer]):
     every_host: bool = False
 
 
+@record
+class HoldingsAnswer(Wire):
+    NESTED: ClassVar[Mapping[str, Any]] = {"held": ("list", Holding)}
+
+    held: List[Holding]  # every resource claimed on this host, by any user's run
+    gpu_pids: Dict[str, List[int]] = field(default_factory=dict)  # GPU index -> processes on it (nvidia-smi)
+    gpu_error: str = ""  # why the GPUs' processes are unknown ("" when nvidia-smi answered or is absent)
+
+
+@record
+class HoldingsRequest(Request[HoldingsAnswer]):
+    """What every user's runs hold on this host, and what runs on its GPUs: a pool's view of it."""
+
+    VERB: ClassVar[str] = "holdings"
+    ANSWER: ClassVar[Type[Wire]] = HoldingsAnswer
+
+
 VERBS: Dict[str, Type[Request[Any]]] = {
     cls.VERB: cls
     for cls in (
@@ -432,6 +455,7 @@ VERBS: Dict[str, Type[Request[Any]]] = {
         SyncApplyRequest,
         ResumeRequest,
         PruneRequest,
+        HoldingsRequest,
     )
 }
 

@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, Iterator, List
 
-from . import checks, disk, journal, logs, monitor, ports, prune, resume, sync, tasks
+from . import checks, claims, disk, journal, logs, monitor, ports, prune, resume, sync, tasks
 from .errors import AgentError
 from .files import task_dir
 from .protocol import Envelope, Request, answer_to_wire
@@ -38,6 +38,7 @@ HANDLERS: Dict[str, Callable[[str, Any], Any]] = {
     "sync_apply": sync.sync_apply,
     "resume": resume.resume,
     "prune": prune.prune,
+    "holdings": claims.answer,
 }
 DEFERRED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 

@@ -147,6 +147,29 @@ class ContainerLaunch(Wire):
 
 
 @record
+class ClaimAsk(Wire):
+    """What a task claims on its host: GPUs by index, a number of cores out of the first
+    `cpu_limit` the host runs tasks on, and one of `task_limit` task slots (0: not counted)."""
+
+    gpus: List[int] = field(default_factory=list)
+    cpus: int = 0
+    cpu_limit: int = 0
+    task_limit: int = 0
+
+
+@record
+class Holding(Wire):
+    """One resource held on this host, by whom (as the holder's note says; `""` when its note is
+    gone: held, but nobody says by what)."""
+
+    resource: str
+    user: str = ""
+    run_id: str = ""
+    task: str = ""
+    pid: int = 0
+
+
+@record
 class TaskLaunch(Wire):
     """Everything the supervisor needs to start one task and stop it later."""
 
@@ -154,6 +177,7 @@ class TaskLaunch(Wire):
         "idle": ("one", IdleRule),
         "restart": ("one", RestartRule),
         "container": ("one", ContainerLaunch),
+        "claims": ("one", ClaimAsk),
     }
 
     task: str
@@ -167,3 +191,4 @@ class TaskLaunch(Wire):
     path_first: Optional[str] = None  # put first on PATH, so `python` in a command is the host's python
     cpus: Optional[List[int]] = None  # the cores the task may run on (its placement); None: any
     container: Optional[ContainerLaunch] = None  # None: the task runs bare on its host
+    claims: Optional[ClaimAsk] = None  # a pool's run: what its monitor claims before it starts (`claims.py`)
