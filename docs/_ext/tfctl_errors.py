@@ -37,6 +37,11 @@ TOPICS = [
     ("Giving parameters (`--set`)", ("tfctl.config.params",), ()),
     ("Containers", (), ("container",)),
     ("Slurm", ("tfctl.backends.slurm",), ()),
+    (
+        "Pools (`pool:`, `tfctl pool`)",
+        ("tfctl.cluster.pooling", "tfctl.controller.verbs.pool", "tfctl.config.pool"),
+        ("hands it out", "which lets tasks run on"),
+    ),
     ("Sweeps (`sweep`, `down --sweep`)", ("tfctl.controller.verbs.sweep", "tfctl.runs.sweeps", "tfctl.cli.sweep"), ()),
     (
         "Starting a run (`up`)",

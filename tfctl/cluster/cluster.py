@@ -382,6 +382,7 @@ class Cluster:
                             None if t.container else bin_dir(self.agents[a.host].python),
                             None if t.cpus is None else list(t.cpus),
                             t.container,
+                            t.claims,
                         )
                         for t in grouped[a.host]
                     ],

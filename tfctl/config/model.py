@@ -177,6 +177,17 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class TaskClaim:
+    """What a task placed on a pool claims on its host at start (`supervisor/claims.py`): these
+    GPUs, `cpus` of the host's first `cpu_limit` cores, one of `task_limit` slots (0: not counted)."""
+
+    gpus: tuple[int, ...] = ()
+    cpus: int = 0
+    cpu_limit: int = 0
+    task_limit: int = 0
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A validated cluster file. `jobs` keeps JOB_NAMES order and holds only the jobs present."""
 
@@ -212,6 +223,7 @@ class ClusterConfig:
     start_order: str = "together"  # START_ORDERS
     pool: str | None = None  # as written: a pool's name or a pool file's path (`config/pool.py`)
     placement: str = "together"  # PLACEMENTS: how the pool's hosts are picked
+    claims: Mapping[str, TaskClaim] = field(default_factory=lambda: MappingProxyType({}))  # task -> its, once placed
     # Where the tasks write TensorBoard summaries (relative: to each task's workdir); may hold {run_id}.
     logdir: str | None = None
     # Shell commands run once per workdir (a shared one: once), in the run's workdir there, before any task starts.

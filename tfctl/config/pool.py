@@ -151,4 +151,4 @@ def _build(doc: Doc, root: Mapping[str, Any]) -> Pool | None:
     if doc.problems:
         return None
     name = doc.file.name.rsplit(".", 1)[0]
-    return Pool(name, doc.file, keys["hosts"], keys.get("ssh", SSHSettings()), keys.get("python"))
+    return Pool(name, doc.file.absolute(), keys["hosts"], keys.get("ssh", SSHSettings()), keys.get("python"))

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from tfctl.config.model import DEFAULT_PROGRESS_WINDOW, DEFAULT_STALL_TIMEOUT, host_port
-from tfctl.supervisor.protocol import ContainerLaunch, RestartRule, RunState
+from tfctl.supervisor.protocol import ClaimAsk, ContainerLaunch, RestartRule, RunState
 from tfctl.supervisor.records import Wire, field, record
 from tfctl.transport.specs import LocalSpec, TransportSpec, read_spec
 
@@ -82,7 +82,11 @@ class ProgressSpec(Wire):
 class TaskSpec(Wire):
     """One task as started: everything needed to start, find, or explain it again."""
 
-    NESTED: ClassVar[Mapping[str, Any]] = {"restart": ("one", RestartSpec), "container": ("one", ContainerLaunch)}
+    NESTED: ClassVar[Mapping[str, Any]] = {
+        "restart": ("one", RestartSpec),
+        "container": ("one", ContainerLaunch),
+        "claims": ("one", ClaimAsk),
+    }
     TUPLES: ClassVar[tuple[str, ...]] = ("gpus", "cpus")
 
     job: str
@@ -96,6 +100,7 @@ class TaskSpec(Wire):
     gpus: tuple[int, ...] | None = None  # its CUDA_VISIBLE_DEVICES as placed (`devices.Placement`)
     cpus: tuple[int, ...] | None = None  # the cores it runs on; None: any
     container: ContainerLaunch | None = None  # the container it runs in; None: bare on its host
+    claims: ClaimAsk | None = None  # placed on a pool: what it claims on its host at start
 
     @property
     def name(self) -> str:

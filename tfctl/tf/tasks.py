@@ -6,6 +6,7 @@ which command and environment, in which phases, and which tasks decide that the 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import shlex
@@ -13,10 +14,10 @@ import string
 from typing import Mapping
 
 from tfctl.cluster.control import Phase
-from tfctl.config.devices import HostDevices, Placement, enough_for, place
+from tfctl.config.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, place
 from tfctl.config.model import ClusterConfig, ContainerSettings
 from tfctl.runs.record import RestartSpec, TaskSpec
-from tfctl.supervisor.protocol import ContainerLaunch
+from tfctl.supervisor.protocol import ClaimAsk, ContainerLaunch
 from tfctl.transport.base import shell_path
 
 # Jobs whose tasks run a tf.train.Server / tf.distribute.Server and so listen on their port.
@@ -138,6 +139,8 @@ def plan_tasks(
     DeviceError when tasks ask a host for more than it has.
     """
     asks = config.device_asks()
+    if config.claims:
+        asks, devices = claimed_devices(config, asks, devices)
     placement = place(asks, devices if devices is not None else enough_for(asks))
     tasks = []
     for job, index, address in config.tasks():
@@ -159,9 +162,54 @@ def plan_tasks(
                 gpus=placed.gpus,
                 cpus=placed.cpus,
                 container=box,
+                claims=claim_of(config, f"{job}:{index}"),
             )
         )
     return tasks
+
+
+def claimed_devices(
+    config: ClusterConfig, asks: list[DeviceAsk], devices: Mapping[str, HostDevices] | None
+) -> tuple[list[DeviceAsk], dict[str, HostDevices]]:
+    """A pool's run: each host offers exactly the GPUs its tasks claim, in task order, so each
+    task is handed its own; a task that claims none sees none (another run's may be there). Cores
+    counted by the pool are the claims' to pick on the host, not placed here."""
+    gpus: dict[str, list[int]] = {}
+    cores: dict[str, int] = {}
+    mine = []
+    for ask in asks:
+        claim = config.claims[ask.task]
+        gpus.setdefault(ask.host, []).extend(claim.gpus)
+        cores[ask.host] = max(cores.get(ask.host, 0), claim.cpu_limit)
+        mine.append(dataclasses.replace(ask, gpus=len(claim.gpus), cpus=None if claim.cpu_limit else ask.cpus))
+    found = devices or {}
+    for host, have in found.items():
+        _check_pool_counts(f"pool {config.pool}", host, gpus.get(host, []), cores.get(host, 0), have)
+    return mine, {h: HostDevices(tuple(g), found[h].cpus if h in found else ()) for h, g in gpus.items()}
+
+
+def _check_pool_counts(pool: str, host: str, claimed: list[int], cores: int, have: HostDevices) -> None:
+    """The pool file's word against the host's own (preflight): a GPU it does not have, or more
+    cores than its tasks may run on, would fail the tasks at start."""
+    missing = sorted(set(claimed) - set(have.gpus))
+    if missing:
+        why = f" ({have.gpu_error})" if have.gpu_error else f"; it has {', '.join(map(str, have.gpus)) or 'none'}"
+        raise DeviceError(
+            f"{host} has no GPU {', '.join(map(str, missing))}{why}, but {pool} hands it out",
+            hint=f"correct `gpus` of {host} in the pool file",
+        )
+    if cores > len(have.cpus):
+        raise DeviceError(
+            f"{pool} counts {cores} cores on {host}, which lets tasks run on {len(have.cpus)}",
+            hint=f"set `cpus: {len(have.cpus)}` (or less) for {host} in the pool file",
+        )
+
+
+def claim_of(config: ClusterConfig, task: str) -> ClaimAsk | None:
+    claim = config.claims.get(task)
+    if claim is None:
+        return None
+    return ClaimAsk(list(claim.gpus), claim.cpus, claim.cpu_limit, claim.task_limit)
 
 
 def containers_by_host(config: ClusterConfig) -> dict[str, ContainerLaunch]:

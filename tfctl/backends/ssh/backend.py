@@ -1,26 +1,24 @@
-"""Tasks on the hosts the cluster file lists: this machine directly, others over SSH.
+"""Tasks on the hosts the cluster file lists (or its pool has free): this machine directly,
+others over SSH.
 
-Nothing is acquired or released: the hosts are there. Each host's supervisor forks the tasks'
+Nothing is acquired or released: the hosts are there (a pool's are placed on at start, and each
+task claims its share of its host itself, freed when it ends). Each host's supervisor forks the tasks'
 monitors, and a run ends with its tasks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from tfctl.backends.base import Acquired, BackendReport, Progress, PruneTarget
 from tfctl.backends.ssh.settings import SSHBackendSettings
-from tfctl.cluster.agent import REMOTE_ROOT
-from tfctl.config.home import tfctl_home
-from tfctl.config.model import ClusterConfig, HostConfig, SSHSettings
+from tfctl.cluster import hosts, pooling
+from tfctl.config.model import ClusterConfig
 from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.resubmission import AllocationOver
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, RunRecord
-from tfctl.transport import is_local_name
-from tfctl.transport.specs import LocalSpec, SSHSpec
 
 
 class SSHBackend:
@@ -31,12 +29,16 @@ class SSHBackend:
     clock: Clock = REAL_CLOCK
 
     def stand_in(self, config: ClusterConfig, *, per_task: bool = False) -> tuple[ClusterConfig, str | None]:
+        if config.pool is not None:  # placed on the pool's capacities, as if nothing held them
+            return pooling.place_empty(config), f"placed on pool {config.pool} as if nothing else held it"
         return config, None  # every task is on a host of the file's
 
     def check_refusal(self, config: ClusterConfig) -> UsageError | None:
         return None
 
     def acquire(self, config: ClusterConfig, run_id: str, progress: Progress) -> Acquired:
+        if config.pool is not None:  # its hosts are what its pool has free now
+            return Acquired(pooling.place_now(config, progress))
         return Acquired(config)
 
     def spares(self, config: ClusterConfig) -> tuple[str, ...]:
@@ -46,25 +48,7 @@ class SSHBackend:
     def host_spec(self, config: ClusterConfig, host: str, state: Mapping[str, Any] | None) -> HostSpec:
         """This machine for a local name (or `local: true`), else SSH with the host's settings
         over the cluster's."""
-        own = config.hosts.get(host) or HostConfig(host)
-        python = config.python_for(host)
-        local = own.local if own.local is not None else is_local_name(host)
-        if local:
-            return HostSpec(host, python, str(tfctl_home()), LocalSpec())
-        merged = {
-            f.name: getattr(own.ssh, f.name) if getattr(own.ssh, f.name) is not None else getattr(config.ssh, f.name)
-            for f in dataclasses.fields(SSHSettings)
-        }
-        spec = SSHSpec(
-            destination=merged["destination"],
-            user=merged["user"],
-            port=merged["port"],
-            identity_file=merged["identity_file"],
-            ssh_config_path=merged["config"],
-            connect_timeout=merged["connect_timeout"],
-            keepalive=merged["keepalive"],
-        )
-        return HostSpec(host, python, REMOTE_ROOT, spec)
+        return hosts.reach(host, config.hosts.get(host), config.ssh, config.python_for(host))
 
     def monitor_launcher(self, record: RunRecord) -> None:
         return None
