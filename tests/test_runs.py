@@ -180,6 +180,7 @@ def test_file_on_disk_is_plain_json(store: RunStore) -> None:
         "gpus": None,
         "cpus": None,
         "container": None,
+        "claims": None,
     }
     assert data["decisive"] == ["worker:0"]
 

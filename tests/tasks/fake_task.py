@@ -13,7 +13,8 @@ per line printed, rewriting that file in place after each; --until N: up to step
 --step-every S: S seconds a step, like training that outlasts its allocation), --busy (spin on a
 core instead of sleeping), --hold-mb M (keep M MiB of touched memory), --connect-peers S (once
 listening, connect to every other task in TF_CONFIG, retrying for up to S seconds, and print
-`connected to N peers`; exit 3 if some never answered).
+`connected to N peers`; exit 3 if some never answered), --accuracy A,B,... (once listening,
+print `step 10 accuracy A`, `step 20 accuracy B`, ..., a training loop's log of its accuracy).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main() -> int:
     p.add_argument("--busy", action="store_true")
     p.add_argument("--hold-mb", type=int, default=0)
     p.add_argument("--connect-peers", type=float, default=0)
+    p.add_argument("--accuracy", default="")
     a = p.parse_args()
     held = bytearray(b"x" * (a.hold_mb << 20))  # noqa: F841 - resident until the task ends
     if a.devices:
@@ -79,6 +81,8 @@ def main() -> int:
         print(f"{a.name} connected to {len(peers)} peers: {' '.join(sorted(peers))}", flush=True)
         if peers != others():
             return 3
+    for i, value in enumerate(v for v in a.accuracy.split(",") if v):
+        print(f"step {10 * (i + 1)} accuracy {value}", flush=True)
     if a.checkpoint:
         checkpoint(a.name, a.lines, a.until, a.step_every)
     else:

@@ -148,15 +148,18 @@ class Run:
 
     def report(self, path: str | os.PathLike[str]) -> Path:
         """Write the run's report (one HTML page that works offline) to `path`; the path."""
-        page = report_page(RunStore(self.home).load(self.id))
-        target = Path(path)
-        try:
-            target.write_text(page, encoding="utf-8")
-        except OSError as e:
-            raise TfctlError(
-                f"cannot write the report to {target}: {e.strerror}", hint="name another file (`report -o FILE`)"
-            ) from None
-        return target
+        return write_page(Path(path), report_page(RunStore(self.home).load(self.id)))
+
+
+def write_page(target: Path, page: str) -> Path:
+    """A report's page written to `target`; a file that cannot be written is a `TfctlError`."""
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise TfctlError(
+            f"cannot write the report to {target}: {e.strerror}", hint="name another file (`report -o FILE`)"
+        ) from None
+    return target
 
 
 def report_page(record: RunRecord) -> str:

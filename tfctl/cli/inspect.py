@@ -193,34 +193,98 @@ def _print_parts(parts: Iterator[LogsPart]) -> int:
 
 
 @cli.command(
-    short_help="Write a run's report: one HTML page that works offline.",
+    short_help="Write a run's or a sweep's report: one offline HTML page.",
     epilog="""\b
 Examples:
   tfctl report                     the newest run, to ./RUN_ID.html
   tfctl report --run ID -o r.html  that run, to r.html
-  tfctl report -o - | gzip >r.gz   the page on stdout""",
+  tfctl report -o - | gzip >r.gz   the page on stdout
+  tfctl report --sweep             the newest sweep, to ./SWEEP_ID.html
+  tfctl report --sweep ID --metric loss --min  its loss curves, least first""",
 )
 @file_option()
 @run_option
+@click.option(
+    "--sweep",
+    "sweep_id",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[SWEEP]",
+    help="Report on SWEEP (default: the file's newest sweep): its trials' table and one chart of "
+    "a metric's curve per trial.",
+)
+@click.option(
+    "--metric",
+    default=None,
+    metavar="NAME",
+    help="With --sweep: chart and rank by this metric (default: accuracy, else loss).",
+)
+@click.option("--min", "smallest", is_flag=True, help="With --sweep: the smallest is best (as sweep status --min).")
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     default=None,
-    help="Write the page here (default: ./RUN_ID.html; - for stdout).",
+    help="Write the page here (default: ./RUN_ID.html or ./SWEEP_ID.html; - for stdout).",
 )
 @click.pass_context
-def report(ctx: click.Context, cluster_file: Path | None, run_id: str | None, output: Path | None) -> int:
+def report(
+    ctx: click.Context,
+    cluster_file: Path | None,
+    run_id: str | None,
+    sweep_id: str | None,
+    metric: str | None,
+    smallest: bool,
+    output: Path | None,
+) -> int:
     """One HTML page of a run, asked of its hosts: its facts, a timeline of every task (start,
-    listening, first step, restarts, end and how), steps/s over time, and the diagnosis. It
-    fetches nothing, so it opens offline and can be mailed."""
+    listening, first step, restarts, end and how), steps/s over time, and the diagnosis. With
+    --sweep, one page of a sweep: its facts, its trials ranked as `sweep status --sort` ranks
+    them (the best marked, each linked to its run's report), and the metric's curve of every
+    trial on one chart. It fetches nothing, so it opens offline and can be mailed."""
     from tfctl import console
     from tfctl.api.handle import Run, report_page
 
+    if sweep_id is not None:
+        if run_id is not None:
+            raise UsageError("--sweep reports on a sweep, --run on a run", hint="give one of them")
+        return _sweep_report(ctx, cluster_file, sweep_id, metric, smallest, output)
+    if metric is not None or smallest:
+        raise UsageError("--metric and --min choose a sweep's chart", hint="add --sweep [ID]")
     record = run_record(ctx, cluster_file, run_id, resume=False)
     if str(output) == "-":
         sys.stdout.write(report_page(record))
         return 0
     path = Run(record.run_id, run_store().home).report(output or Path(f"{record.run_id}.html"))
     console.err().print(f"report of {record.run_id} written to {path}")
+    return 0
+
+
+def _sweep_report(
+    ctx: click.Context,
+    cluster_file: Path | None,
+    sweep_id: str,
+    metric: str | None,
+    smallest: bool,
+    output: Path | None,
+) -> int:
+    """`report --sweep`: the page beside the trials' run reports it links to (stdout: here)."""
+    from tfctl import console
+    from tfctl.api.handle import write_page
+    from tfctl.cli.common import cluster_file_path
+    from tfctl.controller.verbs.sweep_page import gather_sweep
+    from tfctl.controller.views.sweep_report import render
+    from tfctl.runs.sweeps import SweepStore
+
+    sweeps = SweepStore(run_store())
+    record = sweeps.resolve(sweep_id or None, "" if sweep_id else str(cluster_file_path(ctx, cluster_file).resolve()))
+    to_stdout = str(output) == "-"
+    target = output if output is not None and not to_stdout else Path(f"{record.sweep_id}.html")
+    page = render(gather_sweep(sweeps, record, metric, smallest, Path(".") if to_stdout else target.parent))
+    if to_stdout:
+        sys.stdout.write(page)
+        return 0
+    write_page(target, page)
+    console.err().print(f"report of {record.sweep_id} written to {target}", markup=False)
     return 0

@@ -122,12 +122,13 @@ def _follow(ctx: click.Context, sweeps: SweepStore, record: SweepRecord, resumin
 
 def _event_printer(began: float, count: int) -> Callable[[TrialEvent], None]:
     from tfctl import console
+    from tfctl.runs.record import params_text
 
     err = console.err()
     width = len(str(count - 1))
 
     def said(event: TrialEvent) -> None:
-        params = " ".join(f"{k}={v}" for k, v in event.params.items())
+        params = params_text(event.params)
         run = f" {event.run_id}" if event.run_id else ""
         why = f": {event.why}" if event.why else ""
         err.print(f"{stamp(began)} trial {event.index:>{width}} {params:<24} {event.state}{run}{why}", markup=False)
@@ -212,7 +213,7 @@ def sweep_status(ctx: click.Context, sweep_id: str | None, sort_by: str | None, 
     )
     rows = verbs.ranked(verbs.results(sweeps, record), sort_by, smallest)
     if as_json:
-        best = rows[0].index if sort_by and rows and sort_by in rows[0].metrics else None
+        best = verbs.best_of(rows, sort_by)
         click.echo(
             json.dumps(
                 {
@@ -235,30 +236,23 @@ def _print_table(rows: list[TrialResult], sort_by: str | None) -> None:
     from rich.text import Text
 
     from tfctl import console
+    from tfctl.controller.verbs.sweep import best_of, metric_text
 
     names = list(dict.fromkeys(name for row in rows for name in row.params))
     metrics = list(dict.fromkeys(name for row in rows for name in row.metrics))
     table = Table(box=None, pad_edge=False)
     for column in ["trial", *names, "state", *metrics, "wall", "GPU-h", "run"]:
         table.add_column(column, overflow="fold")
-    for n, row in enumerate(rows):
-        best = sort_by is not None and n == 0 and sort_by in row.metrics
+    best = best_of(rows, sort_by)
+    for row in rows:
         values = [
-            f"{row.index}{' *' if best else ''}",
+            f"{row.index}{' *' if row.index == best else ''}",
             *(str(row.params.get(name, "")) for name in names),
-            row.state.value if row.why is None or row.state.value != "failed" else f"failed: {row.why}",
-            *(_metric(row, name) for name in metrics),
+            row.state_text(),
+            *(metric_text(row, name) for name in metrics),
             "" if row.wall_seconds is None else f"{row.wall_seconds:.0f}s",
             "" if not row.gpu_hours else f"{row.gpu_hours:.3f}",
             row.run_id or "",
         ]
         table.add_row(*(Text(console.inert(v)) for v in values))
     console.out().print(table)
-
-
-def _metric(row: TrialResult, name: str) -> str:
-    m = row.metrics.get(name)
-    if not m or m.get("value") is None:
-        return ""
-    step = f" @{m['step']}" if m.get("step") is not None else ""
-    return f"{m['value']:g}{step}"

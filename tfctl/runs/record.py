@@ -230,7 +230,7 @@ class RunRecord(Wire):
 
     def params_text(self) -> str:
         """`lr=0.01 batch=64`: the parameters it ran with, as `--set` gives them ("" for none)."""
-        return " ".join(f"{name}={_param_text(value)}" for name, value in self.params.items())
+        return params_text(self.params)
 
     def allocation_text(self) -> str | None:
         """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""
@@ -316,6 +316,11 @@ def _v1_to_v2(data: Mapping[str, Any]) -> dict[str, Any]:
 
 # Version -> the step that makes a record of that version one of the next.
 MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def params_text(params: Mapping[str, Any]) -> str:
+    """`lr=0.01 batch=64`: parameters as `--set` gives them ("" for none)."""
+    return " ".join(f"{name}={_param_text(value)}" for name, value in params.items())
 
 
 def _param_text(value: Any) -> str:

@@ -19,7 +19,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from tfctl.supervisor.protocol import Mark, ProgressRule, TaskState
 from tfctl.tf.results import ResultReader
@@ -93,7 +93,21 @@ class ProgressReader:
         samples: list[tuple[float, int]] = []
         rates: list[tuple[float, float]] = []
         epoch: int | None = None
+        for mark, step, rate, named in self.each(marks):
+            epoch = named
+            if rate is not None:
+                rates.append((mark.time, rate))
+            if step is not None:
+                samples.append((mark.time, step))
+        return samples, rates, epoch
+
+    def each(self, marks: Sequence[Mark]) -> Iterator[tuple[Mark, int | None, float | None, int | None]]:
+        """Every mark with what it says: its step, its steps/s, and the epoch named so far (a
+        Keras bar's step counts the epochs before it)."""
+        epoch: int | None = None
         for mark in marks:
+            step: int | None = None
+            rate: float | None = None
             for kind, regex in self._kinds:
                 found = regex.match(mark.text) if kind != "user" else regex.search(mark.text)
                 if found is None:
@@ -102,14 +116,13 @@ class ProgressReader:
                 if groups.get("epoch"):
                     epoch = int(groups["epoch"])
                 if groups.get("rate"):
-                    rates.append((mark.time, float(groups["rate"])))
+                    rate = float(groups["rate"])
                 if groups.get("step"):
                     step = int(groups["step"])
                     if groups.get("of") and epoch is not None:
                         step += (epoch - 1) * int(groups["of"])
-                    samples.append((mark.time, step))
                 break
-        return samples, rates, epoch
+            yield mark, step, rate, epoch
 
     def history(self, marks: Sequence[Mark], min_span: float = MIN_SPAN) -> list[tuple[float, float]]:
         """Steps/s over time, oldest first: the program's own rate lines where it logs them, else

@@ -24,7 +24,7 @@ from tfctl.engine import sweeping
 from tfctl.engine.clock import Cancel, Clock
 from tfctl.engine.sweeping import TrialSeen, TrialState
 from tfctl.errors import ConfigError, ConfigProblem, TfctlError, UsageError
-from tfctl.runs.record import Controller, RunRecord
+from tfctl.runs.record import Controller, RunRecord, params_text
 from tfctl.runs.sweeps import SweepRecord, SweepState, SweepStore, new_sweep_id
 
 STOP_PATIENCE = 30.0  # seconds `down --sweep` waits for the driver it signalled to stop its trials
@@ -54,6 +54,10 @@ class TrialResult:
     wall_seconds: float | None
     gpu_hours: float | None
     why: str | None
+
+    def state_text(self) -> str:
+        """`succeeded`; a failed trial with its cause: `failed: worker:0 exited with code 3`."""
+        return f"failed: {self.why}" if self.why is not None and self.state is TrialState.FAILED else self.state.value
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,7 +111,7 @@ def create(
         except ConfigError as e:
             raise ConfigError(
                 [
-                    dataclasses.replace(p, message=f"trial {index} ({_params_text(params)}): {p.message}")
+                    dataclasses.replace(p, message=f"trial {index} ({params_text(params)}): {p.message}")
                     for p in e.problems
                 ]
             ) from None
@@ -341,5 +345,15 @@ def ranked(rows: list[TrialResult], metric: str | None, smallest: bool = False) 
     return sorted(rows, key=key)
 
 
-def _params_text(params: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
+def best_of(rows: list[TrialResult], metric: str | None) -> int | None:
+    """The best trial of `ranked(rows, metric)`: the first, if it has the metric at all."""
+    return rows[0].index if metric and rows and metric in rows[0].metrics else None
+
+
+def metric_text(row: TrialResult, name: str) -> str:
+    """`0.97 @600`: the trial's final `name` and the step it came at; "" for none."""
+    m = row.metrics.get(name)
+    if not m or m.get("value") is None:
+        return ""
+    step = f" @{m['step']}" if m.get("step") is not None else ""
+    return f"{m['value']:g}{step}"

@@ -133,7 +133,7 @@ def offset(seconds: float) -> str:
 
 
 class Scale:
-    """Epoch seconds -> x pixels over [left, right]."""
+    """Epoch seconds -> x pixels over [left, right]; a subclass may scale other numbers (steps)."""
 
     def __init__(self, start: float, end: float, left: float, right: float) -> None:
         self.start, self.end = start, max(end, start + 1.0)
@@ -147,6 +147,10 @@ class Scale:
         step = nice_step((self.end - self.start) / count)
         first = self.start
         return [first + i * step for i in range(int((self.end - self.start) / step) + 1)]
+
+    def label(self, tick: float, origin: float) -> str:
+        """What a grid line says: the time since `origin` (the run's start)."""
+        return offset(tick - origin)
 
 
 def nice_step(rough: float) -> float:
@@ -357,13 +361,15 @@ def marker(event: Event, x: float, y: float, task: str) -> str:
 
 
 def axis(scale: Scale, top: float, bottom: float, origin: float, labels: float | None = None) -> list[str]:
-    """A grid line per round time from the run's start, labelled at `labels` (default: above)."""
+    """A grid line per round tick of `scale` (a time from the run's start), labelled at `labels`
+    (default: above)."""
     out = []
     at = top - 6 if labels is None else labels
     for tick in scale.ticks():
         x = scale.x(tick)
         out.append(f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x}" y="{at}" class="small" text-anchor="middle">{offset(tick - origin)}</text>')
+        shown = text(scale.label(tick, origin))
+        out.append(f'<text x="{x}" y="{at}" class="small" text-anchor="middle">{shown}</text>')
     return out
 
 

@@ -30,7 +30,7 @@ from tfctl.runs import transitions
 from tfctl.runs.accounting import scheduler_text, unsettled
 from tfctl.runs.record import RunRecord, TaskSpec
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.protocol import ProgressRule, RunState, TaskState
+from tfctl.supervisor.protocol import Mark, ProgressRule, RunState, TaskState
 from tfctl.tf.doctor import TAIL_LINES, diagnose_run
 from tfctl.tf.progress import SERVER_STARTED, ProgressReader, RunProgress, never_stepped
 from tfctl.tf.results import ResultReader, kept_result, metrics
@@ -50,10 +50,7 @@ def gather(cluster: Cluster) -> RunReport:
     now = time.time()
     progress = RunProgress(record.progress)
     reader = progress.reader
-    # Back from now to the run's start, in buckets so fine that the run itself spans `POINTS`.
-    window = now - record.created_at + MARGIN
-    buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
-    rule = ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{progress.rule().pattern}", window, buckets)
+    rule = whole_run(record, progress, now)
     statuses, unreachable = cluster.status(progress=rule, tail=TAIL_LINES, usage_points=POINTS, count_lines=True)
     found = diagnose_run(cluster, statuses)
     assessed = progress.assess(statuses)
@@ -116,6 +113,14 @@ def gather(cluster: Cluster) -> RunReport:
         result=progress.results.read(statuses) or kept_result(record.result),
         params=record.params_text(),
     )
+
+
+def whole_run(record: RunRecord, progress: RunProgress, now: float) -> ProgressRule:
+    """The marks of the run's whole life: back from now to its start, in buckets so fine that
+    the run itself spans `POINTS`, with the `Started server` lines beside its progress."""
+    window = now - record.created_at + MARGIN
+    buckets = math.ceil(POINTS * window / max((record.ended_at or now) - record.created_at, 1.0))
+    return ProgressRule(f"(?P<{LISTENING}>{SERVER_STARTED})|{progress.rule().pattern}", window, buckets)
 
 
 def scheduler_cost(record: RunRecord) -> str:
@@ -194,12 +199,7 @@ def task_report(
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
-    curves: dict[str, list[tuple[float, float]]] = {}
-    for mark in steps:
-        if results is not None and results.line(mark.text):
-            continue
-        for name, value in metrics(mark.text).items():
-            curves.setdefault(name, []).append((mark.time, value))
+    curves = {name: [(t, value) for t, _, value in points] for name, points in model_numbers(steps, reader, results)}
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
     end = (
         describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason, stopped_by=stopped_by)
@@ -240,6 +240,21 @@ def task_report(
         diagnosis=diagnosis,
         last_line=last_line,
     )
+
+
+def model_numbers(
+    marks: Sequence[Mark], reader: ProgressReader, results: ResultReader | None = None
+) -> list[tuple[str, list[tuple[float, int | None, float]]]]:
+    """Each number the model logs with its steps (loss, accuracy, ...) in the task's marks, as
+    (time, the step of its line, value), oldest first; its final evaluation (`results`) left
+    out, which is the run's result, not a point of its curve, and TF's `Started server` lines."""
+    found: dict[str, list[tuple[float, int | None, float]]] = {}
+    for mark, step, _, _ in reader.each(marks):
+        if re.search(SERVER_STARTED, mark.text) or results is not None and results.line(mark.text):
+            continue  # `Started server with target: grpc://localhost:2222` reads as a number
+        for name, value in metrics(mark.text).items():
+            found.setdefault(name, []).append((mark.time, step, value))
+    return list(found.items())
 
 
 def brief_end(s: TaskStatus, stopped_by: str) -> str:
