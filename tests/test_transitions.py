@@ -44,6 +44,7 @@ TABLE = [
         False,
     ),
     (transitions.mark_cut_off(), lambda r: r.cut_off, False),
+    (transitions.begin_stop(15.0), lambda r: r.stopping_since == 15.0, False),
     (transitions.end_if_active(FAILED, "ps:0 exited", 20.0), lambda r: r.reason == "ps:0 exited", False),
     (transitions.record_plan((), ("ps:0",), {"tfctl": "1"}), lambda r: r.versions == {"tfctl": "1"}, True),
     (transitions.note_unreachable({"h2": 3.0}), lambda r: r.unreachable == {"h2": 3.0}, True),
@@ -73,8 +74,39 @@ def test_each_transition_changes_what_it_names_and_only_the_runs_its_guard_admit
         assert on_ended is None  # an ended run keeps what its end said
 
 
+def queued() -> RunRecord:
+    return RunRecord("q", "c", "/c.yaml", 2.0, (), (), 5.0, state=RunState.QUEUED, priority=3, pool="/pool.yaml")
+
+
+START = transitions.take_from_queue(running().replace(run_id="q", state=RunState.STARTING, created_at=9.0))
+CANCEL = transitions.cancel_queued(40.0)
+
+# The queue's transitions take a queued run only: of a start and a cancel, whichever comes first.
+QUEUE_RACES = [
+    ("its start, then a cancel", [START, CANCEL], [True, False], RunState.STARTING),
+    ("a cancel, then its start", [CANCEL, START], [True, False], STOPPED),
+    ("two cancels", [CANCEL, CANCEL], [True, False], STOPPED),
+    ("two starts (two drivers)", [START, START], [True, False], RunState.STARTING),
+]
+
+
+@pytest.mark.parametrize("steps, took, last", [r[1:] for r in QUEUE_RACES], ids=[r[0] for r in QUEUE_RACES])
+def test_a_queued_run_is_started_or_cancelled_once(steps: list[Transition], took: list[bool], last: RunState) -> None:
+    record, taken = queued(), []
+    for step in steps:
+        after = step.on(record)
+        taken.append(after is not None)
+        record = after or record
+    assert taken == took and record.state is last
+    if last is RunState.STARTING:  # what the submit said stays: when, how urgent, which pool
+        assert (record.created_at, record.priority, record.pool, len(record.tasks)) == (2.0, 3, "/pool.yaml", 3)
+    else:
+        assert record.left_nothing and record.reason == "cancelled while queued"
+    assert START.on(running()) is None and CANCEL.on(ended()) is None  # only a queued run
+
+
 def test_every_transition_is_in_the_table() -> None:
-    made = {t.name for t, _m, _e in TABLE}
+    made = {t.name for t, _m, _e in TABLE} | {START.name, CANCEL.name}
     named = {
         node.args[0].value
         for node in ast.walk(ast.parse((TFCTL / "runs" / "transitions.py").read_text()))

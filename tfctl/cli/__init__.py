@@ -6,7 +6,21 @@ compose) or after it, on every verb that reads one; after `logs`, `-f` means fol
 `--file`). `init` takes a directory instead.
 """
 
-from tfctl.cli import export, history, inspect, pool, prepare, reach, start, stop, sweep, top
+from tfctl.cli import export, history, inspect, pool, prepare, queue, reach, start, stop, sweep, top
 from tfctl.cli.app import cli, main
 
-__all__ = ["cli", "main", "export", "history", "inspect", "pool", "prepare", "reach", "start", "stop", "sweep", "top"]
+__all__ = [
+    "cli",
+    "main",
+    "export",
+    "history",
+    "inspect",
+    "pool",
+    "prepare",
+    "queue",
+    "reach",
+    "start",
+    "stop",
+    "sweep",
+    "top",
+]

@@ -7,6 +7,7 @@ compose) or after it, on every verb that reads one; after `logs`, `-f` means fol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -59,6 +60,18 @@ def cli(cluster_file: Path | None, trace_file: Path | None) -> None:
     # `cluster_file` is read by each verb from the parsed parameters (`common.named_file`).
     if trace_file is not None:
         os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
+    if click.get_current_context().invoked_subcommand != "_queue":
+        _bring_back_the_queue()
+
+
+def _bring_back_the_queue() -> None:
+    """Runs wait in the queue but no process starts them (every tfctl process of the user was
+    killed, the machine rebooted): any tfctl command starts its driver again."""
+    from tfctl.controller.queue.files import ensure_driver
+    from tfctl.runs.store import RunStore
+
+    with contextlib.suppress(OSError):  # (a home it cannot use: the verb itself says so)
+        ensure_driver(RunStore())
 
 
 def main(env: Environment | None = None) -> None:

@@ -12,17 +12,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
-from tfctl.cluster.agent import open_agent
+from tfctl.cluster.agent import HostAgent, open_agent
 from tfctl.cluster.group import fan_out
 from tfctl.cluster.hosts import reach
 from tfctl.config.model import CHOSEN_AT_START, Address, ClusterConfig, TaskClaim
 from tfctl.config.pool import Pool, PoolHost, load_pool, pool_path
 from tfctl.engine.placement import NoRoom, Offer, Placed, Taken, TaskAsk, never_fits, place
 from tfctl.errors import UsageError
-from tfctl.runs.record import HostSpec
-from tfctl.supervisor.protocol import Holding, HoldingsRequest
+from tfctl.runs.record import HostSpec, Placement
+from tfctl.supervisor.protocol import Holding, HoldingsRequest, QueueNote
 
 LOOK_DEADLINE = 30.0  # seconds a host has to say what it holds before it counts as not answering
 
@@ -42,6 +42,7 @@ class HostLook:
     foreign: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # GPU -> pids no claim covers
     error: str | None = None  # it did not answer: nothing is placed there
     gpu_error: str = ""
+    queues: tuple[QueueNote, ...] = ()  # every user's queue note there (`controller/queue`)
 
     def taken(self) -> Taken:
         """What a run placed now cannot have here."""
@@ -63,15 +64,25 @@ def host_spec(pool: Pool, host: str) -> HostSpec:
     return reach(host, entry.reach, pool.ssh, entry.reach.python or pool.python)
 
 
-def look(pool: Pool, accept_new_host_keys: bool = False) -> dict[str, HostLook]:
-    """Every host's holdings, asked of all at once; a host that does not answer is data."""
+def look(
+    pool: Pool,
+    accept_new_host_keys: bool = False,
+    agents: Callable[[str], HostAgent] | None = None,
+    note: Callable[[str], QueueNote | None] = lambda _host: None,
+) -> dict[str, HostLook]:
+    """Every host's holdings, asked of all at once; a host that does not answer is data.
+    `agents`: connections kept open across looks (a queue's driver looks every second), else
+    one opened for this look; `note`: this user's queue note to leave on each host first."""
 
     def ask(host: str) -> HostLook:
-        with open_agent(host_spec(pool, host), accept_new_host_keys) as agent:
-            answer = agent.call(HoldingsRequest())
+        if agents is not None:
+            answer = agents(host).call(HoldingsRequest(note(host)))
+        else:
+            with open_agent(host_spec(pool, host), accept_new_host_keys) as agent:
+                answer = agent.call(HoldingsRequest(note(host)))
         claimed = {int(h.resource[4:]) for h in answer.held if h.resource.startswith("gpu-")}
         foreign = {int(g): tuple(pids) for g, pids in answer.gpu_pids.items() if int(g) not in claimed}
-        return HostLook(pool.hosts[host], tuple(answer.held), foreign, None, answer.gpu_error)
+        return HostLook(pool.hosts[host], tuple(answer.held), foreign, None, answer.gpu_error, tuple(answer.queues))
 
     seen = fan_out(pool.hosts, lambda h: h, ask, deadline=LOOK_DEADLINE)
     failed = {h: HostLook(pool.hosts[h], error=str(getattr(e, "message", e))) for h, e in seen.failed.items()}
@@ -126,6 +137,13 @@ def placed_on(config: ClusterConfig, pool: Pool, placed: tuple[Placed, ...]) -> 
         python=config.python or pool.python,
         claims=MappingProxyType(claims),
     )
+
+
+def placed_again(config: ClusterConfig, placement: Sequence[Placement]) -> ClusterConfig:
+    """The cluster as its run's recorded placement put it (a watcher started anew, a queued
+    run's start): its pool file read again for how its hosts are reached."""
+    again = tuple(Placed(p.task, p.host, tuple(p.gpus), p.cpus) for p in placement)
+    return placed_on(config, pool_of(config), again)
 
 
 def place_now(config: ClusterConfig, progress: Progress, accept_new_host_keys: bool = False) -> ClusterConfig:

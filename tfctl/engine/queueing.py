@@ -90,3 +90,31 @@ def order(queued: Sequence[Queued], shares: Mapping[str, Share]) -> list[Queued]
         return (-q.priority, held.gpus, held.tasks, q.submitted_at, q.run_id)
 
     return sorted(queued, key=key)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A start a queue is about to make on one host, written there before it starts; `written`:
+    when, by that host's clock (the one clock every user's intent there is stamped with)."""
+
+    run_id: str
+    written: float
+    gpus: frozenset[int] = frozenset()
+    cpus: int = 0
+    tasks: int = 0
+
+
+def yields(mine: Intent, others: Sequence[Intent], offer: Offer, taken: Taken) -> bool:
+    """Whether `mine` must wait: one of its GPUs is claimed now, or an intent written no later
+    than it wants one, or with it would take more cores or task slots than the host offers.
+
+    Each queue writes its intent on the host, then reads every intent there. Of two for the same
+    room, the one written second always sees the first and waits; the first goes whether or not
+    it saw the second (written after it: it waits). A tie makes both wait for their next look:
+    never both go. Which run deserves the room was the queue's order (`decide`) to say."""
+    ahead = [o for o in others if o.run_id != mine.run_id and o.written <= mine.written]
+    if mine.gpus & taken.gpus or any(o.gpus & mine.gpus for o in ahead):
+        return True
+    cpus = taken.cpus + mine.cpus + sum(o.cpus for o in ahead)
+    tasks = taken.tasks + mine.tasks + sum(o.tasks for o in ahead)
+    return bool(offer.cpus is not None and cpus > offer.cpus or offer.tasks is not None and tasks > offer.tasks)

@@ -127,6 +127,17 @@ class Move(Wire):
 
 
 @record
+class Placement(Wire):
+    """Where its pool placed one task, and the GPUs and cores it claims there: what rebuilds the
+    run's hosts from its cluster file (`pool:` asks, it names no hosts) in a watcher started anew."""
+
+    task: str
+    host: str
+    gpus: tuple[int, ...] = ()
+    cpus: int = 0
+
+
+@record
 class AllocationEnd(Wire):
     """An allocation the run outlived: its scheduler ended it (time limit, preemption) and the
     run went on in a new one."""
@@ -176,6 +187,7 @@ class RunRecord(Wire):
         "watcher": ("one", Controller),
         "moves": ("tuple", Move),
         "allocations": ("tuple", AllocationEnd),
+        "placement": ("tuple", Placement),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
     TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify", "spares")
@@ -221,6 +233,10 @@ class RunRecord(Wire):
     sweep: str | None = None  # the sweep it is a trial of (`sweeps.store`); None: a run of its own
     trial: int | None = None  # its trial's place in that sweep
     cut_off: bool = False  # its controller died before every task ran: no fault of the run's own
+    priority: int | None = None  # `submit --priority`; None: started by `up`, never queued
+    pool: str | None = None  # the pool file its queue places it on (`submit`); None: not queued
+    placement: tuple[Placement, ...] = ()  # where its pool placed its tasks; () for listed hosts
+    stopping_since: float | None = None  # a `down` began stopping it then: its end is the down's to record
 
     @property
     def trial_of(self) -> tuple[str | None, int | None]:

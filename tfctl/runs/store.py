@@ -113,18 +113,51 @@ class RunStore:
         return sorted(records, key=lambda r: r.created_at)
 
     def latest(
-        self, cluster_file: Path, trial_of: tuple[str | None, int | None] | None = (None, None)
+        self,
+        cluster_file: Path,
+        trial_of: tuple[str | None, int | None] | None = (None, None),
+        queued_too: bool = True,
     ) -> RunRecord | None:
         """The newest run started from this cluster file: by `up` (the default), as that trial
-        of that sweep (`RunRecord.trial_of`), or either (None)."""
+        of that sweep (`RunRecord.trial_of`), or either (None); with `queued_too` False, not one
+        that was submitted to a queue (those do not count for the one-live-run rule)."""
         wanted = str(cluster_file.resolve())
-        matches = [r for r in self.all() if r.cluster_file == wanted and (trial_of is None or r.trial_of == trial_of)]
+        matches = [
+            r
+            for r in self.all()
+            if r.cluster_file == wanted
+            and (trial_of is None or r.trial_of == trial_of)
+            and (queued_too or r.priority is None)
+        ]
         return matches[-1] if matches else None
 
     def forget(self, run_id: str) -> None:
         """Remove a run's record and its directory here (nothing of it on any host to keep)."""
         with self.lock():
             shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
+
+    @property
+    def queue_dir(self) -> Path:
+        """The queue's own files: a mark per queued run, its driver's lock and its last look."""
+        return self.home / "queue"
+
+    def mark_queued(self, run_id: str, queued: bool) -> None:
+        """Mark (or unmark) a run as waiting in the queue: a file per run, so whether anything
+        waits is one listing, not a read of every record (every tfctl command asks it)."""
+        marks = self.queue_dir / "runs"
+        if queued:
+            marks.mkdir(parents=True, exist_ok=True)
+            (marks / run_id).touch()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                (marks / run_id).unlink()
+
+    def queued_ids(self) -> list[str]:
+        """The runs marked as queued, in no order (a mark may outlive its record for a moment)."""
+        try:
+            return os.listdir(self.queue_dir / "runs")
+        except FileNotFoundError:
+            return []
 
     def exists(self, run_id: str) -> bool:
         return (self.runs_dir / run_id / "run.json").is_file()

@@ -29,8 +29,11 @@ class Guard(enum.Enum):
 
     ACTIVE = "active"  # a run nobody has ended yet: an ended run keeps what its end said
     RECORDED = "recorded"  # any run still recorded, ended or not (figures kept after the stop)
+    QUEUED = "queued"  # a run still waiting in its queue: of a start and a cancel, the first holds
 
     def admits(self, record: RunRecord) -> bool:
+        if self is Guard.QUEUED:
+            return record.state is RunState.QUEUED
         return record.active or self is Guard.RECORDED
 
 
@@ -64,7 +67,7 @@ def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
     `up` of the same file: whichever records first starts, the other is refused. `cleared`: the
     run found over before (`ensure_no_live_run`), which may still say running."""
     with store.lock():
-        latest = store.latest(Path(record.cluster_file), record.trial_of)
+        latest = store.latest(Path(record.cluster_file), record.trial_of, queued_too=False)
         if latest is not None and latest.active and latest.run_id not in (record.run_id, cleared):
             raise UsageError(
                 f"run {latest.run_id} of cluster {record.cluster_name!r} was started by another `tfctl up` "
@@ -73,6 +76,41 @@ def claim(store: RunStore, record: RunRecord, cleared: str | None) -> RunRecord:
             )
         store.create(record)  # first: whatever follows leaves files on the hosts, for `prune`
     return record
+
+
+def submit(store: RunStore, record: RunRecord, source: str) -> RunRecord:
+    """A queued run recorded, its cluster file kept as submitted (an edit after `submit` must not
+    change it) and marked for its queue (`RunStore.queued_ids`, which a queue's driver reads)."""
+    assert record.state is RunState.QUEUED
+    with store.lock():
+        store.create(record)
+        keep_cluster_file(store, record.run_id, source)
+        store.mark_queued(record.run_id, True)
+    return record
+
+
+def take_from_queue(started: RunRecord) -> Transition:
+    """The queued run as its start recorded it (placed: its tasks and hosts), keeping what the
+    submit said (when, at what priority); refused once it was cancelled."""
+
+    def change(r: RunRecord) -> RunRecord:
+        return started.replace(created_at=r.created_at, priority=r.priority, pool=r.pool, state=RunState.STARTING)
+
+    return Transition("take from the queue", Guard.QUEUED, change)
+
+
+def cancel_queued(at: float) -> Transition:
+    """A queued run taken out before it started: nothing of it ran anywhere. Refused once started."""
+    return Transition(
+        "cancel while queued",
+        Guard.QUEUED,
+        lambda r: r.replace(state=RunState.STOPPED, reason="cancelled while queued", ended_at=at, left_nothing=True),
+    )
+
+
+def leave_queue(store: RunStore, run_id: str) -> None:
+    """The queue's mark of a run that started or ended: its driver looks at it no more."""
+    store.mark_queued(run_id, False)
 
 
 def forget(store: RunStore, run_id: str) -> None:
@@ -167,6 +205,12 @@ def record_allocation(
 def mark_cut_off() -> Transition:
     """Its start was cut off by its controller's death (a sweep starts such a trial again)."""
     return Transition("mark the start cut off", Guard.ACTIVE, lambda r: r.replace(cut_off=True))
+
+
+def begin_stop(at: float) -> Transition:
+    """A `down` is stopping the run: its watcher dying now is the down's doing, not a cut-off
+    start for `driver.resume` to end as failed."""
+    return Transition("begin the stop", Guard.ACTIVE, lambda r: r.replace(stopping_since=at))
 
 
 def end_if_active(state: RunState, reason: str, at: float) -> Transition:

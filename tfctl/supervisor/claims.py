@@ -21,16 +21,21 @@ import json
 import os
 import pwd
 import stat
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import devices
 from .errors import AgentError
 from .protocol import HoldingsAnswer, HoldingsRequest
+from .queue_records import QueueNote
 from .task_records import ClaimAsk, Holding
 
 CLAIMS_ENV = "TFCTL_CLAIMS_DIR"  # another folder for the claims (a test's, or an admin's choice)
 DEFAULT_DIR = "/var/tmp/tfctl-claims"
 SHARED_MODE = 0o1777
+# A queue note its user's queue has not written again for this long is its queue gone: a driver
+# rewrites its note every few seconds while it has runs waiting.
+QUEUE_NOTE_TTL = 60.0
 
 
 class ClaimTaken(AgentError):
@@ -120,7 +125,7 @@ def holdings() -> List[Holding]:
     notes = _notes(where)
     held = []
     for name in sorted(os.listdir(where)):
-        if name.startswith("note.") or name.startswith("."):
+        if name.startswith(("note.", "queue.", ".")):
             continue
         try:
             info = os.lstat(os.path.join(where, name))
@@ -245,7 +250,51 @@ def _discard(path: str) -> None:
         pass
 
 
-def answer(_root: str, _request: HoldingsRequest) -> HoldingsAnswer:
-    """The `holdings` verb: every claim here, and the GPUs' processes."""
+def write_queue_note(note: QueueNote) -> None:
+    """`queue.<uid>`: this user's queue as other users' queues see it (written whole, renamed
+    into place: a reader never sees half of it; an empty queue removes it)."""
+    where = folder()
+    path = os.path.join(where, "queue.%d" % os.getuid())
+    if not note.waiting and not note.intents:
+        _discard(path)
+        return
+    try:
+        with open(path) as f:
+            before = {i.run_id: i.written for i in QueueNote.from_wire(json.load(f)).intents}
+    except (OSError, ValueError, TypeError, KeyError):
+        before = {}
+    now = time.time()  # an intent's time is when it was first written here, by this host's clock
+    note = note.replace(intents=[i.replace(written=before.get(i.run_id, now)) for i in note.intents])
+    temp = path + ".tmp"
+    with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "w") as out:
+        json.dump(note.to_wire(), out)
+    os.rename(temp, path)
+
+
+def queue_notes(now: float) -> List[QueueNote]:
+    """Every user's queue note here written within `QUEUE_NOTE_TTL`, each with its age."""
+    where = folder()
+    found = []
+    for name in sorted(os.listdir(where)):
+        if not name.startswith("queue.") or name.endswith(".tmp"):
+            continue
+        path = os.path.join(where, name)
+        try:
+            age = now - os.stat(path).st_mtime
+            with open(path) as f:
+                note = QueueNote.from_wire(json.load(f))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # gone meanwhile, or not a note: nobody's queue to consider
+        if age <= QUEUE_NOTE_TTL:
+            found.append(note.replace(age=max(age, 0.0)))
+    return found
+
+
+def answer(_root: str, request: HoldingsRequest) -> HoldingsAnswer:
+    """The `holdings` verb: this user's queue note written (when given), then every claim here,
+    the GPUs' processes and every user's queue note."""
+    if request.note is not None:
+        write_queue_note(request.note.replace(user=_user(os.getuid())))
     busy, error = devices.gpu_processes()
-    return HoldingsAnswer(holdings(), {str(k): v for k, v in sorted(busy.items())}, error or "")
+    notes = queue_notes(time.time())
+    return HoldingsAnswer(holdings(), {str(k): v for k, v in sorted(busy.items())}, error or "", notes)

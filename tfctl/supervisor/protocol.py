@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Dict, Generic, List, Mapping, Optional, Type, TypeVar
 
+from .queue_records import QueueNote as QueueNote
 from .records import Record, Wire, field, record
 from .states import RunState as RunState  # re-exported: states travel in most answers
 from .states import TaskState as TaskState
@@ -422,19 +423,25 @@ class PruneRequest(Request[PruneAnswer]):
 
 @record
 class HoldingsAnswer(Wire):
-    NESTED: ClassVar[Mapping[str, Any]] = {"held": ("list", Holding)}
+    NESTED: ClassVar[Mapping[str, Any]] = {"held": ("list", Holding), "queues": ("list", QueueNote)}
 
     held: List[Holding]  # every resource claimed on this host, by any user's run
     gpu_pids: Dict[str, List[int]] = field(default_factory=dict)  # GPU index -> processes on it (nvidia-smi)
     gpu_error: str = ""  # why the GPUs' processes are unknown ("" when nvidia-smi answered or is absent)
+    queues: List[QueueNote] = field(default_factory=list)  # every user's queue note here, fresh ones only
 
 
 @record
 class HoldingsRequest(Request[HoldingsAnswer]):
-    """What every user's runs hold on this host, and what runs on its GPUs: a pool's view of it."""
+    """What every user's runs hold on this host, and what runs on its GPUs: a pool's view of it.
+    With `note`, this user's queue note is written first (then read back with the others'), so
+    of two users' intents for one GPU each sees at least the one written before its own."""
 
+    NESTED: ClassVar[Mapping[str, Any]] = {"note": ("one", QueueNote)}
     VERB: ClassVar[str] = "holdings"
     ANSWER: ClassVar[Type[Wire]] = HoldingsAnswer
+
+    note: Optional[QueueNote] = None
 
 
 VERBS: Dict[str, Type[Request[Any]]] = {

@@ -45,6 +45,7 @@ _FINAL_TASK_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState
 class RunState(str, enum.Enum):
     """A whole run's state, as the run store records it."""
 
+    QUEUED = "queued"  # submitted, waiting for its pool to have room: nothing of it on any host yet
     STARTING = "starting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

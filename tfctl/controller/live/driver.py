@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 LOG_DRAIN_SECONDS = 10.0
 UNREACHABLE_DRAIN_SECONDS = 1.0  # the same, when a host could not be reached to stop its tasks
 READ_REST_PATIENCE = 5.0  # seconds to read the last lines of tasks stopped to start anew (a move)
+STOP_PATIENCE = 60.0  # past the grace period, a `down` that began a stop and said nothing more is gone
 
 
 @dataclass(frozen=True)
@@ -341,12 +342,18 @@ class DownHandover:
             self._done.set()
 
 
+def _being_stopped(record: RunRecord) -> bool:
+    """A `down` is stopping the run (it stopped the watcher first): the down records the end."""
+    since = record.stopping_since
+    return since is not None and time.time() - since < record.grace_period + STOP_PATIENCE
+
+
 def resume(store: RunStore, record: RunRecord) -> str | None:
     """A run whose controller died is decided at once if its job already ended while nobody
     watched (so this first answer is as true as the next one), else gets a new watcher, so it
     still ends when its job does. The sentence to tell the user, or None when nothing was amiss."""
     w = record.watcher
-    if w is None or not watcher.controller_gone(record):
+    if w is None or not watcher.controller_gone(record) or _being_stopped(record):
         return None
     was = f"the `tfctl up` that started it (pid {w.pid})" if w.attached else f"its watcher (pid {w.pid})"
     if record.state is RunState.STARTING:  # nobody can finish a start cut off halfway: end it

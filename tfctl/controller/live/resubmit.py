@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from tfctl.backends.base import backend_for
+from tfctl.cluster import pooling
 from tfctl.cluster.cluster import Cluster, Progress
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import ClusterConfig
@@ -185,4 +186,5 @@ def recorded_config(store: RunStore, record: RunRecord) -> ClusterConfig:
     path = Path(record.cluster_file)
     texts = record.param_texts
     params = {name: (value, texts.get(name, str(value))) for name, value in record.params.items()} or None
-    return load_config(path, params) if kept is None else parse_config(kept, path, params)
+    config = load_config(path, params) if kept is None else parse_config(kept, path, params)
+    return pooling.placed_again(config, record.placement) if record.placement else config

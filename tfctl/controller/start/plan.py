@@ -18,7 +18,7 @@ from tfctl.cluster.control import Phase
 from tfctl.config.devices import HostDevices
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.start.setup_commands import Setup, plan_setup
-from tfctl.runs.record import HostSpec, ProgressSpec, RunRecord
+from tfctl.runs.record import HostSpec, Placement, ProgressSpec, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.tf import tasks as tf_cluster
 
@@ -104,8 +104,21 @@ def draft(config: ClusterConfig, run_id: str, state: Mapping[str, Any] | None = 
         param_texts=dict(config.param_texts),
         sweep=None if config.trial is None else config.trial.sweep,
         trial=None if config.trial is None else config.trial.index,
+        placement=placement_of(config),
     )
     return Draft(config, record)
+
+
+def placement_of(config: ClusterConfig) -> tuple[Placement, ...]:
+    """The placement a pool made, as the placed cluster names it (() for hosts the file lists)."""
+    return tuple(
+        Placement(task, job.addresses[index].host, claim.gpus, claim.cpus)
+        for name, job in config.jobs.items()
+        for index in range(len(job.addresses))
+        for task in [f"{name}:{index}"]
+        for claim in [config.claims.get(task)]
+        if claim is not None
+    )
 
 
 def make_plan(draft: Draft, devices: Mapping[str, HostDevices] | None = None) -> Plan:

@@ -32,16 +32,23 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     """Stop every task, then release what the run's backend holds; the report, and what the
     backend says once released (None: it held nothing). The run's live controller does it with
     the connections it holds, asked at its door: here, or through the backend where it runs on
-    another host (a batch job's node); else this process connects to every host."""
+    another host (a batch job's node); else this process connects to every host. A queued run
+    is taken out of its queue, unless its start came first."""
     from tfctl.controller.live import rpc as live
     from tfctl.controller.live.rpc_messages import DownAsk
+    from tfctl.controller.verbs.queue import cancel_queued
 
+    if record.state is RunState.QUEUED:
+        if cancel_queued(store, record):
+            return StopReport(), None  # nothing of it ran anywhere
+        record = store.load(record.run_id)  # its queue started it first: stopped as any run
     answer = live.ask(store.run_dir(record.run_id), record, DownAsk(grace), _down_patience(record, grace))
     if answer is not None and answer.stop is not None:
         if controller_elsewhere(record):  # it ends with the stop, and its allocation with it: say how that ended
             return answer.stop, release(record) or answer.backend
         wait_gone(record)  # a detached watcher ends once it has answered
         return answer.stop, answer.backend
+    record = transitions.apply(store, record.run_id, transitions.begin_stop(time.time())) or record
     stop_watcher(record)
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)

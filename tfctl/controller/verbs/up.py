@@ -31,9 +31,10 @@ CLAIM_PATIENCE = 60.0
 @traced("lifecycle.ensure_no_live_run")
 def ensure_no_live_run(store: RunStore, config: ClusterConfig) -> str | None:
     """Refuse a second live run of the same cluster: the ports and the tasks would collide. The
-    id of the newest run it found over, for `transitions.claim` to know (None: there was none)."""
+    id of the newest run it found over, for `transitions.claim` to know (None: there was none).
+    Runs submitted to a queue do not count: their pool places them apart, their ports chosen."""
     trial = config.trial
-    record = store.latest(config.path, (None, None) if trial is None else (trial.sweep, trial.index))
+    record = store.latest(config.path, (None, None) if trial is None else (trial.sweep, trial.index), queued_too=False)
     if record is None:
         return None
     if not record.active and record.left_nothing:
