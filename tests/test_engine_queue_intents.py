@@ -1,13 +1,14 @@
-"""Two users' queues announcing starts on one host (`engine/queueing.py`: `yields`), as tables:
-of two intents for the same room at most one goes, in every order of their writes and reads;
-room enough for both lets both go."""
+"""The queue's decisions (`engine/queueing.py`) as tables: two users' queues announcing starts
+on one host (`yields`: of two intents for the same room at most one goes, in every order of
+their writes and reads; room enough for both lets both go), and one look of the queue
+(`decide`: concurrent submits, a frozen claimant, a foreign GPU process, a run too big)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfctl.engine.placement import Offer, Taken
-from tfctl.engine.queueing import Intent, yields
+from tfctl.engine.placement import Offer, Taken, TaskAsk
+from tfctl.engine.queueing import Intent, Queued, decide, yields
 
 HOST = Offer("gpu1", (0, 1), cpus=8, tasks=4)
 
@@ -50,3 +51,26 @@ def test_an_intent_never_waits_for_itself_or_for_one_written_after_it() -> None:
     mine = intent("a", 1.0, (0,))
     assert not yields(mine, [mine, intent("b", 5.0, (0,))], HOST, Taken())
     assert yields(mine, [intent("c", 0.5, (0,))], HOST, Taken())
+
+
+def queued(run: str, at: float, gpus: int = 1, user: str = "ann", priority: int = 0) -> Queued:
+    return Queued(run, user, at, (TaskAsk("worker:0", gpus),), priority)
+
+
+LOOKS = [
+    # (what the hosts say is taken, the runs waiting, which start now)
+    ("two submits in one look, one GPU free", {"gpu1": Taken(frozenset({0}))}, [queued("a", 1), queued("b", 2)], ["a"]),
+    ("a host answers again with a foreign GPU process", {"gpu1": Taken(frozenset({1}))}, [queued("a", 1)], ["a"]),
+    ("a frozen claimant still holds its GPUs", {"gpu1": Taken(frozenset({0, 1}))}, [queued("a", 1)], []),
+    ("a run too big for the host waits, smaller ones pass", {}, [queued("a", 1, gpus=3), queued("b", 2)], ["b"]),
+    ("priority over submission", {"gpu1": Taken(frozenset({0}))}, [queued("a", 1), queued("b", 2, priority=1)], ["b"]),
+]
+
+
+@pytest.mark.parametrize("taken, waiting, started", [c[1:] for c in LOOKS], ids=[c[0] for c in LOOKS])
+def test_one_look_of_the_queue(taken: dict[str, Taken], waiting: list[Queued], started: list[str]) -> None:
+    decision = decide(waiting, [HOST], taken, {}, now=10.0)
+    assert [run for run, _placed in decision.start] == started
+    held = [g for _run, placed in decision.start for p in placed for g in p.gpus]
+    assert len(held) == len(set(held)) and not set(held) & set(taken.get("gpu1", Taken()).gpus)  # never twice
+    assert set(decision.waiting) == {q.run_id for q in waiting} - set(started)

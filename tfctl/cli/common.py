@@ -94,16 +94,25 @@ def run_store() -> RunStore:
     return RunStore()
 
 
-def run_record(ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True) -> RunRecord:
+def run_record(
+    ctx: click.Context, given: Path | None, run_id: str | None, resume: bool = True, queued: bool = False
+) -> RunRecord:
     """The run the command is about. With `resume`, a live run whose controller died gets a new
-    watcher first, and the user hears of it."""
+    watcher first, and the user hears of it. A queued run (no task yet) only where `queued`
+    says the command has something to do with one."""
     from tfctl import console
     from tfctl.controller.live import driver
     from tfctl.runs.store import resolve_run
+    from tfctl.supervisor.states import RunState
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()
     record = resolve_run(store, path or Path("."), run_id)
+    if record.state is RunState.QUEUED and not queued:
+        raise UsageError(
+            f"run {record.run_id} is queued: it has no tasks yet",
+            hint=f"`tfctl queue` shows its place and why it waits; `tfctl cancel {record.run_id}` takes it out",
+        )
     note = driver.resume(store, record) if resume else None
     if note:
         from rich.text import Text

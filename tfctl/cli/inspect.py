@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from tfctl.controller.live.rpc_messages import LogsPart
     from tfctl.engine.clock import Clock
-
+    from tfctl.runs.record import RunRecord
 WATCH_EVERY = 1.0  # seconds between two tables of `status --watch`
 
 
@@ -48,7 +48,9 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     from tfctl import console
     from tfctl.api.reading import status_asker
 
-    record = run_record(ctx, cluster_file, run_id)
+    record = run_record(ctx, cluster_file, run_id, queued=True)
+    if record.state.value == "queued":
+        return _status_of_queued(record, as_json)
     with status_asker(run_store(), record) as ask:
 
         def table() -> str:
@@ -69,6 +71,24 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
                 return table(), over
 
             watch_frames(frame, console.out(), environment(ctx).clock)
+    return 0
+
+
+def _status_of_queued(record: RunRecord, as_json: bool) -> int:
+    """A queued run has no tasks to ask: its place in the queue and why it waits."""
+    from tfctl import console
+    from tfctl.controller.verbs.queue import queue_view
+
+    row = next((r for r in queue_view(run_store()).rows if r.record.run_id == record.run_id), None)
+    position, why = (row.position, row.why) if row is not None else (None, None)
+    if as_json:
+        run = {"id": record.run_id, "state": "queued", "pool": record.pool, "position": position, "why": why}
+        console.out().print_json(json.dumps({"run": run, "tasks": []}))
+    else:
+        place = f" (place {position} in the queue)" if position is not None else ""
+        console.out().print(
+            f"run {record.run_id} is queued{place}: {why or 'waiting for the queue driver to look'}", markup=False
+        )
     return 0
 
 

@@ -91,10 +91,19 @@ def submit(store: RunStore, record: RunRecord, source: str) -> RunRecord:
 
 def take_from_queue(started: RunRecord) -> Transition:
     """The queued run as its start recorded it (placed: its tasks and hosts), keeping what the
-    submit said (when, at what priority); refused once it was cancelled."""
+    submit said (when, at what priority, the trial it is, the run it resumes); refused once it
+    was cancelled."""
 
     def change(r: RunRecord) -> RunRecord:
-        return started.replace(created_at=r.created_at, priority=r.priority, pool=r.pool, state=RunState.STARTING)
+        return started.replace(
+            created_at=r.created_at,
+            priority=r.priority,
+            pool=r.pool,
+            resumes=r.resumes,
+            sweep=r.sweep,
+            trial=r.trial,
+            state=RunState.STARTING,
+        )
 
     return Transition("take from the queue", Guard.QUEUED, change)
 

@@ -188,6 +188,7 @@ def _start(
         _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
         raise
     except TfctlError as e:
+        touched = touched or record.priority is not None  # a queued run's id was given out at submit: kept
         _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
         if not touched:  # its id was printed as the start began, but `runs` will never show it
             e.message += f"\nrun {record.run_id} not kept: nothing was started"

@@ -17,6 +17,7 @@ import os
 import pwd
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -29,20 +30,21 @@ from tfctl.controller.live import driver as live_driver
 from tfctl.controller.live.resubmit import recorded_config
 from tfctl.controller.live.spawn import relay, spawner
 from tfctl.controller.live.watcher import controller_of, controller_of_this_process
-from tfctl.controller.queue.files import Look, driver_lock, write_look
+from tfctl.controller.queue.files import Look, driver_lock, ensure_driver, write_look
 from tfctl.controller.start.plan import drafted
 from tfctl.engine.clock import REAL_CLOCK, Clock
 from tfctl.engine.placement import Placed, Taken, TaskAsk
 from tfctl.engine.queueing import Intent, Queued, Share, decide, yields
-from tfctl.errors import TfctlError
+from tfctl.errors import HostError, TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.record import ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.protocol import RunState
+from tfctl.supervisor.protocol import Holding, RunState
 from tfctl.supervisor.queue_records import AskNote, IntentNote, QueueNote, WaitingNote
 
 LOOK_EVERY = 0.5  # seconds between looks while runs wait
 INTENT_PATIENCE = 120.0  # a start still not running after this no longer holds its room here
+ASK_SILENT_EVERY = 5.0  # seconds between two tries of a host that did not answer
 ORPHANS_EVERY = 5.0  # seconds between looks for queued runs' watchers that died
 
 
@@ -77,6 +79,7 @@ class QueueDriver:
         self.in_flight: dict[str, InFlight] = {}
         self.noted: set[str] = set()  # pools whose hosts hold a note of this user's queue
         self.orphans_seen = -ORPHANS_EVERY
+        self.silent: dict[tuple[str, str], tuple[float, str]] = {}  # host -> since, why (not answering)
 
     def run(self) -> None:
         """Drive until nothing waits; a second driver of the same store leaves at once."""
@@ -84,10 +87,20 @@ class QueueDriver:
             if not mine:
                 return
             try:
-                while self.once():
+                while self._once_surviving():
                     self.clock.sleep(LOOK_EVERY)
             finally:
                 self._close()
+        ensure_driver(self.store)  # a run submitted as this one was leaving found its lock still held
+
+    def _once_surviving(self) -> bool:
+        """`once`, a fault of one look logged and the next look made as usual: the driver is all
+        that starts the queued runs, and a disk that was full a second ago may not be now."""
+        try:
+            return self.once()
+        except Exception:  # noqa: BLE001 - logged whole; the queue must go on
+            _say("a look failed (the next one follows):\n" + traceback.format_exc())
+            return True
 
     def once(self) -> bool:
         """One look and the starts it allows; False once no run waits and none is in flight."""
@@ -116,7 +129,12 @@ class QueueDriver:
         """This user's queued runs; a mark whose run started, ended or went is removed."""
         found = {}
         for run_id in self.store.queued_ids():
-            record = self.store.load(run_id) if self.store.exists(run_id) else None
+            try:
+                record = self.store.load(run_id) if self.store.exists(run_id) else None
+            except TfctlError as e:  # damaged, or a newer tfctl's: not this driver's to start
+                _say(f"run {run_id}: {e.message}; left out of the queue")
+                transitions.leave_queue(self.store, run_id)
+                continue
             if record is None or record.state is not RunState.QUEUED:
                 transitions.leave_queue(self.store, run_id)
                 self.parsed.pop(run_id, None)
@@ -146,13 +164,21 @@ class QueueDriver:
     def _drive_pool(self, pool: Pool, mine: list[Waiting], look: Look) -> None:
         notes = _waiting_notes(mine)
         looks = self._look(pool, notes)
+        for run_id, flight in list(self.in_flight.items()):  # its tasks hold their claims now: those count
+            if flight.pool == str(pool.path) and all(_claimed(i, looks[h].held) for h, i in flight.intents.items()):
+                del self.in_flight[run_id]
         others = [n for v in looks.values() for n in v.queues if n.user != self.user]
         queued = [w.queued for w in mine] + _their_queued(others)
-        taken = {h: _taken_with(v.taken(), self._intents_on(h, v.queues)) for h, v in looks.items()}
+        taken = {
+            h: _taken_with(v.taken(), [i for i in self._intents_on(h, v.queues) if not _claimed(i, v.held)])
+            for h, v in looks.items()
+        }
         decision = decide(queued, pooling.offers(pool, looks), taken, _shares(looks), self.clock.time())
         ids = {w.record.run_id: w for w in mine}
+        silent = sorted(f"{h} ({v.error})" for h, v in looks.items() if v.error is not None)
+        also = f"; did not answer: {', '.join(silent)}" if silent else ""
         look.position.update({i: p for i, p in decision.position.items() if i in ids})
-        look.why.update({i: why for i, why in decision.waiting.items() if i in ids})
+        look.why.update({i: why + also for i, why in decision.waiting.items() if i in ids})
         for note in others:
             look.others[note.user] = max(look.others.get(note.user, 0), len(note.waiting))
         for run_id, placed in decision.start:
@@ -170,9 +196,14 @@ class QueueDriver:
             )
 
         looks = pooling.look(pool, agents=lambda host: self._agent(pool, host), note=note)
+        now = self.clock.monotonic()
         for host, seen in looks.items():
-            if seen.error is not None:  # a new connection next time
-                agent = self.agents.pop((path, host), None)
+            key = (path, host)
+            if seen.error is None:
+                self.silent.pop(key, None)
+            elif key not in self.silent:  # a new connection, but not before `ASK_SILENT_EVERY`
+                self.silent[key] = (now, seen.error)
+                agent = self.agents.pop(key, None)
                 if agent is not None:
                     agent.close()
         self.noted.add(path)
@@ -265,7 +296,14 @@ class QueueDriver:
                     _say(note)
 
     def _agent(self, pool: Pool, host: str) -> HostAgent:
+        """The host's kept connection; a host that did not answer is asked again only every
+        `ASK_SILENT_EVERY` seconds (reconnecting twice a second would flood its sshd)."""
         key = (str(pool.path), host)
+        silent = self.silent.get(key)
+        if silent is not None:
+            if self.clock.monotonic() - silent[0] < ASK_SILENT_EVERY:
+                raise HostError(host, silent[1].removeprefix(f"{host}: "))
+            del self.silent[key]
         if key not in self.agents:
             self.agents[key] = open_agent(pooling.host_spec(pool, host))
         return self.agents[key]
@@ -307,6 +345,14 @@ def _their_queued(others: list[QueueNote]) -> list[Queued]:
             asks = tuple(TaskAsk(a.task, a.gpus, a.cpus) for a in w.asks)
             seen.setdefault(w.run_id, Queued(w.run_id, note.user, w.submitted_at, asks, w.priority, w.how))
     return list(seen.values())
+
+
+def _claimed(intent: IntentNote, held: tuple[Holding, ...]) -> bool:
+    """Whether the intent's run holds on the host what it announced: its claims then count for
+    it, and the intent no more (counted twice, a host would look fuller than it is)."""
+    gpus = {int(h.resource[4:]) for h in held if h.run_id == intent.run_id and h.resource.startswith("gpu-")}
+    tasks = {h.task for h in held if h.run_id == intent.run_id}
+    return set(intent.gpus) <= gpus and len(tasks) >= intent.tasks
 
 
 def _taken_with(taken: Taken, intents: list[IntentNote]) -> Taken:

@@ -21,9 +21,10 @@ from tfctl.supervisor.protocol import RunState
 RECENT = 3600.0  # seconds an ended run of the queue still shows in `tfctl queue`
 
 
-def submit(store: RunStore, config: ClusterConfig, priority: int = 0) -> RunRecord:
+def submit(store: RunStore, config: ClusterConfig, priority: int = 0, resumes: str | None = None) -> RunRecord:
     """Record a run of `config` as queued and see that a driver will start it; refused at once
-    (NoRoomError) when it could never fit on its pool, however empty."""
+    (NoRoomError) when it could never fit on its pool, however empty. A sweep's trial keeps
+    which trial it is; `resumes`: the run whose files it continues from (`up --resume`)."""
     if config.pool is None:
         raise UsageError(
             f"{config.path} names no pool: only a run placed on a pool can wait in a queue",
@@ -50,6 +51,9 @@ def submit(store: RunStore, config: ClusterConfig, priority: int = 0) -> RunReco
         param_texts=dict(config.param_texts),
         priority=priority,
         pool=str(pool.path.resolve()),
+        resumes=resumes,
+        sweep=None if config.trial is None else config.trial.sweep,
+        trial=None if config.trial is None else config.trial.index,
     )
     transitions.submit(store, record, config.source)
     ensure_driver(store)
