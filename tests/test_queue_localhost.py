@@ -122,19 +122,32 @@ LIVE = ("queued", "starting", "running")
 def test_queued_runs_start_by_priority_as_gpus_free_never_more_than_the_pool_has(
     tmp_path: Path, lab: dict[str, str]
 ) -> None:
-    file = cluster(tmp_path, "train", seconds=6)
+    (tmp_path / "one.yaml").write_text("hosts:\n  localhost: {gpus: 1}\n")
+    gate = tmp_path / "gate"  # every run holds its GPU until the gate opens, then ends 1 s later
+    command = f"{{python}} {FAKE_TASK} --port -1 --lines 1 --sleep 1 && while [ ! -e {gate} ]; do sleep 0.1; done"
+    file = tmp_path / "train.yaml"
+    file.write_text(
+        f"name: train\npool: ./one.yaml\ngrace_period: 2\ncommand: {json.dumps(command)}\n"
+        "jobs:\n  worker: {count: 1, gpus: 1}\n"
+    )
     with Sampler() as seen:
         first = [submit(tmp_path, lab, file) for _ in range(3)]
         urgent = submit(tmp_path, lab, file, "--priority", "5")
-        assert {r["state"] for r in runs(tmp_path, lab) if r["run_id"] == urgent} == {"queued"}  # 2 GPUs, 4 runs
-        waiting = [r for r in queue(tmp_path, lab)["runs"] if r["state"] == "queued"]
-        assert urgent in {r["run_id"] for r in waiting}
-        assert all(r["why"] is None or "GPU" in r["why"] for r in waiting), waiting
+        assert {r["state"] for r in runs(tmp_path, lab) if r["run_id"] == urgent} == {"queued"}  # 1 GPU, 4 runs
+        waiting = wait_until(
+            lambda: [r for r in queue(tmp_path, lab)["runs"] if r["state"] == "queued"],
+            30,
+            "the driver's look at the waiting runs",
+            until=lambda w: w and all(r["why"] for r in w),
+        )
+        assert [r["run_id"] for r in waiting] == [urgent, *first[1:]]  # in the order they will start
+        assert [r["position"] for r in waiting] == [1, 2, 3]
+        assert all("needs 1 GPU on one host; the most free on any host is 0" in r["why"] for r in waiting), waiting
+        gate.touch()
         states = ended(tmp_path, lab, [*first, urgent])
     assert {r["state"] for r in states.values()} == {"succeeded"}, states
-    assert seen.most <= 2  # never more GPUs held than the pool offers
-    assert seen.order.index(urgent) < seen.order.index(first[2]), seen.order  # priority first
-    assert set(seen.order) == {*first, urgent}  # each run held a GPU once it started
+    assert seen.most == 1  # never more GPUs held than the pool offers
+    assert seen.order == [first[0], urgent, *first[1:]]  # priority first, then submission order
     assert claims.holdings() == []
 
 
@@ -143,6 +156,12 @@ def test_cancel_takes_a_queued_run_out_and_stops_a_running_one(tmp_path: Path, l
     running = submit(tmp_path, lab, big)
     wait_until(lambda: claims.holdings(), 30, "the first run holding its GPUs")
     behind = submit(tmp_path, lab, big)
+    shown = wait_until(
+        lambda: run(tmp_path, lab, "status", "--run", behind).stdout, 10, "its place", until=lambda s: "place" in s
+    )
+    assert f"run {behind} is queued (place 1 in the queue): worker:0 needs 2 GPUs on one host" in shown, shown
+    logs = run(tmp_path, lab, "logs", "--run", behind)
+    assert logs.returncode == 2 and f"run {behind} is queued: it has no tasks yet" in logs.stderr
     cancelled = run(tmp_path, lab, "cancel", behind, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["runs"] == [
@@ -218,3 +237,48 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_sweep_on_a_pool_goes_through_the_queue_its_trials_each_once(tmp_path: Path, lab: dict[str, str]) -> None:
+    path = tmp_path / "sweep.yaml"
+    command = f"{{python}} {FAKE_TASK} --port -1 --lines 1 --sleep 1 --exit {{params.code}}"
+    path.write_text(
+        f"name: sw\npool: ./pool.yaml\ngrace_period: 2\ncommand: {json.dumps(command)}\n"
+        "params: {code: 0, lr: 0.1}\njobs:\n  worker: {count: 1, gpus: 1}\n"
+        "sweep: {grid: {lr: [0.1, 0.01], code: [0, 3]}, max_parallel: 3}\n"
+    )
+    with Sampler() as seen:
+        done = run(tmp_path, lab, "-f", str(path), "sweep")
+    assert done.returncode == 1, done.stderr  # two trials fail by their parameters
+    shown = run(tmp_path, lab, "-f", str(path), "sweep", "status", "--json")
+    trials = json.loads(shown.stdout)["trials"]
+    assert sorted(t["state"] for t in trials) == ["failed", "failed", "succeeded", "succeeded"], trials
+    records = [r for r in runs(tmp_path, lab)]
+    assert len(records) == 4  # each trial once
+    assert all(r["params"]["code"] == 3 for r in records if r["state"] == "failed")
+    stored = [json.loads((tmp_path / "home" / "runs" / r["run_id"] / "run.json").read_text()) for r in records]
+    assert all(s["pool"] and s["sweep"] and s["placement"] for s in stored)  # queued, trial kept, placed
+    assert seen.most <= 2
+    assert claims.holdings() == []
+
+
+def test_cancel_of_a_sweep_takes_its_waiting_trials_out_and_stops_the_running(
+    tmp_path: Path, lab: dict[str, str]
+) -> None:
+    path = tmp_path / "long.yaml"
+    command = f"{{python}} {FAKE_TASK} --port -1 --lines 1 --sleep 60"
+    path.write_text(
+        f"name: long\npool: ./pool.yaml\ngrace_period: 2\ncommand: {json.dumps(command)}\nparams: {{lr: 0.1}}\n"
+        "jobs:\n  worker: {count: 1, gpus: 2}\nsweep: {grid: {lr: [0.1, 0.01, 0.001]}, max_parallel: 3}\n"
+    )
+    made = run(tmp_path, lab, "-f", str(path), "sweep", "-d")
+    assert made.returncode == 0, made.stderr
+    sweep_id = made.stdout.strip()
+    wait_until(lambda: claims.holdings(), 30, "one trial holding both GPUs")
+    wait_until(lambda: len(runs(tmp_path, lab)), 30, "every trial submitted", until=lambda n: n == 3)
+    done = run(tmp_path, lab, "cancel", "--sweep", sweep_id)
+    assert done.returncode == 0, done.stderr
+    assert f"sweep {sweep_id}: stopped" in done.stderr
+    reasons = sorted(r["reason"] for r in runs(tmp_path, lab))
+    assert reasons == ["cancelled while queued", "cancelled while queued", "tfctl down"], reasons
+    assert claims.holdings() == []

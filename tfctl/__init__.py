@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tfctl.api.handle import Run, Timeout, list_runs, run
+    from tfctl.api.queueing import queue, submit
     from tfctl.api.starting import load_cluster, up
+    from tfctl.api.sweeping import Sweep, sweep
     from tfctl.api.types import (
         Ended,
         Event,
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
         LogLine,
         Metric,
         Metrics,
+        QueueEntry,
         RunStatus,
         RunSummary,
         Stopped,
@@ -37,6 +40,11 @@ _PUBLIC = {
     "load_cluster": "tfctl.api.starting",
     "run": "tfctl.api.handle",
     "list_runs": "tfctl.api.handle",
+    "submit": "tfctl.api.queueing",
+    "queue": "tfctl.api.queueing",
+    "QueueEntry": "tfctl.api.types",
+    "sweep": "tfctl.api.sweeping",
+    "Sweep": "tfctl.api.sweeping",
     "Run": "tfctl.api.handle",
     "Timeout": "tfctl.api.handle",
     "RunStatus": "tfctl.api.types",
@@ -70,12 +78,14 @@ __all__ = [
     "LogLine",
     "Metric",
     "Metrics",
+    "QueueEntry",
     "Run",
     "RunState",
     "RunStatus",
     "RunSummary",
     "StartupError",
     "Stopped",
+    "Sweep",
     "TaskInfo",
     "TaskMetrics",
     "TaskState",
@@ -84,7 +94,10 @@ __all__ = [
     "UsageError",
     "list_runs",
     "load_cluster",
+    "queue",
     "run",
+    "submit",
+    "sweep",
     "up",
 ]
 

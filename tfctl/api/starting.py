@@ -112,7 +112,7 @@ def start_detached(
     from tfctl.runs import transitions
     from tfctl.runs.record import ControllerKind
 
-    run = verbs.acquire(store, config, lambda _who, _message: None, resumes)  # nothing to wait for: it says nothing
+    run = verbs.acquire(store, config, progress, resumes)  # (a pool says where it placed the run)
     transitions.claim(store, run.record, cleared)
     run_id = run.record.run_id
     try:

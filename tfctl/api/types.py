@@ -143,6 +143,20 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class QueueEntry:
+    """A run of the queue (`tfctl.queue`): its place while it waits (None once started) and why
+    it waits, or how it ended."""
+
+    id: str
+    state: RunState
+    priority: int
+    position: int | None
+    why: str | None
+    submitted_at: float
+    pool: str
+
+
+@dataclass(frozen=True)
 class Ended:
     """How a run ended, as its record keeps it (`Run.wait`); a failed one also names the task
     that failed it and the diagnosis `status` shows of that task (None: it has none)."""

@@ -12,6 +12,7 @@ import click
 from tfctl.cli.app import cli
 from tfctl.cli.common import cluster_file_path, file_option, run_record, run_store, set_option
 from tfctl.cli.complete import run_ids, run_option
+from tfctl.errors import UsageError
 
 if TYPE_CHECKING:
     from tfctl.controller.verbs.queue import QueueView
@@ -40,12 +41,14 @@ def submit(
     submission order; it then runs as a detached `up` does. A run that could never fit on the
     pool is refused here, with the reason."""
     from tfctl import console
-    from tfctl.config.loader import load_config
+    from tfctl.api.queueing import submit as submit_run
     from tfctl.config.params import overrides
-    from tfctl.controller.verbs.queue import submit as submit_run
 
-    config = load_config(cluster_file_path(ctx, cluster_file), overrides(assignments))
-    record = submit_run(run_store(), config, priority)
+    store = run_store()
+    run = submit_run(
+        cluster_file_path(ctx, cluster_file), priority=priority, params=overrides(assignments), home=store.home
+    )
+    record = store.load(run.id)
     if as_json:
         console.out().print_json(json.dumps({"run_id": record.run_id, "state": record.state.value}))
     else:
@@ -84,27 +87,41 @@ def queue_command(as_json: bool) -> int:
 Examples:
   tfctl cancel ID             take run ID out of the queue (or stop it)
   tfctl cancel ID1 ID2        several at once
-  tfctl cancel --run ID       the same as `tfctl cancel ID`""",
+  tfctl cancel --run ID       the same as `tfctl cancel ID`
+  tfctl cancel --sweep ID     every trial of that sweep""",
 )
 @click.argument("run_ids", nargs=-1, shell_complete=run_ids)
 @file_option()
 @run_option
+@click.option("--sweep", "sweep_id", default=None, metavar="SWEEP", help="Cancel the sweep: every trial of it.")
 @click.option("--json", "as_json", is_flag=True, help="Print what became of each run as JSON.")
 @click.pass_context
 def cancel(
-    ctx: click.Context, run_ids: tuple[str, ...], cluster_file: Path | None, run_id: str | None, as_json: bool
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    cluster_file: Path | None,
+    run_id: str | None,
+    sweep_id: str | None,
+    as_json: bool,
 ) -> int:
     """Take each queued run out of the queue; a run that already started is stopped, as `tfctl
-    down` stops it, with its proof. With no id, the cluster file's newest run."""
+    down` stops it, with its proof. With no id, the cluster file's newest run; with --sweep,
+    every trial of the sweep, as `tfctl down --sweep`."""
     from tfctl import console
     from tfctl.cli import render as show
     from tfctl.controller.verbs import down
     from tfctl.supervisor.protocol import RunState
 
     store = run_store()
+    if sweep_id is not None:
+        from tfctl.cli.stop import down_sweep
+
+        if run_ids or run_id:
+            raise UsageError("--sweep cancels the trials of a sweep", hint="give run ids in another `cancel`")
+        return down_sweep(store, sweep_id)
     wanted = [*run_ids, *([run_id] if run_id else [])]
-    records = [run_record(ctx, None, i, resume=False) for i in wanted] or [
-        run_record(ctx, cluster_file, None, resume=False)
+    records = [run_record(ctx, None, i, resume=False, queued=True) for i in wanted] or [
+        run_record(ctx, cluster_file, None, resume=False, queued=True)
     ]
     said: list[dict[str, object]] = []
     clean = True
@@ -166,7 +183,7 @@ def render(view: QueueView) -> None:
     else:
         err.print("no queued, running or recently ended runs: `tfctl submit` queues one")
     for user, count in sorted(view.look.others.items()):
-        err.print(f"also waiting on the same hosts: {count} runs of {user}", markup=False)
+        err.print(f"also waiting on the same hosts: {count} run{'s' if count != 1 else ''} of {user}", markup=False)
     if view.started_driver:
         err.print(f"no process was starting the queued runs: started the queue's driver again (pid {view.driver})")
     elif view.driver is not None:

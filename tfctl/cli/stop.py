@@ -59,10 +59,10 @@ def down(
     if sweep_id is not None:
         if run_id or reap:
             raise UsageError("--sweep stops the trials of a sweep", hint="give --run or --all in another `down`")
-        return _down_sweep(store, sweep_id)
+        return down_sweep(store, sweep_id)
     typed_at = time.time()
     try:
-        record = run_record(ctx, cluster_file, run_id, resume=False)
+        record = run_record(ctx, cluster_file, run_id, resume=False, queued=True)
     except UsageError:
         if not reap:
             raise
@@ -80,7 +80,7 @@ def down(
             clean = clean and released.ended
         # An `up` typed before this `down` may have recorded its run only meanwhile: it is the
         # run being started, and stopped too.
-        newer = None if run_id else run_record(ctx, cluster_file, None, resume=False)
+        newer = None if run_id else run_record(ctx, cluster_file, None, resume=False, queued=True)
         record = newer if newer is not None and newer.active and newer.created_at <= typed_at else None
     if reap:
         from tfctl.config.loader import load_config
@@ -103,7 +103,7 @@ def down(
     return 0 if clean else 1
 
 
-def _down_sweep(store: RunStore, sweep_id: str) -> int:
+def down_sweep(store: RunStore, sweep_id: str) -> int:
     """Every trial of the sweep stopped (its driver first, so none starts after), each proved."""
     from tfctl import console
     from tfctl.cli import render

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -82,7 +80,9 @@ def sweep(
         markup=False,
     )
     if detach:
-        pid = _spawn_driver(sweeps, record.sweep_id, resume is not None)
+        from tfctl.api.sweeping import spawn_driver
+
+        pid = spawn_driver(sweeps, record, resume is not None)
         err.print(f"driven by pid {pid}; `tfctl sweep status {record.sweep_id}` shows its trials", markup=False)
         click.echo(record.sweep_id)
         return 0
@@ -137,30 +137,18 @@ def _event_printer(began: float, count: int) -> Callable[[TrialEvent], None]:
 
 
 def _trial_starter(sweeps: SweepStore) -> Callable[[ClusterConfig, str | None], str]:
-    """A trial started as `tfctl.up` starts a detached run: the id of its run."""
+    """A trial started as `tfctl.up` starts a detached run, or, when the file asks a pool,
+    submitted to the pool's queue (it starts when there is room): the id of its run."""
 
     def start(config: ClusterConfig, resumes: str | None) -> str:
         from tfctl.api.starting import up
+        from tfctl.controller.verbs.queue import submit
 
+        if config.pool is not None:
+            return submit(sweeps.runs, config, resumes=resumes).run_id
         return up(config, detach=True, resume=resumes, home=sweeps.runs.home).id
 
     return start
-
-
-def _spawn_driver(sweeps: SweepStore, sweep_id: str, resuming: bool) -> int:
-    """`tfctl _sweep` in its own session (a closed terminal does not stop it), logging beside
-    the sweep's record; it reaps itself, being nobody's child once this process ends."""
-    log_path = sweeps.dir / sweep_id / "driver.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tfctl", "_sweep", "--id", sweep_id, *(["--resume"] if resuming else [])],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, "TFCTL_HOME": str(sweeps.runs.home)},
-        )
-    return proc.pid
 
 
 @cli.command(name="_sweep", hidden=True)

@@ -58,7 +58,7 @@ def put_in(doc: Doc, root: dict[str, Any], given: Mapping[str, Any] | None) -> d
     texts = {name: text for name, (_value, text) in declared.items()}
     for name, value in (given or {}).items():
         typed = isinstance(value, tuple)  # (from `overrides`: a value read from the text typed)
-        value, text = value if typed else (value, _text_of(value))
+        value, text = value if typed else (value, text_of(value))
         if name not in declared:
             known = ", ".join(declared) or "none"
             doc.problem(
@@ -93,7 +93,7 @@ def _declared(doc: Doc, value: Any) -> dict[str, tuple[Any, str]]:
         if not NAME.fullmatch(name):
             doc.problem(path, f"`{name}` is not a parameter name", "use letters, digits and `_`, e.g. `learning_rate`")
         elif isinstance(default, (str, int, float, bool)) and default is not INVALID:
-            found[name] = (default, default if isinstance(default, str) else doc.raw(path) or _text_of(default))
+            found[name] = (default, default if isinstance(default, str) else doc.raw(path) or text_of(default))
         else:
             type_error(doc, path, "a number, a string or a boolean", default, f"write e.g. `{name}: 0.01`")
     return found
@@ -132,7 +132,8 @@ def _braces_doubled(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def _text_of(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """A parameter's value as `--set` would type it (`true`, `0.01`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
