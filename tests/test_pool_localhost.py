@@ -136,3 +136,19 @@ def test_the_pool_file_s_counts_are_checked_against_the_host(tmp_path: Path, lab
     assert "localhost has no GPU 7; it has 0, 1, 2, 3, but pool ./pool.yaml hands it out" in refused.stderr
     assert "hint: correct `gpus` of localhost in the pool file" in refused.stderr
     assert pool(tmp_path, lab)["held"] == []
+
+
+def test_a_run_placed_on_a_pool_resumes_from_the_files_of_the_last_one(tmp_path: Path, lab: dict[str, str]) -> None:
+    path = tmp_path / "resume.yaml"
+    command = 'if [ -e "$TFCTL_RUN_DIR/ckpt" ]; then echo resumed; else echo fresh; touch "$TFCTL_RUN_DIR/ckpt"; fi'
+    path.write_text(
+        f"name: resume\npool: ./pool.yaml\ngrace_period: 2\ncommand: {json.dumps(command)}\n"
+        "jobs:\n  worker: {count: 1, gpus: 1}\n"
+    )
+    first = run(tmp_path, lab, "-f", str(path), "up")
+    assert first.returncode == 0 and "[worker:0] fresh" in first.stdout, first.stdout + first.stderr
+    again = run(tmp_path, lab, "-f", str(path), "up", "--resume")
+    assert again.returncode == 0 and "[worker:0] resumed" in again.stdout, again.stdout + again.stderr
+    report = run(tmp_path, lab, "-f", str(path), "report", "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0 and "resumed" in (tmp_path / "r.html").read_text()
+    assert pool(tmp_path, lab)["held"] == []

@@ -12,6 +12,7 @@ from tfctl.api.handle import Run
 from tfctl.api.types import QueueEntry
 from tfctl.config.model import ClusterConfig
 from tfctl.runs.store import RunStore
+from tfctl.supervisor.states import RunState
 
 
 def submit(
@@ -24,16 +25,10 @@ def submit(
     """Queue a run of `cluster` (a path, or one `load_cluster` parsed) on its `pool:`; it starts
     when the pool has room, by priority (higher first), fair share between users, then
     submission order. Returns at once; `NoRoomError` (a `UsageError`) if it could never fit."""
-    from tfctl.api.starting import load_cluster
-    from tfctl.config.loader import parse_config
+    from tfctl.api.starting import cluster_config
     from tfctl.controller.verbs.queue import submit as submit_run
 
-    if isinstance(cluster, (str, os.PathLike)):
-        config = load_cluster(cluster, params)
-    elif params:
-        config = parse_config(cluster.source, cluster.path, params)
-    else:
-        config = cluster
+    config = cluster_config(cluster, params)
     store = RunStore(None if home is None else Path(home))
     return Run(submit_run(store, config, priority).run_id, store.home)
 
@@ -51,7 +46,7 @@ def queue(*, home: str | os.PathLike[str] | None = None) -> list[QueueEntry]:
             row.record.state,
             row.record.priority or 0,
             row.position,
-            row.why if row.record.state.value == "queued" else row.record.reason,
+            row.why if row.record.state is RunState.QUEUED else row.record.reason,
             row.record.created_at,
             row.record.pool or "",
         )

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tfctl.config.model import ClusterConfig
     from tfctl.controller.start.plan import Draft
 
-__all__ = ["Started", "load_cluster", "spawner", "start_detached", "up"]
+__all__ = ["Started", "cluster_config", "load_cluster", "spawner", "start_detached", "up"]
 
 
 def load_cluster(path: str | os.PathLike[str], params: Mapping[str, Any] | None = None) -> ClusterConfig:
@@ -31,6 +31,18 @@ def load_cluster(path: str | os.PathLike[str], params: Mapping[str, Any] | None 
     from tfctl.config.loader import load_config
 
     return load_config(Path(path), params)
+
+
+def cluster_config(cluster: str | os.PathLike[str] | ClusterConfig, params: Mapping[str, Any] | None) -> ClusterConfig:
+    """A cluster file's path, or one `load_cluster` parsed, with `params` over its `params:` (a
+    parsed one is parsed again with them: it counts as its file for every rule of runs)."""
+    if isinstance(cluster, (str, os.PathLike)):
+        return load_cluster(cluster, params)
+    if params:
+        from tfctl.config.loader import parse_config
+
+        return parse_config(cluster.source, cluster.path, params)
+    return cluster
 
 
 def up(
@@ -54,14 +66,7 @@ def up(
     from tfctl.backends.base import backend_for
     from tfctl.controller.verbs import up as verbs
 
-    if isinstance(cluster, (str, os.PathLike)):
-        config = load_cluster(cluster, params)
-    elif params:
-        from tfctl.config.loader import parse_config
-
-        config = parse_config(cluster.source, cluster.path, params)
-    else:
-        config = cluster
+    config = cluster_config(cluster, params)
     store = RunStore(None if home is None else Path(home))
     tell = progress or (lambda _event: None)
 

@@ -47,9 +47,10 @@ def status(ctx: click.Context, cluster_file: Path | None, run_id: str | None, as
     """Show every task: state, pid, exit code, uptime, listening, step and steps/s, last log line."""
     from tfctl import console
     from tfctl.api.reading import status_asker
+    from tfctl.supervisor.states import RunState
 
     record = run_record(ctx, cluster_file, run_id, queued=True)
-    if record.state.value == "queued":
+    if record.state is RunState.QUEUED:
         return _status_of_queued(record, as_json)
     with status_asker(run_store(), record) as ask:
 

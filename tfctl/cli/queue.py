@@ -162,13 +162,14 @@ def render(view: QueueView) -> None:
     from rich.table import Table
 
     from tfctl import console
+    from tfctl.supervisor.states import RunState
 
     table = Table(box=None, pad_edge=False)
     for column in ("#", "RUN", "STATE", "PRIORITY", "SUBMITTED", "WHY / WHERE"):
         table.add_column(column, overflow="fold")
     for row in view.rows:
         r = row.record
-        if r.state.value == "queued":
+        if r.state is RunState.QUEUED:
             detail = row.why or "waiting for the driver's first look"
         elif r.active:
             detail = ", ".join(f"{p.task} on {p.host}" for p in r.placement)
@@ -188,5 +189,5 @@ def render(view: QueueView) -> None:
         err.print(f"no process was starting the queued runs: started the queue's driver again (pid {view.driver})")
     elif view.driver is not None:
         err.print(f"the queue's driver is pid {view.driver}; its log: $TFCTL_HOME/queue/driver.log")
-    elif any(row.record.state.value == "queued" for row in view.rows):
+    elif any(row.record.state is RunState.QUEUED for row in view.rows):
         err.print("no process is starting the queued runs; any tfctl command starts it again")
