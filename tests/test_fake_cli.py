@@ -280,7 +280,7 @@ def test_up_d_of_a_backend_that_never_waits_relays_its_forked_watchers_progress(
     record = only_run()
     assert ran.out == record.run_id + "\n"
     said = [line.split("] ", 1)[-1].strip() for line in ran.err.splitlines()]
-    assert said[0] == f"run {record.run_id}: 3 tasks on 2 hosts"
+    assert said[:2] == ["fake         leased pool gpus", f"run {record.run_id}: 3 tasks on 2 hosts"]  # acquired, then
     assert "h1           connecting" in said and "all 3 tasks running" in said
     assert watch_log.getvalue() == (
         "worker:0 finished successfully; 2 tasks had ended; 1 process stopped on 2 hosts; 0 remain; "

@@ -125,7 +125,13 @@ def test_sigkill_of_every_tfctl_process_mid_sweep_then_resume_runs_every_trial_o
         interval=0.2,
     )
     driver = json.loads(record_path.read_text())["driver"]
-    watchers = [r.watcher for r in RunStore(home).all() if r.active and r.watcher is not None]
+    watchers = wait_until(  # (a trial just started records its watcher a moment after its run)
+        lambda: [r.watcher for r in RunStore(home).all() if r.active and r.watcher is not None],
+        30,
+        "both running trials' watchers recorded",
+        until=lambda found: len(found) == 2,
+        interval=0.1,
+    )
     victims = [driver, *[{"pid": w.pid, "starttime": w.starttime} for w in watchers]]
     assert len(victims) == 3
     for victim in victims:
