@@ -4,7 +4,8 @@ Both run the same localhost cluster (a ps and two workers of a small Python task
 `--seconds`) with the same 12 parameter sets (3 learning rates x 2 batch sizes x 2 seeds); the
 sweep with `max_parallel: 1`, so it does what the loop does, one run at a time. Rounds alternate
 which goes first. Printed: wall time and this machine's CPU (every process both started, reaped
-or not, summed from /proc), and the overhead per trial beside the loop's per run.
+or not, summed from /proc: the commands' own; the tasks' monitors, detached on their host, are
+not counted), and the overhead per trial beside the loop's per run.
 
     python -m bench.sweep                 # 2 rounds
     python -m bench.sweep --rounds 1 --seconds 1
@@ -94,7 +95,7 @@ def main() -> None:
     wall = {w: statistics.median(f[0] for f in figures[w]) for w in figures}
     cpu = {w: statistics.median(f[1] for f in figures[w]) for w in figures}
     print(f"{'wall (s)':28}{wall['sweep']:>12.1f}{wall['loop']:>12.1f}")
-    print(f"{'CPU, every process (s)':28}{cpu['sweep']:>12.1f}{cpu['loop']:>12.1f}")
+    print(f"{'CPU, the commands (s)':28}{cpu['sweep']:>12.1f}{cpu['loop']:>12.1f}")
     print(f"{'wall per run (s)':28}{wall['sweep'] / 12:>12.2f}{wall['loop'] / 12:>12.2f}")
     print(f"\nthe sweep's overhead: {(wall['sweep'] - wall['loop']) / 12:+.2f} s a trial beside a typed `up`")
 
