@@ -82,7 +82,7 @@ class Sampler:
             for host, folder in self.folders.items():
                 os.environ[claims.CLAIMS_ENV] = str(folder)
                 for h in claims.holdings():
-                    if h.resource.startswith("gpu-"):
+                    if h.resource.startswith("gpu-") and h.run_id:  # ("": its note not written yet)
                         self.held.see(host, h.resource, h.run_id, now)
             self._cpu()
 

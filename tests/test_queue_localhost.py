@@ -104,7 +104,7 @@ class Sampler:
         while not self.stop.wait(0.05):
             gpus = [h for h in claims.holdings() if h.resource.startswith("gpu-")]
             self.most = max(self.most, len(gpus))
-            self.order += [h.run_id for h in gpus if h.run_id not in self.order]
+            self.order += [h.run_id for h in gpus if h.run_id and h.run_id not in self.order]  # ("": note not yet)
 
 
 def ended(tmp_path: Path, lab: dict[str, str], ids: list[str], seconds: float = 90) -> dict[str, dict[str, Any]]:

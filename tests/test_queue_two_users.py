@@ -111,7 +111,8 @@ def test_two_users_share_the_pool_fairly_and_never_hold_one_gpu_together(shared:
             gpus = [h for h in claims.holdings() if h.resource.startswith("gpu-")]
             most = max(most, len(gpus))
             for h in gpus:
-                first_held.setdefault(h.run_id, time.monotonic())
+                if h.run_id:  # (a claim just taken, its note not yet written beside it, says no run)
+                    first_held.setdefault(h.run_id, time.monotonic())
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

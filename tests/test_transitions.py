@@ -11,7 +11,7 @@ import pytest
 from tests.fakes import record_of
 from tfctl.cluster.cluster import Cluster
 from tfctl.runs import transitions
-from tfctl.runs.record import AllocationEnd, HostSpec, Move, RunRecord
+from tfctl.runs.record import AllocationEnd, Controller, ControllerKind, HostSpec, Move, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.runs.transitions import Transition
 from tfctl.supervisor.protocol import RunState
@@ -80,6 +80,22 @@ def queued() -> RunRecord:
 
 START = transitions.take_from_queue(running().replace(run_id="q", state=RunState.STARTING, created_at=9.0))
 CANCEL = transitions.cancel_queued(40.0)
+BACK = transitions.back_to_queue()
+
+
+def test_a_run_taken_from_its_queue_goes_back_only_while_no_watcher_was_given_it() -> None:
+    taken = START.on(queued())
+    assert taken is not None and taken.watcher is None
+    back = BACK.on(taken)
+    assert back is not None and back.state is RunState.QUEUED and back.tasks == () and back.created_at == 2.0
+    watched = transitions.take_control(running().watcher or _controller()).on(taken)
+    assert watched is not None and BACK.on(watched) is None  # its watcher may have started tasks
+    assert BACK.on(running()) is None  # not a queued run
+
+
+def _controller() -> Controller:
+    return Controller(ControllerKind.WATCHER, 123, 456)
+
 
 # The queue's transitions take a queued run only: of a start and a cancel, whichever comes first.
 QUEUE_RACES = [
@@ -106,7 +122,7 @@ def test_a_queued_run_is_started_or_cancelled_once(steps: list[Transition], took
 
 
 def test_every_transition_is_in_the_table() -> None:
-    made = {t.name for t, _m, _e in TABLE} | {START.name, CANCEL.name}
+    made = {t.name for t, _m, _e in TABLE} | {START.name, CANCEL.name, BACK.name}
     named = {
         node.args[0].value
         for node in ast.walk(ast.parse((TFCTL / "runs" / "transitions.py").read_text()))

@@ -107,7 +107,7 @@ def run_record(
 
     path = None if run_id else cluster_file_path(ctx, given)
     store = run_store()
-    record = resolve_run(store, path or Path("."), run_id)
+    record = resolve_run(store, path or Path("."), run_id, queued)
     if record.state is RunState.QUEUED and not queued:
         raise UsageError(
             f"run {record.run_id} is queued: it has no tasks yet",

@@ -23,6 +23,7 @@ from tfctl.engine.placement import NoRoom, Offer, Placed, Taken, TaskAsk, never_
 from tfctl.errors import UsageError
 from tfctl.runs.record import HostSpec, Placement
 from tfctl.supervisor.protocol import Holding, HoldingsRequest, QueueNote
+from tfctl.supervisor.queue_records import IntentNote
 
 LOOK_DEADLINE = 30.0  # seconds a host has to say what it holds before it counts as not answering
 
@@ -43,6 +44,19 @@ class HostLook:
     error: str | None = None  # it did not answer: nothing is placed there
     gpu_error: str = ""
     queues: tuple[QueueNote, ...] = ()  # every user's queue note there (`controller/queue`)
+    you: str = ""  # who the asker is on that host
+
+    def open_intents(self, but: str = "") -> list[IntentNote]:
+        """The starts announced there whose run does not hold its claims yet (claimed, they count
+        as claims), of every queue but the run store `but`."""
+        return [i for n in self.queues if n.store != but for i in n.intents if not claimed(i, self.held)]
+
+    def taken_now(self, but: str = "") -> Taken:
+        """What a run placed now cannot have here: the claims, and the starts announced."""
+        taken = self.taken()
+        for i in self.open_intents(but):
+            taken = Taken(taken.gpus | frozenset(i.gpus), taken.cpus + i.cpus, taken.tasks + i.tasks)
+        return taken
 
     def taken(self) -> Taken:
         """What a run placed now cannot have here."""
@@ -51,6 +65,14 @@ class HostLook:
         cpus = sum(1 for n in names if n.startswith("cpu-"))
         tasks = sum(1 for n in names if n.startswith("task-"))
         return Taken(frozenset(gpus), cpus, tasks)
+
+
+def claimed(intent: IntentNote, held: tuple[Holding, ...]) -> bool:
+    """Whether the intent's run holds on the host what it announced: its claims then count for
+    it, and the intent no more (counted twice, a host would look fuller than it is)."""
+    gpus = {int(h.resource[4:]) for h in held if h.run_id == intent.run_id and h.resource.startswith("gpu-")}
+    tasks = {h.task for h in held if h.run_id == intent.run_id}
+    return set(intent.gpus) <= gpus and len(tasks) >= intent.tasks
 
 
 def pool_of(config: ClusterConfig) -> Pool:
@@ -82,7 +104,9 @@ def look(
                 answer = agent.call(HoldingsRequest(note(host)))
         claimed = {int(h.resource[4:]) for h in answer.held if h.resource.startswith("gpu-")}
         foreign = {int(g): tuple(pids) for g, pids in answer.gpu_pids.items() if int(g) not in claimed}
-        return HostLook(pool.hosts[host], tuple(answer.held), foreign, None, answer.gpu_error, tuple(answer.queues))
+        return HostLook(
+            pool.hosts[host], tuple(answer.held), foreign, None, answer.gpu_error, tuple(answer.queues), answer.you
+        )
 
     seen = fan_out(pool.hosts, lambda h: h, ask, deadline=LOOK_DEADLINE)
     failed = {h: HostLook(pool.hosts[h], error=str(getattr(e, "message", e))) for h, e in seen.failed.items()}
@@ -154,7 +178,7 @@ def place_now(config: ClusterConfig, progress: Progress, accept_new_host_keys: b
     ever = never_fits(asks(config), offers(pool), config.placement)
     if ever is not None:
         raise never(pool, ever)
-    placed = place(asks(config), offers(pool, looks), {h: v.taken() for h, v in looks.items()}, config.placement)
+    placed = place(asks(config), offers(pool, looks), {h: v.taken_now() for h, v in looks.items()}, config.placement)
     if isinstance(placed, NoRoom):
         silent = sorted(h for h, v in looks.items() if v.error is not None)
         also = f" ({', '.join(silent)} did not answer)" if silent else ""

@@ -23,6 +23,7 @@ from typing import Iterator
 from tfctl.config.home import tfctl_home
 from tfctl.errors import TfctlError, UsageError
 from tfctl.runs.record import SCHEMA_VERSION, NewerRecordError, RunRecord
+from tfctl.supervisor.states import RunState
 
 CLUSTER_FILE = "cluster.yaml"  # the cluster file as the run started from it (`transitions.keep_cluster_file`)
 
@@ -186,13 +187,13 @@ def _read(path: Path) -> RunRecord:
         ) from None
 
 
-def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None) -> RunRecord:
-    """The run named by --run, else the cluster file's live run (starting or running), else its
-    newest run."""
+def resolve_run(store: RunStore, cluster_file: Path, run_id: str | None, queued: bool = True) -> RunRecord:
+    """The run named by --run, else the cluster file's newest live run (queued, starting or
+    running), else its newest run; with `queued` False, never a queued one (no task to read)."""
     if run_id:
         return store.load(run_id)
     wanted = str(cluster_file.resolve())
-    runs = [r for r in store.all() if r.cluster_file == wanted]
+    runs = [r for r in store.all() if r.cluster_file == wanted and (queued or r.state is not RunState.QUEUED)]
     live = [r for r in runs if r.active]
     record = live[-1] if live else (runs[-1] if runs else None)
     if record is None:

@@ -30,10 +30,13 @@ class Guard(enum.Enum):
     ACTIVE = "active"  # a run nobody has ended yet: an ended run keeps what its end said
     RECORDED = "recorded"  # any run still recorded, ended or not (figures kept after the stop)
     QUEUED = "queued"  # a run still waiting in its queue: of a start and a cancel, the first holds
+    UNSTARTED = "unstarted"  # taken from its queue, no watcher ever given it: nothing of it runs
 
     def admits(self, record: RunRecord) -> bool:
         if self is Guard.QUEUED:
             return record.state is RunState.QUEUED
+        if self is Guard.UNSTARTED:
+            return record.state is RunState.STARTING and record.watcher is None and record.pool is not None
         return record.active or self is Guard.RECORDED
 
 
@@ -115,6 +118,21 @@ def cancel_queued(at: float) -> Transition:
         Guard.QUEUED,
         lambda r: r.replace(state=RunState.STOPPED, reason="cancelled while queued", ended_at=at, left_nothing=True),
     )
+
+
+def back_to_queue() -> Transition:
+    """A run its queue's driver took but died before it started its watcher: nothing of it ran
+    anywhere, so it waits again, where it was in the queue (its submission time is kept)."""
+    return Transition(
+        "back to the queue",
+        Guard.UNSTARTED,
+        lambda r: r.replace(state=RunState.QUEUED, tasks=(), hosts=(), placement=()),
+    )
+
+
+def rejoin_queue(store: RunStore, run_id: str) -> None:
+    """The queue's mark again, for a run back in the queue."""
+    store.mark_queued(run_id, True)
 
 
 def leave_queue(store: RunStore, run_id: str) -> None:

@@ -21,6 +21,7 @@ import json
 import os
 import pwd
 import stat
+import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -251,10 +252,12 @@ def _discard(path: str) -> None:
 
 
 def write_queue_note(note: QueueNote) -> None:
-    """`queue.<uid>`: this user's queue as other users' queues see it (written whole, renamed
-    into place: a reader never sees half of it; an empty queue removes it)."""
+    """`queue.<uid>.<store>`: this user's queue (of one run store) as other users' queues see
+    it, written whole under a name of its own and renamed into place (a reader never sees half of
+    it); an empty queue removes it. Readable by every user whatever the umask."""
     where = folder()
-    path = os.path.join(where, "queue.%d" % os.getuid())
+    store = "".join(c for c in note.store if c.isalnum())[:32] or "-"
+    path = os.path.join(where, "queue.%d.%s" % (os.getuid(), store))
     if not note.waiting and not note.intents:
         _discard(path)
         return
@@ -265,28 +268,35 @@ def write_queue_note(note: QueueNote) -> None:
         before = {}
     now = time.time()  # an intent's time is when it was first written here, by this host's clock
     note = note.replace(intents=[i.replace(written=before.get(i.run_id, now)) for i in note.intents])
-    temp = path + ".tmp"
-    with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "w") as out:
-        json.dump(note.to_wire(), out)
-    os.rename(temp, path)
+    fd, temp = tempfile.mkstemp(dir=where, prefix=".queue.")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as out:
+            json.dump(note.to_wire(), out)
+        os.rename(temp, path)
+    except BaseException:
+        _discard(temp)
+        raise
 
 
 def queue_notes(now: float) -> List[QueueNote]:
-    """Every user's queue note here written within `QUEUE_NOTE_TTL`, each with its age."""
+    """Every queue note here written within `QUEUE_NOTE_TTL`, each with its age and its user
+    as the file's owner (a note cannot speak for another user)."""
     where = folder()
     found = []
     for name in sorted(os.listdir(where)):
-        if not name.startswith("queue.") or name.endswith(".tmp"):
+        if not name.startswith("queue."):
             continue
         path = os.path.join(where, name)
         try:
-            age = now - os.stat(path).st_mtime
+            info = os.stat(path)
             with open(path) as f:
                 note = QueueNote.from_wire(json.load(f))
         except (OSError, ValueError, TypeError, KeyError):
             continue  # gone meanwhile, or not a note: nobody's queue to consider
+        age = now - info.st_mtime
         if age <= QUEUE_NOTE_TTL:
-            found.append(note.replace(age=max(age, 0.0)))
+            found.append(note.replace(user=_user(info.st_uid), age=max(age, 0.0)))
     return found
 
 
@@ -294,7 +304,11 @@ def answer(_root: str, request: HoldingsRequest) -> HoldingsAnswer:
     """The `holdings` verb: this user's queue note written (when given), then every claim here,
     the GPUs' processes and every user's queue note."""
     if request.note is not None:
-        write_queue_note(request.note.replace(user=_user(os.getuid())))
+        try:
+            write_queue_note(request.note)
+        except OSError:
+            pass  # (a full disk): the holdings are still the answer; the note is written next time
     busy, error = devices.gpu_processes()
     notes = queue_notes(time.time())
-    return HoldingsAnswer(holdings(), {str(k): v for k, v in sorted(busy.items())}, error or "", notes)
+    held = holdings()
+    return HoldingsAnswer(held, {str(k): v for k, v in sorted(busy.items())}, error or "", notes, _user(os.getuid()))

@@ -429,6 +429,7 @@ class HoldingsAnswer(Wire):
     gpu_pids: Dict[str, List[int]] = field(default_factory=dict)  # GPU index -> processes on it (nvidia-smi)
     gpu_error: str = ""  # why the GPUs' processes are unknown ("" when nvidia-smi answered or is absent)
     queues: List[QueueNote] = field(default_factory=list)  # every user's queue note here, fresh ones only
+    you: str = ""  # the user the asker is on this host (its notes' `user`), which its own name may not be
 
 
 @record

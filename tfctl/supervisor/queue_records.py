@@ -46,12 +46,13 @@ class IntentNote(Wire):
 
 @record
 class QueueNote(Wire):
-    """One user's queue as it last wrote it on this host; `age`: seconds since, by the host's
-    clock (a reader's clock may differ), filled in when read."""
+    """One user's queue as it last wrote it on this host; `user` is the file owner's name and
+    `age` the seconds since, by the host's clock (a reader's clock may differ), both set when read."""
 
     NESTED: ClassVar[Mapping[str, Any]] = {"waiting": ("list", WaitingNote), "intents": ("list", IntentNote)}
 
     user: str
+    store: str = ""  # the run store (`RunStore.store_id`) whose queue it is: one user may have several
     waiting: List[WaitingNote] = field(default_factory=list)
     intents: List[IntentNote] = field(default_factory=list)
     age: float = 0.0

@@ -29,21 +29,20 @@ from tfctl.config.pool import Pool, load_pool
 from tfctl.controller.live import driver as live_driver
 from tfctl.controller.live.resubmit import recorded_config
 from tfctl.controller.live.spawn import relay, spawner
-from tfctl.controller.live.watcher import controller_of, controller_of_this_process
+from tfctl.controller.live.watcher import controller_gone, controller_of
 from tfctl.controller.queue.files import Look, driver_lock, ensure_driver, write_look
 from tfctl.controller.start.plan import drafted
 from tfctl.engine.clock import REAL_CLOCK, Clock
-from tfctl.engine.placement import Placed, Taken, TaskAsk
+from tfctl.engine.placement import Placed, TaskAsk, never_fits
 from tfctl.engine.queueing import Intent, Queued, Share, decide, yields
 from tfctl.errors import HostError, TfctlError
 from tfctl.runs import transitions
 from tfctl.runs.record import ControllerKind, RunRecord
 from tfctl.runs.store import RunStore
-from tfctl.supervisor.protocol import Holding, RunState
+from tfctl.supervisor.protocol import RunState
 from tfctl.supervisor.queue_records import AskNote, IntentNote, QueueNote, WaitingNote
 
 LOOK_EVERY = 0.5  # seconds between looks while runs wait
-INTENT_PATIENCE = 120.0  # a start still not running after this no longer holds its room here
 ASK_SILENT_EVERY = 5.0  # seconds between two tries of a host that did not answer
 ORPHANS_EVERY = 5.0  # seconds between looks for queued runs' watchers that died
 
@@ -152,11 +151,14 @@ class QueueDriver:
         return found
 
     def _settle_in_flight(self) -> None:
-        """A start whose run runs (its claims now show) or ended holds no room of its own."""
-        now = self.clock.time()
-        for run_id, flight in list(self.in_flight.items()):
+        """A start whose run ended, or whose watcher died, holds no room of its own (one whose
+        claims show is settled by the look: `_drive_pool`). No time limit: a start may sync
+        code and run `setup` for minutes before its tasks claim anything."""
+        for run_id in list(self.in_flight):
             record = self.store.load(run_id) if self.store.exists(run_id) else None
-            if record is None or record.state is not RunState.STARTING or now - flight.since > INTENT_PATIENCE:
+            if record is None or record.state is not RunState.STARTING:
+                del self.in_flight[run_id]
+            elif record.watcher is not None and controller_gone(record):
                 del self.in_flight[run_id]
 
     # -- one pool
@@ -165,14 +167,14 @@ class QueueDriver:
         notes = _waiting_notes(mine)
         looks = self._look(pool, notes)
         for run_id, flight in list(self.in_flight.items()):  # its tasks hold their claims now: those count
-            if flight.pool == str(pool.path) and all(_claimed(i, looks[h].held) for h, i in flight.intents.items()):
+            if flight.pool == str(pool.path) and all(
+                h in looks and pooling.claimed(i, looks[h].held) for h, i in flight.intents.items()
+            ):
                 del self.in_flight[run_id]
-        others = [n for v in looks.values() for n in v.queues if n.user != self.user]
-        queued = [w.queued for w in mine] + _their_queued(others)
-        taken = {
-            h: _taken_with(v.taken(), [i for i in self._intents_on(h, v.queues) if not _claimed(i, v.held)])
-            for h, v in looks.items()
-        }
+        others = [n for v in looks.values() for n in v.queues if n.store != self.store.store_id]
+        me = next((v.you for v in looks.values() if v.you), self.user)  # as the hosts name this user
+        queued = [dataclasses.replace(w.queued, user=me) for w in mine] + _their_queued(others, pool)
+        taken = {h: v.taken_now() for h, v in looks.items()}  # every start announced counts, this queue's too
         decision = decide(queued, pooling.offers(pool, looks), taken, _shares(looks), self.clock.time())
         ids = {w.record.run_id: w for w in mine}
         silent = sorted(f"{h} ({v.error})" for h, v in looks.items() if v.error is not None)
@@ -191,9 +193,8 @@ class QueueDriver:
         path = str(pool.path)
 
         def note(host: str) -> QueueNote:
-            return QueueNote(
-                self.user, waiting, [f.intents[host] for f in self.in_flight.values() if host in f.intents]
-            )
+            intents = [f.intents[host] for f in self.in_flight.values() if host in f.intents]
+            return QueueNote(self.user, store=self.store.store_id, waiting=waiting, intents=intents)
 
         looks = pooling.look(pool, agents=lambda host: self._agent(pool, host), note=note)
         now = self.clock.monotonic()
@@ -208,11 +209,6 @@ class QueueDriver:
                     agent.close()
         self.noted.add(path)
         return looks
-
-    def _intents_on(self, host: str, notes: tuple[QueueNote, ...]) -> list[IntentNote]:
-        """The starts announced on `host`: other users' (their notes there), and this driver's."""
-        theirs = [i for n in notes if n.user != self.user for i in n.intents]
-        return theirs + [f.intents[host] for f in self.in_flight.values() if host in f.intents]
 
     # -- starting one run
 
@@ -229,11 +225,14 @@ class QueueDriver:
         looks = self._look(pool, _waiting_notes([w for w in self.parsed.values() if w.record.pool == str(pool.path)]))
         offers = {o.host: o for o in pooling.offers(pool)}
         for host in intents:
-            seen = looks[host]
-            here = [i for n in seen.queues for i in n.intents]  # as written there: stamped by the host
-            mine = next((_intent(i) for i in here if i.run_id == record.run_id), None)
-            theirs = [_intent(i) for n in seen.queues if n.user != self.user for i in n.intents]
-            if seen.error is not None or mine is None or yields(mine, theirs, offers[host], seen.taken()):
+            seen = looks.get(host)
+            if seen is None or seen.error is not None:
+                del self.in_flight[record.run_id]
+                return f"{host} did not answer as the run was to start there: waits for the next look"
+            ours = [i for n in seen.queues if n.store == self.store.store_id for i in n.intents]
+            mine = next((_intent(i) for i in ours if i.run_id == record.run_id), None)  # as the host stamped it
+            others = [_intent(i) for i in seen.open_intents() if i.run_id != record.run_id]  # ours in flight too
+            if mine is None or yields(mine, others, offers[host], seen.taken()):
                 del self.in_flight[record.run_id]
                 return f"another run is starting on {host}: waits for the next look"
         try:
@@ -249,16 +248,20 @@ class QueueDriver:
         record = waiting.record
         config = pooling.placed_on(waiting.config, pool, placed)
         draft = drafted(config, self.store, record.run_id, None)
-        mine = controller_of_this_process(ControllerKind.WATCHER)  # until the watcher takes over
-        taken = transitions.apply(
-            self.store, record.run_id, transitions.take_from_queue(draft.record.replace(watcher=mine))
-        )
+        # No watcher until its process exists: a `down` in between ends the run, which its watcher
+        # then finds (and starts nothing); a driver killed in between leaves it to go back in line.
+        taken = transitions.apply(self.store, record.run_id, transitions.take_from_queue(draft.record))
         transitions.leave_queue(self.store, record.run_id)
         self.parsed.pop(record.run_id, None)
         if taken is None:  # cancelled in between
             del self.in_flight[record.run_id]
             return
-        started = spawner(self.store, False)(dataclasses.replace(draft, record=taken))
+        try:
+            started = spawner(self.store, False)(dataclasses.replace(draft, record=taken))
+        except OSError as e:
+            del self.in_flight[record.run_id]
+            self._end(taken, f"could not start its watcher: {e.strerror}")
+            return
         transitions.apply(
             self.store, record.run_id, transitions.take_control(controller_of(started.pid, ControllerKind.WATCHER))
         )
@@ -291,6 +294,10 @@ class QueueDriver:
             if record.pool is not None and record.active and record.state is not RunState.QUEUED:
                 if record.run_id in self.in_flight:
                     continue  # its watcher is being started right now
+                if transitions.apply(self.store, record.run_id, transitions.back_to_queue()) is not None:
+                    transitions.rejoin_queue(self.store, record.run_id)  # taken by a driver that died at once
+                    _say(f"run {record.run_id}: back in the queue (its start had not begun)")
+                    continue
                 note = live_driver.resume(self.store, record)
                 if note:
                     _say(note)
@@ -311,7 +318,8 @@ class QueueDriver:
     def _clear_note(self, path: str) -> None:
         try:
             pool = load_pool(Path(path))
-            pooling.look(pool, agents=lambda host: self._agent(pool, host), note=lambda _h: QueueNote(self.user))
+            gone = QueueNote(self.user, store=self.store.store_id)
+            pooling.look(pool, agents=lambda host: self._agent(pool, host), note=lambda _h: gone)
         except TfctlError:
             pass  # its notes run out by themselves (`claims.QUEUE_NOTE_TTL`)
         self.noted.discard(path)
@@ -337,29 +345,18 @@ def _waiting_notes(mine: list[Waiting]) -> list[WaitingNote]:
     ]
 
 
-def _their_queued(others: list[QueueNote]) -> list[Queued]:
-    """Other users' waiting runs, once each (every host of the pool holds the same note)."""
+def _their_queued(others: list[QueueNote], pool: Pool) -> list[Queued]:
+    """Other queues' waiting runs, once each (every host of the pool holds the same note), but
+    for those that could never fit this pool (a note on a host of another pool too): they would
+    block this queue's order once they waited their patience, for a room it never has."""
+    offers = pooling.offers(pool)
     seen: dict[str, Queued] = {}
     for note in others:
         for w in note.waiting:
             asks = tuple(TaskAsk(a.task, a.gpus, a.cpus) for a in w.asks)
-            seen.setdefault(w.run_id, Queued(w.run_id, note.user, w.submitted_at, asks, w.priority, w.how))
+            if w.run_id not in seen and never_fits(asks, offers, w.how) is None:
+                seen[w.run_id] = Queued(w.run_id, note.user, w.submitted_at, asks, w.priority, w.how)
     return list(seen.values())
-
-
-def _claimed(intent: IntentNote, held: tuple[Holding, ...]) -> bool:
-    """Whether the intent's run holds on the host what it announced: its claims then count for
-    it, and the intent no more (counted twice, a host would look fuller than it is)."""
-    gpus = {int(h.resource[4:]) for h in held if h.run_id == intent.run_id and h.resource.startswith("gpu-")}
-    tasks = {h.task for h in held if h.run_id == intent.run_id}
-    return set(intent.gpus) <= gpus and len(tasks) >= intent.tasks
-
-
-def _taken_with(taken: Taken, intents: list[IntentNote]) -> Taken:
-    """What a host has taken, with the room of the starts announced there counted as taken."""
-    for i in intents:
-        taken = Taken(taken.gpus | frozenset(i.gpus), taken.cpus + i.cpus, taken.tasks + i.tasks)
-    return taken
 
 
 def _shares(looks: Mapping[str, pooling.HostLook]) -> dict[str, Share]:

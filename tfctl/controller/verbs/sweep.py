@@ -26,6 +26,7 @@ from tfctl.engine.sweeping import TrialSeen, TrialState
 from tfctl.errors import ConfigError, ConfigProblem, TfctlError, UsageError
 from tfctl.runs.record import Controller, RunRecord, params_text
 from tfctl.runs.sweeps import SweepRecord, SweepState, SweepStore, new_sweep_id
+from tfctl.supervisor.states import RunState
 
 STOP_PATIENCE = 30.0  # seconds `down --sweep` waits for the driver it signalled to stop its trials
 
@@ -297,7 +298,9 @@ def stop(sweeps: SweepStore, sweep: SweepRecord, now: float) -> list[tuple[RunRe
         sweep = sweep.replace(state=SweepState.STOPPED, ended_at=now, reason="tfctl down --sweep")
         sweeps.save(sweep)
     stopped: list[tuple[RunRecord, StopReport | None]] = []
-    for run in running + [r for a in sweeps.trial_runs(sweep).values() for r in a if r.active and r not in running]:
+    every = running + [r for a in sweeps.trial_runs(sweep).values() for r in a if r.active and r not in running]
+    # Those waiting in a queue first: a GPU the others free must not start one of them meanwhile.
+    for run in sorted(every, key=lambda r: r.state is not RunState.QUEUED):
         record = sweeps.runs.load(run.run_id)
         report = down(sweeps.runs, record, None)[0] if record.active else None
         stopped.append((sweeps.runs.load(run.run_id), report))
