@@ -60,7 +60,7 @@ def cli(cluster_file: Path | None, trace_file: Path | None) -> None:
     # `cluster_file` is read by each verb from the parsed parameters (`common.named_file`).
     if trace_file is not None:
         os.environ["TFCTL_TRACE"] = str(trace_file.resolve())  # the detached watcher inherits it
-    if click.get_current_context().invoked_subcommand != "_queue":
+    if click.get_current_context().invoked_subcommand not in ("_queue", "queue"):  # (`queue` does, and says so)
         _bring_back_the_queue()
 
 
