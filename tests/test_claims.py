@@ -4,6 +4,7 @@ with the last process that holds them, visible to every user and takeable by non
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -76,7 +77,7 @@ def test_a_claim_is_exclusive_and_freed_when_its_holder_dies(shared: Path) -> No
     first = Claimant(ClaimAsk(gpus=[1, 0]), "r1")
     assert first.said == "held gpu-0 gpu-1"
     second = Claimant(ClaimAsk(gpus=[1]), "r2")
-    assert second.said == "taken: GPU 1 is held by run r1 (task worker:0) of user root"
+    assert second.said == f"taken: GPU 1 is held by run r1 (task worker:0) of user {pwd.getpwuid(os.getuid()).pw_name}"
     second.end()
     assert [(h.resource, h.run_id, h.pid) for h in claims.holdings()] == [
         ("gpu-0", "r1", first.process.pid),
