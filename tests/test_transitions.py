@@ -11,7 +11,7 @@ import pytest
 from tests.fakes import record_of
 from tfctl.cluster.cluster import Cluster
 from tfctl.runs import transitions
-from tfctl.runs.record import AllocationEnd, Controller, ControllerKind, HostSpec, Move, RunRecord
+from tfctl.runs.record import AllocationEnd, Controller, ControllerKind, HostSpec, Move, RunRecord, TrackerRun
 from tfctl.runs.store import RunStore
 from tfctl.runs.transitions import Transition
 from tfctl.supervisor.protocol import RunState
@@ -20,6 +20,7 @@ from tfctl.transport.specs import SSHSpec
 TFCTL = Path(__file__).resolve().parent.parent / "tfctl"
 STOPPED, FAILED, SUCCEEDED = RunState.STOPPED, RunState.FAILED, RunState.SUCCEEDED
 NEW_HOST = HostSpec("n1", None, "~/.tfctl", SSHSpec())
+LINK = TrackerRun("mlflow", "r1", uri="http://127.0.0.1:5000")
 LOST = HostSpec("h2", None, "~/.tfctl", SSHSpec())
 
 
@@ -57,6 +58,12 @@ TABLE = [
     (transitions.record_stop(True, (), {"wall": 1}), lambda r: r.left_nothing and r.accounting == {"wall": 1}, True),
     (transitions.record_accounting({"wall": 2}), lambda r: r.accounting == {"wall": 2}, True),
     (transitions.settle_scheduler_figures("slurm", {"cpu": 1}), lambda r: r.accounting == {"slurm": {"cpu": 1}}, True),
+    (transitions.link_trackers((LINK,)), lambda r: r.tracking == (LINK,), False),
+    (
+        transitions.tracking_missed({"mlflow": ("the report",)}),
+        lambda r: r.tracking == () or r.tracking[0].missed == ("the report",),
+        True,
+    ),
 ]
 
 
@@ -121,8 +128,32 @@ def test_a_queued_run_is_started_or_cancelled_once(steps: list[Transition], took
     assert START.on(running()) is None and CANCEL.on(ended()) is None  # only a queued run
 
 
+# Who tells a run's tracker runs of its end: the first of its controller and a `down` to get there,
+# once the end is recorded; never a run still going.
+CLOSE = transitions.close_trackers()
+CLOSES = [
+    ("a running run", running().replace(tracking=(LINK,)), [False]),
+    ("an ended run", ended().replace(tracking=(LINK,)), [True]),
+    ("an ended run, two closers", ended().replace(tracking=(LINK,)), [True, False]),
+    ("an ended run without trackers", ended(), [False]),
+    ("an ended run already told", ended().replace(tracking=(LINK.replace(closed=True),)), [False]),
+]
+
+
+@pytest.mark.parametrize("record, took", [c[1:] for c in CLOSES], ids=[c[0] for c in CLOSES])
+def test_an_ended_runs_trackers_are_told_once(record: RunRecord, took: list[bool]) -> None:
+    taken = []
+    for _ in took:
+        after = CLOSE.on(record)
+        taken.append(after is not None)
+        record = after or record
+    assert taken == took
+    if any(took):
+        assert all(link.closed for link in record.tracking)
+
+
 def test_every_transition_is_in_the_table() -> None:
-    made = {t.name for t, _m, _e in TABLE} | {START.name, CANCEL.name, BACK.name}
+    made = {t.name for t, _m, _e in TABLE} | {START.name, CANCEL.name, BACK.name, CLOSE.name}
     named = {
         node.args[0].value
         for node in ast.walk(ast.parse((TFCTL / "runs" / "transitions.py").read_text()))

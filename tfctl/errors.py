@@ -82,3 +82,7 @@ class StartupError(TfctlError):
 
 class BackendError(TfctlError):
     """The backend refused, lost or ended what it held for the run (a scheduler's allocation)."""
+
+
+class TrackingError(TfctlError):
+    """The experiment tracker did not answer or refused: said once, never the run's failure."""

@@ -42,6 +42,7 @@ TOPICS = [
         ("tfctl.cluster.pooling", "tfctl.controller.verbs.pool", "tfctl.config.pool"),
         ("hands it out", "which lets tasks run on"),
     ),
+    ("Experiment tracking (`tracking:`)", ("tfctl.tracking", "tfctl.controller.live.tracked"), ()),
     ("Sweeps (`sweep`, `down --sweep`)", ("tfctl.controller.verbs.sweep", "tfctl.runs.sweeps", "tfctl.cli.sweep"), ()),
     (
         "Starting a run (`up`)",

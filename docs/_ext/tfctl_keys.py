@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tfctl.config import container, fields, key_docs, kubernetes, pool_keys, ssh_hosts, sweep_keys
+from tfctl.config import container, fields, key_docs, kubernetes, pool_keys, ssh_hosts, sweep_keys, tracking_keys
 from tfctl.config.base import Section
 from tfctl.config.model import ClusterConfig, HostConfig, Job, RestartPolicy, SSHSettings
 from tfctl.registry import backends
@@ -56,6 +56,7 @@ def documented() -> dict[str, str]:
         **container.KEY_DOCS,
         **sweep_keys.KEY_DOCS,
         **pool_keys.KEY_DOCS,
+        **tracking_keys.KEY_DOCS,
     }
     for name in backends.names():
         docs.update(getattr(backends.settings(name), "KEY_DOCS", {}))
@@ -91,8 +92,16 @@ def _keys() -> Iterator[tuple[str, Any]]:
                 is_ssh = host_key == "ssh" or host_key not in {f.name for f in dataclasses.fields(HostConfig)}
                 yield f"{HOST}.{host_key}", SSHSettings if is_ssh else HostConfig
         elif isinstance(validator, Section):
-            build = validator.build
-            yield from ((f"{key}.{k}", build if dataclasses.is_dataclass(build) else None) for k in validator.fields)
+            yield from _section_keys(key, validator)
+
+
+def _section_keys(path: str, section: Section) -> Iterator[tuple[str, Any]]:
+    """A section's keys, and those of the sections in it (`tracking.mlflow.uri`)."""
+    build = section.build if dataclasses.is_dataclass(section.build) else None
+    for key, validator in section.fields.items():
+        yield f"{path}.{key}", build
+        if isinstance(validator, Section):
+            yield from _section_keys(f"{path}.{key}", validator)
 
 
 def _type_and_default(path: str, owner: Any) -> tuple[str, str]:

@@ -74,11 +74,12 @@ def sweep(
     trial) and start a driver process that runs them, at most `max_parallel` at once (default:
     the file's); returns at once. A trial that cannot start is refused here (`ConfigError`)."""
     from tfctl.config.params import text_of
+    from tfctl.controller.live.tracked import say_to_stderr
     from tfctl.controller.verbs import sweep as verbs
 
     sweeps = SweepStore(RunStore(None if home is None else Path(home)))
     given = {name: (value, text_of(value)) for name, value in (params or {}).items()}
-    record = verbs.create(sweeps, Path(cluster), given, max_parallel, time.time())
+    record = verbs.create(sweeps, Path(cluster), given, max_parallel, time.time(), say_to_stderr)
     spawn_driver(sweeps, record, resuming=False)
     return Sweep(record.sweep_id, sweeps.runs.home)
 

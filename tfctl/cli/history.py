@@ -112,6 +112,7 @@ def _record_json(r: RunRecord) -> dict[str, object]:
         "accounting": r.accounting,  # what it cost, as its hosts counted when it was stopped
         "result": r.result,  # its final evaluation's numbers, read when it was stopped (null: not yet)
         "params": r.params,  # the cluster file's `params:` as the run had them
+        "tracking": r.tracking_json(),  # its experiment tracker runs (`tracking:`)
     }
 
 

@@ -72,7 +72,14 @@ def sweep(
             raise UsageError("--resume drives the sweep as it was made", hint="drop --set and --max-parallel")
         record = sweeps.resolve(resume, str(path.resolve()))
     else:
-        record = verbs.create(sweeps, path, overrides(assignments), max_parallel, now)
+        record = verbs.create(
+            sweeps,
+            path,
+            overrides(assignments),
+            max_parallel,
+            now,
+            lambda line: console.err().print(line, markup=False),
+        )
     err = console.err()
     err.print(
         f"sweep {record.sweep_id}: {len(record.trials)} trials, {record.max_parallel} at a time"

@@ -61,6 +61,7 @@ from tfctl.config.model import (
 )
 from tfctl.config.ssh_hosts import _hosts, _ssh
 from tfctl.config.sweep_keys import _sweep
+from tfctl.config.tracking_keys import tracking
 from tfctl.registry import backends
 
 RESERVED_ENV = ("TF_CONFIG", "TFCTL_RUN_ID", "TFCTL_TASK", "TFCTL_RUN_DIR")
@@ -531,6 +532,7 @@ TOP_KEYS: dict[str, Validator] = {
     "kubernetes": _kubernetes,
     "container": _container,
     "sweep": _sweep,
+    "tracking": tracking,
     **pool_keys.TOP_KEYS,
     "params": lambda _doc, _key, value: MappingProxyType(dict(value)),  # checked and put in (`params.py`)
 }

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from tfctl.config import bounded, pool_keys
+from tfctl.config import bounded, pool_keys, tracking_keys
 from tfctl.config.fields import COMMAND_EXAMPLE, INVALID, PORT, REQUIRED, Doc, top_keys, type_error, unknown_key
 from tfctl.config.model import JOB_NAMES, ClusterConfig
 from tfctl.config.params import put_in
@@ -216,6 +216,7 @@ def _build(doc: Doc, root: dict[str, Any]) -> ClusterConfig | None:
     _check_device_env(doc, values)
     _check_host_names(doc, values, root)
     _check_on_stall(doc, values)
+    tracking_keys.check_env(doc, values)
     check_names(doc, values.get("sweep"), values.get("params"))
     pool_keys.check(doc, root)
     if doc.problems:

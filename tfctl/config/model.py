@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from tfctl.config.devices import DeviceAsk
 from tfctl.config.sweep import SweepSpec, TrialOf
+from tfctl.config.tracking import TrackingSettings
 
 # Order matters: it is the order jobs appear in TF_CONFIG, tables and start phases.
 JOB_NAMES = ("chief", "ps", "worker", "evaluator")
@@ -230,6 +231,7 @@ class ClusterConfig:
     setup: tuple[str, ...] = ()
     # Shell commands run on this machine on the run's events (`controller/live/notify.py`).
     notify: tuple[str, ...] = ()
+    tracking: TrackingSettings | None = None  # the experiment tracker its runs log into (`tfctl/tracking/`)
     backend: str = "ssh"  # which backend runs the tasks (`tfctl.registry.backends`)
     backend_settings: Any = None  # that backend's own section, as its `settings` module read it
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)

@@ -138,6 +138,28 @@ class Placement(Wire):
 
 
 @record
+class TrackerRun(Wire):
+    """The experiment tracker's run a tfctl run logs into (`tfctl/tracking/`): made at its first
+    start, taken on by `--resume` and every new allocation, so the run's whole life is one."""
+
+    TUPLES: ClassVar[tuple[str, ...]] = ("missed",)
+
+    kind: str  # the tracker: `mlflow` or `wandb` (`tracking.trackers`)
+    run_id: str  # the tracker's own id of it
+    url: str = ""  # where a person sees it ("" where the tracker has no page: W&B offline)
+    uri: str = ""  # the server it is kept on (MLflow)
+    experiment: str = ""  # MLflow's experiment name, W&B's project
+    experiment_id: str = ""
+    artifacts: str = ""  # MLflow's artifact location of the run
+    group: str = ""  # W&B's group: the sweep, else the cluster
+    entity: str = ""
+    mode: str = ""  # W&B's WANDB_MODE ("": its default)
+    parent: str = ""  # the sweep's run it is nested in (MLflow)
+    closed: bool = False  # told of the run's end (once, by whoever recorded it first)
+    missed: tuple[str, ...] = ()  # what of the end could not be logged, in words
+
+
+@record
 class AllocationEnd(Wire):
     """An allocation the run outlived: its scheduler ended it (time limit, preemption) and the
     run went on in a new one."""
@@ -188,6 +210,7 @@ class RunRecord(Wire):
         "moves": ("tuple", Move),
         "allocations": ("tuple", AllocationEnd),
         "placement": ("tuple", Placement),
+        "tracking": ("tuple", TrackerRun),
     }
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": RunState}
     TUPLES: ClassVar[tuple[str, ...]] = ("decisive", "essential", "notify", "spares")
@@ -237,6 +260,7 @@ class RunRecord(Wire):
     pool: str | None = None  # the pool file its queue places it on (`submit`); None: not queued
     placement: tuple[Placement, ...] = ()  # where its pool placed its tasks; () for listed hosts
     stopping_since: float | None = None  # a `down` began stopping it then: its end is the down's to record
+    tracking: tuple[TrackerRun, ...] = ()  # the tracker runs it logs into (`tracking:`); () when off
 
     @property
     def trial_of(self) -> tuple[str | None, int | None]:
@@ -247,6 +271,17 @@ class RunRecord(Wire):
     def params_text(self) -> str:
         """`lr=0.01 batch=64`: the parameters it ran with, as `--set` gives them ("" for none)."""
         return params_text(self.params)
+
+    def tracking_json(self) -> list[dict[str, Any]]:
+        """Its tracker runs as `status --json` and `runs --json` give them."""
+        return [
+            {"tracker": t.kind, "run_id": t.run_id, "url": t.url or None, "missed": list(t.missed)}
+            for t in self.tracking
+        ]
+
+    def tracking_text(self) -> str:
+        """`mlflow http://...`: where its tracker runs are ("" when it has none)."""
+        return "  ".join(f"{t.kind} {t.url or t.run_id}" for t in self.tracking if t.url or t.run_id)
 
     def allocation_text(self) -> str | None:
         """`allocation 2 of 3 (1st ended: TIMEOUT at 12:03)`; None for a run that cannot move."""

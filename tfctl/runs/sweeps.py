@@ -17,7 +17,7 @@ import tempfile
 from typing import Any, ClassVar, Mapping
 
 from tfctl.errors import TfctlError, UsageError
-from tfctl.runs.record import Controller, RunRecord
+from tfctl.runs.record import Controller, RunRecord, TrackerRun
 from tfctl.runs.store import RunStore, new_run_id
 from tfctl.supervisor.records import Wire, field, record
 
@@ -43,7 +43,7 @@ class SweepState(str, enum.Enum):
 class SweepRecord(Wire):
     """One sweep."""
 
-    NESTED: ClassVar[Mapping[str, Any]] = {"driver": ("one", Controller)}
+    NESTED: ClassVar[Mapping[str, Any]] = {"driver": ("one", Controller), "tracking": ("tuple", TrackerRun)}
     ENUMS: ClassVar[Mapping[str, Any]] = {"state": SweepState}
     TUPLES: ClassVar[tuple[str, ...]] = ("trials",)
 
@@ -61,6 +61,7 @@ class SweepRecord(Wire):
     ended_at: float | None = None
     reason: str | None = None
     resumed_at: float | None = None  # its newest `sweep --resume`: trials stopped before it start again
+    tracking: tuple[TrackerRun, ...] = ()  # the tracker runs its trials' runs are nested in (`tracking:`)
 
 
 def new_sweep_id(cluster_name: str, now: float | None = None) -> str:

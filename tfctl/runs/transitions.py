@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from tfctl.errors import UsageError
-from tfctl.runs.record import AllocationEnd, Controller, HostSpec, Move, RunRecord, TaskSpec
+from tfctl.runs.record import AllocationEnd, Controller, HostSpec, Move, RunRecord, TaskSpec, TrackerRun
 from tfctl.runs.store import CLUSTER_FILE, RunStore
 from tfctl.supervisor.protocol import RunState
 
@@ -31,10 +31,13 @@ class Guard(enum.Enum):
     RECORDED = "recorded"  # any run still recorded, ended or not (figures kept after the stop)
     QUEUED = "queued"  # a run still waiting in its queue: of a start and a cancel, the first holds
     UNSTARTED = "unstarted"  # taken from its queue, no watcher ever given it: nothing of it runs
+    TRACKER_OPEN = "tracker open"  # ended, its tracker runs not told yet: of two who would tell, the first does
 
     def admits(self, record: RunRecord) -> bool:
         if self is Guard.QUEUED:
             return record.state is RunState.QUEUED
+        if self is Guard.TRACKER_OPEN:
+            return record.state.is_final and any(not link.closed for link in record.tracking)
         if self is Guard.UNSTARTED:
             return record.state is RunState.STARTING and record.watcher is None and record.pool is not None
         return record.active or self is Guard.RECORDED
@@ -256,6 +259,29 @@ def record_stop(
         "record the stop",
         Guard.RECORDED,
         lambda r: r.replace(left_nothing=left_nothing, lost_hosts=lost_hosts, accounting=accounting, result=kept),
+    )
+
+
+def link_trackers(links: tuple[TrackerRun, ...]) -> Transition:
+    """The tracker runs the run logs into, made or taken on at its start."""
+    return Transition("link trackers", Guard.ACTIVE, lambda r: r.replace(tracking=tuple(links)))
+
+
+def close_trackers() -> Transition:
+    """The ended run's tracker runs are being told of its end: by this caller alone."""
+    return Transition(
+        "close trackers",
+        Guard.TRACKER_OPEN,
+        lambda r: r.replace(tracking=tuple(link.replace(closed=True) for link in r.tracking)),
+    )
+
+
+def tracking_missed(missed: Mapping[str, tuple[str, ...]]) -> Transition:
+    """What each tracker (by kind) could not be told of the end."""
+    return Transition(
+        "record what trackers missed",
+        Guard.RECORDED,
+        lambda r: r.replace(tracking=tuple(link.replace(missed=missed.get(link.kind, ())) for link in r.tracking)),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Mapping
 from tfctl.cluster.control import Phase
 from tfctl.config.devices import DeviceAsk, DeviceError, HostDevices, Placement, enough_for, place
 from tfctl.config.model import ClusterConfig, ContainerSettings
+from tfctl.config.tracking import CHIEF_ENV
 from tfctl.runs.record import RestartSpec, TaskSpec
 from tfctl.supervisor.protocol import ClaimAsk, ContainerLaunch
 from tfctl.transport.base import shell_path
@@ -131,17 +132,21 @@ def plan_tasks(
     python_for: dict[str, str],
     cwd_for: dict[str, str],
     devices: Mapping[str, HostDevices] | None = None,
+    tracker_env: Mapping[str, str] | None = None,
 ) -> list[TaskSpec]:
     """Every task of the cluster with its rendered command and environment, and its devices.
 
     `python_for` and `cwd_for` map host -> interpreter and working directory on that host;
-    `devices` what each host has (from preflight), else just what its tasks ask for. Raises
-    DeviceError when tasks ask a host for more than it has.
+    `devices` what each host has (from preflight), else just what its tasks ask for;
+    `tracker_env` what every task is told of its tracker runs (with `tracking:` on, each task is
+    also told whether it is the chief, the one that logs). Raises DeviceError when tasks ask a
+    host for more than it has.
     """
     asks = config.device_asks()
     if config.claims:
         asks, devices = claimed_devices(config, asks, devices)
     placement = place(asks, devices if devices is not None else enough_for(asks))
+    chief = chief_task(config)
     tasks = []
     for job, index, address in config.tasks():
         placed = placement[f"{job}:{index}"]
@@ -149,6 +154,8 @@ def plan_tasks(
         python = python_for[address.host] if box is None else box.python
         values = placeholder_values(config, job, index, python, run_id)
         own = render_env(config.env_for(job), {**values, "gpus": ",".join(map(str, placed.gpus or ()))})
+        if config.tracking is not None:
+            own.update({**(tracker_env or {}), CHIEF_ENV: "1" if f"{job}:{index}" == chief else "0"})
         tasks.append(
             TaskSpec(
                 job=job,
@@ -278,12 +285,17 @@ def start_phases(tasks: list[TaskSpec], order: str) -> list[Phase]:
     return phases
 
 
+def chief_task(config: ClusterConfig) -> str:
+    """The task TF makes the chief: `chief:0`, else worker 0 (the one that saves, and logs)."""
+    return "chief:0" if "chief" in config.jobs else "worker:0"
+
+
 def decisive_tasks(config: ClusterConfig) -> list[str]:
     """Tasks whose success means the job is done: the chief (or worker 0), or all workers."""
     if config.success_policy == "all_workers":
         names = [f"worker:{i}" for i in range(len(config.jobs["worker"].addresses))] if "worker" in config.jobs else []
         return (["chief:0"] if "chief" in config.jobs else []) + names
-    return ["chief:0"] if "chief" in config.jobs else ["worker:0"]
+    return [chief_task(config)]
 
 
 def essential_tasks(tasks: list[TaskSpec]) -> list[str]:

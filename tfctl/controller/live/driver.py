@@ -21,6 +21,7 @@ from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.resubmit import carry_on
 from tfctl.controller.live.spares import Mover
 from tfctl.controller.live.stopping import stop_run
+from tfctl.controller.live.tracked import close_trackers, say_to_stderr
 from tfctl.controller.live.watcher import Report, controller_of_this_process
 from tfctl.controller.start.plan import Draft
 from tfctl.engine.clock import Cancel
@@ -68,12 +69,15 @@ def finish(
     ended_at = backend_for(cluster.record.backend).clock.time()
     record = cluster.apply(store, transitions.end_if_active(outcome.state, outcome.reason, ended_at))
     if record is None:
+        close_trackers(store, cluster.record.run_id, say_to_stderr)
         return Ending(outcome, report, cluster.record, backend)
     if notifier is not None:
         notifier.tell(record, Notify.of_end(outcome))
+        close_trackers(store, record.run_id, say_to_stderr)
     else:
         with Notifier.of(record) as own:
             own.tell(record, Notify.of_end(outcome))
+            close_trackers(store, record.run_id, say_to_stderr)
     return Ending(outcome, report, record, backend)
 
 

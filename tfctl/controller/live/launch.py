@@ -20,6 +20,7 @@ from tfctl.config.devices import gpu_hosts
 from tfctl.config.model import ClusterConfig
 from tfctl.controller.live.notify import Notifier
 from tfctl.controller.live.stopping import release
+from tfctl.controller.live.tracked import close_trackers, open_trackers
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.start.plan import Draft, Plan, make_plan, remote_workdir
 from tfctl.controller.start.preflight import preflight
@@ -151,6 +152,8 @@ def _start(
         # Planned once, here: on the devices the hosts have (a backend that places devices itself
         # gets what the tasks ask for, and its scheduler hands them out).
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
+        open_trackers(store, cluster, config, progress)  # before the plan: the tasks are told of them
+        record = cluster.record
         plan = make_plan(Draft(config, record), devices)
         versions = {
             "tfctl": metadata.version("tfctl"),
@@ -185,11 +188,11 @@ def _start(
             picked = {}
         control.start(cluster, plan.phases, plan.startup_timeout, progress, again)
     except KeyboardInterrupt:  # Ctrl-C, or a `down` (through its watcher): the record says so
-        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", touched=True)
+        _end_if_active(store, record.run_id, RunState.STOPPED, "interrupted during start", True, progress)
         raise
     except TfctlError as e:
         touched = touched or record.priority is not None  # a queued run's id was given out at submit: kept
-        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched)
+        _end_if_active(store, record.run_id, RunState.FAILED, e.message.splitlines()[0], touched, progress)
         if not touched:  # its id was printed as the start began, but `runs` will never show it
             e.message += f"\nrun {record.run_id} not kept: nothing was started"
         raise
@@ -212,11 +215,15 @@ def pick_ports(cluster: Cluster, config: ClusterConfig, progress: Progress) -> d
     return picked
 
 
-def _end_if_active(store: RunStore, run_id: str, state: RunState, reason: str, touched: bool) -> None:
+def _end_if_active(
+    store: RunStore, run_id: str, state: RunState, reason: str, touched: bool, progress: Progress
+) -> None:
+    """The failed start recorded (a `down` ending it meanwhile keeps its own reason), its tracker
+    runs told; forgotten if nothing of it was put on a host."""
+    transitions.apply(store, run_id, transitions.end_if_active(state, reason, time.time()))
+    close_trackers(store, run_id, lambda line: progress("warning", line))
     if not touched:
         transitions.forget(store, run_id)
-    else:  # a `down` ending it meanwhile keeps its own reason
-        transitions.apply(store, run_id, transitions.end_if_active(state, reason, time.time()))
 
 
 def _tell_failed_start(store: RunStore, record: RunRecord, error: BaseException) -> None:

@@ -24,6 +24,7 @@ from tfctl.controller.live.launch import start_again
 from tfctl.controller.live.notify import Notifier
 from tfctl.controller.live.restarting import Restarting
 from tfctl.controller.live.stopping import release
+from tfctl.controller.live.tracked import close_trackers, say_to_stderr
 from tfctl.controller.live.watcher import controller_lives, controller_of_this_process
 from tfctl.controller.start.plan import Draft, drafted
 from tfctl.engine import resubmission
@@ -100,6 +101,7 @@ def take_up(store: RunStore, run_id: str, progress: Progress) -> Cluster | Outco
         if ended is not None:
             with Notifier.of(ended) as notifier:
                 notifier.tell(ended, Notify.of_end(Outcome(ended.state, decision.outcome.reason)))
+        close_trackers(store, run_id, say_to_stderr)
         return decision.outcome
     moved = _into_new_allocation(store, record, recorded_config(store, record), decision, None, progress)
     if isinstance(moved, Finish):

@@ -21,6 +21,7 @@ from tfctl.controller.start.setup_commands import Setup, plan_setup
 from tfctl.runs.record import HostSpec, Placement, ProgressSpec, RunRecord
 from tfctl.runs.store import RunStore
 from tfctl.tf import tasks as tf_cluster
+from tfctl.tracking import registry
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def make_plan(draft: Draft, devices: Mapping[str, HostDevices] | None = None) ->
     phases, sync and setup. Raises DeviceError when tasks ask a host for more than it has."""
     config, record = draft.config, draft.record
     python_for, cwd_for = _python_and_cwd(config, record.run_id, record.hosts)
-    tasks = tf_cluster.plan_tasks(config, record.run_id, python_for, cwd_for, devices)
+    tracker_env = registry.task_env(record.tracking)
+    tasks = tf_cluster.plan_tasks(config, record.run_id, python_for, cwd_for, devices, tracker_env)
     record = record.replace(
         tasks=tuple(tasks),
         essential=tuple(tf_cluster.essential_tasks(tasks)) if config.fail_on_ps_exit else (),

@@ -13,6 +13,7 @@ from tfctl.cluster.answers import StopReport
 from tfctl.cluster.cluster import Cluster
 from tfctl.cluster.group import fan_out
 from tfctl.controller.live.stopping import release, stop_run
+from tfctl.controller.live.tracked import close_trackers, say_to_stderr
 from tfctl.controller.live.watcher import controller_elsewhere, stop_watcher, wait_gone
 from tfctl.runs import transitions
 from tfctl.runs.record import HostSpec, RunRecord
@@ -53,6 +54,7 @@ def down(store: RunStore, record: RunRecord, grace: float | None) -> tuple[StopR
     with Cluster(record) as cluster:
         report, released = stop_run(store, cluster, grace)
     transitions.apply(store, record.run_id, transitions.end_if_active(RunState.STOPPED, "tfctl down", time.time()))
+    close_trackers(store, record.run_id, say_to_stderr)
     return report, released
 
 

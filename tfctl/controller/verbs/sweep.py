@@ -20,6 +20,7 @@ from tfctl.cluster.answers import StopReport
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import CHOSEN_AT_START, ClusterConfig
 from tfctl.config.sweep import TrialOf
+from tfctl.controller.live import tracked
 from tfctl.engine import sweeping
 from tfctl.engine.clock import Cancel, Clock
 from tfctl.engine.sweeping import TrialSeen, TrialState
@@ -75,11 +76,17 @@ class TrialResult:
 
 
 def create(
-    sweeps: SweepStore, path: Path, given: Mapping[str, Any], max_parallel: int | None, now: float
+    sweeps: SweepStore,
+    path: Path,
+    given: Mapping[str, Any],
+    max_parallel: int | None,
+    now: float,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> SweepRecord:
     """A new sweep of the cluster file at `path` (`given`: `--set` values over its `params:` for
     every trial), its trials made and each checked as `up` would check its run, so a trial
-    that cannot start is refused here, before any other starts."""
+    that cannot start is refused here, before any other starts. With `tracking:` on, the runs
+    its trials' runs nest in are made (`say` hears of them, and of a tracker that refused)."""
     config = load_config(path, given)
     spec = config.sweep
     if spec is None:
@@ -116,8 +123,9 @@ def create(
                     for p in e.problems
                 ]
             ) from None
+    sweep_id = new_sweep_id(config.name, now)
     sweep = SweepRecord(
-        sweep_id=new_sweep_id(config.name, now),
+        sweep_id=sweep_id,
         cluster_name=config.name,
         cluster_file=str(path.resolve()),
         created_at=now,
@@ -125,6 +133,7 @@ def create(
         overrides=texts,
         max_parallel=parallel,
         retries=spec.retries,
+        tracking=tracked.open_sweep(config, sweep_id, now, say) if config.tracking else (),
     )
     sweeps.create(sweep, config.source)
     return sweep
@@ -261,6 +270,7 @@ def _ended(sweeps: SweepStore, sweep: SweepRecord, states: tuple[TrialState, ...
         sweep = sweep.replace(state=SweepState.DONE, ended_at=now, reason=reason)
     sweep = sweep.replace(driver=None)
     sweeps.save(sweep)
+    tracked.close_sweep(sweep.tracking, sweep.state.value, sweep.ended_at or now, tracked.say_to_stderr)
     return sweep
 
 
@@ -297,6 +307,7 @@ def stop(sweeps: SweepStore, sweep: SweepRecord, now: float) -> list[tuple[RunRe
     if sweep.state is SweepState.RUNNING:
         sweep = sweep.replace(state=SweepState.STOPPED, ended_at=now, reason="tfctl down --sweep")
         sweeps.save(sweep)
+        tracked.close_sweep(sweep.tracking, sweep.state.value, now, tracked.say_to_stderr)
     stopped: list[tuple[RunRecord, StopReport | None]] = []
     every = running + [r for a in sweeps.trial_runs(sweep).values() for r in a if r.active and r not in running]
     # Those waiting in a queue first: a GPU the others free must not start one of them meanwhile.

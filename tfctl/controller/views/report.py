@@ -82,6 +82,7 @@ class TaskReport:
     diagnosis: tuple[str, str] | None = None  # (cause, fix)
     last_line: str = ""
     metrics: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()  # (name, (time, value)...): loss, ...
+    metric_steps: tuple[tuple[str, tuple[int | None, ...]], ...] = ()  # (name, the step of each point of `metrics`)
     note: str = ""  # what its peers' progress says of it: "never logged a training step, while ..."
     tail: tuple[str, ...] = ()  # its last lines, for a task that failed or may not have trained
     cost: TaskCost | None = None
@@ -111,6 +112,7 @@ class RunReport:
     result: dict[str, Metric] = field(default_factory=dict)  # its final evaluation's numbers (`tf.results`)
     local: bool = False  # every host is this machine, reached without the backend's transport
     params: str = ""  # the parameters it ran with: `lr=0.01 batch=64`
+    tracking: str = ""  # its tracker runs: `mlflow http://...`
 
 
 def text(value: object) -> str:
@@ -195,6 +197,7 @@ def facts(run: RunReport) -> str:
         ("backend", f"localhost (every task on this machine; backend {run.backend})" if run.local else run.backend),
         ("state", run.state + (f": {run.reason}" if run.reason else "")),
         *([("params", run.params)] if run.params else []),
+        *([("tracking", run.tracking)] if run.tracking else []),
         ("result", result_text(run.result) or "no final evaluation line found (see metrics: in the README)"),
         ("started", clock(run.started_at)),
         ("ended", clock(run.ended_at) if run.ended_at else "not yet"),

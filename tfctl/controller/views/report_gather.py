@@ -112,6 +112,7 @@ def gather(cluster: Cluster) -> RunReport:
         scheduler_cost=scheduler_cost(record),
         result=progress.results.read(statuses) or kept_result(record.result),
         params=record.params_text(),
+        tracking=record.tracking_text(),
     )
 
 
@@ -199,7 +200,8 @@ def task_report(
     listened = [m.time for m in s.marks if m.text and re.search(SERVER_STARTED, m.text)]
     steps = [m for m in s.marks if not re.search(SERVER_STARTED, m.text)]
     samples, _, _ = reader.samples(steps)
-    curves = {name: [(t, value) for t, _, value in points] for name, points in model_numbers(steps, reader, results)}
+    numbers = model_numbers(steps, reader, results)
+    curves = {name: [(t, value) for t, _, value in points] for name, points in numbers}
     spans = [Span(a.started_at, a.ended_at, "failed", a.end) for a in s.attempts]
     end = (
         describe_end(s.state, s.exit_code, s.signal, s.error, stop_reason=s.stop_reason, stopped_by=stopped_by)
@@ -234,6 +236,7 @@ def task_report(
         steps=tuple((t, float(step)) for t, step in samples),
         brief=brief_end(s, stopped_by),
         metrics=tuple((name, tuple(points)) for name, points in curves.items()),
+        metric_steps=tuple((name, tuple(step for _, step, _ in points)) for name, points in numbers),
         step=samples[-1][1] if samples else None,
         restarts=s.restarts,
         resources=resources(s),

@@ -97,6 +97,8 @@ def status_table(shot: Snapshot, record: RunRecord, console_width: int) -> Any:
         title += f"  resumes {record.resumes}"
     if record.params:
         title += f"  params {record.params_text()}"
+    if record.tracking_text():
+        title += f"  {record.tracking_text()}"
     if shot.backend is not None:
         title += f"  {shot.backend.line()}"
     if record.allocation_text():

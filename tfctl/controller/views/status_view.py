@@ -70,6 +70,7 @@ class Snapshot:
             "accounting": self.cost(record),
             "result": result_json(self.result),
             "params": dict(record.params),
+            "tracking": record.tracking_json(),
         }
         if self.backend is not None:
             run[record.backend] = dict(self.backend.fields)
