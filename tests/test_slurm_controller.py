@@ -17,6 +17,7 @@ import pytest
 from bench.slurm_lab import URGENT, SlurmLab
 from bench.waiting import wait_until
 from tests.conftest import FAKE_TASK, kill_by_pid, marked_processes, no_warnings, spawn_tfctl
+from tests.mlflow_server import needs_mlflow
 from tests.test_slurm import fake_file, fake_slurm, on_slurm, run_processes, slurm  # noqa: F401 - the lab fixture
 from tfctl.backends.slurm.backend import SlurmAllocation, SlurmBackend
 from tfctl.backends.slurm.batch import ALLOCATION_ENV, COMMENT, BatchJob, batch_script, follow, submit_successor
@@ -523,3 +524,42 @@ def test_up_resume_runs_the_continued_runs_controller_in_an_allocation_of_its_ow
     assert run_id != saved.parent.parent.name and resumed_at(home, run_id) == stopped_at < 12
     assert (home / "work" / run_id / "checkpoints" / "worker0").read_text() == "12"
     assert saved.read_text() == str(stopped_at)  # the stopped run's own checkpoint stays as it was
+
+
+@pytest.fixture(scope="module")
+def mlflow_on_lab(slurm, tmp_path_factory):  # noqa: F811
+    """An MLflow server on the lab's bridge, where the allocations' controllers reach it."""
+    from tests.mlflow_server import MlflowServer
+
+    with MlflowServer(tmp_path_factory.mktemp("mlflow-slurm"), host=slurm.lab.gateway) as server:
+        yield server
+
+
+@pytest.mark.netns
+@needs_mlflow
+def test_a_preempted_runs_successor_logs_into_the_same_mlflow_run(slurm, mlflow_on_lab, tmp_path, home):  # noqa: F811
+    cluster = tmp_path / "cluster.yaml"
+    tracked = f'tracking: {{mlflow: {{uri: "{mlflow_on_lab.uri}", experiment: resubmitted}}}}\n'
+    cluster.write_text(TIMED.replace('time: "1"', 'time: "10"') % {"task": FAKE_TASK, "steps": 20, "ev": 0.5} + tracked)
+    up = on_slurm(slurm, home, "-f", str(cluster), "up", "-d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    saved = wait_until(lambda: list(home.glob(f"work/{run_id}/checkpoints/worker0")), 60, "worker0's checkpoint")[0]
+    wait_until(lambda: int(saved.read_text() or 0) >= 4, 60, "worker0 at step 4", interval=0.2)
+    (made,) = mlflow_on_lab.runs("resubmitted")
+    assert made["status"] == "RUNNING"
+    urgent = slurm.run(
+        ["sbatch", "-p", URGENT, "-w", "tfh0", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 4", "--parsable"]
+    )
+    assert urgent.returncode == 0, urgent.stderr
+    run = resubmitted_run(slurm, home, cluster, run_id, 120)
+    assert run["state"] == "succeeded" and [e["why"] for e in run["allocations"]["ended"]] == ["PREEMPTED"], (
+        run["reason"],
+        batch_output(home),
+    )
+    (same,) = mlflow_on_lab.runs("resubmitted")  # the successor's controller made no run of its own
+    assert same["id"] == made["id"] and same["status"] == "FINISHED", batch_output(home)
+    assert same["tags"]["tfctl.run_id"] == run_id and same["tags"]["tfctl.state"] == "succeeded"
+    record = RunRecord.from_json(json.loads((home / "runs" / run_id / "run.json").read_text()))
+    assert {t.env["MLFLOW_RUN_ID"] for t in record.tasks} == {made["id"]}  # the second allocation's tasks
+    assert run["tracking"][0]["run_id"] == made["id"]

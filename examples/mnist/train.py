@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from tracker import open_tracker
+
 tf.disable_v2_behavior()
 
 # Progress is printed every this many local steps.
@@ -206,6 +208,7 @@ def run_worker(args: argparse.Namespace, cluster: tf.train.ClusterSpec, server: 
 
     hooks = [tf.train.StopAtStepHook(last_step=args.train_steps)]
     local_step = 0
+    tracker = open_tracker(log)  # with `tracking:` in the cluster file, the chief logs into the run's tracker
     with tf.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
@@ -225,6 +228,8 @@ def run_worker(args: argparse.Namespace, cluster: tf.train.ClusterSpec, server: 
             local_step += 1
             if local_step % LOG_EVERY == 0:
                 log(f"step {step} worker {i} loss {loss:.4f} accuracy {acc:.4f}")
+                if tracker is not None:
+                    tracker.metrics({"loss": loss, "accuracy": acc}, step)
 
     elapsed = time.monotonic() - start
     log(f"worker {i}: done after {local_step} local steps")
@@ -235,6 +240,9 @@ def run_worker(args: argparse.Namespace, cluster: tf.train.ClusterSpec, server: 
                 [model["accuracy"], model["global_step"]], {model["x"]: x_test, model["y"]: y_test}
             )
         rate = (step - first_step) / elapsed
+        if tracker is not None:
+            tracker.metrics({"test_accuracy": test_acc}, step)
+            tracker.close()
         log(
             f"final test accuracy {test_acc:.4f} after {step} global steps"
             f" ({elapsed:.1f}s, {rate:.1f} steps/s)"

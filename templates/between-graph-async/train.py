@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from tracker import open_tracker
+
 tf.disable_v2_behavior()
 
 # Do NOT set TF_CPP_MIN_LOG_LEVEL: TF's INFO lines are how a hang is diagnosed, e.g.
@@ -228,6 +230,7 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
     local_step = 0
     loss = float("nan")
     summaries = Summaries(args.logdir, i)
+    tracker = open_tracker(log)  # the chief's numbers into the run's tracker (`tracking:`); None elsewhere
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `tfctl down`: leave the loop, save
     with tf.train.MonitoredTrainingSession(
@@ -257,10 +260,14 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
                 now = time.monotonic()
                 rate = (step - last_step) / max(now - last_time, 1e-9)
                 log(f"step {step} loss {loss:.4f} steps/s {rate:.1f} worker {i} accuracy {acc:.4f}")
+                if tracker is not None:
+                    tracker.metrics({"loss": loss, "accuracy": acc, "steps_per_sec": rate}, step)
                 last_step, last_time = step, now
     elapsed = time.monotonic() - start
     if stopping.is_set():
         summaries.close()
+        if tracker is not None:
+            tracker.close()
         saved = f"saved a checkpoint at global step {checkpoint_step(args.checkpoint_dir)} in {args.checkpoint_dir}"
         log(f"worker {i}: SIGTERM: {saved if is_chief else 'left training'}; exiting 143")
         return 143
@@ -271,6 +278,9 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
             test_acc, step = s.run([model["accuracy"], model["global_step"]],
                                    {model["x"]: x_test, model["y"]: y_test})
         summaries.scalars(step, test_accuracy=test_acc)
+        if tracker is not None:
+            tracker.metrics({"test_accuracy": test_acc}, step)
+            tracker.close()
         log(f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
             f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
     summaries.close()

@@ -52,6 +52,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from tracker import open_tracker
+
 tf.disable_v2_behavior()
 
 # Do NOT set TF_CPP_MIN_LOG_LEVEL: TF's INFO lines are how a hang is diagnosed, e.g.
@@ -303,6 +305,7 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
     local_step = 0
     loss = float("nan")
     summaries = Summaries(args.logdir, i)
+    tracker = open_tracker(log)  # the chief's numbers into the run's tracker (`tracking:`); None elsewhere
     with tf.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
@@ -339,6 +342,8 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
                 now = time.monotonic()
                 rate = (step - last_step) / max(now - last_time, 1e-9)
                 log(f"step {step} loss {loss:.4f} steps/s {rate:.1f} worker {i} accuracy {acc:.4f}")
+                if tracker is not None:
+                    tracker.metrics({"loss": loss, "accuracy": acc, "steps_per_sec": rate}, step)
                 last_step, last_time = step, now
     if watchdog is not None:
         stop_watchdog.set()
@@ -351,9 +356,13 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
             test_acc, step = s.run([model["accuracy"], model["global_step"]],
                                    {model["x"]: x_test, model["y"]: y_test})
         summaries.scalars(step, test_accuracy=test_acc)
+        if tracker is not None:
+            tracker.metrics({"test_accuracy": test_acc}, step)
         log(f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
             f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
     summaries.close()
+    if tracker is not None:
+        tracker.close()
     return 0
 
 

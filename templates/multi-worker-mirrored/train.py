@@ -50,6 +50,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tracker import open_tracker
+
 LOG_EVERY = 100
 
 
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     is_chief = index == 0  # no chief job: worker 0 is the chief
     workers = strategy.num_replicas_in_sync
     log(f"worker {index}: {workers} replicas in sync ({task})")
+    tracker = open_tracker(log)  # the chief's numbers into the run's tracker (`tracking:`); None elsewhere
 
     x_train, y_train, x_test, y_test = load_data()
     log(f"data: sklearn load_digits ({len(x_train)} train / {len(x_test)} test images 8x8)")
@@ -225,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             start_step = last_step = step
         if step % LOG_EVERY == 0:
             now = time.monotonic()
-            log(f"step {step} loss {loss:.4f} steps/s {(step - last_step) / max(now - last_time, 1e-9):.1f}")
+            rate = (step - last_step) / max(now - last_time, 1e-9)
+            log(f"step {step} loss {loss:.4f} steps/s {rate:.1f}")
+            if tracker is not None:
+                tracker.metrics({"loss": loss, "accuracy": batch_accuracy, "steps_per_sec": rate}, step)
             last_step, last_time = step, now
         if args.save_every and step % args.save_every == 0 and step < args.train_steps:
             save(checkpoint, args.checkpoint_dir, step, index, is_chief)
@@ -246,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         with writer.as_default(step=step):
             tf.summary.scalar("test_accuracy", accuracy)
         writer.flush()  # the process leaves through os._exit
+    if tracker is not None:
+        tracker.metrics({"test_accuracy": accuracy}, step)
+        tracker.close()
     if is_chief:
         log(f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
             f" steps/s {rate:.1f} checkpoint {args.checkpoint_dir}")

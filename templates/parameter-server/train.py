@@ -46,6 +46,8 @@ import traceback
 import numpy as np
 import tensorflow as tf
 
+from tracker import open_tracker
+
 LOG_EVERY = 100  # steps between progress lines (each one waits for the steps scheduled so far)
 # Steps between two TensorBoard points: each point fetches a step's loss and accuracy from its
 # worker (two RPCs); fetching every step's halved steps/s on 2 busy cores (37 vs 70 steps/s).
@@ -206,6 +208,7 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
     loss = float("nan")
     first = True
     writer = tf.summary.create_file_writer(os.path.join(args.logdir, "chief_0")) if args.logdir else None
+    tracker = open_tracker(log)  # its numbers into the run's tracker (`tracking:`); the chief alone logs
     scheduled: list[tuple[int, object]] = []  # (step, its RemoteValue): written once they are done
     stopped_at: list[float] = []  # when SIGTERM came (`tfctl down`): save, then exit 143
     signal.signal(signal.SIGTERM, lambda *_: stopped_at.append(time.monotonic()))
@@ -219,6 +222,8 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
             manager.save(checkpoint_number=step)
             log(f"chief: SIGTERM: saved a checkpoint at global step {step} in {args.checkpoint_dir}"
                 f" {time.monotonic() - stopped_at[0]:.1f}s after it; exiting 143")
+            if tracker is not None:
+                tracker.close()
             hard_exit(143)  # at once: returning would tear the coordinator down, which waits on the workers
         # Non-blocking: queues the step; a free worker runs it.
         result = coordinator.schedule(train_step, args=(per_worker_iterator,))
@@ -235,7 +240,10 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
             write_summaries(writer, scheduled)
             now = time.monotonic()
             step = int(step_var.numpy())
-            log(f"step {step} loss {loss:.4f} steps/s {(step - last_step) / max(now - last_time, 1e-9):.1f}")
+            rate = (step - last_step) / max(now - last_time, 1e-9)
+            log(f"step {step} loss {loss:.4f} steps/s {rate:.1f}")
+            if tracker is not None:
+                tracker.metrics({"loss": loss, "steps_per_sec": rate}, step)
             last_step, last_time = step, now
             if (n + 1) % (LOG_EVERY * 2) == 0:
                 manager.save(checkpoint_number=step)
@@ -253,6 +261,9 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
         with writer.as_default():
             tf.summary.scalar("test_accuracy", accuracy, step=step)
         writer.flush()  # the process leaves through os._exit
+    if tracker is not None:
+        tracker.metrics({"test_accuracy": accuracy, "loss": loss}, step)
+        tracker.close()
     log(f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
         f" steps/s {(step - start_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
     return 0
