@@ -23,7 +23,7 @@ from tfctl.controller.live.stopping import release
 from tfctl.controller.live.tracked import close_trackers, open_trackers
 from tfctl.controller.live.watcher import controller_of_this_process
 from tfctl.controller.start.plan import Draft, Plan, make_plan, remote_workdir
-from tfctl.controller.start.preflight import preflight
+from tfctl.controller.start.preflight import preflight, tensorboard_warnings
 from tfctl.controller.start.setup_commands import once_per_workdir, run_setup
 from tfctl.controller.start.workdir_sync import apply_host, build_manifest, one_per_filesystem, plan_host
 from tfctl.engine.reconcile import Notify
@@ -145,7 +145,7 @@ def _start(
         gpus = set() if backend.places_devices else gpu_hosts(config.device_asks())
         infos = preflight(cluster, config, progress, gpus)
         remove_leftover_containers(store, cluster, sorted(containers_by_host(config)), config.grace_period, progress)
-        for warning in version_warnings(infos):
+        for warning in version_warnings(infos) + tensorboard_warnings(config, infos):
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)
         config = config.with_ports(picked)

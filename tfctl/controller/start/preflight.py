@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Collection, Iterator
 
@@ -18,7 +19,9 @@ from tfctl.config.model import ClusterConfig
 from tfctl.controller.start import scripts
 from tfctl.controller.start.plan import local_workdir
 from tfctl.errors import StartupError
-from tfctl.tf.tasks import containers_by_host
+from tfctl.tf.tasks import chief_task, containers_by_host
+
+TENSORBOARD = "tensorboard"  # the module `tfctl tensorboard` runs on the chief's host
 
 CONTAINERS_GUIDE = "docs/guide/containers.md"
 PREPARING_EVERY = 10.0  # seconds between lines while preflight pulls or loads images
@@ -86,13 +89,39 @@ def preflight(cluster: Cluster, config: ClusterConfig, progress: Progress, gpus:
         raise missing
     imports = {} if config.setup else scripts.imported_modules(found, workdir)  # setup may install them
     needs = _modules_by_host(config, imports)
+    asked = {host: list(modules) for host, modules in needs.items()}
+    viewer = tensorboard_host(config)
+    if viewer is not None and TENSORBOARD not in asked.setdefault(viewer, []):
+        asked[viewer].append(TENSORBOARD)  # for `tfctl tensorboard`: said, not refused, when missing
     boxes = containers_by_host(config)
     with still_preparing(progress, sorted(boxes)) as heard:
-        infos = cluster.preflight(progress, gpus, boxes, heard, needs)
-    refusal = lacking_modules(config, infos, {s.job: s.named for s in found})
+        infos = cluster.preflight(progress, gpus, boxes, heard, asked)
+    needed = [
+        replace(i, missing_modules=tuple(m for m in i.missing_modules if m in needs.get(i.host, ()))) for i in infos
+    ]
+    refusal = lacking_modules(config, needed, {s.job: s.named for s in found})
     if refusal is not None:
         raise refusal
     return infos
+
+
+def tensorboard_host(config: ClusterConfig) -> str | None:
+    """Where `tfctl tensorboard` shows the run's summaries (the chief's host), if it writes any."""
+    if config.logdir is None:
+        return None
+    chief = chief_task(config)
+    return next((a.host for job, index, a in config.tasks() if f"{job}:{index}" == chief), None)
+
+
+def tensorboard_warnings(config: ClusterConfig, infos: list[HostInfo]) -> list[str]:
+    """A `logdir` whose summaries no TensorBoard could show: TensorFlow 2.21 no longer brings it."""
+    viewer = tensorboard_host(config)
+    return [
+        f"{i.host}: {i.python_executable or 'its python'} has no tensorboard, so `tfctl tensorboard` cannot show "
+        f"the summaries in `logdir` (install it there: {i.python_executable or 'python'} -m pip install tensorboard)"
+        for i in infos
+        if i.host == viewer and TENSORBOARD in i.missing_modules
+    ]
 
 
 def _workdir_is_theirs(config: ClusterConfig, cluster: Cluster) -> bool:

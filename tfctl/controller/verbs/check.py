@@ -10,7 +10,7 @@ from tfctl.config.devices import gpu_hosts, place
 from tfctl.config.model import CHOSEN_AT_START, host_port
 from tfctl.controller.live.launch import version_warnings
 from tfctl.controller.start.plan import Plan
-from tfctl.controller.start.preflight import preflight
+from tfctl.controller.start.preflight import preflight, tensorboard_warnings
 from tfctl.supervisor.protocol import PortInfo
 
 LOG_DRAIN_SECONDS = 10.0
@@ -38,7 +38,7 @@ def check(plan: Plan, network: bool, progress: Progress, accept_new_host_keys: b
         summary = None
         if network and not busy:
             summary = _check_network(cluster, plan)
-        return CheckReport(infos, version_warnings(infos), busy, summary)
+        return CheckReport(infos, version_warnings(infos) + tensorboard_warnings(plan.config, infos), busy, summary)
 
 
 def _check_network(cluster: Cluster, plan: Plan) -> str:
