@@ -50,7 +50,7 @@ def read(path: Path) -> OfflineRun:
 
     run = OfflineRun()
     for raw in chunks(path.read_bytes()):
-        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+        record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
         kind = record.WhichOneof("record_type")
         run.kinds.add(kind)
