@@ -37,6 +37,7 @@ from tfctl.supervisor import (
     tasks,
 )
 from tfctl.supervisor import protocol as p
+from tfctl.supervisor.errors import AgentError
 from tfctl.supervisor.files import task_dir, write_json
 
 
@@ -118,6 +119,40 @@ def test_sync_sends_only_what_changed_and_each_run_gets_its_own_copy(tmp_path: P
     assert (tmp_path / "run2" / "train.py").read_bytes() == b"print(2)\n"
     assert not (tmp_path / "run2" / "old.txt").exists() and not (tmp_path / "cache" / "old.txt").exists()
     assert (tmp_path / "run1" / "train.py").read_bytes() == b"print(1)\n"  # a running task's copy never changes
+
+
+def test_syncs_of_one_cache_at_once_each_copy_the_whole_tree(tmp_path: Path) -> None:
+    """Two trials of a sweep start together: each run's copy is whole, none sees the other's
+    temporary files (before the lock, a copy failed on a manifest renamed under it)."""
+    cache, root = str(tmp_path / "cache"), str(tmp_path)
+    tree = {f"m{i}.py": b"x" * 2000 for i in range(40)}
+    blobs = {rel: base64.b64encode(data).decode() for rel, data in tree.items()}
+    errors: list[BaseException] = []
+
+    def one(n: int) -> None:
+        try:
+            sync.sync_apply(root, p.SyncApplyRequest(cache, str(tmp_path / f"run{n}"), manifest(tree), blobs))
+        except BaseException as e:  # noqa: BLE001 (collected for the assert)
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all(sorted(os.listdir(tmp_path / f"run{n}")) == sorted(tree) for n in range(8))
+
+
+def test_a_sync_whose_plan_another_sync_overtook_is_refused(tmp_path: Path) -> None:
+    cache, root = str(tmp_path / "cache"), str(tmp_path)
+    v1, v2 = {"train.py": b"print(1)\n"}, {"train.py": b"print(2)\n"}
+    blobs = {"train.py": base64.b64encode(v1["train.py"]).decode()}
+    sync.sync_apply(root, p.SyncApplyRequest(cache, str(tmp_path / "run1"), manifest(v1), blobs))
+    # Planned when the cache had v2 (so nothing sent), applied after v1 was written over it:
+    with pytest.raises(AgentError, match="changed while this run synced it"):
+        sync.sync_apply(root, p.SyncApplyRequest(cache, str(tmp_path / "run2"), manifest(v2), {}))
+    assert not (tmp_path / "run2").exists()
 
 
 def write_log(root: Path, run: str, task: str, data: bytes) -> Path:

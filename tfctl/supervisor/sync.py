@@ -9,10 +9,12 @@ root, made once by whichever host gets there first), and the controller syncs on
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import shutil
 from typing import Any, Dict
 
+from .errors import AgentError
 from .files import read_json, unique_temp, write_json
 from .protocol import SyncApplyAnswer, SyncApplyRequest, SyncPlanAnswer, SyncPlanRequest
 
@@ -58,9 +60,26 @@ def sync_plan(root: str, request: SyncPlanRequest) -> SyncPlanAnswer:
 
 
 def sync_apply(root: str, request: SyncApplyRequest) -> SyncApplyAnswer:
-    """Bring the cache up to the manifest (new files from the request), then copy it to `dest`."""
+    """Bring the cache up to the manifest (new files from the request), then copy it to `dest`.
+    One sync of a cache at a time (two trials of a sweep start together): a copy taken while
+    another sync rewrites the cache would hold half of each, or fail on its temporary files."""
     cache, dest = os.path.expanduser(request.cache), os.path.expanduser(request.dest)
     os.makedirs(cache, mode=0o700, exist_ok=True)
+    with open(cache + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _apply_locked(cache, dest, request)
+
+
+def _apply_locked(cache: str, dest: str, request: SyncApplyRequest) -> SyncApplyAnswer:
+    have = read_manifest(cache)
+    changed = sorted(
+        rel
+        for rel, entry in request.files.items()
+        if rel not in request.blobs and have.get(rel, {}).get("sha") != entry.sha
+    )
+    if changed:  # another sync of other versions came between this one's plan and now
+        shown = ", ".join(changed[:3])
+        raise AgentError(f"the host's copy of the workdir changed while this run synced it ({shown}): run `up` again")
     for rel, blob in request.blobs.items():
         target = os.path.join(cache, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -69,7 +88,6 @@ def sync_apply(root: str, request: SyncApplyRequest) -> SyncApplyAnswer:
             f.write(base64.b64decode(blob))
         os.chmod(tmp, request.files[rel].mode)
         os.replace(tmp, target)
-    have = read_manifest(cache)
     for rel in set(have) - set(request.files):
         try:
             os.remove(os.path.join(cache, rel))
