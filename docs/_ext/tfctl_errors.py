@@ -43,7 +43,11 @@ TOPICS = [
         ("hands it out", "which lets tasks run on"),
     ),
     ("Experiment tracking (`tracking:`)", ("tfctl.tracking", "tfctl.controller.live.tracked"), ()),
-    ("Sweeps (`sweep`, `down --sweep`)", ("tfctl.controller.verbs.sweep", "tfctl.runs.sweeps", "tfctl.cli.sweep"), ()),
+    (
+        "Sweeps (`sweep`, `down --sweep`)",
+        ("tfctl.controller.verbs.sweep", "tfctl.runs.sweeps", "tfctl.cli.sweep", "tfctl.config.sweep_flags"),
+        (),
+    ),
     (
         "Starting a run (`up`)",
         (

@@ -29,6 +29,7 @@ Examples:
   tfctl sweep                   run every trial, following; Ctrl-C stops all
   tfctl sweep -d                leave them to a driver; prints the sweep id
   tfctl sweep --max-parallel 4  four at once (the addresses name no port)
+  tfctl sweep --grid lr=0.1,0.01 --zip seed=1,2   the trials as flags
   tfctl sweep --resume          go on with the newest sweep after a crash
   tfctl sweep status --json     each trial's params, state and metrics
   tfctl down --sweep ID         stop every trial""",
@@ -37,6 +38,21 @@ Examples:
 @set_option
 @click.option("-d", "--detach", is_flag=True, help="Return once the sweep is recorded; a driver process runs it.")
 @click.option("--max-parallel", type=click.IntRange(min=1), default=None, help="Trials at once (default: the file's).")
+@click.option(
+    "--grid", "grid", multiple=True, metavar="NAME=V1,V2", help="A parameter's values, crossed with the others."
+)
+@click.option(
+    "--zip", "zipped", multiple=True, metavar="NAME=V1,V2", help="Values taken together with the other --zip lists."
+)
+@click.option(
+    "--random",
+    "drawn",
+    multiple=True,
+    metavar="NAME=KIND:...",
+    help="A draw: uniform:LOW:HIGH, loguniform:LOW:HIGH, choice:A,B.",
+)
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Draws of --random per grid and zip point.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the draws.")
 @click.option(
     "--resume",
     "resume",
@@ -53,14 +69,21 @@ def sweep(
     assignments: tuple[str, ...],
     detach: bool,
     max_parallel: int | None,
+    grid: tuple[str, ...],
+    zipped: tuple[str, ...],
+    drawn: tuple[str, ...],
+    samples: int | None,
+    seed: int | None,
     resume: str | None,
 ) -> int | None:
-    """Run every trial of the cluster file's `sweep:`: each a detached run with its own id and
-    $TFCTL_RUN_DIR, at most `max_parallel` at once; exit 0 when all succeeded."""
+    """Run every trial of the cluster file's `sweep:` (or of --grid, --zip and --random, which
+    replace what it varies): each a detached run with its own id and $TFCTL_RUN_DIR, at most
+    `max_parallel` at once; exit 0 when all succeeded."""
     if ctx.invoked_subcommand is not None:
         return None
     from tfctl import console
     from tfctl.config.params import overrides
+    from tfctl.config.sweep_flags import section
     from tfctl.controller.verbs import sweep as verbs
     from tfctl.runs.sweeps import SweepStore
 
@@ -68,8 +91,9 @@ def sweep(
     path = cluster_file_path(ctx, cluster_file)
     now = environment(ctx).clock.time()
     if resume is not None:
-        if assignments or max_parallel is not None:
-            raise UsageError("--resume drives the sweep as it was made", hint="drop --set and --max-parallel")
+        making = (grid, zipped, drawn, samples, seed)
+        if assignments or max_parallel is not None or any(f not in ((), None) for f in making):
+            raise UsageError("--resume drives the sweep as it was made", hint="drop the flags that make trials")
         record = sweeps.resolve(resume, str(path.resolve()))
     else:
         record = verbs.create(
@@ -79,6 +103,7 @@ def sweep(
             max_parallel,
             now,
             lambda line: console.err().print(line, markup=False),
+            section(grid, zipped, drawn, samples, seed),
         )
     err = console.err()
     err.print(

@@ -20,6 +20,7 @@ from tfctl.cluster.answers import StopReport
 from tfctl.config.loader import load_config, parse_config
 from tfctl.config.model import CHOSEN_AT_START, ClusterConfig
 from tfctl.config.sweep import TrialOf
+from tfctl.config.sweep_flags import flagged_spec
 from tfctl.controller.live import tracked
 from tfctl.engine import sweeping
 from tfctl.engine.clock import Cancel, Clock
@@ -82,17 +83,21 @@ def create(
     max_parallel: int | None,
     now: float,
     say: Callable[[str], None] = lambda _line: None,
+    flags: Mapping[str, Any] | None = None,
 ) -> SweepRecord:
     """A new sweep of the cluster file at `path` (`given`: `--set` values over its `params:` for
     every trial), its trials made and each checked as `up` would check its run, so a trial
     that cannot start is refused here, before any other starts. With `tracking:` on, the runs
-    its trials' runs nest in are made (`say` hears of them, and of a tracker that refused)."""
+    its trials' runs nest in are made (`say` hears of them, and of a tracker that refused).
+    `flags`: the command line's `--grid`/`--zip`/`--random` (`sweep_flags.section`), in place of
+    what the file's `sweep:` varies."""
     config = load_config(path, given)
-    spec = config.sweep
+    spec = flagged_spec(path, flags, config.sweep, config.params) if flags else config.sweep
     if spec is None:
         raise UsageError(
             f"{path} has no `sweep:`",
-            hint="add one, e.g. `sweep: {grid: {lr: [0.1, 0.01]}}` (with `lr` in `params:`)",
+            hint="add one, e.g. `sweep: {grid: {lr: [0.1, 0.01]}}` (with `lr` in `params:`), "
+            "or give the trials as flags: tfctl sweep --grid lr=0.1,0.01",
         )
     parallel = spec.max_parallel if max_parallel is None else max_parallel
     fixed = sorted({str(a) for _, _, a in config.tasks() if a.port != CHOSEN_AT_START})
