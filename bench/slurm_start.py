@@ -39,7 +39,7 @@ def cluster_file(backend: str, lab: SlurmLab, work: Path) -> Path:
     if backend.startswith("slurm"):
         jobs = f"""  ps: {{count: 1, port: 2222, command: "{TASKS["ps"]}"}}
   worker: {{count: 2, port: 2222, command: "{TASKS["worker"]}"}}"""
-        head = "backend: slurm" + ("\nslurm: {controller: allocation}" if backend == "slurm-batch" else "")
+        head = "backend: slurm\nslurm: {controller: %s}" % ("allocation" if backend == "slurm-batch" else "login")
     else:
         jobs = f"""  ps: {{hosts: [{hosts[0]}:2222], command: "{TASKS["ps"]}"}}
   worker: {{hosts: [{hosts[1]}:2222, {hosts[2]}:2222], command: "{TASKS["worker"]}"}}"""

@@ -154,7 +154,7 @@ def test_a_host_starts_a_task_of_a_later_allocation_afresh_keeping_the_earlier_s
 SLURM_FILE = """\
 name: fake
 backend: slurm
-slurm: {time: "1", resubmit: 2, signal_before: 10}
+slurm: {time: "1", resubmit: 2, signal_before: 10, controller: login}
 command: "sleep 1"
 jobs:
   worker: {count: 2, port: 2222}
@@ -246,7 +246,7 @@ def once_over(lab: SlurmLab, home: Path, cluster: Path, within: float, every: fl
 PREEMPTIBLE = """\
 name: preempted
 backend: slurm
-slurm: {time: "10", resubmit: 2}
+slurm: {time: "10", resubmit: 2, controller: login}
 command: "{python} %(task)s --name {job_name}{task_index} --port -1 --checkpoint --until %(steps)d --step-every 0.5"
 grace_period: 2
 jobs:

@@ -121,7 +121,7 @@ def test_figures_taken_inside_the_allocation_are_settled_once_it_ended(slurm, tm
     """The run's controller in its batch script releases the allocation from inside: sacct says
     RUNNING then. `runs --json` asks again while the record is unsettled, and keeps the answer."""
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(fake_file(sleep=1).replace('time: "00:10:00"', 'time: "00:10:00", controller: allocation'))
+    cluster.write_text(fake_file(sleep=1).replace("controller: login", "controller: allocation"))
     up = on_slurm(slurm, home, "-f", str(cluster), "up")
     assert up.returncode == 0, up.stderr
     assert "job succeeded: worker:0 finished successfully" in up.stderr

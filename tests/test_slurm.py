@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from tfctl.runs.accounting import scheduler_text
 SLURM_FILE = """\
 name: fake
 backend: slurm
-slurm: {partition: debug, time: "00:10:00"}
+slurm: {partition: debug, time: "00:10:00", controller: login}
 command: "{python} %(task)s --name {job_name}{task_index} --port -1 --lines 5 --sleep %(sleep)s"
 grace_period: 2
 jobs:
@@ -44,7 +45,7 @@ def fake_file(sleep: float = 0) -> str:
 HET_FILE = """\
 name: het
 backend: slurm
-slurm: {time: "00:10:00"}
+slurm: {time: "00:10:00", controller: login}
 command: "{python} %(task)s --name {job_name}{task_index} --port -1 --devices --sleep 1"
 grace_period: 2
 jobs:
@@ -283,6 +284,7 @@ def test_detached_run_status_logs_and_down_leave_no_job_step_or_process(slurm, t
     cluster, up = start_detached(slurm, tmp_path, home, sleep=60)
     run_id = up.stdout.strip()
     assert "running on tfh0, tfh1, tfh2" in up.stderr
+    assert f"the run's controller runs here, on {socket.gethostname()} (`controller: login`)" in up.stderr
     no_warnings(up.stderr)
     (job,) = slurm.jobs()
     steps = slurm.steps()
@@ -387,7 +389,9 @@ def test_a_heterogeneous_job_puts_each_task_where_its_job_asked(slurm, tmp_path,
     (the lab keeps no accounting), keeps Slurm's figures."""
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
-        HET_FILE.replace('slurm: {time: "00:10:00"}', f'slurm: {{time: "00:10:00", controller: {controller}}}')
+        HET_FILE.replace(
+            'slurm: {time: "00:10:00", controller: login}', f'slurm: {{time: "00:10:00", controller: {controller}}}'
+        )
     )
     stand_ins = tmp_path / "bin"
     stand_ins.mkdir()
@@ -462,6 +466,7 @@ jobs:
     up = on_slurm(slurm, home, "-f", str(cluster), "up", timeout=300)
     assert up.returncode == 0, up.stderr + up.stdout[-3000:]
     assert "job succeeded: worker:0 finished successfully" in up.stderr
+    assert "the run's controller runs in it" in up.stderr  # the default: in the allocation, not here
     no_warnings(up.stderr)
     accuracy = float(up.stdout.split("final test accuracy ")[1].split()[0])
     assert accuracy > 0.8

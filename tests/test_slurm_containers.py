@@ -24,7 +24,7 @@ from tfctl.supervisor import containers
 BOXED_FILE = """\
 name: boxed
 backend: slurm
-slurm: {nodes: 1, time: "00:10:00"}  # the node has 2 cores: a task each
+slurm: {nodes: 1, time: "00:10:00", controller: login}  # the node has 2 cores: a task each
 grace_period: 2
 startup_timeout: 60
 container:
@@ -151,7 +151,7 @@ def test_the_all_reduce_template_trains_in_containers_on_slurm(
     slurm, podman = boxed_slurm
     cluster = copy_template("multi-worker-mirrored", tmp_path, train_steps=200, extra=boxed_tf())
     text = cluster.read_text().replace("worker: [localhost, localhost]", "worker: {count: 2, port: 2222}")
-    cluster.write_text(text + 'backend: slurm\nslurm: {nodes: 1, time: "00:10:00"}\n')
+    cluster.write_text(text + 'backend: slurm\nslurm: {nodes: 1, time: "00:10:00", controller: login}\n')
     env = {**slurm.env(), **podman.env}
     up = tfctl("-f", str(cluster), "up", home=home, env=env, timeout=300)
     run_id = json.loads(tfctl("runs", "--json", home=home).stdout)[-1]["run_id"]

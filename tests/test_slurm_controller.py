@@ -31,14 +31,18 @@ RESUBMITTING = 'slurm: {partition: debug, time: "%s", controller: allocation, re
 
 def batch_file(tmp_path: Path, sleep: float) -> Path:
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(fake_file(sleep=sleep).replace('slurm: {partition: debug, time: "00:10:00"}', BATCH))
+    cluster.write_text(
+        fake_file(sleep=sleep).replace('slurm: {partition: debug, time: "00:10:00", controller: login}', BATCH)
+    )
     return cluster
 
 
 def test_the_batch_script_runs_up_of_the_file_by_this_interpreter(tmp_path):
     from tfctl.config.loader import parse_config
 
-    config = parse_config(fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', BATCH), tmp_path / "c y")
+    config = parse_config(
+        fake_file().replace('slurm: {partition: debug, time: "00:10:00", controller: login}', BATCH), tmp_path / "c y"
+    )
     script = batch_script(config)
     assert script.startswith("#!/bin/sh\n") and 'export TFCTL_CONTROLLER_JOB="$SLURM_JOB_ID"\n' in script
     assert script.endswith(f"-m tfctl -f '{(tmp_path / 'c y').resolve()}' up\n")
@@ -157,7 +161,8 @@ def test_a_successor_is_queued_to_take_the_run_up_only_if_the_allocation_fails(t
     monkeypatch.setenv("TFCTL_HOME", str(home))
     monkeypatch.setenv(ALLOCATION_ENV, "2")  # this controller runs in the run's 2nd allocation
     config = parse_config(
-        fake_file().replace('slurm: {partition: debug, time: "00:10:00"}', RESUBMITTING % 2), tmp_path / "c"
+        fake_file().replace('slurm: {partition: debug, time: "00:10:00", controller: login}', RESUBMITTING % 2),
+        tmp_path / "c",
     )
     calls = []
 

@@ -31,7 +31,7 @@ from tfctl.errors import ConfigError, UsageError
 BOXED = """\
 name: boxed
 backend: slurm
-slurm: {time: "00:10:00"%(slurm)s}
+slurm: {time: "00:10:00", controller: login%(slurm)s}
 command: "{python} train.py --job_name={job_name}"
 container:
   image: %(image)s
@@ -338,7 +338,7 @@ def test_an_up_on_a_slurm_with_pyxis_runs_every_step_in_the_nodes_container(tmp_
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(f"""name: pyx
 backend: slurm
-slurm: {{nodes: 1, time: "00:10:00"}}
+slurm: {{nodes: 1, time: "00:10:00", controller: login}}
 grace_period: 2
 container:
   image: {IMAGE}

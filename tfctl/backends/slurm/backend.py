@@ -223,6 +223,7 @@ class SlurmBackend:
         if job_id is None:
             job_id = submit(config, f"tfctl-{run_id}", self.run)
             progress("slurm", f"asked for {tasks} tasks: job {job_id}")
+            progress("slurm", f"the run's controller runs here, on {socket.gethostname()} (`controller: login`)")
         elif inside:
             progress("slurm", f"the run's controller runs in job {job_id}, on {socket.gethostname()}")
         else:

@@ -38,7 +38,9 @@ class SlurmSettings:
     extra: tuple[str, ...] = ()  # more sbatch arguments, as written
     resubmit: int = 0  # new allocations for the same run when one ends by its time limit or preemption
     signal_before: int | None = None  # seconds before the limit Slurm sends the tasks SIGTERM (--signal)
-    controller: str = "login"  # where the run's controller runs: here (`login`) or in the allocation's batch script
+    # Where the run's controller runs: in the allocation's batch script (`allocation`, which a login
+    # node's reboot cannot end), or here (`login`).
+    controller: str = "allocation"
     containers: str = "auto"  # CONTAINER_WAYS: who runs the tasks' containers (`pyxis.py`)
 
 
@@ -157,7 +159,7 @@ KEY_DOCS: dict[str, str] = {
     "slurm.extra": "More sbatch options, as written (each starting with `-`).",
     "slurm.resubmit": "New allocations for the same run when one ends by its time limit or preemption.",
     "slurm.signal_before": "Seconds before the limit that Slurm sends the tasks SIGTERM (`--signal=TERM@N`).",
-    "slurm.controller": "Where the run's controller runs: `login` (where `up` ran) or `allocation` (its first node).",
+    "slurm.controller": "Where the run's controller runs: `allocation` (its first node) or `login` (where `up` ran).",
     "slurm.containers": (
         "Who runs the tasks' `container:`: `pyxis` (each step in its node's container, `srun --container-image`),"
         " `runtime` (the node's podman, docker or apptainer inside each step), or `auto` (pyxis where srun has it)."
