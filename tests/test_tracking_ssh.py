@@ -1,6 +1,7 @@
 """`tracking:` on the simulated SSH hosts, with real TensorFlow: the examples' MNIST program and
 the parameter-server template log from their chief into the MLflow run tfctl made (the server on
-the lab's bridge, where every host reaches it), beside tfctl's own figures and the report."""
+the lab's bridge, where every host reaches it), beside tfctl's own figures and the report; a
+`down` and `up --resume` of the template go on in that one run from its checkpoint."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Iterator
 import pytest
 
 from bench.netns_hosts import TestHostLab, require_netns
+from bench.waiting import wait_until
 from tests.conftest import REPO, tfctl
 from tests.mlflow_server import MlflowServer, needs_mlflow
 from tests.test_ssh_cluster import run_pids, write_cluster
@@ -97,3 +99,33 @@ def test_the_parameter_server_templates_chief_logs_loss_and_accuracy(
     assert [step for step, _ in server.history(made["id"], "loss")][:3] == [100, 200, 300]
     assert server.history(made["id"], "steps_per_sec")
     assert run_pids(lab, made["tags"]["tfctl.run_id"]) == {}
+
+
+def test_down_and_resume_of_the_template_go_on_in_one_mlflow_run(
+    tmp_path: Path, home: Path, lab: TestHostLab, server: MlflowServer
+) -> None:
+    template = copy_template("parameter-server", tmp_path, train_steps=20000)
+    command = re.search(r"command: >-\n((?:  .*\n)+)", template.read_text())
+    assert command is not None
+    jobs = "  ps: [tfh0:2222]\n  chief: [tfh0:2223]\n  worker: [tfh1:2222, tfh2:2222]"
+    extra = tracking(server.uri, "ps-resumed") + "\nlogdir: logs/{run_id}"
+    line = " ".join(command.group(1).split())
+    cluster = write_cluster(tmp_path, lab, jobs, line, extra=extra, workdir=template.parent, name="psr")
+    cluster.write_text(cluster.read_text().replace("grace_period: 2", "grace_period: 30"))
+    first = tfctl("-f", str(cluster), "up", "-d", home=home, timeout=300)
+    assert first.returncode == 0, first.stderr
+    (made,) = wait_until(lambda: server.runs("ps-resumed"), 30, "the MLflow run made")
+    wait_until(lambda: server.history(made["id"], "loss"), 120, "the chief's first points", until=lambda h: len(h) >= 3)
+    down = tfctl("-f", str(cluster), "down", home=home, timeout=120)
+    assert down.returncode == 0, down.stderr
+    before = server.history(made["id"], "loss")
+    cluster.write_text(cluster.read_text().replace("--train_steps=20000", f"--train_steps={before[-1][0] + 600}"))
+    again = tfctl("-f", str(cluster), "up", "--resume", home=home, timeout=300)
+    assert again.returncode == 0, again.stderr + again.stdout[-3000:]
+    resumed = re.search(r"resumed from \S+ at global step (\d+)", again.stdout)
+    assert resumed is not None, again.stdout[-3000:]
+    (same,) = server.runs("ps-resumed")  # one run for both sittings
+    assert same["id"] == made["id"] and same["status"] == "FINISHED"
+    after = [step for step, _ in server.history(made["id"], "loss") if step > before[-1][0]]
+    assert after and min(after) > int(resumed.group(1)) - 100  # the second sitting went on from its checkpoint
+    assert "test_accuracy" in same["metrics"] and same["tags"]["tfctl.latest_run"] != same["tags"]["tfctl.run_id"]
