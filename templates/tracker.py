@@ -56,22 +56,33 @@ class MlflowLog:
             try:
                 with urllib.request.urlopen(request, timeout=TIMEOUT):
                     pass
-            except OSError as error:  # refused, timed out, or an HTTP error: training goes on
+            except Exception as error:  # refused, timed out, not HTTP at all: training goes on
                 self.failed, self.lost = True, self.lost + len(batch)
                 self.say(f"tracking: MLflow at {self.url} did not take the chief's metrics ({error}); not trying again")
 
 
 class WandbLog:
-    """W&B's own client, which reads the run's id, group and project from the environment."""
+    """W&B's own client, which reads the run's id, group and project from the environment; a
+    failure of it (no API key, no network) is said once and logging stops, never training."""
 
-    def __init__(self, run: object) -> None:
-        self.run = run
+    def __init__(self, run: object, say: Callable[[str], None]) -> None:
+        self.run: object | None = run
+        self.say = say
 
     def metrics(self, values: Mapping[str, float], step: int) -> None:
-        self.run.log(dict(values), step=step)  # type: ignore[attr-defined]
+        self._call("log", dict(values), step=step)
 
     def close(self) -> None:
-        self.run.finish()  # type: ignore[attr-defined]
+        self._call("finish")
+
+    def _call(self, name: str, *args: object, **kwargs: object) -> None:
+        if self.run is None:
+            return
+        try:
+            getattr(self.run, name)(*args, **kwargs)
+        except Exception as error:
+            self.run = None
+            self.say(f"tracking: W&B failed ({error}); the chief logs nothing more to it")
 
 
 def open_tracker(say: Callable[[str], None] = print) -> MlflowLog | WandbLog | None:
@@ -87,5 +98,9 @@ def open_tracker(say: Callable[[str], None] = print) -> MlflowLog | WandbLog | N
         except ImportError:
             say("tracking: wandb is not installed on this host (pip install wandb): the chief logs nothing to W&B")
             return None
-        return WandbLog(wandb.init())
+        try:
+            return WandbLog(wandb.init(), say)
+        except Exception as error:  # no API key for an online run, no network: training goes on
+            say(f"tracking: W&B could not start the run ({error}); the chief logs nothing to it")
+            return None
     return None

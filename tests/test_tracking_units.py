@@ -4,22 +4,24 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import tfctl
 from tfctl.config.loader import parse_config
-from tfctl.errors import ConfigError
+from tfctl.errors import ConfigError, TrackingError
 from tfctl.runs.record import TaskSpec, TrackerRun
 from tfctl.tf.moves import readdressed
 from tfctl.tf.tasks import plan_tasks
 from tfctl.tracking import registry
 from tfctl.tracking.http import Refused, auth_headers
-from tfctl.tracking.mlflow import _proxied
+from tfctl.tracking.mlflow import Mlflow, _proxied
 from tfctl.tracking.trackers import Opening
-from tfctl.tracking.wandb import Wandb
+from tfctl.tracking.wandb import Wandb, wandb_id
 
 BASE = "name: m\ncommand: python t.py\njobs: {ps: [h1:2222], worker: [h1:2223, h2:2222]}\n"
 MLFLOW = "tracking: {mlflow: {uri: 'http://127.0.0.1:5000'}}\n"
@@ -32,6 +34,7 @@ REFUSED = [
     ("tracking: {wandb: {project: p, mode: off}}\n", "tracking.wandb.mode", "expected one of online"),
     ("tracking: {wandb: {entity: e}}\n", "tracking.wandb.project", "missing required key `project`"),
     ("tracking: {comet: {}}\n", "tracking.comet", "unknown key"),
+    ("tracking: {mlflow: {uri: 'http://ann:pw@h:5000'}}\n", "tracking.mlflow.uri", "names a user or password"),
     (MLFLOW + "env: {MLFLOW_RUN_ID: x}\n", "env.MLFLOW_RUN_ID", "set by tfctl while `tracking:` is on"),
     (MLFLOW + "env: {TFCTL_CHIEF: '1'}\n", "env.TFCTL_CHIEF", "set by tfctl while `tracking:` is on"),
 ]
@@ -187,3 +190,51 @@ jobs:
     up = tfctl("-f", str(cluster), "up", home=home)
     assert up.returncode == 0 and said in up.stderr, up.stderr  # said, and the run goes on
     assert f"{SYSTEM_PYTHON} -m pip install tensorboard" in up.stderr
+
+
+def test_a_long_run_id_keeps_a_w_and_b_id_of_its_own() -> None:
+    one, two = "c" * 60 + "-20261204-120000-aaaa", "c" * 60 + "-20261204-120000-bbbb"
+    assert len(wandb_id(one)) == 64 and wandb_id(one) != wandb_id(two)
+    assert wandb_id("mnist-20261204-120000-aaaa") == "mnist-20261204-120000-aaaa"
+
+
+class _Answering:
+    """A loopback server that answers every request with `reply` (raw bytes), then closes."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.reply = reply
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        self.uri = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+ODD_ANSWERS = [
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "did not answer"),  # not HTTP at all: a wrong port
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]", "without the experiment's id"),
+    (b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n{"experiment": 1}', "without the experiment's id"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n<html", "something not JSON"),
+]
+
+
+@pytest.mark.parametrize("reply, said", ODD_ANSWERS, ids=["not http", "a list", "a number", "not json"])
+def test_an_odd_answer_is_a_trackers_failure_never_another_error(reply: bytes, said: str) -> None:
+    server = _Answering(reply)
+    try:
+        with pytest.raises(TrackingError, match=said):
+            Mlflow(server.uri, "e").open(Opening("r1", "c", "ssh", "ann", "cmd", 0.0))
+    finally:
+        server.close()

@@ -58,7 +58,7 @@ TABLE = [
     (transitions.record_stop(True, (), {"wall": 1}), lambda r: r.left_nothing and r.accounting == {"wall": 1}, True),
     (transitions.record_accounting({"wall": 2}), lambda r: r.accounting == {"wall": 2}, True),
     (transitions.settle_scheduler_figures("slurm", {"cpu": 1}), lambda r: r.accounting == {"slurm": {"cpu": 1}}, True),
-    (transitions.link_trackers((LINK,)), lambda r: r.tracking == (LINK,), False),
+    (transitions.link_trackers((LINK,)), lambda r: r.tracking == (LINK,), True),
     (
         transitions.tracking_missed({"mlflow": ("the report",)}),
         lambda r: r.tracking == () or r.tracking[0].missed == ("the report",),

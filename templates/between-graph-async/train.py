@@ -73,14 +73,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=100)
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--data_dir", default=None, help="directory holding a Keras-style mnist.npz")
-    p.add_argument("--checkpoint_dir", default=None,
-                   help="where the chief saves (and resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
-    p.add_argument("--logdir", default=None,
-                   help="write TensorBoard summaries (loss, accuracy per step) under LOGDIR/worker_<index>; "
-                        "cluster.yaml passes the run's `logdir` (default: none written)")
-    p.add_argument("--ready_timeout", type=float, default=120.0,
-                   help="seconds a non-chief waits for the chief to initialise the variables")
+    p.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where the chief saves (and resumes from) checkpoints; default "
+        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`",
+    )
+    p.add_argument(
+        "--logdir",
+        default=None,
+        help="write TensorBoard summaries (loss, accuracy per step) under LOGDIR/worker_<index>; "
+        "cluster.yaml passes the run's `logdir` (default: none written)",
+    )
+    p.add_argument(
+        "--ready_timeout",
+        type=float,
+        default=120.0,
+        help="seconds a non-chief waits for the chief to initialise the variables",
+    )
     args = p.parse_args(argv)
     fill_from_tf_config(args)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
@@ -114,9 +124,13 @@ def load_data(data_dir: str | None):
         if path.is_file():
             with np.load(path) as d:
                 xtr, ytr, xte, yte = (d[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-            return (xtr.reshape(len(xtr), -1).astype(np.float32) / 255.0, ytr.astype(np.int64),
-                    xte.reshape(len(xte), -1).astype(np.float32) / 255.0, yte.astype(np.int64),
-                    f"MNIST from {path}")
+            return (
+                xtr.reshape(len(xtr), -1).astype(np.float32) / 255.0,
+                ytr.astype(np.int64),
+                xte.reshape(len(xte), -1).astype(np.float32) / 255.0,
+                yte.astype(np.int64),
+                f"MNIST from {path}",
+            )
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -124,7 +138,7 @@ def load_data(data_dir: str | None):
     y = digits.target.astype(np.int64)
     # The same permutation on every task: the test split never overlaps a training shard.
     order = np.random.RandomState(0).permutation(len(x))
-    test, train = order[: len(x) // 5], order[len(x) // 5:]
+    test, train = order[: len(x) // 5], order[len(x) // 5 :]
     return x[train], y[train], x[test], y[test], f"sklearn load_digits ({len(x)} images 8x8, no mnist.npz found)"
 
 
@@ -135,7 +149,7 @@ def batches(x, y, batch_size: int, seed: int):
     while True:
         order = rng.permutation(len(x))
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             yield x[idx], y[idx]
 
 
@@ -253,7 +267,8 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
                 break
             _, loss, acc, step = sess.run(
                 [model["train_op"], model["loss"], model["accuracy"], model["global_step"]],
-                {model["x"]: xb, model["y"]: yb})
+                {model["x"]: xb, model["y"]: yb},
+            )
             local_step += 1
             summaries.scalars(step, loss=loss, accuracy=acc)
             if local_step % LOG_EVERY == 0:
@@ -275,14 +290,15 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
     if is_chief:
         # The variables live on the ps, so they outlive the monitored session.
         with tf.Session(server.target, config=config) as s:
-            test_acc, step = s.run([model["accuracy"], model["global_step"]],
-                                   {model["x"]: x_test, model["y"]: y_test})
+            test_acc, step = s.run([model["accuracy"], model["global_step"]], {model["x"]: x_test, model["y"]: y_test})
         summaries.scalars(step, test_accuracy=test_acc)
         if tracker is not None:
             tracker.metrics({"test_accuracy": test_acc}, step)
             tracker.close()
-        log(f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
-            f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
+        log(
+            f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
+            f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}"
+        )
     summaries.close()
     return 0
 

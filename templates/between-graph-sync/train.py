@@ -83,19 +83,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task_index", type=int, help="default: from TF_CONFIG")
     p.add_argument("--ps_hosts", help="comma-separated host:port list (default: from TF_CONFIG)")
     p.add_argument("--worker_hosts", help="comma-separated host:port list (default: from TF_CONFIG)")
-    p.add_argument("--train_steps", type=int, default=300,
-                   help="global steps; each one is a single update averaged over all workers")
+    p.add_argument(
+        "--train_steps",
+        type=int,
+        default=300,
+        help="global steps; each one is a single update averaged over all workers",
+    )
     p.add_argument("--batch_size", type=int, default=100)
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--data_dir", default=None, help="directory holding a Keras-style mnist.npz")
-    p.add_argument("--checkpoint_dir", default=None,
-                   help="where the chief saves (and resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
-    p.add_argument("--logdir", default=None,
-                   help="write TensorBoard summaries (loss, accuracy per step) under LOGDIR/worker_<index>; "
-                        "cluster.yaml passes the run's `logdir` (default: none written)")
-    p.add_argument("--ready_timeout", type=float, default=120.0,
-                   help="seconds a non-chief waits for the chief to initialise the variables")
+    p.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where the chief saves (and resumes from) checkpoints; default "
+        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`",
+    )
+    p.add_argument(
+        "--logdir",
+        default=None,
+        help="write TensorBoard summaries (loss, accuracy per step) under LOGDIR/worker_<index>; "
+        "cluster.yaml passes the run's `logdir` (default: none written)",
+    )
+    p.add_argument(
+        "--ready_timeout",
+        type=float,
+        default=120.0,
+        help="seconds a non-chief waits for the chief to initialise the variables",
+    )
     args = p.parse_args(argv)
     fill_from_tf_config(args)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
@@ -129,9 +143,13 @@ def load_data(data_dir: str | None):
         if path.is_file():
             with np.load(path) as d:
                 xtr, ytr, xte, yte = (d[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-            return (xtr.reshape(len(xtr), -1).astype(np.float32) / 255.0, ytr.astype(np.int64),
-                    xte.reshape(len(xte), -1).astype(np.float32) / 255.0, yte.astype(np.int64),
-                    f"MNIST from {path}")
+            return (
+                xtr.reshape(len(xtr), -1).astype(np.float32) / 255.0,
+                ytr.astype(np.int64),
+                xte.reshape(len(xte), -1).astype(np.float32) / 255.0,
+                yte.astype(np.int64),
+                f"MNIST from {path}",
+            )
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -139,7 +157,7 @@ def load_data(data_dir: str | None):
     y = digits.target.astype(np.int64)
     # The same permutation on every task: the test split never overlaps a training shard.
     order = np.random.RandomState(0).permutation(len(x))
-    test, train = order[: len(x) // 5], order[len(x) // 5:]
+    test, train = order[: len(x) // 5], order[len(x) // 5 :]
     return x[train], y[train], x[test], y[test], f"sklearn load_digits ({len(x)} images 8x8, no mnist.npz found)"
 
 
@@ -150,7 +168,7 @@ def batches(x, y, batch_size: int, seed: int):
     while True:
         order = rng.permutation(len(x))
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             yield x[idx], y[idx]
 
 
@@ -172,14 +190,24 @@ def build_model(n_inputs: int, n_classes: int, learning_rate: float, num_workers
     # queue runner averages `replicas_to_aggregate` of them, applies the update once, bumps the
     # global step and puts one token per worker into the sync token queue; each worker blocks on
     # that queue (its train_op ends with a dequeue) until the update is done.
-    opt = tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(learning_rate),
-                                         replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
+    opt = tf.train.SyncReplicasOptimizer(
+        tf.train.GradientDescentOptimizer(learning_rate),
+        replicas_to_aggregate=num_workers,
+        total_num_replicas=num_workers,
+    )
     train_op = opt.minimize(loss, global_step=global_step)
     # Only the hook uses this op; a worker that finds training already done never does, and TF then
     # logs an "Object was never used" ERROR at exit. Tell it the op is used on purpose.
     getattr(opt.ready_for_local_init_op, "mark_used", lambda: None)()
-    return {"x": x, "y": y, "global_step": global_step, "loss": loss, "accuracy": accuracy, "train_op": train_op,
-            "opt": opt}
+    return {
+        "x": x,
+        "y": y,
+        "global_step": global_step,
+        "loss": loss,
+        "accuracy": accuracy,
+        "train_op": train_op,
+        "opt": opt,
+    }
 
 
 class Summaries:
@@ -225,15 +253,19 @@ def wait_for_chief(target: str, config, global_step, timeout: float) -> int | No
 def quiet_queue_runner_cancel(hook_args) -> None:
     """At the chief's end the queue runner's blocked step is cancelled by Session::Close():
     print one line for that instead of a traceback ("Exception in thread QueueRunnerThread-...")."""
-    if hook_args.thread is not None and hook_args.thread.name.startswith("QueueRunnerThread") \
-            and issubclass(hook_args.exc_type, tf.errors.CancelledError):
+    if (
+        hook_args.thread is not None
+        and hook_args.thread.name.startswith("QueueRunnerThread")
+        and issubclass(hook_args.exc_type, tf.errors.CancelledError)
+    ):
         log("chief queue runner stopped (its pending step was cancelled when the session closed)")
         return
     threading.__excepthook__(hook_args)
 
 
-def start_watchdog(target: str, config, global_step, token_queue, train_steps: int, in_step: threading.Event,
-                   stop: threading.Event) -> threading.Thread:
+def start_watchdog(
+    target: str, config, global_step, token_queue, train_steps: int, in_step: threading.Event, stop: threading.Event
+) -> threading.Thread:
     """Non-chief only: unblock this worker if the chief is gone without closing the token queue.
 
     The caller sets `stop` and joins the thread before exiting: a daemon thread still inside a TF
@@ -257,8 +289,10 @@ def start_watchdog(target: str, config, global_step, token_queue, train_steps: i
                     continue
                 reached = reached or time.monotonic()
                 if time.monotonic() - reached > WATCHDOG_SECS:
-                    log(f"watchdog: global step {step} >= {train_steps} for {WATCHDOG_SECS:g}s but this worker is "
-                        "still blocked on the sync token queue (no chief to fill it): closing the queue")
+                    log(
+                        f"watchdog: global step {step} >= {train_steps} for {WATCHDOG_SECS:g}s but this worker is "
+                        "still blocked on the sync token queue (no chief to fill it): closing the queue"
+                    )
                     sess.run(close_queue)
                     return
 
@@ -299,8 +333,15 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
     threading.excepthook = quiet_queue_runner_cancel
     in_step, stop_watchdog, watchdog = threading.Event(), threading.Event(), None
     if not is_chief:
-        watchdog = start_watchdog(server.target, config, model["global_step"], model["opt"]._sync_token_queue,
-                                  args.train_steps, in_step, stop_watchdog)
+        watchdog = start_watchdog(
+            server.target,
+            config,
+            model["global_step"],
+            model["opt"]._sync_token_queue,
+            args.train_steps,
+            in_step,
+            stop_watchdog,
+        )
 
     local_step = 0
     loss = float("nan")
@@ -316,8 +357,10 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
         log_step_count_steps=None,  # we print our own steps/s
         # num_tokens=0: no spare tokens at the start, so the first update needs a gradient from
         # every worker (with the default, the chief alone can run ahead until the others arrive).
-        hooks=[model["opt"].make_session_run_hook(is_chief, num_tokens=0),
-               tf.train.StopAtStepHook(last_step=args.train_steps)],
+        hooks=[
+            model["opt"].make_session_run_hook(is_chief, num_tokens=0),
+            tf.train.StopAtStepHook(last_step=args.train_steps),
+        ],
         stop_grace_period_secs=STOP_GRACE_SECS,
         config=config,
     ) as sess:
@@ -330,7 +373,8 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
             in_step.set()
             _, loss, acc, step = sess.run(
                 [model["train_op"], model["loss"], model["accuracy"], model["global_step"]],
-                {model["x"]: xb, model["y"]: yb})
+                {model["x"]: xb, model["y"]: yb},
+            )
             in_step.clear()
             local_step += 1
             summaries.scalars(step, loss=loss, accuracy=acc)
@@ -353,13 +397,14 @@ def run_worker(args: argparse.Namespace, cluster, server) -> int:
         elapsed = time.monotonic() - start
         # The variables live on the ps, so they outlive the monitored session.
         with tf.Session(server.target, config=config) as s:
-            test_acc, step = s.run([model["accuracy"], model["global_step"]],
-                                   {model["x"]: x_test, model["y"]: y_test})
+            test_acc, step = s.run([model["accuracy"], model["global_step"]], {model["x"]: x_test, model["y"]: y_test})
         summaries.scalars(step, test_accuracy=test_acc)
         if tracker is not None:
             tracker.metrics({"test_accuracy": test_acc}, step)
-        log(f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
-            f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
+        log(
+            f"final step {step} loss {loss:.4f} accuracy {test_acc:.4f} time {elapsed:.1f}s"
+            f" steps/s {(step - first_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}"
+        )
     summaries.close()
     if tracker is not None:
         tracker.close()

@@ -66,15 +66,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train_steps", type=int, default=300)
     p.add_argument("--global_batch_size", type=int, default=64, help="split evenly across the workers")
     p.add_argument("--learning_rate", type=float, default=0.2)
-    p.add_argument("--save_every", type=int, default=100,
-                   help="save a checkpoint every this many steps (0: only at the end and on SIGTERM), the "
-                        "most a lost host costs: SIGTERM's save needs every worker")
-    p.add_argument("--checkpoint_dir", default=None,
-                   help="where worker 0 saves (and every worker resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
-    p.add_argument("--logdir", default=None,
-                   help="where worker 0 writes TensorBoard summaries (loss, accuracy per step: the same on every "
-                        "worker), under LOGDIR/worker_0; cluster.yaml passes the run's `logdir` (default: none written)")
+    p.add_argument(
+        "--save_every",
+        type=int,
+        default=100,
+        help="save a checkpoint every this many steps (0: only at the end and on SIGTERM), the "
+        "most a lost host costs: SIGTERM's save needs every worker",
+    )
+    p.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where worker 0 saves (and every worker resumes from) checkpoints; default "
+        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`",
+    )
+    p.add_argument(
+        "--logdir",
+        default=None,
+        help="where worker 0 writes TensorBoard summaries (loss, accuracy per step: the same on every "
+        "worker), under LOGDIR/worker_0; cluster.yaml passes the run's `logdir` (default: none written)",
+    )
     args = p.parse_args(argv)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
         run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
@@ -89,7 +99,7 @@ def load_data():
     x = digits.data.astype(np.float32) / 16.0
     y = digits.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(x))
-    test, train = order[: len(x) // 5], order[len(x) // 5:]
+    test, train = order[: len(x) // 5], order[len(x) // 5 :]
     return x[train], y[train], x[test], y[test]
 
 
@@ -157,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with strategy.scope():
         model = MLP(x_train.shape[1], 128, 10)
-        step_var = tf.Variable(0, dtype=tf.int64, name="global_step",
-                               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        step_var = tf.Variable(
+            0, dtype=tf.int64, name="global_step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
 
     checkpoint = tf.train.Checkpoint(model=model, global_step=step_var)
     # All-reduced, the loss and accuracy are the same on every worker: worker 0 writes them.
@@ -174,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     # TF's own preemption handling: it restores the newest checkpoint in checkpoint_dir now, and on
     # a SIGTERM to any worker has every worker save at the same step, then calls preempted().
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        resolver, checkpoint, args.checkpoint_dir, tf.distribute.experimental.TerminationConfig(exit_fn=preempted))
+        resolver, checkpoint, args.checkpoint_dir, tf.distribute.experimental.TerminationConfig(exit_fn=preempted)
+    )
     if int(step_var.numpy()):
         log(f"resumed from {tf.train.latest_checkpoint(args.checkpoint_dir)} at step {int(step_var.numpy())}")
     lr = args.learning_rate
@@ -197,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             return loss, correct / args.global_batch_size
 
         loss, accuracy = strategy.run(step_fn, args=next(it))
-        return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-                strategy.reduce(tf.distribute.ReduceOp.SUM, accuracy, axis=None))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+            strategy.reduce(tf.distribute.ReduceOp.SUM, accuracy, axis=None),
+        )
 
     @tf.function
     def evaluate(x, y):
@@ -207,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             return correct, tf.cast(tf.size(y), tf.float32)
 
         correct, count = strategy.run(eval_fn, args=(x, y))
-        return (strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
-                strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
+            strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None),
+        )
 
     start_step = int(step_var.numpy())
     start = last_time = time.monotonic()
@@ -256,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         tracker.metrics({"test_accuracy": accuracy}, step)
         tracker.close()
     if is_chief:
-        log(f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
-            f" steps/s {rate:.1f} checkpoint {args.checkpoint_dir}")
+        log(
+            f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
+            f" steps/s {rate:.1f} checkpoint {args.checkpoint_dir}"
+        )
     else:
         log(f"worker {index}: done, step {step} accuracy {accuracy:.4f}")
     hard_exit(0)

@@ -66,12 +66,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train_steps", type=int, default=400, help="steps scheduled by the chief, in total")
     p.add_argument("--batch_size", type=int, default=64, help="per step (each step runs on one worker)")
     p.add_argument("--learning_rate", type=float, default=0.2)
-    p.add_argument("--checkpoint_dir", default=None,
-                   help="where the chief saves (and resumes from) checkpoints; default "
-                        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`")
-    p.add_argument("--logdir", default=None,
-                   help="where the chief writes TensorBoard summaries (loss, accuracy every 10 steps), under "
-                        "LOGDIR/chief_0; cluster.yaml passes the run's `logdir` (default: none written)")
+    p.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where the chief saves (and resumes from) checkpoints; default "
+        "$TFCTL_RUN_DIR/checkpoints (the run's own directory), so a new run resumes only with `tfctl up --resume`",
+    )
+    p.add_argument(
+        "--logdir",
+        default=None,
+        help="where the chief writes TensorBoard summaries (loss, accuracy every 10 steps), under "
+        "LOGDIR/chief_0; cluster.yaml passes the run's `logdir` (default: none written)",
+    )
     args = p.parse_args(argv)
     if args.checkpoint_dir is None:  # outside tfctl: a fresh directory here
         run_dir = os.environ.get("TFCTL_RUN_DIR") or time.strftime("manual-%Y%m%d-%H%M%S")
@@ -95,9 +101,14 @@ def run_server(resolver) -> None:
         filters = ["/job:worker", "/job:chief"]
     config = tf.compat.v1.ConfigProto(device_filters=filters)
     # Binds *:PORT (all interfaces), whatever host the cluster spec names for this task.
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                  task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc",
-                                  config=config, start=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc",
+        config=config,
+        start=True,
+    )
     log(f"{resolver.task_type} {resolver.task_id}: serving (the chief schedules the work; runs until tfctl stops it)")
     # The server serves from its own threads (`server.join()` would keep SIGTERM's handler from
     # ever running); `server` stays referenced: deleting it stops it.
@@ -138,7 +149,7 @@ def load_data():
     x = digits.data.astype(np.float32) / 16.0
     y = digits.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(x))
-    test, train = order[: len(x) // 5], order[len(x) // 5:]
+    test, train = order[: len(x) // 5], order[len(x) // 5 :]
     return x[train], y[train], x[test], y[test]
 
 
@@ -220,8 +231,10 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
                 log(f"chief: SIGTERM: a step in flight failed ({type(error).__name__}); saving what the ps hold")
             step = int(step_var.numpy())
             manager.save(checkpoint_number=step)
-            log(f"chief: SIGTERM: saved a checkpoint at global step {step} in {args.checkpoint_dir}"
-                f" {time.monotonic() - stopped_at[0]:.1f}s after it; exiting 143")
+            log(
+                f"chief: SIGTERM: saved a checkpoint at global step {step} in {args.checkpoint_dir}"
+                f" {time.monotonic() - stopped_at[0]:.1f}s after it; exiting 143"
+            )
             if tracker is not None:
                 tracker.close()
             hard_exit(143)  # at once: returning would tear the coordinator down, which waits on the workers
@@ -264,8 +277,10 @@ def run_chief(args: argparse.Namespace, resolver) -> int:
     if tracker is not None:
         tracker.metrics({"test_accuracy": accuracy, "loss": loss}, step)
         tracker.close()
-    log(f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
-        f" steps/s {(step - start_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}")
+    log(
+        f"final step {step} loss {loss:.4f} accuracy {accuracy:.4f} time {elapsed:.1f}s"
+        f" steps/s {(step - start_step) / max(elapsed, 1e-9):.1f} checkpoint {args.checkpoint_dir}"
+    )
     return 0
 
 

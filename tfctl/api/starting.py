@@ -92,8 +92,11 @@ def abandoner(store: RunStore) -> Callable[[str], None]:
     from tfctl.supervisor.protocol import RunState
 
     def abandoned(run_id: str) -> None:
+        from tfctl.controller.live.tracked import close_trackers, say_to_stderr
+
         why = "interrupted while its next allocation was queued"
         transitions.apply(store, run_id, transitions.end_if_active(RunState.STOPPED, why, REAL_CLOCK.time()))
+        close_trackers(store, run_id, say_to_stderr)
 
     return abandoned
 

@@ -78,13 +78,12 @@ def up(
 ) -> int:
     """Start every task, check that the ps listen and are reachable; follow the run to its end unless -d."""
     from tfctl import console
+    from tfctl.api.starting import abandoner
     from tfctl.backends.base import backend_for
     from tfctl.config.loader import load_config
     from tfctl.config.params import overrides
     from tfctl.controller.live import launch, watcher
     from tfctl.controller.verbs import up
-    from tfctl.runs import transitions
-    from tfctl.supervisor.protocol import RunState
 
     path = cluster_file_path(ctx, cluster_file)
     config = load_config(path, overrides(assignments))
@@ -93,20 +92,13 @@ def up(
     hint_file = f"-f {path} " if path != DEFAULT_FILE else ""
     resumes = None if resume is None else up.resumed_run(store, config, resume)
     if not dry_run:
-
-        def abandoned(run_id: str) -> None:  # its queued next allocation cancelled: nobody else ends it
-            ended = transitions.end_if_active(
-                RunState.STOPPED, "interrupted while its next allocation was queued", time.time()
-            )
-            transitions.apply(store, run_id, ended)
-
         out, err_console = console.out(), console.err()
         elsewhere = backend.run_elsewhere(
             config,
             detach,
             lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
             lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
-            abandoned,
+            abandoner(store),
             resumes,
         )
         if elsewhere is not None:

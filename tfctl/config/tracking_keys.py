@@ -15,6 +15,12 @@ _URL = re.compile(r"https?://[^\s/]+(/\S*)?")
 
 def _uri(doc: Doc, path: str, value: Any) -> Any:
     text = _string(doc, path, value, "uri: http://127.0.0.1:5000")
+    if text is not INVALID and _URL.fullmatch(text) and "@" in text.split("/")[2]:
+        return doc.problem(
+            path,
+            "names a user or password: it would be kept in every run's record and every task's environment",
+            "give the address alone, and the credentials as MLFLOW_TRACKING_TOKEN (or _USERNAME and _PASSWORD)",
+        )
     if text is INVALID or _URL.fullmatch(text):
         return text.rstrip("/")
     return doc.problem(

@@ -263,8 +263,9 @@ def record_stop(
 
 
 def link_trackers(links: tuple[TrackerRun, ...]) -> Transition:
-    """The tracker runs the run logs into, made or taken on at its start."""
-    return Transition("link trackers", Guard.ACTIVE, lambda r: r.replace(tracking=tuple(links)))
+    """The tracker runs the run logs into, made or taken on at its start; kept also if a `down`
+    ended the run meanwhile, so that its trackers are told of that end."""
+    return Transition("link trackers", Guard.RECORDED, lambda r: r.replace(tracking=tuple(links)))
 
 
 def close_trackers() -> Transition:

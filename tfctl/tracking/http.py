@@ -7,6 +7,7 @@ Credentials come from the variables MLflow's own client reads (`MLFLOW_TRACKING_
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import urllib.error
@@ -62,9 +63,9 @@ class Http:
                 return bytes(response.read())
         except urllib.error.HTTPError as error:
             raise Refused(self.name, path, error.code, error.read()) from None
-        except (urllib.error.URLError, OSError) as error:
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as error:
             reason = getattr(error, "reason", error)
-            raise TrackingError(f"{self.name} did not answer ({reason})") from None
+            raise TrackingError(f"{self.name} did not answer ({reason or type(error).__name__})") from None
 
 
 class Refused(TrackingError):

@@ -63,8 +63,11 @@ class Mlflow(Tracker):
         link = self._create(opening, tags)
         params = {**opening.params, **{f"tfctl.{job}": n for job, n in opening.shape.items()}}
         items = _pairs(params)
-        for start in range(0, len(items), PARAMS_PER_BATCH):
-            self._batch(link.run_id, params=items[start : start + PARAMS_PER_BATCH])
+        try:
+            for start in range(0, len(items), PARAMS_PER_BATCH):
+                self._batch(link.run_id, params=items[start : start + PARAMS_PER_BATCH])
+        except Refused:
+            pass  # a value the server will not keep: the run is made, and linked all the same
         return link
 
     def open_parent(self, opening: Opening) -> TrackerRun:
@@ -84,8 +87,8 @@ class Mlflow(Tracker):
                 "tags": _pairs({"mlflow.runName": opening.run_id, **tags}),
             },
         )
-        info = answer.get("run", {}).get("info", {})
-        run_id = str(info.get("run_id") or info.get("run_uuid") or "")
+        info = _field(answer, "run", "info")
+        run_id = str(info.get("run_id") or info.get("run_uuid") or "") if isinstance(info, dict) else ""
         if not run_id:
             raise TrackingError(f"{self.http.name} made a run but did not say its id")
         return TrackerRun(
@@ -95,7 +98,7 @@ class Mlflow(Tracker):
             uri=self.uri,
             experiment=name,
             experiment_id=experiment_id,
-            artifacts=str(info.get("artifact_uri") or ""),
+            artifacts=str(info.get("artifact_uri") or "") if isinstance(info, dict) else "",
             parent="" if opening.parent is None else opening.parent.run_id,
         )
 
@@ -104,12 +107,13 @@ class Mlflow(Tracker):
         for attempt in range(2):
             try:
                 found = self.http.json("GET", f"{API}/experiments/get-by-name", query={"experiment_name": name})
-                return str(found["experiment"]["experiment_id"])
+                return self._id(_field(found, "experiment", "experiment_id"), "experiment")
             except Refused as error:
                 if error.code != "RESOURCE_DOES_NOT_EXIST" and error.status != 404:
                     raise
             try:
-                return str(self.http.json("POST", f"{API}/experiments/create", {"name": name})["experiment_id"])
+                made = self.http.json("POST", f"{API}/experiments/create", {"name": name})
+                return self._id(_field(made, "experiment_id"), "experiment")
             except Refused as error:
                 if error.code != "RESOURCE_ALREADY_EXISTS" or attempt:
                     raise
@@ -120,12 +124,20 @@ class Mlflow(Tracker):
         self._batch(link.run_id, tags=_pairs({"tfctl.latest_run": run_id}))
 
     def close(self, link: TrackerRun, ending: Ending) -> list[str]:
+        """Each part on its own: one the server refuses is said and the rest still go, the run's
+        status last. A server that does not answer ends it (TrackingError): nothing would go."""
         missed = []
         metrics = list(self._metrics(ending))
-        for start in range(0, len(metrics), BATCH):
-            self._batch(link.run_id, metrics=metrics[start : start + BATCH])
+        try:
+            for start in range(0, len(metrics), BATCH):
+                self._batch(link.run_id, metrics=metrics[start : start + BATCH])
+        except Refused as error:
+            missed.append(f"tfctl's figures and curves ({error.message})")
         tags = {"tfctl.state": ending.state, "tfctl.reason": ending.reason, "tfctl.latest_run": ending.run_id}
-        self._batch(link.run_id, tags=_pairs(tags))
+        try:
+            self._batch(link.run_id, tags=_pairs(tags))
+        except Refused as error:
+            missed.append(f"how the run ended ({error.message})")
         if ending.report is None:
             missed.append("the report (its hosts could not say enough to make it)")
         elif (path := _proxied(link.artifacts)) is None:
@@ -134,17 +146,25 @@ class Mlflow(Tracker):
                 "the server's artifact proxy (`mlflow server`'s default)"
             )
         else:
-            self.http.send(
-                "PUT",
-                f"/api/2.0/mlflow-artifacts/artifacts/{path}/tfctl-report.html",
-                ending.report.encode(),
-                "text/html",
-            )
+            try:
+                self.http.send(
+                    "PUT",
+                    f"/api/2.0/mlflow-artifacts/artifacts/{path}/tfctl-report.html",
+                    ending.report.encode(),
+                    "text/html",
+                )
+            except Refused as error:
+                missed.append(f"the report ({error.message})")
         status = _STATUS.get(ending.state, "FINISHED")
         self.http.json(
             "POST", f"{API}/runs/update", {"run_id": link.run_id, "status": status, "end_time": _ms(ending.ended_at)}
         )
         return missed
+
+    def _id(self, value: object, what: str) -> str:
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+        raise TrackingError(f"{self.http.name} answered without the {what}'s id")
 
     def close_parent(self, link: TrackerRun, state: str, at: float) -> None:
         status = "FINISHED" if state == "done" else "KILLED"
@@ -170,6 +190,13 @@ class Mlflow(Tracker):
 
     def _batch(self, run_id: str, **items: list[dict[str, Any]]) -> None:
         self.http.json("POST", f"{API}/runs/log-batch", {"run_id": run_id, **items})
+
+
+def _field(answer: Any, *keys: str) -> Any:
+    """`answer[k1][k2]...`, or None where the server's answer has another shape."""
+    for key in keys:
+        answer = answer.get(key) if isinstance(answer, dict) else None
+    return answer
 
 
 def _proxied(artifacts: str) -> str | None:

@@ -9,6 +9,7 @@ and the tasks still had the run id.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -22,8 +23,17 @@ from tfctl.errors import TrackingError
 from tfctl.runs.record import TrackerRun
 from tfctl.tracking.trackers import Ending, Opening, Tracker
 
-LOG_TIMEOUT = 120.0  # seconds the child logging tfctl's figures may take (an online sync included)
+LOG_TIMEOUT = 30.0  # seconds the child logging tfctl's figures may take: a `down` waits for the end
 _ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def wandb_id(run_id: str) -> str:
+    """The W&B run id of a tfctl run: its id in W&B's letters, at most 64 of them (a long one
+    keeps its head and a hash of the whole, so two runs of one cluster never share one)."""
+    plain = _ID.sub("-", run_id)
+    if len(plain) <= 64:
+        return plain
+    return f"{plain[:55]}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
 
 
 class Wandb(Tracker):
@@ -45,7 +55,7 @@ class Wandb(Tracker):
         return cls(link.experiment, link.entity, link.mode)
 
     def open(self, opening: Opening) -> TrackerRun:
-        run_id = _ID.sub("-", opening.run_id)[:64]
+        run_id = wandb_id(opening.run_id)
         return self._link(run_id, opening.group or opening.cluster)
 
     def open_parent(self, opening: Opening) -> TrackerRun:
@@ -90,6 +100,8 @@ class Wandb(Tracker):
             )
         except subprocess.TimeoutExpired:
             raise TrackingError(f"W&B did not take tfctl's figures within {LOG_TIMEOUT:g}s") from None
+        except OSError as error:
+            raise TrackingError(f"W&B's logging could not start: {error.strerror}") from None
         if done.returncode != 0:
             last = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no words"]
             raise TrackingError(f"W&B refused tfctl's figures: {last[0][:300]}")

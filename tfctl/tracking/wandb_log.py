@@ -23,10 +23,15 @@ def main() -> int:
         resume="allow",
         dir=ending["folder"],
     )
-    for name, points in ending["series"].items():
-        for point in points:
-            run.log({f"tfctl/{name}": point["value"], "tfctl/step": point["step"]})
-    summary = {f"tfctl/{name}": value for name, value in ending["figures"].items()}
+    # Tables, not logged steps: W&B's step is the chief's (it logs with step=), and a point
+    # logged here would move it past the chief's next ones after a resume.
+    summary: dict[str, object] = {
+        f"tfctl/{name}": wandb.Table(
+            columns=["step", "value", "time"], data=[[p["step"], p["value"], p["at"]] for p in points]
+        )
+        for name, points in ending["series"].items()
+    }
+    summary.update({f"tfctl/{name}": value for name, value in ending["figures"].items()})
     summary.update({f"tfctl/final/{name}": point["value"] for name, point in ending["result"].items()})
     summary.update({"tfctl/state": ending["state"], "tfctl/reason": ending["reason"]})
     run.summary.update(summary)

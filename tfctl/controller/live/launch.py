@@ -149,11 +149,9 @@ def _start(
             progress("warning", warning)
         picked = pick_ports(cluster, config, progress)
         config = config.with_ports(picked)
-        # Planned once, here: on the devices the hosts have (a backend that places devices itself
-        # gets what the tasks ask for, and its scheduler hands them out).
+        # Planned here: on the devices the hosts have (a backend that places devices itself gets
+        # what the tasks ask for, and its scheduler hands them out); again once its trackers are known.
         devices = None if backend.places_devices else {i.host: i.devices for i in infos}
-        open_trackers(store, cluster, config, progress)  # before the plan: the tasks are told of them
-        record = cluster.record
         plan = make_plan(Draft(config, record), devices)
         versions = {
             "tfctl": metadata.version("tfctl"),
@@ -171,6 +169,11 @@ def _start(
             hint = busy_ports_hint(store, record.run_id, busy)
             raise StartupError("task ports already in use:\n" + "\n".join(lines), hint=hint)
         touched = True
+        if config.tracking is not None:  # once nothing can make the run forgotten; the tasks are told of them
+            open_trackers(store, cluster, config, progress)
+            plan = make_plan(Draft(config, cluster.record), devices)
+            cluster.apply(store, transitions.record_plan(plan.record.tasks, plan.record.essential, versions))
+            record = cluster.record
         if plan.sync_dir is not None:
             sync_code(cluster, plan, progress)
         if record.resumes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import getpass
+import os
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tfctl import console
@@ -34,12 +35,27 @@ def say_to_stderr(line: str) -> None:
     console.err().print(line, markup=False)
 
 
+def _user() -> str:
+    """Who runs it; a container's uid without a passwd entry has no name, only its number."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return str(os.getuid())
+
+
+def _failure(tracker: Tracker, error: Exception) -> str:
+    """A tracker's failure in words: its own, or what broke in the exchange (never the run's)."""
+    if isinstance(error, TrackingError):
+        return error.message
+    return f"{tracker.title} failed unexpectedly ({type(error).__name__}: {error})"
+
+
 def opening_of(record: RunRecord, config: ClusterConfig, parent: TrackerRun | None = None) -> Opening:
     return Opening(
         run_id=record.run_id,
         cluster=record.cluster_name,
         backend=record.backend,
-        user=getpass.getuser(),
+        user=_user(),
         command=config.command or "; ".join(f"{n}: {config.command_for(n)}" for n in config.jobs),
         started_at=record.created_at,
         params=dict(record.params),
@@ -63,16 +79,18 @@ def open_trackers(store: RunStore, cluster: Cluster, config: ClusterConfig, prog
             if kept is not None:
                 kept = kept.replace(closed=False, missed=())
                 links.append(kept)
-                tracker.reopen(kept, record.run_id)
+                registry.of_link(kept).reopen(kept, record.run_id)  # on the server it was made on
                 progress("", f"{tracker.title}: goes on in run {kept.url or kept.run_id}")
             else:
                 link = tracker.open(opening_of(record, config, _parent(store, record, tracker)))
                 links.append(link)
                 progress("", f"{tracker.title}: run {link.url or link.run_id}")
-        except TrackingError as error:
+        except Exception as error:  # noqa: BLE001 (a tracker never fails the run)
             left = "its tasks are told the run as before" if kept is not None else "the run goes on without one"
-            progress("warning", f"tracking: {error.message}: {left}")
-    cluster.apply(store, transitions.link_trackers(tuple(links)))
+            progress("warning", f"tracking: {_failure(tracker, error)}: {left}")
+    linked = cluster.apply(store, transitions.link_trackers(tuple(links)))
+    if linked is not None and linked.state.is_final:  # a `down` ended it while the trackers were asked
+        close_trackers(store, linked.run_id, lambda line: progress("warning", line))
 
 
 def _earlier_links(store: RunStore, record: RunRecord) -> tuple[TrackerRun, ...]:
@@ -97,13 +115,13 @@ def _parent(store: RunStore, record: RunRecord, tracker: Tracker) -> TrackerRun 
 
 def open_sweep(config: ClusterConfig, sweep_id: str, now: float, say: Callable[[str], None]) -> tuple[TrackerRun, ...]:
     """The runs a new sweep's trials are nested in (W&B: their group), one per tracker."""
-    opening = Opening(sweep_id, config.name, config.backend, getpass.getuser(), config.command or "", now)
+    opening = Opening(sweep_id, config.name, config.backend, _user(), config.command or "", now)
     links = []
     for tracker in registry.configured(config.tracking):
         try:
             link = tracker.open_parent(opening)
-        except TrackingError as error:
-            say(f"tracking: {error.message}: the sweep's trials will be runs of their own")
+        except Exception as error:  # noqa: BLE001
+            say(f"tracking: {_failure(tracker, error)}: the sweep's trials will be runs of their own")
             continue
         links.append(link)
         if link.url or link.run_id:
@@ -116,8 +134,8 @@ def close_sweep(links: tuple[TrackerRun, ...], state: str, at: float, say: Calla
         tracker = registry.of_link(link)
         try:
             tracker.close_parent(link, state, at)
-        except TrackingError as error:
-            say(f"tracking: {error.message}: its sweep run was not told the sweep ended")
+        except Exception as error:  # noqa: BLE001
+            say(f"tracking: {_failure(tracker, error)}: its sweep run was not told the sweep ended")
 
 
 def close_trackers(store: RunStore, run_id: str, say: Callable[[str], None]) -> None:
@@ -132,8 +150,8 @@ def close_trackers(store: RunStore, run_id: str, say: Callable[[str], None]) -> 
         tracker = registry.of_link(link)
         try:
             lost = tracker.close(link, ending)
-        except TrackingError as error:
-            lost = [f"the run's end, tfctl's figures and the report ({error.message})"]
+        except Exception as error:  # noqa: BLE001 (a tracker never fails the run)
+            lost = [f"the run's end, tfctl's figures and the report ({_failure(tracker, error)})"]
         if lost:
             missed[link.kind] = tuple(lost)
             say(f"tracking: {tracker.title} run {link.url or link.run_id} was not given {'; '.join(lost)}")
@@ -153,7 +171,7 @@ def ending_of(store: RunStore, record: RunRecord) -> Ending:
     try:
         with Cluster(record) as cluster:
             report = gather(cluster)
-    except TfctlError:
+    except Exception:  # noqa: BLE001 (no report is a line of `missed`, never the run's failure)
         report = None
     series: dict[str, tuple[Point, ...]] = {}
     result: dict[str, Point] = {}
